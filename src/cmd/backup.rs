@@ -1,0 +1,382 @@
+//! `pagevault backup`.
+
+use super::{default_threads, print_json, Reporter};
+use crate::device;
+use crate::engine::backup::{self, Params, ReadFile};
+use crate::engine::codec::CodecSpec;
+use crate::engine::stats::Progress;
+use crate::format::manifest::{EntryKind, FileEntry, Manifest, StripeInfo, Totals};
+use crate::format::media::{trailer, MediaHeader};
+use crate::format::FORMAT_VERSION;
+use crate::source;
+use crate::units::{self, human, mb_per_sec};
+use anyhow::{bail, Result};
+use clap::Args;
+use serde_json::json;
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn transfer_size(s: &str) -> Result<u64, String> {
+    let v = units::parse_in_range(s, 64 << 10, 16 << 20, "max transfer size", false)?;
+    if v % (64 << 10) != 0 {
+        return Err(format!("max transfer size {v} must be a multiple of 64 KiB (64K..16M)"));
+    }
+    Ok(v)
+}
+fn block_size(s: &str) -> Result<u64, String> {
+    units::parse_in_range(s, 512, 1 << 20, "block size", true)
+}
+fn page_size(s: &str) -> Result<u64, String> {
+    units::parse_in_range(s, 512, 1 << 20, "page size", true)
+}
+
+#[derive(Args, Clone)]
+pub struct BackupArgs {
+    /// What to back up: files:PATH (a file or directory tree) or sqlite:PATH (a live database).
+    #[arg(long)]
+    pub source: String,
+    /// Destination: a file path (one stripe) or NUL. Repeat to stripe the set over several devices.
+    #[arg(long = "to", required = true)]
+    pub to: Vec<String>,
+    /// Compression: none, lz4, zstd or zstd:LEVEL (1..22).
+    #[arg(long, default_value = "none")]
+    pub compress: String,
+    /// Buffers in the pool (BUFFERCOUNT). Default: from devices and volumes, as SQL Server does.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=65536))]
+    pub buffer_count: Option<u32>,
+    /// Size of one read or write (MAXTRANSFERSIZE): 64K..16M, a multiple of 64K.
+    #[arg(long, default_value = "1M", value_parser = transfer_size)]
+    pub max_transfer_size: u64,
+    /// Alignment and padding of device writes (BLOCKSIZE): a power of two, 512..1M.
+    #[arg(long, default_value = "4K", value_parser = block_size)]
+    pub block_size: u64,
+    /// Readers per volume (each keeps --read-depth reads in flight).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub readers: u32,
+    /// Reads in flight per reader.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub read_depth: u32,
+    /// Compression threads (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: Option<u32>,
+    /// Print "N percent processed." every N percent (default 10 when not on a terminal).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub stats: Option<u32>,
+    /// Print the buffer configuration before the backup.
+    #[arg(long)]
+    pub show_config: bool,
+    /// Never a differential base, changes no chain (NUL backups always are).
+    #[arg(long)]
+    pub copy_only: bool,
+    /// A name for the set, shown by `header`.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Page size of a files: source.
+    #[arg(long, default_value = "8K", value_parser = page_size)]
+    pub page_size: u64,
+    /// Read with O_DIRECT where the filesystem allows (bypasses the page cache).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub direct_io: String,
+    /// Where the SQLite source puts its snapshot copy (default: beside the database).
+    #[arg(long)]
+    pub spool: Option<PathBuf>,
+    /// One "Processed" line per file instead of per volume.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Print one JSON document with the results instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The directory where the volume holding `path` is mounted.
+fn mount_point(path: &Path) -> PathBuf {
+    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else { return path.to_path_buf() };
+    let mut p = path.to_path_buf();
+    while let Some(parent) = p.parent() {
+        match std::fs::metadata(parent) {
+            Ok(m) if m.dev() == dev && parent != Path::new("") => p = parent.to_path_buf(),
+            _ => break,
+        }
+    }
+    p
+}
+
+pub fn run(a: BackupArgs) -> Result<()> {
+    let summary = backup(&a)?;
+    if a.json {
+        print_json(&summary);
+    }
+    Ok(())
+}
+
+/// Runs a backup and returns its JSON summary (printed as text unless --json).
+pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
+    let codec = CodecSpec::parse(&a.compress)?;
+    let devices = a.to.iter().map(|d| device::parse(d)).collect::<Result<Vec<_>>>()?;
+    let discard = devices.iter().filter(|d| d.is_discard()).count();
+    if discard > 0 && discard < devices.len() {
+        bail!("NUL cannot be striped with real devices: back up to NUL alone, or to files alone");
+    }
+    let discard = discard > 0;
+    let copy_only = a.copy_only || discard;
+    let mut src = source::parse(
+        &a.source,
+        &source::Options { page_size: a.page_size as u32, spool: a.spool.clone() },
+    )?;
+    let info = src.info();
+    let entries = src.prepare()?;
+    let page_size = src.page_size() as u64;
+
+    let mut vol_index: HashMap<u64, usize> = HashMap::new();
+    let mut vol_names: Vec<PathBuf> = vec![];
+    let mut plan = vec![];
+    let mut plan_ids = vec![]; // entry index of each planned file
+    for (i, e) in entries.iter().enumerate() {
+        if e.kind != EntryKind::File {
+            continue;
+        }
+        let v = *vol_index.entry(e.dev).or_insert_with(|| {
+            vol_names.push(if info.kind == "files" { mount_point(&e.abs_path) } else { PathBuf::from(&e.rel_path) });
+            vol_names.len() - 1
+        });
+        plan.push(ReadFile { id: i as u32, path: e.abs_path.clone(), size: e.size, volume: v, missing_ok: e.missing_ok });
+        plan_ids.push(i);
+    }
+    let volumes = vol_names.len().max(1);
+    let threads = a.threads.map(|t| t as usize).unwrap_or_else(default_threads);
+    let stripes = devices.len();
+    let readers_total = volumes * (a.readers * a.read_depth) as usize;
+    // SQL Server: devices x (suggested I/O depth 3 + 1) + 2 x volumes; never fewer than
+    // the pipeline needs to keep every reader, compressor and writer busy.
+    let sql_default = stripes * 4 + 2 * volumes;
+    let pipeline_min = readers_total + 2 * threads + 2 * stripes;
+    let buffer_count = a.buffer_count.map(|b| b as usize).unwrap_or(sql_default.max(pipeline_min));
+    let params = Params {
+        buffer_count,
+        transfer_size: a.max_transfer_size as usize,
+        block_size: a.block_size as usize,
+        readers_per_volume: a.readers as usize,
+        read_depth: a.read_depth as usize,
+        threads,
+        codec,
+        direct_io: a.direct_io == "on",
+    };
+    let pool_bytes = (buffer_count * params.buffer_size()) as u64;
+    let config = json!({
+        "buffer_count": buffer_count,
+        "max_transfer_size": a.max_transfer_size,
+        "buffer_bytes": params.buffer_size(),
+        "total_buffer_memory": pool_bytes,
+        "compression_scratch_buffers": threads,
+        "volumes": volumes,
+        "readers_per_volume": a.readers,
+        "read_depth": a.read_depth,
+        "devices": devices.iter().map(|d| d.describe()).collect::<Vec<_>>(),
+        "block_size": a.block_size,
+        "codec": codec.describe(),
+        "threads": threads,
+        "direct_io": params.direct_io,
+        "page_size": page_size,
+    });
+    if a.show_config && !a.json {
+        println!("Buffer configuration:");
+        println!("  BufferCount:           {buffer_count} (default: {} devices x 4 + 2 x {volumes} volumes = {sql_default}, pipeline needs {pipeline_min})", stripes);
+        println!("  MaxTransferSize:       {}", human(a.max_transfer_size));
+        println!("  Total buffer memory:   {} ({} buffers of {}, plus {threads} compression scratch buffers)", human(pool_bytes), buffer_count, human(params.buffer_size() as u64));
+        println!("  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}", a.readers, a.read_depth);
+        println!("  Devices:               {}", devices.iter().map(|d| d.describe()).collect::<Vec<_>>().join(", "));
+        println!("  BlockSize:             {}", human(a.block_size));
+        println!("  Codec:                 {} on {threads} threads", codec.describe());
+        println!("  Direct I/O:            {}", if params.direct_io { "on" } else { "off" });
+    }
+
+    let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
+    let started = chrono::Utc::now();
+    let mut sinks = vec![];
+    for d in &devices {
+        match d.create() {
+            Ok(s) => sinks.push(s),
+            Err(e) => {
+                sinks.into_iter().for_each(|s: Box<dyn device::StripeSink>| s.abort());
+                let _ = src.finish(false);
+                return Err(e);
+            }
+        }
+    }
+    let headers: Vec<Vec<u8>> = (0..stripes)
+        .map(|i| {
+            MediaHeader {
+                version: FORMAT_VERSION,
+                block_size: a.block_size as u32,
+                set_id,
+                stripe_index: i as u32,
+                stripe_count: stripes as u32,
+                codec: codec.codec,
+                page_size: page_size as u32,
+                transfer_size: a.max_transfer_size as u32,
+                created_unix: started.timestamp() as u64,
+            }
+            .encode()
+        })
+        .collect();
+
+    let progress = Arc::new(Progress::default());
+    let reporter = Reporter::start(progress.clone(), a.stats, a.json, "backup");
+    let run = backup::run(&plan, volumes, sinks, headers, &params, &progress);
+    reporter.finish();
+    let out = match run {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = src.finish(false);
+            return Err(e);
+        }
+    };
+    let extra = src.finish(true)?;
+    let finished = chrono::Utc::now();
+
+    let mut files: Vec<FileEntry> = vec![];
+    let mut result_of: HashMap<usize, &backup::FileResult> = HashMap::new();
+    for (k, &i) in plan_ids.iter().enumerate() {
+        result_of.insert(i, &out.files[k]);
+    }
+    let mut warnings = vec![];
+    let mut pages = 0u64;
+    let mut vol_pages = vec![0u64; volumes];
+    let mut file_lines = vec![];
+    for (i, e) in entries.iter().enumerate() {
+        let mut checksum = String::new();
+        if let Some(r) = result_of.get(&i) {
+            if r.vanished {
+                warnings.push(format!("'{}' vanished during the backup and is not in the set", e.rel_path));
+                continue;
+            }
+            if r.shrank {
+                warnings.push(format!("'{}' shrank while it was read; its end is stored as zeros", e.rel_path));
+            }
+            checksum = r.checksum.clone();
+        }
+        let p = e.size.div_ceil(page_size);
+        pages += p;
+        if e.kind == EntryKind::File {
+            vol_pages[vol_index[&e.dev]] += p;
+            file_lines.push((e.rel_path.clone(), p));
+        }
+        files.push(FileEntry {
+            id: i as u32,
+            path: e.rel_path.clone(),
+            kind: e.kind,
+            size: e.size,
+            mode: e.mode,
+            mtime: e.mtime,
+            pages: p,
+            checksum,
+            link_target: e.link_target.clone(),
+        });
+    }
+
+    let seconds = out.wall.as_secs_f64();
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        set_id: hex::encode(set_id),
+        name: a.name.clone(),
+        backup_type: "full".into(),
+        copy_only,
+        damaged: false,
+        source: info.clone(),
+        codec: codec.describe(),
+        block_size: a.block_size as u32,
+        transfer_size: a.max_transfer_size as u32,
+        page_size: page_size as u32,
+        started: started.to_rfc3339(),
+        finished: finished.to_rfc3339(),
+        seconds,
+        stripes: out
+            .stripes
+            .iter()
+            .zip(&devices)
+            .enumerate()
+            .map(|(i, (s, d))| StripeInfo { index: i as u32, device: d.describe(), frames: s.frames, body_end: s.body_end })
+            .collect(),
+        totals: Totals {
+            files: files.iter().filter(|f| f.kind == EntryKind::File).count() as u64,
+            raw_bytes: out.raw_bytes,
+            stored_bytes: out.stored_bytes,
+            pages,
+            frames: out.stripes.iter().map(|s| s.frames).sum(),
+        },
+        files,
+        extra,
+    };
+    let mbytes = manifest.to_bytes();
+    let mut stripes_out = vec![];
+    let mut failed = None;
+    for s in out.stripes {
+        if failed.is_some() {
+            s.sink.abort();
+            continue;
+        }
+        let mut sink = s.sink;
+        let t = trailer(&mbytes, s.body_end, s.frames, a.block_size);
+        let r = sink.write_all(&t).map_err(anyhow::Error::from).and_then(|_| sink.commit());
+        match r {
+            Ok(()) => stripes_out.push(json!({"frames": s.frames, "bytes": s.body_end + t.len() as u64})),
+            Err(e) => failed = Some(e),
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e.context("the backup set was not completed"));
+    }
+    let total_s = (finished - started).num_milliseconds() as f64 / 1000.0;
+    let rate = mb_per_sec(out.raw_bytes, seconds);
+    if !a.json {
+        for w in &warnings {
+            println!("Warning: {w}");
+        }
+        if a.verbose {
+            for (f, p) in &file_lines {
+                println!("Processed {p} pages for database '{}', file '{f}' on file 1.", info.database);
+            }
+        } else {
+            for (v, name) in vol_names.iter().enumerate() {
+                println!("Processed {} pages for database '{}', file '{}' on file 1.", vol_pages[v], info.database, name.display());
+            }
+        }
+        println!("BACKUP DATABASE successfully processed {pages} pages in {seconds:.3} seconds ({rate:.3} MB/sec).");
+        if codec.codec != crate::format::Codec::None || out.zero_frames > 0 {
+            println!(
+                "Stored {} of {} ({:.2}x){}.",
+                human(out.stored_bytes),
+                human(out.raw_bytes),
+                out.raw_bytes as f64 / (out.stored_bytes.max(1)) as f64,
+                if out.zero_frames > 0 { format!(", {} all-zero transfers kept as holes", out.zero_frames) } else { String::new() }
+            );
+        }
+        if !discard {
+            println!("Backup set {} on {} stripe(s).", manifest.set_id, stripes);
+        }
+        out.waits.print();
+    }
+    Ok(json!({
+        "command": "backup",
+        "set_id": manifest.set_id,
+        "source": info,
+        "copy_only": copy_only,
+        "discarded": discard,
+        "pages": pages,
+        "files": manifest.totals.files,
+        "raw_bytes": out.raw_bytes,
+        "stored_bytes": out.stored_bytes,
+        "zero_frames": out.zero_frames,
+        "seconds": seconds,
+        "total_seconds": total_s,
+        "mb_per_sec": rate,
+        "stripes": stripes_out,
+        "config": config,
+        "pool_bytes": out.pool_bytes,
+        "volumes": vol_names.iter().zip(&vol_pages).map(|(n, p)| json!({"name": n, "pages": p})).collect::<Vec<_>>(),
+        "warnings": warnings,
+        "waits": out.waits,
+    }))
+}

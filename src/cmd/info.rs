@@ -1,0 +1,86 @@
+//! `pagevault header` (RESTORE HEADERONLY) and `pagevault files` (FILELISTONLY).
+
+use super::{print_json, set};
+use crate::format::manifest::EntryKind;
+use crate::units::human;
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+
+#[derive(Args)]
+pub struct InfoArgs {
+    /// A stripe of the set. Any one stripe describes the whole set; name all to check them.
+    #[arg(long = "from", required = true)]
+    pub from: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_header(a: InfoArgs) -> Result<()> {
+    let m = open_manifest(&a.from)?;
+    if a.json {
+        let mut v = serde_json::to_value(&m)?;
+        v.as_object_mut().unwrap().remove("files");
+        print_json(&json!({"sets": [v]}));
+        return Ok(());
+    }
+    let rows: Vec<(&str, String)> = vec![
+        ("BackupSetId", m.set_id.clone()),
+        ("BackupName", m.name.clone().unwrap_or_default()),
+        ("BackupType", m.backup_type.clone()),
+        ("IsCopyOnly", m.copy_only.to_string()),
+        ("IsDamaged", m.damaged.to_string()),
+        ("SourceKind", m.source.kind.clone()),
+        ("DatabaseName", m.source.database.clone()),
+        ("SourceLocation", m.source.location.clone()),
+        ("BackupStartDate", m.started.clone()),
+        ("BackupFinishDate", m.finished.clone()),
+        ("Seconds", format!("{:.3}", m.seconds)),
+        ("Codec", m.codec.clone()),
+        ("BackupSize", format!("{} ({} bytes)", human(m.totals.raw_bytes), m.totals.raw_bytes)),
+        ("CompressedBackupSize", format!("{} ({} bytes)", human(m.totals.stored_bytes), m.totals.stored_bytes)),
+        ("Pages", m.totals.pages.to_string()),
+        ("PageSize", m.page_size.to_string()),
+        ("Files", m.totals.files.to_string()),
+        ("Stripes", m.stripes.iter().map(|s| s.device.clone()).collect::<Vec<_>>().join(", ")),
+        ("BlockSize", m.block_size.to_string()),
+        ("MaxTransferSize", m.transfer_size.to_string()),
+        ("FirstLSN", m.extra.get("start_lsn").map(|v| v.to_string()).unwrap_or_default()),
+        ("LastLSN", m.extra.get("stop_lsn").map(|v| v.to_string()).unwrap_or_default()),
+    ];
+    for (k, v) in rows {
+        println!("{k:<22} {v}");
+    }
+    Ok(())
+}
+
+fn open_manifest(from: &[String]) -> Result<crate::format::manifest::Manifest> {
+    // With one stripe named, describe its set without demanding the others.
+    if from.len() == 1 {
+        if let Ok(s) = set::open(from) {
+            return Ok(s.manifest);
+        }
+        return set::open_any(&from[0]);
+    }
+    Ok(set::open(from)?.manifest)
+}
+
+pub fn run_files(a: InfoArgs) -> Result<()> {
+    let m = open_manifest(&a.from)?;
+    if a.json {
+        print_json(&json!({"set_id": m.set_id, "files": m.files}));
+        return Ok(());
+    }
+    println!("{:<50} {:>6} {:>14} {:>10} checksum", "path", "kind", "size", "pages");
+    for f in &m.files {
+        let kind = match f.kind {
+            EntryKind::File => "file",
+            EntryKind::Dir => "dir",
+            EntryKind::Link => "link",
+        };
+        let ck = if f.checksum.is_empty() { f.link_target.clone().unwrap_or_default() } else { f.checksum[..16].to_string() };
+        println!("{:<50} {kind:>6} {:>14} {:>10} {ck}", f.path, f.size, f.pages);
+    }
+    Ok(())
+}

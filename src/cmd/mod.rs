@@ -1,0 +1,92 @@
+//! One file per command. Commands parse nothing themselves (clap does) and own all
+//! printing; the engine and the format modules never print.
+
+pub mod backup;
+pub mod demo;
+pub mod info;
+pub mod restore;
+pub mod set;
+
+use crate::engine::stats::Progress;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Shows progress while a run goes on: a bar on a terminal, else
+/// "N percent processed." lines every `step` percent (SQL Server's STATS).
+pub struct Reporter {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reporter {
+    pub fn start(progress: Arc<Progress>, stats: Option<u32>, json: bool, verb: &'static str) -> Reporter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
+        let step = if json { None } else { Some(stats.unwrap_or(10).clamp(1, 100) as u64) };
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let bar = tty.then(|| {
+                let b = indicatif::ProgressBar::new(0);
+                b.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+                    )
+                    .unwrap()
+                    .progress_chars("=> "),
+                );
+                b.set_message(verb);
+                b
+            });
+            let mut printed = 0u64;
+            loop {
+                let done = s.load(Relaxed);
+                let total = progress.total.load(Relaxed);
+                let cur = progress.done.load(Relaxed).min(total);
+                if let Some(b) = &bar {
+                    b.set_length(total);
+                    b.set_position(cur);
+                } else if let Some(step) = step {
+                    let pct = if total == 0 { if done { 100 } else { 0 } } else { cur * 100 / total };
+                    while printed + step <= pct {
+                        printed += step;
+                        println!("{printed} percent processed.");
+                    }
+                }
+                if done {
+                    if let Some(b) = &bar {
+                        b.finish_and_clear();
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Reporter { stop, handle: Some(handle) }
+    }
+
+    pub fn finish(mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+}
+
+pub fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap());
+}

@@ -1,0 +1,125 @@
+//! Disk files. A stripe is written to `NAME.partial`, synced, then renamed to NAME:
+//! an interrupted backup never leaves a file under the stripe's name.
+
+use super::{Device, StripeSink, StripeSource};
+use anyhow::{bail, Context, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub struct Disk {
+    path: PathBuf,
+}
+
+impl Disk {
+    pub fn new(path: &str) -> Disk {
+        Disk { path: PathBuf::from(path) }
+    }
+    fn partial(&self) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(".partial");
+        PathBuf::from(p)
+    }
+}
+
+impl Device for Disk {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn create(&self) -> Result<Box<dyn StripeSink>> {
+        if self.path.is_dir() {
+            bail!("device '{}' is a directory; name a file", self.path.display());
+        }
+        let partial = self.partial();
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&partial)
+            .with_context(|| format!("cannot create stripe file '{}'", partial.display()))?;
+        Ok(Box::new(DiskSink {
+            file: io::BufWriter::with_capacity(0, file),
+            partial,
+            path: self.path.clone(),
+        }))
+    }
+
+    fn open(&self) -> Result<Box<dyn StripeSource>> {
+        let file = File::open(&self.path).with_context(|| {
+            if self.partial().exists() {
+                format!(
+                    "cannot open stripe '{}': only '{}' exists, left by an interrupted backup",
+                    self.path.display(),
+                    self.partial().display()
+                )
+            } else {
+                format!("cannot open stripe '{}'", self.path.display())
+            }
+        })?;
+        let len = file.metadata()?.len();
+        // Sequential reads of the whole stripe follow: ask the kernel for read-ahead.
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+                0,
+                libc::POSIX_FADV_SEQUENTIAL,
+            );
+        }
+        Ok(Box::new(DiskSource { file, len }))
+    }
+}
+
+struct DiskSink {
+    file: io::BufWriter<File>,
+    partial: PathBuf,
+    path: PathBuf,
+}
+
+impl StripeSink for DiskSink {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.get_mut().write_all(buf)
+    }
+
+    fn commit(self: Box<Self>) -> Result<()> {
+        let file = self.file.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()
+            .with_context(|| format!("fsync of '{}' failed", self.partial.display()))?;
+        fs::rename(&self.partial, &self.path).with_context(|| {
+            format!("cannot rename '{}' to '{}'", self.partial.display(), self.path.display())
+        })?;
+        sync_parent(&self.path);
+        Ok(())
+    }
+
+    fn abort(self: Box<Self>) {
+        drop(self.file);
+        let _ = fs::remove_file(&self.partial);
+    }
+}
+
+fn sync_parent(path: &Path) {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if let Ok(d) = File::open(parent) {
+        let _ = d.sync_all();
+    }
+}
+
+struct DiskSource {
+    file: File,
+    len: u64,
+}
+
+impl StripeSource for DiskSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+}

@@ -1,0 +1,49 @@
+//! Devices: where stripes go. A device knows nothing of pages or frames: it takes
+//! bytes in order when writing and serves byte ranges when reading.
+
+pub mod disk;
+pub mod nul;
+
+use anyhow::Result;
+use std::io;
+
+/// One destination named on the command line.
+pub trait Device: Send + Sync {
+    /// How the device is shown to users (never with credentials).
+    fn describe(&self) -> String;
+    /// True for NUL: the backup is a benchmark and records nothing.
+    fn is_discard(&self) -> bool {
+        false
+    }
+    /// Starts writing a stripe; nothing is visible as a stripe before `commit`.
+    fn create(&self) -> Result<Box<dyn StripeSink>>;
+    /// Opens a finished stripe for reading.
+    fn open(&self) -> Result<Box<dyn StripeSource>>;
+}
+
+pub trait StripeSink: Send {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Makes the stripe durable and visible under its name.
+    fn commit(self: Box<Self>) -> Result<()>;
+    /// Removes whatever was written.
+    fn abort(self: Box<Self>);
+}
+
+pub trait StripeSource: Send + Sync {
+    fn len(&self) -> u64;
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+/// Parses a DEVICE argument: `NUL`, `nul:`, or a file path.
+pub fn parse(spec: &str) -> Result<Box<dyn Device>> {
+    if spec.eq_ignore_ascii_case("nul") || spec.eq_ignore_ascii_case("nul:") {
+        return Ok(Box::new(nul::Nul));
+    }
+    if let Some((scheme, _)) = spec.split_once("://") {
+        anyhow::bail!(
+            "device '{spec}': the {scheme}:// scheme is not supported by this build; use a file path or NUL"
+        );
+    }
+    Ok(Box::new(disk::Disk::new(spec)))
+}

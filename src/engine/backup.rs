@@ -1,0 +1,481 @@
+//! Backup pipeline: readers (per volume) -> pool buffers -> compressors -> one
+//! writer per stripe. Frames go to whichever stripe writer is free first.
+
+use super::codec::{CodecSpec, Compressor};
+use super::pool::{self, Buf, Pool};
+use super::stats::{summarize, Progress, Stage, WaitStats};
+use super::Abort;
+use crate::device::StripeSink;
+use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::format::manifest::file_checksum;
+use crate::format::{pad_to, Codec};
+use anyhow::{anyhow, Context, Result};
+use crossbeam_channel::bounded;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A file to read, as the source planned it.
+pub struct ReadFile {
+    /// The file's id in the manifest, carried by its frames.
+    pub id: u32,
+    pub path: PathBuf,
+    pub size: u64,
+    /// Index of the volume (device) holding the file.
+    pub volume: usize,
+    /// The source tolerates the file vanishing during the backup (dropped tables).
+    pub missing_ok: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub buffer_count: usize,
+    pub transfer_size: usize,
+    pub block_size: usize,
+    pub readers_per_volume: usize,
+    /// Reads in flight per reader.
+    pub read_depth: usize,
+    pub threads: usize,
+    pub codec: CodecSpec,
+    pub direct_io: bool,
+}
+
+impl Params {
+    /// Bytes of one pool buffer: a compressed frame plus padding must fit.
+    pub fn buffer_size(&self) -> usize {
+        CodecSpec::bound(self.transfer_size) + self.block_size + pool::ALIGN
+    }
+}
+
+pub struct FileResult {
+    pub checksum: String,
+    pub vanished: bool,
+    /// The file was shorter when read than when planned: the rest reads as zeros.
+    pub shrank: bool,
+}
+
+pub struct StripeResult {
+    pub frames: u64,
+    pub body_end: u64,
+    pub sink: Box<dyn StripeSink>,
+}
+
+pub struct Outcome {
+    pub files: Vec<FileResult>,
+    pub stripes: Vec<StripeResult>,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub zero_frames: u64,
+    pub wall: Duration,
+    pub waits: WaitStats,
+    pub pool_bytes: u64,
+}
+
+struct FileState {
+    digests: Mutex<Vec<Option<[u8; 32]>>>,
+    vanished: AtomicBool,
+    shrank: AtomicBool,
+}
+
+struct Item {
+    file: u32,
+    offset: u64,
+    buf: Buf,
+    /// Bytes of the frame on media (header + stored + padding), set by the compressor.
+    frame_len: usize,
+}
+
+/// Hands out the chunks of one volume's files in order, opening each file once.
+struct Cursor {
+    files: Vec<u32>,
+    next_file: usize,
+    current: Option<(u32, Arc<File>, u64)>,
+}
+
+struct Chunk {
+    file: u32,
+    handle: Arc<File>,
+    offset: u64,
+    len: usize,
+}
+
+fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
+    if direct {
+        if let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            return Ok(f);
+        }
+    }
+    let f = File::open(path)?;
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_SEQUENTIAL,
+        );
+    }
+    Ok(f)
+}
+
+impl Cursor {
+    fn next(
+        &mut self,
+        plan: &[ReadFile],
+        state: &[FileState],
+        transfer: usize,
+        direct: bool,
+    ) -> Result<Option<Chunk>> {
+        loop {
+            if let Some((id, handle, offset)) = &mut self.current {
+                let size = plan[*id as usize].size;
+                if *offset < size {
+                    let len = (size - *offset).min(transfer as u64) as usize;
+                    let c = Chunk {
+                        file: *id,
+                        handle: handle.clone(),
+                        offset: *offset,
+                        len,
+                    };
+                    *offset += len as u64;
+                    return Ok(Some(c));
+                }
+                self.current = None;
+            }
+            let Some(&id) = self.files.get(self.next_file) else {
+                return Ok(None);
+            };
+            self.next_file += 1;
+            let f = &plan[id as usize];
+            if f.size == 0 {
+                continue;
+            }
+            match open_for_read(&f.path, direct) {
+                Ok(h) => self.current = Some((id, Arc::new(h), 0)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
+                    state[id as usize].vanished.store(true, Relaxed);
+                }
+                Err(e) => {
+                    return Err(anyhow!(e)).with_context(|| format!("cannot open '{}'", f.path.display()))
+                }
+            }
+        }
+    }
+}
+
+/// Reads `len` bytes at `offset`; a short file reads as zeros past its end.
+/// Returns whether the file ended early.
+fn read_chunk(c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
+    let space = buf.space();
+    // O_DIRECT wants whole sectors: ask for a rounded length, keep `len`.
+    let want = c.len.next_multiple_of(pool::ALIGN).min(space.len());
+    let mut got = 0;
+    while got < c.len {
+        match c.handle.read_at(&mut space[got..want], c.offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let short = got < c.len;
+    if short {
+        space[got..c.len].fill(0);
+    }
+    buf.len = c.len;
+    Ok(short)
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    let (head, body, tail) = unsafe { b.align_to::<u128>() };
+    head.iter().all(|&x| x == 0) && body.iter().all(|&x| x == 0) && tail.iter().all(|&x| x == 0)
+}
+
+/// Runs a backup of `plan` into `sinks` (one per stripe), each of which gets its
+/// `headers[i]` block first. On error every sink is aborted.
+pub fn run(
+    plan: &[ReadFile],
+    volumes: usize,
+    sinks: Vec<Box<dyn StripeSink>>,
+    headers: Vec<Vec<u8>>,
+    p: &Params,
+    progress: &Progress,
+) -> Result<Outcome> {
+    let started = Instant::now();
+    let t = p.transfer_size;
+    let state: Vec<FileState> = plan
+        .iter()
+        .map(|f| FileState {
+            digests: Mutex::new(vec![None; f.size.div_ceil(t as u64) as usize]),
+            vanished: AtomicBool::new(false),
+            shrank: AtomicBool::new(false),
+        })
+        .collect();
+    progress.total.store(plan.iter().map(|f| f.size).sum(), Relaxed);
+
+    let mut cursors: Vec<Mutex<Cursor>> = (0..volumes)
+        .map(|_| {
+            Mutex::new(Cursor {
+                files: vec![],
+                next_file: 0,
+                current: None,
+            })
+        })
+        .collect();
+    for (i, f) in plan.iter().enumerate() {
+        cursors[f.volume].get_mut().unwrap().files.push(i as u32);
+    }
+
+    let pool = Pool::new(p.buffer_count, p.buffer_size());
+    let abort = Abort::default();
+    let (read_st, comp_st, write_st) = (Stage::default(), Stage::default(), Stage::default());
+    let (ctx, crx) = bounded::<Item>(p.buffer_count);
+    let (wtx, wrx) = bounded::<Item>(p.buffer_count);
+    let seq = AtomicU64::new(0);
+    let stored_total = AtomicU64::new(0);
+    let zero_frames = AtomicU64::new(0);
+    let readers = volumes * p.readers_per_volume * p.read_depth;
+
+    let stripe_results: Vec<Option<(Box<dyn StripeSink>, u64, u64)>> = std::thread::scope(|s| {
+        for vol in &cursors {
+            for _ in 0..p.readers_per_volume * p.read_depth {
+                let ctx = ctx.clone();
+                let (pool, abort, state, read_st) = (&pool, &abort, &state, &read_st);
+                s.spawn(move || {
+                    while !abort.aborted() {
+                        let next = vol.lock().unwrap().next(plan, state, t, p.direct_io);
+                        let chunk = match next {
+                            Ok(Some(c)) => c,
+                            Ok(None) => break,
+                            Err(e) => return abort.fail(e),
+                        };
+                        let Some((mut buf, waited)) = pool.get(abort) else { break };
+                        read_st.wait_in(waited);
+                        let t0 = Instant::now();
+                        let read = read_chunk(&chunk, &mut buf).or_else(|e| {
+                            // Some filesystems refuse O_DIRECT reads they accepted at open.
+                            if e.raw_os_error() == Some(libc::EINVAL) {
+                                let f = &plan[chunk.file as usize];
+                                let h = Arc::new(open_for_read(&f.path, false)?);
+                                read_chunk(&Chunk { handle: h, ..chunk_clone(&chunk) }, &mut buf)
+                            } else {
+                                Err(e)
+                            }
+                        });
+                        match read {
+                            Ok(short) => {
+                                if short {
+                                    state[chunk.file as usize].shrank.store(true, Relaxed);
+                                }
+                            }
+                            Err(e) => {
+                                let f = &plan[chunk.file as usize];
+                                return abort.fail(anyhow!(
+                                    "read of '{}' at offset {} failed: {e}",
+                                    f.path.display(),
+                                    chunk.offset
+                                ));
+                            }
+                        }
+                        read_st.busy(t0.elapsed());
+                        read_st.op(chunk.len as u64);
+                        progress.done.fetch_add(chunk.len as u64, Relaxed);
+                        let item = Item { file: chunk.file, offset: chunk.offset, buf, frame_len: 0 };
+                        match pool::send(&ctx, item, abort) {
+                            Some(w) => read_st.wait_out(w),
+                            None => break,
+                        }
+                    }
+                });
+            }
+        }
+        drop(ctx);
+
+        for _ in 0..p.threads {
+            let (crx, wtx) = (crx.clone(), wtx.clone());
+            let (pool, abort, state, comp_st, seq) = (&pool, &abort, &state, &comp_st, &seq);
+            let (stored_total, zero_frames) = (&stored_total, &zero_frames);
+            s.spawn(move || {
+                let mut comp = match p.codec.codec {
+                    Codec::None => None,
+                    _ => match Compressor::new(p.codec) {
+                        Ok(c) => Some(c),
+                        Err(e) => return abort.fail(e.into()),
+                    },
+                };
+                let mut scratch = pool.extra();
+                while let Some((mut item, waited)) = pool::recv(&crx, abort) {
+                    comp_st.wait_in(waited);
+                    let t0 = Instant::now();
+                    let raw_len = item.buf.len;
+                    let raw = item.buf.payload();
+                    let digest = *blake3::hash(raw).as_bytes();
+                    let zero = is_zero(raw);
+                    {
+                        let fs = &state[item.file as usize];
+                        fs.digests.lock().unwrap()[(item.offset / t as u64) as usize] = Some(digest);
+                    }
+                    let (kind, codec) = if zero {
+                        item.buf.len = 0;
+                        zero_frames.fetch_add(1, Relaxed);
+                        (FrameKind::Zero, Codec::None)
+                    } else if let Some(c) = comp.as_mut() {
+                        match c.compress(item.buf.payload(), scratch.space()) {
+                            Ok(n) if n < raw_len => {
+                                scratch.len = n;
+                                std::mem::swap(&mut scratch, &mut item.buf);
+                                (FrameKind::Data, p.codec.codec)
+                            }
+                            Ok(_) => (FrameKind::Data, Codec::None),
+                            Err(e) => return abort.fail(anyhow!("compression failed: {e}")),
+                        }
+                    } else {
+                        (FrameKind::Data, Codec::None)
+                    };
+                    let stored_len = item.buf.len;
+                    let stored_crc = crc32c::crc32c(item.buf.payload());
+                    let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64) as usize;
+                    item.buf.space()[stored_len..total - FRAME_HEADER_LEN].fill(0);
+                    FrameHeader {
+                        kind,
+                        codec,
+                        file_id: plan[item.file as usize].id,
+                        offset: item.offset,
+                        raw_len: raw_len as u32,
+                        stored_len: stored_len as u32,
+                        stored_crc,
+                        raw_hash: digest,
+                        seq: seq.fetch_add(1, Relaxed),
+                    }
+                    .encode(item.buf.header_mut());
+                    item.frame_len = total;
+                    stored_total.fetch_add(stored_len as u64, Relaxed);
+                    comp_st.busy(t0.elapsed());
+                    comp_st.op(raw_len as u64);
+                    match pool::send(&wtx, item, abort) {
+                        Some(w) => comp_st.wait_out(w),
+                        None => break,
+                    }
+                }
+            });
+        }
+        drop((crx, wtx));
+
+        let handles: Vec<_> = sinks
+            .into_iter()
+            .zip(headers)
+            .enumerate()
+            .map(|(i, (mut sink, header))| {
+                let wrx = wrx.clone();
+                let (pool, abort, write_st) = (&pool, &abort, &write_st);
+                s.spawn(move || {
+                    let mut written = header.len() as u64;
+                    let mut frames = 0u64;
+                    if let Err(e) = sink.write_all(&header) {
+                        abort.fail(anyhow!("stripe {}: write failed: {e}", i + 1));
+                        return (sink, 0, 0);
+                    }
+                    while let Some((item, waited)) = pool::recv(&wrx, abort) {
+                        write_st.wait_in(waited);
+                        let t0 = Instant::now();
+                        if let Err(e) = sink.write_all(item.buf.frame(item.frame_len)) {
+                            abort.fail(anyhow!("stripe {}: write at offset {written} failed: {e}", i + 1));
+                            break;
+                        }
+                        write_st.busy(t0.elapsed());
+                        write_st.op(item.frame_len as u64);
+                        written += item.frame_len as u64;
+                        frames += 1;
+                        pool.put(item.buf);
+                    }
+                    (sink, frames, written)
+                })
+            })
+            .collect();
+        drop(wrx);
+        handles
+            .into_iter()
+            .map(|h| h.join().ok().map(|(s, f, w)| (s, f, w)))
+            .collect()
+    });
+
+    let failed = abort.take().or_else(|| {
+        stripe_results
+            .iter()
+            .any(Option::is_none)
+            .then(|| anyhow!("a stripe writer panicked"))
+    });
+    if let Some(e) = failed {
+        for (sink, _, _) in stripe_results.into_iter().flatten() {
+            sink.abort();
+        }
+        return Err(e);
+    }
+    let wall = started.elapsed();
+    let files = plan
+        .iter()
+        .zip(state)
+        .map(|(f, st)| {
+            let digests = st.digests.into_inner().unwrap();
+            let vanished = st.vanished.load(Relaxed);
+            let checksum = if vanished {
+                String::new()
+            } else {
+                let all: Option<Vec<[u8; 32]>> = digests.into_iter().collect();
+                let all = all.expect("every chunk of a present file was read");
+                file_checksum(f.size, all.iter())
+            };
+            FileResult { checksum, vanished, shrank: st.shrank.load(Relaxed) }
+        })
+        .collect();
+    let nstripes = stripe_results.len();
+    let waits = summarize(
+        &[
+            ("read", &read_st, readers, "a free buffer", "the compressors"),
+            ("compress", &comp_st, p.threads, "a filled buffer", "the writers"),
+            ("write", &write_st, nstripes, "a finished frame", "the device"),
+        ],
+        wall,
+    );
+    Ok(Outcome {
+        files,
+        stripes: stripe_results
+            .into_iter()
+            .flatten()
+            .map(|(sink, frames, body_end)| StripeResult { frames, body_end, sink })
+            .collect(),
+        raw_bytes: read_st.bytes.load(Relaxed),
+        stored_bytes: stored_total.load(Relaxed),
+        zero_frames: zero_frames.load(Relaxed),
+        wall,
+        waits,
+        pool_bytes: pool.bytes() + (p.threads * pool.buf_size) as u64,
+    })
+}
+
+fn chunk_clone(c: &Chunk) -> Chunk {
+    Chunk { file: c.file, handle: c.handle.clone(), offset: c.offset, len: c.len }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_zero;
+
+    #[test]
+    fn zero_detection() {
+        let mut v = vec![0u8; 10_001];
+        assert!(is_zero(&v[1..]));
+        v[10_000] = 1;
+        assert!(!is_zero(&v[1..]));
+        v[10_000] = 0;
+        v[3] = 1;
+        assert!(!is_zero(&v));
+    }
+}

@@ -1,0 +1,125 @@
+//! Compression codecs: none, lz4 (block), zstd (levels 1..22).
+
+use crate::format::Codec;
+use anyhow::{bail, Result};
+use std::io;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodecSpec {
+    pub codec: Codec,
+    pub level: i32,
+}
+
+impl CodecSpec {
+    pub const NONE: CodecSpec = CodecSpec { codec: Codec::None, level: 0 };
+
+    pub fn parse(s: &str) -> Result<CodecSpec> {
+        let (name, level) = match s.split_once(':') {
+            Some((n, l)) => (n, Some(l)),
+            None => (s, None),
+        };
+        match (name.to_ascii_lowercase().as_str(), level) {
+            ("none", None) => Ok(CodecSpec::NONE),
+            ("lz4", None) => Ok(CodecSpec { codec: Codec::Lz4, level: 0 }),
+            ("zstd", None) => Ok(CodecSpec { codec: Codec::Zstd, level: 3 }),
+            ("zstd", Some(l)) => match l.parse::<i32>() {
+                Ok(l) if (1..=22).contains(&l) => Ok(CodecSpec { codec: Codec::Zstd, level: l }),
+                _ => bail!("zstd level '{l}' must be a whole number from 1 to 22"),
+            },
+            _ => bail!("unknown codec '{s}': use none, lz4, zstd or zstd:LEVEL (1..22)"),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self.codec {
+            Codec::Zstd => format!("zstd:{}", self.level),
+            c => c.name().to_string(),
+        }
+    }
+
+    /// The most bytes compressing `n` bytes can produce.
+    pub fn bound(n: usize) -> usize {
+        zstd::zstd_safe::compress_bound(n).max(lz4_flex::block::get_maximum_output_size(n))
+    }
+}
+
+/// One per compressor thread: keeps its zstd context between frames.
+pub struct Compressor {
+    spec: CodecSpec,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+}
+
+impl Compressor {
+    pub fn new(spec: CodecSpec) -> io::Result<Compressor> {
+        let zstd = match spec.codec {
+            Codec::Zstd => Some(zstd::bulk::Compressor::new(spec.level)?),
+            _ => None,
+        };
+        Ok(Compressor { spec, zstd })
+    }
+
+    /// Compresses into `dst`; returns the stored length.
+    pub fn compress(&mut self, src: &[u8], dst: &mut [u8]) -> io::Result<usize> {
+        match self.spec.codec {
+            Codec::None => unreachable!("no compressor for codec none"),
+            Codec::Lz4 => lz4_flex::block::compress_into(src, dst)
+                .map_err(|e| io::Error::other(format!("lz4: {e}"))),
+            Codec::Zstd => self.zstd.as_mut().unwrap().compress_to_buffer(src, dst),
+        }
+    }
+}
+
+pub struct Decompressor {
+    zstd: zstd::bulk::Decompressor<'static>,
+}
+
+impl Decompressor {
+    pub fn new() -> io::Result<Decompressor> {
+        Ok(Decompressor { zstd: zstd::bulk::Decompressor::new()? })
+    }
+
+    /// Decompresses into `dst`; returns the raw length.
+    pub fn decompress(&mut self, codec: Codec, src: &[u8], dst: &mut [u8]) -> io::Result<usize> {
+        match codec {
+            Codec::None => {
+                dst[..src.len()].copy_from_slice(src);
+                Ok(src.len())
+            }
+            Codec::Lz4 => lz4_flex::block::decompress_into(src, dst)
+                .map_err(|e| io::Error::other(format!("lz4: {e}"))),
+            Codec::Zstd => self.zstd.decompress_to_buffer(src, dst),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_specs() {
+        assert_eq!(CodecSpec::parse("zstd:7").unwrap().level, 7);
+        assert_eq!(CodecSpec::parse("LZ4").unwrap().codec, Codec::Lz4);
+        assert!(CodecSpec::parse("zstd:0").is_err());
+        assert!(CodecSpec::parse("gzip").is_err());
+        assert!(CodecSpec::parse("lz4:3").is_err());
+    }
+
+    #[test]
+    fn round_trip_each_codec() {
+        let src: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        for spec in ["lz4", "zstd:1", "zstd:19"] {
+            let spec = CodecSpec::parse(spec).unwrap();
+            let mut c = Compressor::new(spec).unwrap();
+            let mut packed = vec![0; CodecSpec::bound(src.len())];
+            let n = c.compress(&src, &mut packed).unwrap();
+            assert!(n < src.len() / 2);
+            let mut out = vec![0; src.len()];
+            let m = Decompressor::new()
+                .unwrap()
+                .decompress(spec.codec, &packed[..n], &mut out)
+                .unwrap();
+            assert_eq!(&out[..m], &src[..]);
+        }
+    }
+}

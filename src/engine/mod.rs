@@ -1,0 +1,34 @@
+//! The pipeline: buffer pool, readers, compressors, stripe writers and their
+//! statistics. It knows frames and buffers, not databases or stores.
+
+pub mod backup;
+pub mod codec;
+pub mod pool;
+pub mod restore;
+pub mod stats;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// First error wins; every stage polls `aborted` and stops.
+#[derive(Default)]
+pub struct Abort {
+    flag: AtomicBool,
+    first: Mutex<Option<anyhow::Error>>,
+}
+
+impl Abort {
+    pub fn aborted(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+    pub fn fail(&self, e: anyhow::Error) {
+        let mut first = self.first.lock().unwrap();
+        if first.is_none() {
+            *first = Some(e);
+        }
+        self.flag.store(true, Ordering::Relaxed);
+    }
+    pub fn take(&self) -> Option<anyhow::Error> {
+        self.first.lock().unwrap().take()
+    }
+}

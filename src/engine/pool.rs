@@ -1,0 +1,165 @@
+//! The buffer pool: `count` page-aligned buffers, the only large memory of a run.
+//! Buffers circulate between stages through channels; nothing allocates per read.
+
+use super::Abort;
+use crate::format::frame::FRAME_HEADER_LEN;
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+pub const ALIGN: usize = 4096;
+/// Room in front of the payload for a frame header, keeping the payload aligned
+/// for O_DIRECT reads.
+pub const PREFIX: usize = ALIGN;
+
+pub struct Buf {
+    mem: Vec<u8>,
+    base: usize,
+    cap: usize,
+    /// Bytes of payload in use.
+    pub len: usize,
+}
+
+impl Buf {
+    fn new(cap: usize) -> Buf {
+        let cap = cap.next_multiple_of(ALIGN);
+        // Zeroed allocation: pages are only backed by memory once touched.
+        let mem = vec![0u8; cap + PREFIX + ALIGN];
+        let base = mem.as_ptr().align_offset(ALIGN);
+        Buf { mem, base, cap, len: 0 }
+    }
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+    /// The whole payload area (aligned to 4096 bytes).
+    pub fn space(&mut self) -> &mut [u8] {
+        let s = self.base + PREFIX;
+        &mut self.mem[s..s + self.cap]
+    }
+    pub fn payload(&self) -> &[u8] {
+        let s = self.base + PREFIX;
+        &self.mem[s..s + self.len]
+    }
+    pub fn header_mut(&mut self) -> &mut [u8] {
+        let s = self.base + PREFIX;
+        &mut self.mem[s - FRAME_HEADER_LEN..s]
+    }
+    /// Header and the first `total - header` payload bytes, contiguous.
+    pub fn frame(&self, total: usize) -> &[u8] {
+        let s = self.base + PREFIX - FRAME_HEADER_LEN;
+        &self.mem[s..s + total]
+    }
+}
+
+pub struct Pool {
+    tx: Sender<Buf>,
+    rx: Receiver<Buf>,
+    pub count: usize,
+    pub buf_size: usize,
+}
+
+impl Pool {
+    pub fn new(count: usize, buf_size: usize) -> Pool {
+        let (tx, rx) = bounded(count);
+        for _ in 0..count {
+            tx.send(Buf::new(buf_size)).unwrap();
+        }
+        Pool {
+            tx,
+            rx,
+            count,
+            buf_size: buf_size.next_multiple_of(ALIGN),
+        }
+    }
+
+    /// Bytes the pool holds.
+    pub fn bytes(&self) -> u64 {
+        (self.count * (self.buf_size + PREFIX + ALIGN)) as u64
+    }
+
+    /// A free buffer and how long we waited for it; None once the run is aborted.
+    pub fn get(&self, abort: &Abort) -> Option<(Buf, Duration)> {
+        let t = Instant::now();
+        loop {
+            match self.rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(mut b) => {
+                    b.len = 0;
+                    return Some((b, t.elapsed()));
+                }
+                Err(RecvTimeoutError::Timeout) if !abort.aborted() => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    pub fn put(&self, b: Buf) {
+        let _ = self.tx.send(b);
+    }
+
+    /// Buffers currently taken out of the pool (for occupancy).
+    pub fn in_use(&self) -> usize {
+        self.count - self.rx.len()
+    }
+
+    /// A buffer outside the pool, for a compressor's scratch space.
+    pub fn extra(&self) -> Buf {
+        Buf::new(self.buf_size)
+    }
+}
+
+/// Sends with abort polling so a stage never blocks forever on a dead consumer.
+/// Returns the time spent waiting, or None when aborted or disconnected.
+pub fn send<T>(tx: &Sender<T>, mut item: T, abort: &Abort) -> Option<Duration> {
+    let t = Instant::now();
+    loop {
+        match tx.send_timeout(item, Duration::from_millis(50)) {
+            Ok(()) => return Some(t.elapsed()),
+            Err(crossbeam_channel::SendTimeoutError::Timeout(back)) if !abort.aborted() => {
+                item = back
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Receives with abort polling: the item and the wait, or None at the end of input.
+pub fn recv<T>(rx: &Receiver<T>, abort: &Abort) -> Option<(T, Duration)> {
+    let t = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(v) => return Some((v, t.elapsed())),
+            Err(RecvTimeoutError::Timeout) if !abort.aborted() => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_is_aligned_and_header_adjacent() {
+        let mut b = Buf::new(70_000);
+        assert_eq!(b.capacity() % ALIGN, 0);
+        assert_eq!(b.space().as_ptr() as usize % ALIGN, 0);
+        b.header_mut().fill(7);
+        b.space()[0] = 9;
+        b.len = 1;
+        let f = b.frame(FRAME_HEADER_LEN + 1);
+        assert!(f[..FRAME_HEADER_LEN].iter().all(|&x| x == 7));
+        assert_eq!(f[FRAME_HEADER_LEN], 9);
+    }
+
+    #[test]
+    fn pool_is_bounded() {
+        let p = Pool::new(2, 4096);
+        let a = Abort::default();
+        let x = p.get(&a).unwrap().0;
+        let _y = p.get(&a).unwrap().0;
+        assert_eq!(p.in_use(), 2);
+        a.fail(anyhow::anyhow!("stop"));
+        assert!(p.get(&a).is_none(), "an empty pool must not hand out a third buffer");
+        p.put(x);
+        assert_eq!(p.in_use(), 1);
+    }
+}

@@ -1,0 +1,276 @@
+//! The manifest: the contract between backup and restore, stored (zstd-compressed
+//! JSON) at the end of every stripe.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::FormatError;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format_version: u16,
+    pub set_id: String,
+    pub name: Option<String>,
+    /// full, diff or log.
+    pub backup_type: String,
+    pub copy_only: bool,
+    /// Set when the set was written with `--continue-after-error` and holds known damage.
+    #[serde(default)]
+    pub damaged: bool,
+    pub source: SourceInfo,
+    pub codec: String,
+    pub block_size: u32,
+    pub transfer_size: u32,
+    pub page_size: u32,
+    pub started: String,
+    pub finished: String,
+    pub seconds: f64,
+    pub stripes: Vec<StripeInfo>,
+    pub totals: Totals,
+    pub files: Vec<FileEntry>,
+    /// Source-specific facts (LSNs, backup_label ...), kept as the source gave them.
+    #[serde(default)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SourceInfo {
+    pub kind: String,
+    pub location: String,
+    pub database: String,
+    #[serde(default)]
+    pub identity: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StripeInfo {
+    pub index: u32,
+    pub device: String,
+    pub frames: u64,
+    /// Offset where the stripe's frames end (start of its manifest).
+    pub body_end: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Totals {
+    pub files: u64,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub pages: u64,
+    pub frames: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    File,
+    Dir,
+    Link,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileEntry {
+    /// Strictly increasing; frames name files by id.
+    pub id: u32,
+    /// Relative, '/'-separated, never absolute and never with '..'.
+    pub path: String,
+    pub kind: EntryKind,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime: i64,
+    pub pages: u64,
+    /// BLAKE3 over the BLAKE3 digests of the file's frames in offset order (hex).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub checksum: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_target: Option<String>,
+}
+
+/// The checksum of a file from the digests of its chunks, in offset order.
+pub fn file_checksum<'a>(size: u64, chunk_digests: impl Iterator<Item = &'a [u8; 32]>) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(&size.to_le_bytes());
+    for d in chunk_digests {
+        h.update(d);
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// Checks that a manifest path stays inside the directory it is restored to.
+pub fn check_relative_path(p: &str) -> Result<(), String> {
+    if p.is_empty() {
+        return Err("empty path".into());
+    }
+    if p.starts_with('/') || p.starts_with('\\') || p.contains('\0') || p.contains('\\') {
+        return Err(format!("'{p}' is absolute or has a forbidden character"));
+    }
+    for part in p.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return Err(format!("'{p}' has an empty, '.' or '..' component"));
+        }
+    }
+    Ok(())
+}
+
+impl Manifest {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("manifest serializes")
+    }
+
+    /// Parses and validates a manifest: everything restore relies on is checked here.
+    pub fn from_bytes(b: &[u8]) -> Result<Manifest, FormatError> {
+        let m: Manifest =
+            serde_json::from_slice(b).map_err(|e| FormatError::Manifest(e.to_string()))?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    pub fn validate(&self) -> Result<(), FormatError> {
+        let bad = |s: String| Err(FormatError::Manifest(s));
+        if self.transfer_size < 64 << 10 || self.transfer_size > 16 << 20 {
+            return bad(format!("transfer size {} out of range", self.transfer_size));
+        }
+        if self.stripes.is_empty() || self.stripes.len() > 4096 {
+            return bad(format!("{} stripes", self.stripes.len()));
+        }
+        for (i, s) in self.stripes.iter().enumerate() {
+            if s.index as usize != i {
+                return bad(format!("stripe list out of order at {i}"));
+            }
+        }
+        let mut paths = std::collections::HashSet::new();
+        let mut links = std::collections::HashSet::new();
+        let mut last_id = None;
+        for f in &self.files {
+            if last_id.is_some_and(|l| f.id <= l) {
+                return bad(format!("file ids out of order at '{}'", f.path));
+            }
+            last_id = Some(f.id);
+            check_relative_path(&f.path).or_else(|e| bad(format!("file {}: {e}", f.id)))?;
+            if !paths.insert(f.path.as_str()) {
+                return bad(format!("file '{}' listed twice", f.path));
+            }
+            match f.kind {
+                EntryKind::Link => {
+                    if f.link_target.as_deref().is_none_or(str::is_empty) {
+                        return bad(format!("link '{}' has no target", f.path));
+                    }
+                    links.insert(f.path.as_str());
+                }
+                EntryKind::File => {
+                    if f.checksum.len() != 64 || !f.checksum.bytes().all(|c| c.is_ascii_hexdigit())
+                    {
+                        return bad(format!("file '{}' has no valid checksum", f.path));
+                    }
+                }
+                EntryKind::Dir => {}
+            }
+        }
+        // A path under a restored link could land outside the target.
+        for f in &self.files {
+            let mut prefix = f.path.as_str();
+            while let Some(cut) = prefix.rfind('/') {
+                prefix = &prefix[..cut];
+                if links.contains(prefix) {
+                    return bad(format!("'{}' lies under the link '{prefix}'", f.path));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) fn sample() -> Manifest {
+        Manifest {
+            format_version: 1,
+            set_id: "00".repeat(16),
+            name: None,
+            backup_type: "full".into(),
+            copy_only: false,
+            damaged: false,
+            source: SourceInfo {
+                kind: "files".into(),
+                location: "/x".into(),
+                database: "x".into(),
+                identity: BTreeMap::new(),
+            },
+            codec: "none".into(),
+            block_size: 512,
+            transfer_size: 1 << 20,
+            page_size: 8192,
+            started: String::new(),
+            finished: String::new(),
+            seconds: 0.0,
+            stripes: vec![StripeInfo {
+                index: 0,
+                device: "a".into(),
+                frames: 0,
+                body_end: 0,
+            }],
+            totals: Totals::default(),
+            files: vec![FileEntry {
+                id: 0,
+                path: "a/b".into(),
+                kind: EntryKind::File,
+                size: 0,
+                mode: 0o644,
+                mtime: 0,
+                pages: 0,
+                checksum: file_checksum(0, std::iter::empty()),
+                link_target: None,
+            }],
+            extra: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn paths_that_escape_are_rejected() {
+        for p in ["/etc/passwd", "../x", "a/../../x", "a//b", "./a", "", "a\\..\\b"] {
+            let mut m = sample();
+            m.files[0].path = p.into();
+            assert!(m.validate().is_err(), "{p} accepted");
+        }
+        assert!(sample().validate().is_ok());
+    }
+
+    #[test]
+    fn file_under_a_link_is_rejected() {
+        let mut m = sample();
+        m.files.insert(
+            0,
+            FileEntry {
+                id: 0,
+                path: "a".into(),
+                kind: EntryKind::Link,
+                size: 0,
+                mode: 0o777,
+                mtime: 0,
+                pages: 0,
+                checksum: String::new(),
+                link_target: Some("/tmp".into()),
+            },
+        );
+        m.files[1].id = 1;
+        assert!(m.validate().unwrap_err().to_string().contains("under the link"));
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = Manifest::from_bytes(&bytes);
+        }
+
+        #[test]
+        fn mutated_json_never_panics(pos in 0usize..2000, byte in any::<u8>()) {
+            let mut b = sample().to_bytes();
+            let p = pos % b.len();
+            b[p] = byte;
+            let _ = Manifest::from_bytes(&b);
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Media header (first block of every stripe) and tail (last 64 bytes).
+//!
+//! Media header, padded with zeros to the block size (at least 512 bytes):
+//! ```text
+//!  0 magic "PAGEVLT1" 8 | 8 version u16 | 10 header length u16 (=64)
+//! 12 block size u32     | 16 set id [16]
+//! 32 stripe index u32   | 36 stripe count u32
+//! 40 codec u8 | 41 encryption u8 (0 = none) | 42 reserved u16
+//! 44 page size u32      | 48 transfer size u32
+//! 52 created, unix seconds u64 | 60 CRC32C of bytes 0..60 u32
+//! ```
+//! Tail, the last 64 bytes of a complete stripe:
+//! ```text
+//!  0 magic "PVTAIL01" 8 | 8 manifest offset u64 | 16 manifest stored length u64
+//! 24 manifest raw length u64 | 32 frame count u64 | 40 body end u64
+//! 48 CRC32C of the stored manifest u32 | 52 reserved [8] | 60 CRC32C of bytes 0..60 u32
+//! ```
+//! A stripe without a valid tail was not finished: it is never taken for a good set.
+
+use super::{
+    get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, Codec, FormatError,
+    FORMAT_VERSION,
+};
+
+pub const MEDIA_MAGIC: &[u8; 8] = b"PAGEVLT1";
+pub const TAIL_MAGIC: &[u8; 8] = b"PVTAIL01";
+pub const MEDIA_HEADER_LEN: usize = 64;
+pub const TAIL_LEN: usize = 64;
+/// The smallest block size; a reader first reads this much to learn the real one.
+pub const MIN_BLOCK: usize = 512;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaHeader {
+    pub version: u16,
+    pub block_size: u32,
+    pub set_id: [u8; 16],
+    pub stripe_index: u32,
+    pub stripe_count: u32,
+    pub codec: Codec,
+    pub page_size: u32,
+    pub transfer_size: u32,
+    pub created_unix: u64,
+}
+
+impl MediaHeader {
+    /// The header block as written: `block_size` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; self.block_size as usize];
+        b[0..8].copy_from_slice(MEDIA_MAGIC);
+        put_u16(&mut b, 8, self.version);
+        put_u16(&mut b, 10, MEDIA_HEADER_LEN as u16);
+        put_u32(&mut b, 12, self.block_size);
+        b[16..32].copy_from_slice(&self.set_id);
+        put_u32(&mut b, 32, self.stripe_index);
+        put_u32(&mut b, 36, self.stripe_count);
+        b[40] = self.codec.id();
+        put_u32(&mut b, 44, self.page_size);
+        put_u32(&mut b, 48, self.transfer_size);
+        put_u64(&mut b, 52, self.created_unix);
+        let crc = crc32c::crc32c(&b[..60]);
+        put_u32(&mut b, 60, crc);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<MediaHeader, FormatError> {
+        if b.len() < MEDIA_HEADER_LEN || &b[0..8] != MEDIA_MAGIC {
+            return Err(FormatError::BadMagic {
+                offset: 0,
+                expected: "PAGEVLT1 (a pagevault stripe)",
+                found: show_magic(&b[..b.len().min(8)]),
+            });
+        }
+        let stored = get_u32(b, 60);
+        let computed = crc32c::crc32c(&b[..60]);
+        if stored != computed {
+            return Err(FormatError::Checksum {
+                what: "media header",
+                offset: 0,
+                stored,
+                computed,
+            });
+        }
+        let version = get_u16(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::Version(version));
+        }
+        let block_size = get_u32(b, 12);
+        if !(MIN_BLOCK as u32..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
+            return Err(FormatError::Invalid {
+                field: "block size",
+                offset: 12,
+                detail: format!("{block_size} is not a power of two from 512 to 1 MiB"),
+            });
+        }
+        let stripe_index = get_u32(b, 32);
+        let stripe_count = get_u32(b, 36);
+        if stripe_count == 0 || stripe_index >= stripe_count || stripe_count > 4096 {
+            return Err(FormatError::Invalid {
+                field: "stripe number",
+                offset: 32,
+                detail: format!("stripe {} of {stripe_count}", stripe_index + 1),
+            });
+        }
+        let codec = Codec::from_id(b[40]).ok_or_else(|| FormatError::Invalid {
+            field: "codec",
+            offset: 40,
+            detail: format!("{} is not a known codec", b[40]),
+        })?;
+        if b[41] != 0 {
+            return Err(FormatError::Invalid {
+                field: "encryption",
+                offset: 41,
+                detail: format!("method {} is not supported by this build", b[41]),
+            });
+        }
+        let transfer_size = get_u32(b, 48);
+        if !(64 << 10..=16 << 20).contains(&transfer_size) {
+            return Err(FormatError::Invalid {
+                field: "transfer size",
+                offset: 48,
+                detail: format!("{transfer_size} is outside 64 KiB..16 MiB"),
+            });
+        }
+        Ok(MediaHeader {
+            version,
+            block_size,
+            set_id: b[16..32].try_into().unwrap(),
+            stripe_index,
+            stripe_count,
+            codec,
+            page_size: get_u32(b, 44),
+            transfer_size,
+            created_unix: get_u64(b, 52),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tail {
+    pub manifest_offset: u64,
+    pub manifest_len: u64,
+    pub manifest_raw_len: u64,
+    pub frame_count: u64,
+    pub body_end: u64,
+    pub manifest_crc: u32,
+}
+
+impl Tail {
+    pub fn encode(&self) -> [u8; TAIL_LEN] {
+        let mut b = [0u8; TAIL_LEN];
+        b[0..8].copy_from_slice(TAIL_MAGIC);
+        put_u64(&mut b, 8, self.manifest_offset);
+        put_u64(&mut b, 16, self.manifest_len);
+        put_u64(&mut b, 24, self.manifest_raw_len);
+        put_u64(&mut b, 32, self.frame_count);
+        put_u64(&mut b, 40, self.body_end);
+        put_u32(&mut b, 48, self.manifest_crc);
+        let crc = crc32c::crc32c(&b[..60]);
+        put_u32(&mut b, 60, crc);
+        b
+    }
+
+    /// Parses the tail of a stripe of `stripe_len` bytes.
+    pub fn decode(b: &[u8], stripe_len: u64) -> Result<Tail, FormatError> {
+        let at = stripe_len.saturating_sub(TAIL_LEN as u64);
+        if b.len() < TAIL_LEN || &b[0..8] != TAIL_MAGIC {
+            return Err(FormatError::BadMagic {
+                offset: at,
+                expected: "PVTAIL01 (stripe tail): the stripe is incomplete, its backup was interrupted or the file was truncated",
+                found: show_magic(&b[..b.len().min(8)]),
+            });
+        }
+        let stored = get_u32(b, 60);
+        let computed = crc32c::crc32c(&b[..60]);
+        if stored != computed {
+            return Err(FormatError::Checksum {
+                what: "stripe tail",
+                offset: at,
+                stored,
+                computed,
+            });
+        }
+        let t = Tail {
+            manifest_offset: get_u64(b, 8),
+            manifest_len: get_u64(b, 16),
+            manifest_raw_len: get_u64(b, 24),
+            frame_count: get_u64(b, 32),
+            body_end: get_u64(b, 40),
+            manifest_crc: get_u32(b, 48),
+        };
+        let fits = t
+            .manifest_offset
+            .checked_add(t.manifest_len)
+            .is_some_and(|end| end <= at)
+            && t.body_end <= t.manifest_offset
+            && t.manifest_raw_len <= 1 << 32;
+        if !fits {
+            return Err(FormatError::Invalid {
+                field: "stripe tail",
+                offset: at,
+                detail: format!(
+                    "manifest at {} (+{}) and body end {} do not fit a stripe of {stripe_len} bytes",
+                    t.manifest_offset, t.manifest_len, t.body_end
+                ),
+            });
+        }
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header() -> MediaHeader {
+        MediaHeader {
+            version: FORMAT_VERSION,
+            block_size: 4096,
+            set_id: [3; 16],
+            stripe_index: 1,
+            stripe_count: 2,
+            codec: Codec::Lz4,
+            page_size: 8192,
+            transfer_size: 1 << 20,
+            created_unix: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn header_round_trip_and_length() {
+        let b = header().encode();
+        assert_eq!(b.len(), 4096);
+        assert_eq!(MediaHeader::decode(&b).unwrap(), header());
+    }
+
+    #[test]
+    fn header_bit_flips_rejected() {
+        let b = header().encode();
+        for bit in 0..MEDIA_HEADER_LEN * 8 {
+            let mut c = b.clone();
+            c[bit / 8] ^= 1 << (bit % 8);
+            assert!(MediaHeader::decode(&c).is_err(), "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn tail_round_trip_and_bounds() {
+        let t = Tail {
+            manifest_offset: 8192,
+            manifest_len: 100,
+            manifest_raw_len: 300,
+            frame_count: 5,
+            body_end: 8192,
+            manifest_crc: 77,
+        };
+        let b = t.encode();
+        assert_eq!(Tail::decode(&b, 8192 + 100 + 64).unwrap(), t);
+        // The same tail in a stripe too short to hold its manifest is rejected.
+        assert!(Tail::decode(&b, 8192 + 64).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn media_decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = MediaHeader::decode(&bytes);
+        }
+        #[test]
+        fn tail_decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80), len in any::<u64>()) {
+            let _ = Tail::decode(&bytes, len);
+        }
+    }
+}
+
+/// Everything after a stripe's last frame: the compressed manifest, padded to the
+/// block size, then a block that ends with the tail.
+pub fn trailer(manifest_raw: &[u8], body_end: u64, frame_count: u64, block: u64) -> Vec<u8> {
+    let stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
+    let mlen = super::pad_to(stored.len() as u64, block) as usize;
+    let mut out = vec![0u8; mlen + block as usize];
+    out[..stored.len()].copy_from_slice(&stored);
+    let tail = Tail {
+        manifest_offset: body_end,
+        manifest_len: stored.len() as u64,
+        manifest_raw_len: manifest_raw.len() as u64,
+        frame_count,
+        body_end,
+        manifest_crc: crc32c::crc32c(&stored),
+    };
+    let n = out.len();
+    out[n - TAIL_LEN..].copy_from_slice(&tail.encode());
+    out
+}

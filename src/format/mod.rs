@@ -1,0 +1,107 @@
+//! The on-media format: media header, frames, trailer and manifest.
+//! docs/FORMAT.md is the specification; this module is its only implementation.
+
+pub mod frame;
+pub mod manifest;
+pub mod media;
+
+use thiserror::Error;
+
+/// Version of the on-media format written by this build.
+pub const FORMAT_VERSION: u16 = 1;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum FormatError {
+    #[error("bad magic at offset {offset}: expected {expected}, found {found}")]
+    BadMagic {
+        offset: u64,
+        expected: &'static str,
+        found: String,
+    },
+    #[error("unsupported format version {0} (this build reads version {FORMAT_VERSION})")]
+    Version(u16),
+    #[error("{what} checksum mismatch at offset {offset}: stored {stored:08x}, computed {computed:08x}")]
+    Checksum {
+        what: &'static str,
+        offset: u64,
+        stored: u32,
+        computed: u32,
+    },
+    #[error("invalid {field} at offset {offset}: {detail}")]
+    Invalid {
+        field: &'static str,
+        offset: u64,
+        detail: String,
+    },
+    #[error("manifest: {0}")]
+    Manifest(String),
+}
+
+/// Codec of a frame's stored bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Codec {
+    None,
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    pub fn id(self) -> u8 {
+        match self {
+            Codec::None => 0,
+            Codec::Lz4 => 1,
+            Codec::Zstd => 2,
+        }
+    }
+    pub fn from_id(id: u8) -> Option<Codec> {
+        match id {
+            0 => Some(Codec::None),
+            1 => Some(Codec::Lz4),
+            2 => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
+}
+
+/// Rounds `n` up to a multiple of `block` (a power of two).
+pub fn pad_to(n: u64, block: u64) -> u64 {
+    n.div_ceil(block) * block
+}
+
+pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+pub(crate) fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+pub(crate) fn show_magic(b: &[u8]) -> String {
+    b.iter()
+        .map(|&c| {
+            if c.is_ascii_graphic() {
+                (c as char).to_string()
+            } else {
+                format!("\\x{c:02x}")
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,98 @@
+//! `files:PATH`: a file or a directory tree read as pages. No consistency promise:
+//! for cold files and snapshots, and to benchmark any storage.
+
+use super::{Source, SourceFile};
+use crate::format::manifest::{EntryKind, SourceInfo};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub struct Files {
+    root: PathBuf,
+    page_size: u32,
+}
+
+impl Files {
+    pub fn new(root: PathBuf, page_size: u32) -> Files {
+        Files { root, page_size }
+    }
+}
+
+/// Lists a tree (or one file) as source entries, directories first, in a stable order.
+pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
+    let meta = std::fs::symlink_metadata(root)
+        .with_context(|| format!("cannot read source '{}'", root.display()))?;
+    let entry = |path: &Path, rel: String, m: &std::fs::Metadata| -> Result<Option<SourceFile>> {
+        let ft = m.file_type();
+        let (kind, size, link_target) = if ft.is_file() {
+            (EntryKind::File, m.len(), None)
+        } else if ft.is_dir() {
+            (EntryKind::Dir, 0, None)
+        } else if ft.is_symlink() {
+            let t = std::fs::read_link(path)?;
+            (EntryKind::Link, 0, Some(t.to_string_lossy().into_owned()))
+        } else {
+            return Ok(None); // sockets, fifos, devices: nothing to back up
+        };
+        Ok(Some(SourceFile {
+            rel_path: rel,
+            abs_path: path.to_path_buf(),
+            kind,
+            size,
+            mode: m.mode() & 0o7777,
+            mtime: m.mtime(),
+            dev: m.dev(),
+            missing_ok: false,
+            link_target,
+        }))
+    };
+    if meta.is_file() {
+        let name = root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into());
+        return Ok(entry(root, name, &meta)?.into_iter().collect());
+    }
+    if !meta.is_dir() {
+        bail!("source '{}' is neither a file nor a directory", root.display());
+    }
+    let mut out = vec![];
+    for e in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
+        let e = e.with_context(|| format!("cannot walk '{}'", root.display()))?;
+        let rel = e.path().strip_prefix(root).unwrap();
+        let Some(rel) = rel.to_str() else {
+            bail!("'{}' is not valid UTF-8; pagevault stores UTF-8 paths", e.path().display());
+        };
+        let m = e.metadata().with_context(|| format!("cannot stat '{}'", e.path().display()))?;
+        if let Some(f) = entry(e.path(), rel.to_string(), &m)? {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
+impl Source for Files {
+    fn info(&self) -> SourceInfo {
+        let database = self
+            .root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.root.display().to_string());
+        SourceInfo {
+            kind: "files".into(),
+            location: self.root.display().to_string(),
+            database,
+            identity: BTreeMap::new(),
+        }
+    }
+    fn page_size(&self) -> u32 {
+        self.page_size
+    }
+    fn prepare(&mut self) -> Result<Vec<SourceFile>> {
+        walk(&self.root)
+    }
+    fn finish(&mut self, _ok: bool) -> Result<BTreeMap<String, serde_json::Value>> {
+        Ok(BTreeMap::new())
+    }
+}
