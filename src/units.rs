@@ -6,24 +6,39 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a size (try 65536, 64K or 1MiB)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (try 65536, 64K or 1MiB)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("'{s}' has an unknown unit (use K, KiB, M, MiB, G or GiB)")),
+        _ => {
+            return Err(format!(
+                "'{s}' has an unknown unit (use K, KiB, M, MiB, G or GiB)"
+            ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
 }
 
 pub fn parse_in_range(s: &str, lo: u64, hi: u64, what: &str, pow2: bool) -> Result<u64, String> {
     let v = parse_size(s)?;
     if v < lo || v > hi {
-        return Err(format!("{what} {v} is out of range: allowed {} to {}", human(lo), human(hi)));
+        return Err(format!(
+            "{what} {v} is out of range: allowed {} to {}",
+            human(lo),
+            human(hi)
+        ));
     }
     if pow2 && !v.is_power_of_two() {
-        return Err(format!("{what} {v} must be a power of two ({} to {})", human(lo), human(hi)));
+        return Err(format!(
+            "{what} {v} must be a power of two ({} to {})",
+            human(lo),
+            human(hi)
+        ));
     }
     Ok(v)
 }

@@ -21,7 +21,9 @@ use std::sync::Arc;
 fn transfer_size(s: &str) -> Result<u64, String> {
     let v = units::parse_in_range(s, 64 << 10, 16 << 20, "max transfer size", false)?;
     if v % (64 << 10) != 0 {
-        return Err(format!("max transfer size {v} must be a multiple of 64 KiB (64K..16M)"));
+        return Err(format!(
+            "max transfer size {v} must be a multiple of 64 KiB (64K..16M)"
+        ));
     }
     Ok(v)
 }
@@ -92,7 +94,9 @@ pub struct BackupArgs {
 
 /// The directory where the volume holding `path` is mounted.
 fn mount_point(path: &Path) -> PathBuf {
-    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else { return path.to_path_buf() };
+    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else {
+        return path.to_path_buf();
+    };
     let mut p = path.to_path_buf();
     while let Some(parent) = p.parent() {
         match std::fs::metadata(parent) {
@@ -114,7 +118,10 @@ pub fn run(a: BackupArgs) -> Result<()> {
 /// Runs a backup and returns its JSON summary (printed as text unless --json).
 pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
     let codec = CodecSpec::parse(&a.compress)?;
-    let devices = a.to.iter().map(|d| device::parse(d)).collect::<Result<Vec<_>>>()?;
+    let devices =
+        a.to.iter()
+            .map(|d| device::parse(d))
+            .collect::<Result<Vec<_>>>()?;
     let discard = devices.iter().filter(|d| d.is_discard()).count();
     if discard > 0 && discard < devices.len() {
         bail!("NUL cannot be striped with real devices: back up to NUL alone, or to files alone");
@@ -123,7 +130,10 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
     let copy_only = a.copy_only || discard;
     let mut src = source::parse(
         &a.source,
-        &source::Options { page_size: a.page_size as u32, spool: a.spool.clone() },
+        &source::Options {
+            page_size: a.page_size as u32,
+            spool: a.spool.clone(),
+        },
     )?;
     let info = src.info();
     let entries = src.prepare()?;
@@ -138,21 +148,37 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
             continue;
         }
         let v = *vol_index.entry(e.dev).or_insert_with(|| {
-            vol_names.push(if info.kind == "files" { mount_point(&e.abs_path) } else { PathBuf::from(&e.rel_path) });
+            vol_names.push(if info.kind == "files" {
+                mount_point(&e.abs_path)
+            } else {
+                PathBuf::from(&e.rel_path)
+            });
             vol_names.len() - 1
         });
-        plan.push(ReadFile { id: i as u32, path: e.abs_path.clone(), size: e.size, volume: v, missing_ok: e.missing_ok });
+        plan.push(ReadFile {
+            id: i as u32,
+            path: e.abs_path.clone(),
+            size: e.size,
+            volume: v,
+            missing_ok: e.missing_ok,
+        });
         plan_ids.push(i);
     }
     let volumes = vol_names.len().max(1);
-    let threads = a.threads.map(|t| t as usize).unwrap_or_else(default_threads);
+    let threads = a
+        .threads
+        .map(|t| t as usize)
+        .unwrap_or_else(default_threads);
     let stripes = devices.len();
     let readers_total = volumes * (a.readers * a.read_depth) as usize;
     // SQL Server: devices x (suggested I/O depth 3 + 1) + 2 x volumes; never fewer than
     // the pipeline needs to keep every reader, compressor and writer busy.
     let sql_default = stripes * 4 + 2 * volumes;
     let pipeline_min = readers_total + 2 * threads + 2 * stripes;
-    let buffer_count = a.buffer_count.map(|b| b as usize).unwrap_or(sql_default.max(pipeline_min));
+    let buffer_count = a
+        .buffer_count
+        .map(|b| b as usize)
+        .unwrap_or(sql_default.max(pipeline_min));
     let params = Params {
         buffer_count,
         transfer_size: a.max_transfer_size as usize,
@@ -186,10 +212,23 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         println!("  MaxTransferSize:       {}", human(a.max_transfer_size));
         println!("  Total buffer memory:   {} ({} buffers of {}, plus {threads} compression scratch buffers)", human(pool_bytes), buffer_count, human(params.buffer_size() as u64));
         println!("  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}", a.readers, a.read_depth);
-        println!("  Devices:               {}", devices.iter().map(|d| d.describe()).collect::<Vec<_>>().join(", "));
+        println!(
+            "  Devices:               {}",
+            devices
+                .iter()
+                .map(|d| d.describe())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         println!("  BlockSize:             {}", human(a.block_size));
-        println!("  Codec:                 {} on {threads} threads", codec.describe());
-        println!("  Direct I/O:            {}", if params.direct_io { "on" } else { "off" });
+        println!(
+            "  Codec:                 {} on {threads} threads",
+            codec.describe()
+        );
+        println!(
+            "  Direct I/O:            {}",
+            if params.direct_io { "on" } else { "off" }
+        );
     }
 
     let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
@@ -199,7 +238,9 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         match d.create() {
             Ok(s) => sinks.push(s),
             Err(e) => {
-                sinks.into_iter().for_each(|s: Box<dyn device::StripeSink>| s.abort());
+                sinks
+                    .into_iter()
+                    .for_each(|s: Box<dyn device::StripeSink>| s.abort());
                 let _ = src.finish(false);
                 return Err(e);
             }
@@ -249,11 +290,17 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         let mut checksum = String::new();
         if let Some(r) = result_of.get(&i) {
             if r.vanished {
-                warnings.push(format!("'{}' vanished during the backup and is not in the set", e.rel_path));
+                warnings.push(format!(
+                    "'{}' vanished during the backup and is not in the set",
+                    e.rel_path
+                ));
                 continue;
             }
             if r.shrank {
-                warnings.push(format!("'{}' shrank while it was read; its end is stored as zeros", e.rel_path));
+                warnings.push(format!(
+                    "'{}' shrank while it was read; its end is stored as zeros",
+                    e.rel_path
+                ));
             }
             checksum = r.checksum.clone();
         }
@@ -297,7 +344,12 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
             .iter()
             .zip(&devices)
             .enumerate()
-            .map(|(i, (s, d))| StripeInfo { index: i as u32, device: d.describe(), frames: s.frames, body_end: s.body_end })
+            .map(|(i, (s, d))| StripeInfo {
+                index: i as u32,
+                device: d.describe(),
+                frames: s.frames,
+                body_end: s.body_end,
+            })
             .collect(),
         totals: Totals {
             files: files.iter().filter(|f| f.kind == EntryKind::File).count() as u64,
@@ -319,9 +371,14 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         }
         let mut sink = s.sink;
         let t = trailer(&mbytes, s.body_end, s.frames, a.block_size);
-        let r = sink.write_all(&t).map_err(anyhow::Error::from).and_then(|_| sink.commit());
+        let r = sink
+            .write_all(&t)
+            .map_err(anyhow::Error::from)
+            .and_then(|_| sink.commit());
         match r {
-            Ok(()) => stripes_out.push(json!({"frames": s.frames, "bytes": s.body_end + t.len() as u64})),
+            Ok(()) => {
+                stripes_out.push(json!({"frames": s.frames, "bytes": s.body_end + t.len() as u64}))
+            }
             Err(e) => failed = Some(e),
         }
     }
@@ -336,11 +393,19 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         }
         if a.verbose {
             for (f, p) in &file_lines {
-                println!("Processed {p} pages for database '{}', file '{f}' on file 1.", info.database);
+                println!(
+                    "Processed {p} pages for database '{}', file '{f}' on file 1.",
+                    info.database
+                );
             }
         } else {
             for (v, name) in vol_names.iter().enumerate() {
-                println!("Processed {} pages for database '{}', file '{}' on file 1.", vol_pages[v], info.database, name.display());
+                println!(
+                    "Processed {} pages for database '{}', file '{}' on file 1.",
+                    vol_pages[v],
+                    info.database,
+                    name.display()
+                );
             }
         }
         println!("BACKUP DATABASE successfully processed {pages} pages in {seconds:.3} seconds ({rate:.3} MB/sec).");
@@ -350,7 +415,11 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
                 human(out.stored_bytes),
                 human(out.raw_bytes),
                 out.raw_bytes as f64 / (out.stored_bytes.max(1)) as f64,
-                if out.zero_frames > 0 { format!(", {} all-zero transfers kept as holes", out.zero_frames) } else { String::new() }
+                if out.zero_frames > 0 {
+                    format!(", {} all-zero transfers kept as holes", out.zero_frames)
+                } else {
+                    String::new()
+                }
             );
         }
         if !discard {

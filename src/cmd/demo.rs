@@ -8,9 +8,30 @@ use rusqlite::Connection;
 use std::path::Path;
 
 const WORDS: &[&str] = &[
-    "invoice", "customer", "order", "shipped", "pending", "refund", "warehouse", "berlin",
-    "lisbon", "osaka", "priority", "standard", "express", "returned", "paid", "overdue",
-    "discount", "widget", "gadget", "sprocket", "account", "ledger", "balance", "credit",
+    "invoice",
+    "customer",
+    "order",
+    "shipped",
+    "pending",
+    "refund",
+    "warehouse",
+    "berlin",
+    "lisbon",
+    "osaka",
+    "priority",
+    "standard",
+    "express",
+    "returned",
+    "paid",
+    "overdue",
+    "discount",
+    "widget",
+    "gadget",
+    "sprocket",
+    "account",
+    "ledger",
+    "balance",
+    "credit",
 ];
 
 /// Fills a SQLite database with order-like rows until it reaches `mb` MiB.
@@ -25,14 +46,23 @@ pub fn make_sample(path: &Path, mb: u64) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let target = mb << 20;
     let mut id: i64 = conn.query_row("SELECT coalesce(max(id),0) FROM orders", [], |r| r.get(0))?;
-    while std::fs::metadata(path)?.len() + std::fs::metadata(path.with_extension("db-wal")).map(|m| m.len()).unwrap_or(0) < target {
+    while std::fs::metadata(path)?.len()
+        + std::fs::metadata(path.with_extension("db-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+        < target
+    {
         let tx = conn.unchecked_transaction()?;
         {
             let mut st = tx.prepare_cached("INSERT INTO orders VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
             for _ in 0..5000 {
                 id += 1;
-                let note: Vec<&str> = (0..rng.gen_range(8..40)).map(|_| WORDS[rng.gen_range(0..WORDS.len())]).collect();
-                let blob: Vec<u8> = (0..rng.gen_range(64..256)).map(|_| rng.gen::<u8>() & 0x3f).collect();
+                let note: Vec<&str> = (0..rng.gen_range(8..40))
+                    .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
+                    .collect();
+                let blob: Vec<u8> = (0..rng.gen_range(64..256))
+                    .map(|_| rng.gen::<u8>() & 0x3f)
+                    .collect();
                 st.execute(rusqlite::params![
                     id,
                     format!("customer-{:06}", rng.gen_range(0..100_000)),
@@ -75,8 +105,14 @@ fn args(source: String, to: Vec<String>, compress: &str) -> BackupArgs {
 pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
     let db = dir.join("sample.db");
-    if std::fs::metadata(&db).map(|m| m.len() < size_mb << 20).unwrap_or(true) {
-        println!("== Building a {size_mb} MiB sample SQLite database at {}", db.display());
+    if std::fs::metadata(&db)
+        .map(|m| m.len() < size_mb << 20)
+        .unwrap_or(true)
+    {
+        println!(
+            "== Building a {size_mb} MiB sample SQLite database at {}",
+            db.display()
+        );
         make_sample(&db, size_mb)?;
     } else {
         println!("== Using the sample database at {}", db.display());
@@ -93,23 +129,43 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
     println!("\n== BACKUP DATABASE [sample] TO DISK = '{s1}', DISK = '{s2}' WITH COMPRESSION (zstd), STATS = 10");
     backup(&args(source, vec![s1.clone(), s2.clone()], "zstd"))?;
 
-    let read = |stats| ReadArgs { from: vec![s1.clone(), s2.clone()], threads: None, buffer_count: None, stats, json: false };
+    let read = |stats| ReadArgs {
+        from: vec![s1.clone(), s2.clone()],
+        threads: None,
+        buffer_count: None,
+        stats,
+        json: false,
+    };
     println!("\n== RESTORE VERIFYONLY");
-    run_verify(VerifyArgs { read: read(Some(10)) })?;
+    run_verify(VerifyArgs {
+        read: read(Some(10)),
+    })?;
 
     let target = dir.join("restored");
-    println!("\n== RESTORE DATABASE [sample] FROM both stripes TO {}", target.display());
-    run_restore(RestoreArgs { read: read(Some(10)), to: target.clone(), replace: true })?;
+    println!(
+        "\n== RESTORE DATABASE [sample] FROM both stripes TO {}",
+        target.display()
+    );
+    run_restore(RestoreArgs {
+        read: read(Some(10)),
+        to: target.clone(),
+        replace: true,
+    })?;
 
     let restored = target.join("sample.db");
     let conn = Connection::open(&restored)?;
     let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
     let rows: i64 = conn.query_row("SELECT count(*) FROM orders", [], |r| r.get(0))?;
-    let orig: i64 = Connection::open(&db)?.query_row("SELECT count(*) FROM orders", [], |r| r.get(0))?;
+    let orig: i64 =
+        Connection::open(&db)?.query_row("SELECT count(*) FROM orders", [], |r| r.get(0))?;
     println!("\nRestored database: PRAGMA integrity_check = {check}; {rows} rows (source {orig}).");
     if check != "ok" || rows != orig {
         bail!("the restored database does not match the source");
     }
-    println!("Demo complete: the stripes are in {}, the restored copy in {}.", dir.display(), target.display());
+    println!(
+        "Demo complete: the stripes are in {}, the restored copy in {}.",
+        dir.display(),
+        target.display()
+    );
     Ok(())
 }

@@ -38,16 +38,49 @@ pub fn run_header(a: InfoArgs) -> Result<()> {
         ("BackupFinishDate", m.finished.clone()),
         ("Seconds", format!("{:.3}", m.seconds)),
         ("Codec", m.codec.clone()),
-        ("BackupSize", format!("{} ({} bytes)", human(m.totals.raw_bytes), m.totals.raw_bytes)),
-        ("CompressedBackupSize", format!("{} ({} bytes)", human(m.totals.stored_bytes), m.totals.stored_bytes)),
+        (
+            "BackupSize",
+            format!(
+                "{} ({} bytes)",
+                human(m.totals.raw_bytes),
+                m.totals.raw_bytes
+            ),
+        ),
+        (
+            "CompressedBackupSize",
+            format!(
+                "{} ({} bytes)",
+                human(m.totals.stored_bytes),
+                m.totals.stored_bytes
+            ),
+        ),
         ("Pages", m.totals.pages.to_string()),
         ("PageSize", m.page_size.to_string()),
         ("Files", m.totals.files.to_string()),
-        ("Stripes", m.stripes.iter().map(|s| s.device.clone()).collect::<Vec<_>>().join(", ")),
+        (
+            "Stripes",
+            m.stripes
+                .iter()
+                .map(|s| s.device.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
         ("BlockSize", m.block_size.to_string()),
         ("MaxTransferSize", m.transfer_size.to_string()),
-        ("FirstLSN", m.extra.get("start_lsn").map(|v| v.to_string()).unwrap_or_default()),
-        ("LastLSN", m.extra.get("stop_lsn").map(|v| v.to_string()).unwrap_or_default()),
+        (
+            "FirstLSN",
+            m.extra
+                .get("start_lsn")
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        ),
+        (
+            "LastLSN",
+            m.extra
+                .get("stop_lsn")
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        ),
     ];
     for (k, v) in rows {
         println!("{k:<22} {v}");
@@ -72,15 +105,25 @@ pub fn run_files(a: InfoArgs) -> Result<()> {
         print_json(&json!({"set_id": m.set_id, "files": m.files}));
         return Ok(());
     }
-    println!("{:<50} {:>6} {:>14} {:>10} checksum", "path", "kind", "size", "pages");
+    println!(
+        "{:<50} {:>6} {:>14} {:>10} checksum",
+        "path", "kind", "size", "pages"
+    );
     for f in &m.files {
         let kind = match f.kind {
             EntryKind::File => "file",
             EntryKind::Dir => "dir",
             EntryKind::Link => "link",
         };
-        let ck = if f.checksum.is_empty() { f.link_target.clone().unwrap_or_default() } else { f.checksum[..16].to_string() };
-        println!("{:<50} {kind:>6} {:>14} {:>10} {ck}", f.path, f.size, f.pages);
+        let ck = if f.checksum.is_empty() {
+            f.link_target.clone().unwrap_or_default()
+        } else {
+            f.checksum[..16].to_string()
+        };
+        println!(
+            "{:<50} {kind:>6} {:>14} {:>10} {ck}",
+            f.path, f.size, f.pages
+        );
     }
     Ok(())
 }

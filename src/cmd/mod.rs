@@ -21,10 +21,19 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    pub fn start(progress: Arc<Progress>, stats: Option<u32>, json: bool, verb: &'static str) -> Reporter {
+    pub fn start(
+        progress: Arc<Progress>,
+        stats: Option<u32>,
+        json: bool,
+        verb: &'static str,
+    ) -> Reporter {
         let stop = Arc::new(AtomicBool::new(false));
         let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
-        let step = if json { None } else { Some(stats.unwrap_or(10).clamp(1, 100) as u64) };
+        let step = if json {
+            None
+        } else {
+            Some(stats.unwrap_or(10).clamp(1, 100) as u64)
+        };
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
             let bar = tty.then(|| {
@@ -48,7 +57,9 @@ impl Reporter {
                     b.set_length(total);
                     b.set_position(cur);
                 } else if let Some(step) = step {
-                    let pct = if total == 0 { if done { 100 } else { 0 } } else { cur * 100 / total };
+                    let pct = (cur * 100)
+                        .checked_div(total)
+                        .unwrap_or(if done { 100 } else { 0 });
                     while printed + step <= pct {
                         printed += step;
                         println!("{printed} percent processed.");
@@ -63,7 +74,10 @@ impl Reporter {
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
-        Reporter { stop, handle: Some(handle) }
+        Reporter {
+            stop,
+            handle: Some(handle),
+        }
     }
 
     pub fn finish(mut self) {
@@ -84,7 +98,9 @@ impl Drop for Reporter {
 }
 
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
 }
 
 pub fn print_json(v: &serde_json::Value) {

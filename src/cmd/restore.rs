@@ -82,7 +82,8 @@ impl FrameSink for Target {
 }
 
 fn check_checksums(m: &Manifest, ids: &[(u32, u64)], got: &[Result<String, String>]) -> Result<()> {
-    let by_id: HashMap<u32, &crate::format::manifest::FileEntry> = m.files.iter().map(|f| (f.id, f)).collect();
+    let by_id: HashMap<u32, &crate::format::manifest::FileEntry> =
+        m.files.iter().map(|f| (f.id, f)).collect();
     for ((id, _), g) in ids.iter().zip(got) {
         let f = by_id[id];
         match g {
@@ -100,7 +101,10 @@ fn check_checksums(m: &Manifest, ids: &[(u32, u64)], got: &[Result<String, Strin
 }
 
 fn engine_params(a: &ReadArgs, set: &set::OpenSet) -> restore::Params {
-    let threads = a.threads.map(|t| t as usize).unwrap_or_else(default_threads);
+    let threads = a
+        .threads
+        .map(|t| t as usize)
+        .unwrap_or_else(default_threads);
     restore::Params {
         transfer_size: set.manifest.transfer_size as usize,
         block_size: set.manifest.block_size as usize,
@@ -113,7 +117,11 @@ fn engine_params(a: &ReadArgs, set: &set::OpenSet) -> restore::Params {
 }
 
 fn regular_files(m: &Manifest) -> Vec<(u32, u64)> {
-    m.files.iter().filter(|f| f.kind == EntryKind::File).map(|f| (f.id, f.size)).collect()
+    m.files
+        .iter()
+        .filter(|f| f.kind == EntryKind::File)
+        .map(|f| (f.id, f.size))
+        .collect()
 }
 
 fn prepare_target(dir: &Path, replace: bool) -> Result<()> {
@@ -128,14 +136,17 @@ fn prepare_target(dir: &Path, replace: bool) -> Result<()> {
                 }
                 for e in fs::read_dir(dir)? {
                     let p = e?.path();
-                    let r = if p.is_dir() && !p.is_symlink() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+                    let r = if p.is_dir() && !p.is_symlink() {
+                        fs::remove_dir_all(&p)
+                    } else {
+                        fs::remove_file(&p)
+                    };
                     r.with_context(|| format!("--replace: cannot remove '{}'", p.display()))?;
                 }
             }
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::create_dir_all(dir).with_context(|| format!("cannot create target '{}'", dir.display()))?
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create target '{}'", dir.display()))?,
         Err(e) => return Err(e).with_context(|| format!("cannot read target '{}'", dir.display())),
     }
     Ok(())
@@ -153,7 +164,8 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     let m = &set.manifest;
     prepare_target(&a.to, a.replace)?;
     let marker = a.to.join(MARKER);
-    File::create(&marker).with_context(|| format!("cannot write in target '{}'", a.to.display()))?;
+    File::create(&marker)
+        .with_context(|| format!("cannot write in target '{}'", a.to.display()))?;
 
     let mut paths = HashMap::new();
     for f in &m.files {
@@ -175,17 +187,29 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             EntryKind::Link => {}
         }
     }
-    let target = Target { paths, open: Mutex::new(HashMap::new()) };
+    let target = Target {
+        paths,
+        open: Mutex::new(HashMap::new()),
+    };
     let params = engine_params(&a.read, &set);
     let ids = regular_files(m);
     let progress = Arc::new(Progress::default());
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "restore");
     let out = restore::run(&set.stripes, &ids, &params, Some(&target), &progress);
     reporter.finish();
-    let out = out.with_context(|| format!("restore failed; '{}' is incomplete (it holds {MARKER})", a.to.display()))?;
+    let out = out.with_context(|| {
+        format!(
+            "restore failed; '{}' is incomplete (it holds {MARKER})",
+            a.to.display()
+        )
+    })?;
     drop(target);
-    check_checksums(m, &ids, &out.checksums)
-        .with_context(|| format!("restore failed; '{}' is incomplete (it holds {MARKER})", a.to.display()))?;
+    check_checksums(m, &ids, &out.checksums).with_context(|| {
+        format!(
+            "restore failed; '{}' is incomplete (it holds {MARKER})",
+            a.to.display()
+        )
+    })?;
 
     // Links last (nothing is written through them), then modes and times, deepest first.
     for f in m.files.iter().filter(|f| f.kind == EntryKind::Link) {

@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 pub struct OpenSet {
     pub manifest: Manifest,
+    #[allow(dead_code)] // kept for commands that show media details
     pub header: MediaHeader,
     /// In stripe order.
     pub stripes: Vec<StripeIn>,
@@ -37,7 +38,10 @@ fn open_one(spec: &str) -> Result<Opened> {
     source.read_exact_at(&mut tb, len - TAIL_LEN as u64)?;
     let tail = Tail::decode(&tb, len).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
     if tail.body_end < header.block_size as u64 || tail.body_end % header.block_size as u64 != 0 {
-        bail!("stripe '{name}': body end {} is not after the header block", tail.body_end);
+        bail!(
+            "stripe '{name}': body end {} is not after the header block",
+            tail.body_end
+        );
     }
     let mut stored = vec![0u8; tail.manifest_len as usize];
     source.read_exact_at(&mut stored, tail.manifest_offset)?;
@@ -53,10 +57,18 @@ fn open_one(spec: &str) -> Result<Opened> {
         .with_context(|| format!("stripe '{name}': manifest does not decompress"))?;
     let manifest = Manifest::from_bytes(&raw).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
     if manifest.set_id != hex::encode(header.set_id) {
-        bail!("stripe '{name}': its manifest belongs to set {} but its header to {}", manifest.set_id, hex::encode(header.set_id));
+        bail!(
+            "stripe '{name}': its manifest belongs to set {} but its header to {}",
+            manifest.set_id,
+            hex::encode(header.set_id)
+        );
     }
     if manifest.stripes.len() != header.stripe_count as usize {
-        bail!("stripe '{name}': header says {} stripes, manifest {}", header.stripe_count, manifest.stripes.len());
+        bail!(
+            "stripe '{name}': header says {} stripes, manifest {}",
+            header.stripe_count,
+            manifest.stripes.len()
+        );
     }
     let info = &manifest.stripes[header.stripe_index as usize];
     if info.frames != tail.frame_count || info.body_end != tail.body_end {
@@ -68,7 +80,13 @@ fn open_one(spec: &str) -> Result<Opened> {
             info.body_end
         );
     }
-    Ok(Opened { name, source, header, tail, manifest })
+    Ok(Opened {
+        name,
+        source,
+        header,
+        tail,
+        manifest,
+    })
 }
 
 /// Opens every stripe named and checks they make one complete set.
@@ -76,7 +94,10 @@ pub fn open(specs: &[String]) -> Result<OpenSet> {
     if specs.is_empty() {
         bail!("name the stripes of the set with --from (one per stripe)");
     }
-    let mut opened = specs.iter().map(|s| open_one(s)).collect::<Result<Vec<_>>>()?;
+    let mut opened = specs
+        .iter()
+        .map(|s| open_one(s))
+        .collect::<Result<Vec<_>>>()?;
     let first = &opened[0];
     let set_id = first.header.set_id;
     let n = first.header.stripe_count as usize;
@@ -95,7 +116,12 @@ pub fn open(specs: &[String]) -> Result<OpenSet> {
     for o in opened.drain(..) {
         let i = o.header.stripe_index as usize;
         if let Some(prev) = &slots[i] {
-            bail!("stripes '{}' and '{}' are both stripe {} of {n}: name each stripe once", prev.name, o.name, i + 1);
+            bail!(
+                "stripes '{}' and '{}' are both stripe {} of {n}: name each stripe once",
+                prev.name,
+                o.name,
+                i + 1
+            );
         }
         slots[i] = Some(o);
     }
@@ -111,16 +137,27 @@ pub fn open(specs: &[String]) -> Result<OpenSet> {
             .iter()
             .map(|i| {
                 let i: usize = i.parse().unwrap();
-                format!("stripe {} of {n} (written to '{}')", i + 1, any.manifest.stripes[i].device)
+                format!(
+                    "stripe {} of {n} (written to '{}')",
+                    i + 1,
+                    any.manifest.stripes[i].device
+                )
             })
             .collect();
-        bail!("the set is incomplete: missing {}; add a --from for each", where_.join(", "));
+        bail!(
+            "the set is incomplete: missing {}; add a --from for each",
+            where_.join(", ")
+        );
     }
     let slots: Vec<Opened> = slots.into_iter().map(Option::unwrap).collect();
     let manifest = slots[0].manifest.clone();
     for o in &slots[1..] {
         if o.manifest != manifest {
-            bail!("stripe '{}' carries a manifest that differs from stripe '{}'", o.name, slots[0].name);
+            bail!(
+                "stripe '{}' carries a manifest that differs from stripe '{}'",
+                o.name,
+                slots[0].name
+            );
         }
     }
     let header = slots[0].header.clone();
@@ -134,7 +171,11 @@ pub fn open(specs: &[String]) -> Result<OpenSet> {
             frames: o.tail.frame_count,
         })
         .collect();
-    Ok(OpenSet { manifest, header, stripes })
+    Ok(OpenSet {
+        manifest,
+        header,
+        stripes,
+    })
 }
 
 /// The manifest of one stripe, without the rest of its set.

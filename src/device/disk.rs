@@ -14,7 +14,9 @@ pub struct Disk {
 
 impl Disk {
     pub fn new(path: &str) -> Disk {
-        Disk { path: PathBuf::from(path) }
+        Disk {
+            path: PathBuf::from(path),
+        }
     }
     fn partial(&self) -> PathBuf {
         let mut p = self.path.clone().into_os_string();
@@ -30,7 +32,10 @@ impl Device for Disk {
 
     fn create(&self) -> Result<Box<dyn StripeSink>> {
         if self.path.is_dir() {
-            bail!("device '{}' is a directory; name a file", self.path.display());
+            bail!(
+                "device '{}' is a directory; name a file",
+                self.path.display()
+            );
         }
         let partial = self.partial();
         let file = OpenOptions::new()
@@ -88,7 +93,11 @@ impl StripeSink for DiskSink {
         file.sync_all()
             .with_context(|| format!("fsync of '{}' failed", self.partial.display()))?;
         fs::rename(&self.partial, &self.path).with_context(|| {
-            format!("cannot rename '{}' to '{}'", self.partial.display(), self.path.display())
+            format!(
+                "cannot rename '{}' to '{}'",
+                self.partial.display(),
+                self.path.display()
+            )
         })?;
         sync_parent(&self.path);
         Ok(())

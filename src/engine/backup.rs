@@ -75,6 +75,9 @@ pub struct Outcome {
     pub pool_bytes: u64,
 }
 
+/// A stripe writer's sink, frames written and offset reached.
+type WriterEnd = (Box<dyn StripeSink>, u64, u64);
+
 struct FileState {
     digests: Mutex<Vec<Option<[u8; 32]>>>,
     vanished: AtomicBool,
@@ -163,7 +166,8 @@ impl Cursor {
                     state[id as usize].vanished.store(true, Relaxed);
                 }
                 Err(e) => {
-                    return Err(anyhow!(e)).with_context(|| format!("cannot open '{}'", f.path.display()))
+                    return Err(anyhow!(e))
+                        .with_context(|| format!("cannot open '{}'", f.path.display()))
                 }
             }
         }
@@ -178,7 +182,10 @@ fn read_chunk(c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
     let want = c.len.next_multiple_of(pool::ALIGN).min(space.len());
     let mut got = 0;
     while got < c.len {
-        match c.handle.read_at(&mut space[got..want], c.offset + got as u64) {
+        match c
+            .handle
+            .read_at(&mut space[got..want], c.offset + got as u64)
+        {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -218,7 +225,9 @@ pub fn run(
             shrank: AtomicBool::new(false),
         })
         .collect();
-    progress.total.store(plan.iter().map(|f| f.size).sum(), Relaxed);
+    progress
+        .total
+        .store(plan.iter().map(|f| f.size).sum(), Relaxed);
 
     let mut cursors: Vec<Mutex<Cursor>> = (0..volumes)
         .map(|_| {
@@ -243,7 +252,7 @@ pub fn run(
     let zero_frames = AtomicU64::new(0);
     let readers = volumes * p.readers_per_volume * p.read_depth;
 
-    let stripe_results: Vec<Option<(Box<dyn StripeSink>, u64, u64)>> = std::thread::scope(|s| {
+    let stripe_results: Vec<Option<WriterEnd>> = std::thread::scope(|s| {
         for vol in &cursors {
             for _ in 0..p.readers_per_volume * p.read_depth {
                 let ctx = ctx.clone();
@@ -256,7 +265,9 @@ pub fn run(
                             Ok(None) => break,
                             Err(e) => return abort.fail(e),
                         };
-                        let Some((mut buf, waited)) = pool.get(abort) else { break };
+                        let Some((mut buf, waited)) = pool.get(abort) else {
+                            break;
+                        };
                         read_st.wait_in(waited);
                         let t0 = Instant::now();
                         let read = read_chunk(&chunk, &mut buf).or_else(|e| {
@@ -264,7 +275,13 @@ pub fn run(
                             if e.raw_os_error() == Some(libc::EINVAL) {
                                 let f = &plan[chunk.file as usize];
                                 let h = Arc::new(open_for_read(&f.path, false)?);
-                                read_chunk(&Chunk { handle: h, ..chunk_clone(&chunk) }, &mut buf)
+                                read_chunk(
+                                    &Chunk {
+                                        handle: h,
+                                        ..chunk_clone(&chunk)
+                                    },
+                                    &mut buf,
+                                )
                             } else {
                                 Err(e)
                             }
@@ -287,7 +304,12 @@ pub fn run(
                         read_st.busy(t0.elapsed());
                         read_st.op(chunk.len as u64);
                         progress.done.fetch_add(chunk.len as u64, Relaxed);
-                        let item = Item { file: chunk.file, offset: chunk.offset, buf, frame_len: 0 };
+                        let item = Item {
+                            file: chunk.file,
+                            offset: chunk.offset,
+                            buf,
+                            frame_len: 0,
+                        };
                         match pool::send(&ctx, item, abort) {
                             Some(w) => read_st.wait_out(w),
                             None => break,
@@ -320,7 +342,8 @@ pub fn run(
                     let zero = is_zero(raw);
                     {
                         let fs = &state[item.file as usize];
-                        fs.digests.lock().unwrap()[(item.offset / t as u64) as usize] = Some(digest);
+                        fs.digests.lock().unwrap()[(item.offset / t as u64) as usize] =
+                            Some(digest);
                     }
                     let (kind, codec) = if zero {
                         item.buf.len = 0;
@@ -341,7 +364,8 @@ pub fn run(
                     };
                     let stored_len = item.buf.len;
                     let stored_crc = crc32c::crc32c(item.buf.payload());
-                    let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64) as usize;
+                    let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64)
+                        as usize;
                     item.buf.space()[stored_len..total - FRAME_HEADER_LEN].fill(0);
                     FrameHeader {
                         kind,
@@ -386,7 +410,10 @@ pub fn run(
                         write_st.wait_in(waited);
                         let t0 = Instant::now();
                         if let Err(e) = sink.write_all(item.buf.frame(item.frame_len)) {
-                            abort.fail(anyhow!("stripe {}: write at offset {written} failed: {e}", i + 1));
+                            abort.fail(anyhow!(
+                                "stripe {}: write at offset {written} failed: {e}",
+                                i + 1
+                            ));
                             break;
                         }
                         write_st.busy(t0.elapsed());
@@ -400,10 +427,7 @@ pub fn run(
             })
             .collect();
         drop(wrx);
-        handles
-            .into_iter()
-            .map(|h| h.join().ok().map(|(s, f, w)| (s, f, w)))
-            .collect()
+        handles.into_iter().map(|h| h.join().ok()).collect()
     });
 
     let failed = abort.take().or_else(|| {
@@ -432,15 +456,37 @@ pub fn run(
                 let all = all.expect("every chunk of a present file was read");
                 file_checksum(f.size, all.iter())
             };
-            FileResult { checksum, vanished, shrank: st.shrank.load(Relaxed) }
+            FileResult {
+                checksum,
+                vanished,
+                shrank: st.shrank.load(Relaxed),
+            }
         })
         .collect();
     let nstripes = stripe_results.len();
     let waits = summarize(
         &[
-            ("read", &read_st, readers, "a free buffer", "the compressors"),
-            ("compress", &comp_st, p.threads, "a filled buffer", "the writers"),
-            ("write", &write_st, nstripes, "a finished frame", "the device"),
+            (
+                "read",
+                &read_st,
+                readers,
+                "a free buffer",
+                "the compressors",
+            ),
+            (
+                "compress",
+                &comp_st,
+                p.threads,
+                "a filled buffer",
+                "the writers",
+            ),
+            (
+                "write",
+                &write_st,
+                nstripes,
+                "a finished frame",
+                "the device",
+            ),
         ],
         wall,
     );
@@ -449,7 +495,11 @@ pub fn run(
         stripes: stripe_results
             .into_iter()
             .flatten()
-            .map(|(sink, frames, body_end)| StripeResult { frames, body_end, sink })
+            .map(|(sink, frames, body_end)| StripeResult {
+                frames,
+                body_end,
+                sink,
+            })
             .collect(),
         raw_bytes: read_st.bytes.load(Relaxed),
         stored_bytes: stored_total.load(Relaxed),
@@ -461,7 +511,12 @@ pub fn run(
 }
 
 fn chunk_clone(c: &Chunk) -> Chunk {
-    Chunk { file: c.file, handle: c.handle.clone(), offset: c.offset, len: c.len }
+    Chunk {
+        file: c.file,
+        handle: c.handle.clone(),
+        offset: c.offset,
+        len: c.len,
+    }
 }
 
 #[cfg(test)]

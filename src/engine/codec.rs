@@ -11,7 +11,10 @@ pub struct CodecSpec {
 }
 
 impl CodecSpec {
-    pub const NONE: CodecSpec = CodecSpec { codec: Codec::None, level: 0 };
+    pub const NONE: CodecSpec = CodecSpec {
+        codec: Codec::None,
+        level: 0,
+    };
 
     pub fn parse(s: &str) -> Result<CodecSpec> {
         let (name, level) = match s.split_once(':') {
@@ -20,10 +23,19 @@ impl CodecSpec {
         };
         match (name.to_ascii_lowercase().as_str(), level) {
             ("none", None) => Ok(CodecSpec::NONE),
-            ("lz4", None) => Ok(CodecSpec { codec: Codec::Lz4, level: 0 }),
-            ("zstd", None) => Ok(CodecSpec { codec: Codec::Zstd, level: 3 }),
+            ("lz4", None) => Ok(CodecSpec {
+                codec: Codec::Lz4,
+                level: 0,
+            }),
+            ("zstd", None) => Ok(CodecSpec {
+                codec: Codec::Zstd,
+                level: 3,
+            }),
             ("zstd", Some(l)) => match l.parse::<i32>() {
-                Ok(l) if (1..=22).contains(&l) => Ok(CodecSpec { codec: Codec::Zstd, level: l }),
+                Ok(l) if (1..=22).contains(&l) => Ok(CodecSpec {
+                    codec: Codec::Zstd,
+                    level: l,
+                }),
                 _ => bail!("zstd level '{l}' must be a whole number from 1 to 22"),
             },
             _ => bail!("unknown codec '{s}': use none, lz4, zstd or zstd:LEVEL (1..22)"),
@@ -75,7 +87,9 @@ pub struct Decompressor {
 
 impl Decompressor {
     pub fn new() -> io::Result<Decompressor> {
-        Ok(Decompressor { zstd: zstd::bulk::Decompressor::new()? })
+        Ok(Decompressor {
+            zstd: zstd::bulk::Decompressor::new()?,
+        })
     }
 
     /// Decompresses into `dst`; returns the raw length.
@@ -107,7 +121,9 @@ mod tests {
 
     #[test]
     fn round_trip_each_codec() {
-        let src: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let src: Vec<u8> = (0..100_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
         for spec in ["lz4", "zstd:1", "zstd:19"] {
             let spec = CodecSpec::parse(spec).unwrap();
             let mut c = Compressor::new(spec).unwrap();

@@ -77,9 +77,10 @@ pub fn run(
         .map(|f| Mutex::new(vec![None; f.1.div_ceil(t) as usize]))
         .collect();
     let stored_total = AtomicU64::new(0);
-    progress
-        .total
-        .store(stripes.iter().map(|s| s.body_end - s.body_start).sum(), Relaxed);
+    progress.total.store(
+        stripes.iter().map(|s| s.body_end - s.body_start).sum(),
+        Relaxed,
+    );
     let (tx, rx) = bounded::<Item>(p.buffer_count);
 
     std::thread::scope(|s| {
@@ -111,7 +112,8 @@ pub fn run(
                     let h = &item.header;
                     let at = item.at;
                     let name = &stripes[item.stripe].name;
-                    let fail = |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
+                    let fail =
+                        |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
                     let stored = item.buf.payload();
                     let crc = crc32c::crc32c(stored);
                     if crc != h.stored_crc {
@@ -122,7 +124,12 @@ pub fn run(
                     }
                     let (fi, size) = match index.get(&h.file_id) {
                         Some(&fi) => (fi, files[fi].1),
-                        None => return abort.fail(fail(format!("names file {} that the manifest does not list as a regular file", h.file_id))),
+                        None => {
+                            return abort.fail(fail(format!(
+                                "names file {} that the manifest does not list as a regular file",
+                                h.file_id
+                            )))
+                        }
                     };
                     let expect = size.saturating_sub(h.offset).min(t);
                     if h.offset % t != 0 || h.offset >= size || h.raw_len as u64 != expect {
@@ -137,20 +144,32 @@ pub fn run(
                         (FrameKind::Data, codec) => {
                             match dec.decompress(codec, stored, scratch.space()) {
                                 Ok(n) if n == h.raw_len as usize => &scratch.space()[..n],
-                                Ok(n) => return abort.fail(fail(format!("decompressed to {n} bytes, expected {}", h.raw_len))),
-                                Err(e) => return abort.fail(fail(format!("cannot decompress: {e}"))),
+                                Ok(n) => {
+                                    return abort.fail(fail(format!(
+                                        "decompressed to {n} bytes, expected {}",
+                                        h.raw_len
+                                    )))
+                                }
+                                Err(e) => {
+                                    return abort.fail(fail(format!("cannot decompress: {e}")))
+                                }
                             }
                         }
                     };
                     let digest = *blake3::hash(raw).as_bytes();
                     if digest != h.raw_hash {
-                        return abort.fail(fail("restored content does not match its BLAKE3 digest".into()));
+                        return abort.fail(fail(
+                            "restored content does not match its BLAKE3 digest".into(),
+                        ));
                     }
                     {
                         let mut d = digests[fi].lock().unwrap();
                         let slot = &mut d[(h.offset / t) as usize];
                         if slot.is_some() {
-                            return abort.fail(fail(format!("file {} offset {} is stored twice", h.file_id, h.offset)));
+                            return abort.fail(fail(format!(
+                                "file {} offset {} is stored twice",
+                                h.file_id, h.offset
+                            )));
                         }
                         *slot = Some(digest);
                     }
@@ -160,7 +179,11 @@ pub fn run(
                     if let (Some(sink), FrameKind::Data) = (sink, h.kind) {
                         let t1 = Instant::now();
                         if let Err(e) = sink.write(h.file_id, h.offset, raw) {
-                            return abort.fail(anyhow!("write of file {} at offset {} failed: {e}", h.file_id, h.offset));
+                            return abort.fail(anyhow!(
+                                "write of file {} at offset {} failed: {e}",
+                                h.file_id,
+                                h.offset
+                            ));
                         }
                         write_st.busy(t1.elapsed());
                         write_st.op(h.raw_len as u64);
@@ -186,11 +209,23 @@ pub fn run(
         })
         .collect();
     let mut stages = vec![
-        ("read", &read_st, stripes.len(), "a free buffer", "the decompressors"),
+        (
+            "read",
+            &read_st,
+            stripes.len(),
+            "a free buffer",
+            "the decompressors",
+        ),
         ("decompress", &dec_st, p.threads, "a frame", "the writes"),
     ];
     if sink.is_some() {
-        stages.push(("write", &write_st, p.threads, "a checked frame", "the target"));
+        stages.push((
+            "write",
+            &write_st,
+            p.threads,
+            "a checked frame",
+            "the target",
+        ));
     }
     let waits = summarize(&stages, wall);
     Ok(Outcome {
@@ -219,15 +254,27 @@ fn read_stripe(
 ) -> Result<()> {
     let mut at = st.body_start;
     let mut hdr = [0u8; FRAME_HEADER_LEN];
-    let io_err = |e: io::Error, off: u64| anyhow!("stripe '{}': read at offset {off} failed: {e} (the stripe is truncated or unreadable)", st.name);
+    let io_err = |e: io::Error, off: u64| {
+        anyhow!(
+            "stripe '{}': read at offset {off} failed: {e} (the stripe is truncated or unreadable)",
+            st.name
+        )
+    };
     if st.frames > 0 {
         if at + FRAME_HEADER_LEN as u64 > st.body_end {
-            bail!("stripe '{}': body ends at {} before its first frame", st.name, st.body_end);
+            bail!(
+                "stripe '{}': body ends at {} before its first frame",
+                st.name,
+                st.body_end
+            );
         }
-        st.source.read_exact_at(&mut hdr, at).map_err(|e| io_err(e, at))?;
+        st.source
+            .read_exact_at(&mut hdr, at)
+            .map_err(|e| io_err(e, at))?;
     }
     for i in 0..st.frames {
-        let header = FrameHeader::decode(&hdr, at).map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
+        let header =
+            FrameHeader::decode(&hdr, at).map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
         let total = pad_to((FRAME_HEADER_LEN as u64) + header.stored_len as u64, block);
         let more = i + 1 < st.frames;
         let next = at + total;
@@ -238,7 +285,9 @@ fn read_stripe(
                 st.name, header.stored_len, st.body_end
             );
         }
-        let Some((mut buf, waited)) = pool.get(abort) else { return Ok(()) };
+        let Some((mut buf, waited)) = pool.get(abort) else {
+            return Ok(());
+        };
         read_st.wait_in(waited);
         let want = (need_end - at - FRAME_HEADER_LEN as u64) as usize;
         if want > buf.capacity() {
@@ -256,7 +305,16 @@ fn read_stripe(
             hdr.copy_from_slice(&buf.space()[s..s + FRAME_HEADER_LEN]);
         }
         buf.len = header.stored_len as usize;
-        match pool::send(tx, Item { header, stripe: si, at, buf }, abort) {
+        match pool::send(
+            tx,
+            Item {
+                header,
+                stripe: si,
+                at,
+                buf,
+            },
+            abort,
+        ) {
             Some(w) => read_st.wait_out(w),
             None => return Ok(()),
         }

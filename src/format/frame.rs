@@ -67,7 +67,10 @@ impl FrameHeader {
             return Err(FormatError::Invalid {
                 field: "frame header",
                 offset: at,
-                detail: format!("only {} bytes left, a header needs {FRAME_HEADER_LEN}", b.len()),
+                detail: format!(
+                    "only {} bytes left, a header needs {FRAME_HEADER_LEN}",
+                    b.len()
+                ),
             });
         }
         if &b[0..4] != FRAME_MAGIC {
@@ -168,7 +171,10 @@ mod tests {
         for bit in 0..FRAME_HEADER_LEN * 8 {
             let mut c = b;
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(FrameHeader::decode(&c, 0).is_err(), "bit {bit} flip accepted");
+            assert!(
+                FrameHeader::decode(&c, 0).is_err(),
+                "bit {bit} flip accepted"
+            );
         }
     }
 

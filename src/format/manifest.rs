@@ -230,7 +230,15 @@ mod tests {
 
     #[test]
     fn paths_that_escape_are_rejected() {
-        for p in ["/etc/passwd", "../x", "a/../../x", "a//b", "./a", "", "a\\..\\b"] {
+        for p in [
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            "",
+            "a\\..\\b",
+        ] {
             let mut m = sample();
             m.files[0].path = p.into();
             assert!(m.validate().is_err(), "{p} accepted");
@@ -256,7 +264,11 @@ mod tests {
             },
         );
         m.files[1].id = 1;
-        assert!(m.validate().unwrap_err().to_string().contains("under the link"));
+        assert!(m
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("under the link"));
     }
 
     proptest! {

@@ -208,6 +208,26 @@ impl Tail {
     }
 }
 
+/// Everything after a stripe's last frame: the compressed manifest, padded to the
+/// block size, then a block that ends with the tail.
+pub fn trailer(manifest_raw: &[u8], body_end: u64, frame_count: u64, block: u64) -> Vec<u8> {
+    let stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
+    let mlen = super::pad_to(stored.len() as u64, block) as usize;
+    let mut out = vec![0u8; mlen + block as usize];
+    out[..stored.len()].copy_from_slice(&stored);
+    let tail = Tail {
+        manifest_offset: body_end,
+        manifest_len: stored.len() as u64,
+        manifest_raw_len: manifest_raw.len() as u64,
+        frame_count,
+        body_end,
+        manifest_crc: crc32c::crc32c(&stored),
+    };
+    let n = out.len();
+    out[n - TAIL_LEN..].copy_from_slice(&tail.encode());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,24 +290,4 @@ mod tests {
             let _ = Tail::decode(&bytes, len);
         }
     }
-}
-
-/// Everything after a stripe's last frame: the compressed manifest, padded to the
-/// block size, then a block that ends with the tail.
-pub fn trailer(manifest_raw: &[u8], body_end: u64, frame_count: u64, block: u64) -> Vec<u8> {
-    let stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
-    let mlen = super::pad_to(stored.len() as u64, block) as usize;
-    let mut out = vec![0u8; mlen + block as usize];
-    out[..stored.len()].copy_from_slice(&stored);
-    let tail = Tail {
-        manifest_offset: body_end,
-        manifest_len: stored.len() as u64,
-        manifest_raw_len: manifest_raw.len() as u64,
-        frame_count,
-        body_end,
-        manifest_crc: crc32c::crc32c(&stored),
-    };
-    let n = out.len();
-    out[n - TAIL_LEN..].copy_from_slice(&tail.encode());
-    out
 }

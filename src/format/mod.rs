@@ -20,7 +20,9 @@ pub enum FormatError {
     },
     #[error("unsupported format version {0} (this build reads version {FORMAT_VERSION})")]
     Version(u16),
-    #[error("{what} checksum mismatch at offset {offset}: stored {stored:08x}, computed {computed:08x}")]
+    #[error(
+        "{what} checksum mismatch at offset {offset}: stored {stored:08x}, computed {computed:08x}"
+    )]
     Checksum {
         what: &'static str,
         offset: u64,

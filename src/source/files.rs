@@ -55,16 +55,24 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
         return Ok(entry(root, name, &meta)?.into_iter().collect());
     }
     if !meta.is_dir() {
-        bail!("source '{}' is neither a file nor a directory", root.display());
+        bail!(
+            "source '{}' is neither a file nor a directory",
+            root.display()
+        );
     }
     let mut out = vec![];
     for e in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
         let e = e.with_context(|| format!("cannot walk '{}'", root.display()))?;
         let rel = e.path().strip_prefix(root).unwrap();
         let Some(rel) = rel.to_str() else {
-            bail!("'{}' is not valid UTF-8; pagevault stores UTF-8 paths", e.path().display());
+            bail!(
+                "'{}' is not valid UTF-8; pagevault stores UTF-8 paths",
+                e.path().display()
+            );
         };
-        let m = e.metadata().with_context(|| format!("cannot stat '{}'", e.path().display()))?;
+        let m = e
+            .metadata()
+            .with_context(|| format!("cannot stat '{}'", e.path().display()))?;
         if let Some(f) = entry(e.path(), rel.to_string(), &m)? {
             out.push(f);
         }

@@ -43,9 +43,10 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
         Some(("files", path)) if !path.is_empty() => {
             Ok(Box::new(files::Files::new(path.into(), opts.page_size)))
         }
-        Some(("sqlite", path)) if !path.is_empty() => {
-            Ok(Box::new(sqlite::Sqlite::new(path.into(), opts.spool.clone())))
-        }
+        Some(("sqlite", path)) if !path.is_empty() => Ok(Box::new(sqlite::Sqlite::new(
+            path.into(),
+            opts.spool.clone(),
+        ))),
         _ => bail!("unknown source '{spec}': use files:PATH or sqlite:PATH"),
     }
 }

@@ -22,7 +22,13 @@ pub struct Sqlite {
 
 impl Sqlite {
     pub fn new(path: PathBuf, spool_dir: Option<PathBuf>) -> Sqlite {
-        Sqlite { path, spool_dir, spool: None, page_size: 4096, facts: BTreeMap::new() }
+        Sqlite {
+            path,
+            spool_dir,
+            spool: None,
+            page_size: 4096,
+            facts: BTreeMap::new(),
+        }
     }
 }
 
@@ -60,14 +66,21 @@ impl Source for Sqlite {
         let mut head = [0u8; 100];
         {
             use std::io::Read;
-            let mut f = std::fs::File::open(&self.path)
-                .with_context(|| format!("cannot open SQLite database '{}'", self.path.display()))?;
+            let mut f = std::fs::File::open(&self.path).with_context(|| {
+                format!("cannot open SQLite database '{}'", self.path.display())
+            })?;
             f.read_exact(&mut head).with_context(|| {
-                format!("'{}' is too short to be a SQLite database", self.path.display())
+                format!(
+                    "'{}' is too short to be a SQLite database",
+                    self.path.display()
+                )
             })?;
         }
         if &head[..16] != b"SQLite format 3\0" {
-            bail!("'{}' is not a SQLite database (no 'SQLite format 3' header)", self.path.display());
+            bail!(
+                "'{}' is not a SQLite database (no 'SQLite format 3' header)",
+                self.path.display()
+            );
         }
         let src = Connection::open_with_flags(
             &self.path,
@@ -100,10 +113,17 @@ impl Source for Sqlite {
         let orig = std::fs::metadata(&self.path)?;
         let ps = u16::from_be_bytes([head[16], head[17]]);
         self.page_size = if ps == 1 { 65536 } else { ps as u32 };
-        self.facts.insert("sqlite_journal_mode".into(), journal.into());
-        self.facts.insert("sqlite_snapshot_seconds".into(), copy_seconds.into());
+        self.facts
+            .insert("sqlite_journal_mode".into(), journal.into());
+        self.facts
+            .insert("sqlite_snapshot_seconds".into(), copy_seconds.into());
         let file = SourceFile {
-            rel_path: self.path.file_name().unwrap().to_string_lossy().into_owned(),
+            rel_path: self
+                .path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
             abs_path: spool.0.clone(),
             kind: EntryKind::File,
             size: m.len(),

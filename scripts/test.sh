@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, then runs every test
+# (unit, property/fuzz, and integration tests against the real binary).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo fmt --all -- --check
+cargo clippy --release --all-targets -- -D warnings
+cargo test --release -- --test-threads="${TEST_THREADS:-2}"

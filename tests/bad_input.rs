@@ -1,0 +1,281 @@
+//! Every kind of bad input is a clear error with a non-zero exit, never a panic and
+//! never a write outside the restore target.
+
+mod common;
+use common::*;
+use std::fs;
+use std::path::Path;
+
+struct Set {
+    dir: tempfile::TempDir,
+    a: String,
+    b: String,
+}
+
+fn two_stripes(codec: &str) -> Set {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--to",
+        &a,
+        "--to",
+        &b,
+        "--compress",
+        codec,
+        "--max-transfer-size",
+        "64K",
+    ]);
+    Set { dir, a, b }
+}
+
+fn no_panic(e: &str) {
+    assert!(!e.contains("panicked"), "panic: {e}");
+}
+
+fn both_fail(set: &Set, needle: &str) -> String {
+    let e = fails(&["verify", "--from", &set.a, "--from", &set.b], 1);
+    no_panic(&e);
+    assert!(e.contains(needle), "verify: expected '{needle}' in: {e}");
+    let out = set.dir.path().join("out");
+    let e = fails(
+        &[
+            "restore",
+            "--from",
+            &set.a,
+            "--from",
+            &set.b,
+            "--to",
+            &s(&out),
+        ],
+        1,
+    );
+    no_panic(&e);
+    assert!(e.contains(needle), "restore: expected '{needle}' in: {e}");
+    e
+}
+
+fn flip(path: &str, at: u64) {
+    let mut b = fs::read(path).unwrap();
+    b[at as usize] ^= 0x5a;
+    fs::write(path, b).unwrap();
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Rewrites a stripe's manifest (with valid checksums), as a forger would.
+fn rewrite_manifest(path: &str, edit: impl Fn(&mut serde_json::Value)) {
+    let b = fs::read(path).unwrap();
+    let block = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    let tail = &b[b.len() - 64..];
+    let (off, len, raw) = (
+        u64_at(tail, 8) as usize,
+        u64_at(tail, 16) as usize,
+        u64_at(tail, 24) as usize,
+    );
+    let json = zstd::bulk::decompress(&b[off..off + len], raw).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    edit(&mut v);
+    let raw = serde_json::to_vec(&v).unwrap();
+    let stored = zstd::bulk::compress(&raw, 3).unwrap();
+    let mut out = b[..off].to_vec();
+    out.extend(&stored);
+    out.resize(off + stored.len().div_ceil(block) * block + block, 0);
+    let mut t = tail.to_vec();
+    t[16..24].copy_from_slice(&(stored.len() as u64).to_le_bytes());
+    t[24..32].copy_from_slice(&(raw.len() as u64).to_le_bytes());
+    t[48..52].copy_from_slice(&crc32c::crc32c(&stored).to_le_bytes());
+    let c = crc32c::crc32c(&t[..60]);
+    t[60..64].copy_from_slice(&c.to_le_bytes());
+    let n = out.len();
+    out[n - 64..].copy_from_slice(&t);
+    fs::write(path, out).unwrap();
+}
+
+#[test]
+fn truncated_stripe_is_incomplete() {
+    let set = two_stripes("lz4");
+    let len = fs::metadata(&set.a).unwrap().len();
+    fs::File::options()
+        .write(true)
+        .open(&set.a)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    both_fail(&set, "incomplete");
+    fs::File::options()
+        .write(true)
+        .open(&set.a)
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    both_fail(&set, "too short");
+}
+
+#[test]
+fn flipped_payload_byte_names_stripe_and_offset() {
+    let set = two_stripes("none");
+    // The first frame starts after the 4 KiB header block; its payload after 80 bytes.
+    flip(&set.b, 4096 + 80 + 1000);
+    let e = both_fail(&set, "frame at offset 4096");
+    assert!(e.contains("b.pv") && e.contains("damaged"), "{e}");
+}
+
+#[test]
+fn flipped_compressed_byte_is_caught() {
+    let set = two_stripes("zstd");
+    flip(&set.a, 4096 + 80 + 10);
+    both_fail(&set, "damaged");
+}
+
+#[test]
+fn flipped_frame_header_byte_is_caught() {
+    let set = two_stripes("lz4");
+    flip(&set.a, 4096 + 20);
+    both_fail(&set, "frame header checksum mismatch at offset 4096");
+}
+
+#[test]
+fn flipped_manifest_and_tail_bytes_are_caught() {
+    let set = two_stripes("lz4");
+    let b = fs::read(&set.a).unwrap();
+    let off = u64_at(&b[b.len() - 64..], 8);
+    flip(&set.a, off + 3);
+    both_fail(&set, "manifest at offset");
+    let set = two_stripes("lz4");
+    let len = fs::metadata(&set.b).unwrap().len();
+    flip(&set.b, len - 30);
+    both_fail(&set, "stripe tail checksum mismatch");
+}
+
+#[test]
+fn flipped_media_header_byte_is_caught() {
+    let set = two_stripes("none");
+    flip(&set.a, 33);
+    both_fail(&set, "media header checksum mismatch");
+}
+
+#[test]
+fn not_a_stripe_at_all() {
+    let set = two_stripes("none");
+    fs::write(&set.a, vec![b'#'; 100_000]).unwrap();
+    both_fail(&set, "PAGEVLT1");
+}
+
+#[test]
+fn missing_extra_and_foreign_stripes_are_refused() {
+    let set = two_stripes("none");
+    let e = fails(&["verify", "--from", &set.a], 1);
+    assert!(
+        e.contains("missing stripe 2 of 2") && e.contains("b.pv"),
+        "{e}"
+    );
+    let e = fails(
+        &[
+            "verify", "--from", &set.a, "--from", &set.b, "--from", &set.a,
+        ],
+        1,
+    );
+    assert!(e.contains("both stripe 1 of 2"), "{e}");
+    let other = two_stripes("none");
+    let e = fails(&["verify", "--from", &set.a, "--from", &other.b], 1);
+    assert!(e.contains("belongs to backup set"), "{e}");
+    let out = set.dir.path().join("out");
+    let e = fails(
+        &[
+            "restore",
+            "--from",
+            &set.a,
+            "--from",
+            &other.b,
+            "--to",
+            &s(&out),
+        ],
+        1,
+    );
+    assert!(e.contains("belongs to backup set"), "{e}");
+    assert!(
+        !out.exists(),
+        "a refused restore must not create its target"
+    );
+}
+
+#[test]
+fn manifest_paths_that_escape_are_refused_and_nothing_is_written_outside() {
+    for evil in [
+        "../escaped",
+        "/tmp/pagevault-escaped-absolute",
+        "base/../../escaped",
+        "link/inside",
+    ] {
+        let set = two_stripes("none");
+        for p in [&set.a, &set.b] {
+            rewrite_manifest(p, |v| {
+                let files = v["files"].as_array_mut().unwrap();
+                let f = files
+                    .iter_mut()
+                    .find(|f| f["path"] == "base/random")
+                    .unwrap();
+                f["path"] = evil.into();
+            });
+        }
+        let out = set.dir.path().join("deep/out");
+        let e = fails(
+            &[
+                "restore",
+                "--from",
+                &set.a,
+                "--from",
+                &set.b,
+                "--to",
+                &s(&out),
+            ],
+            1,
+        );
+        no_panic(&e);
+        assert!(e.contains("manifest"), "{evil}: {e}");
+        assert!(!set.dir.path().join("deep/escaped").exists());
+        assert!(!set.dir.path().join("escaped").exists());
+        assert!(!Path::new("/tmp/pagevault-escaped-absolute").exists());
+        assert!(
+            !out.exists(),
+            "{evil}: nothing may be written for a refused set"
+        );
+    }
+}
+
+#[test]
+fn forged_frame_count_is_caught() {
+    let set = two_stripes("none");
+    // A manifest that claims fewer frames than the stripe holds.
+    for p in [&set.a, &set.b] {
+        rewrite_manifest(p, |v| {
+            let s = &mut v["stripes"][0];
+            s["frames"] = (s["frames"].as_u64().unwrap() - 1).into();
+        });
+    }
+    let e = fails(&["verify", "--from", &set.a, "--from", &set.b], 1);
+    assert!(e.contains("tail counts"), "{e}");
+}
+
+#[test]
+fn forged_checksum_in_manifest_is_caught() {
+    let set = two_stripes("none");
+    for p in [&set.a, &set.b] {
+        rewrite_manifest(p, |v| {
+            let files = v["files"].as_array_mut().unwrap();
+            let f = files
+                .iter_mut()
+                .find(|f| f["path"] == "base/random")
+                .unwrap();
+            f["checksum"] = "ab".repeat(32).into();
+        });
+    }
+    both_fail(&set, "does not match its manifest checksum");
+}

@@ -1,0 +1,153 @@
+//! Helpers shared by the integration tests: run the real binary, build trees, compare.
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_pagevault")
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run(args: &[&str]) -> Run {
+    let out: Output = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run pagevault");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs and insists on success, returning stdout.
+pub fn ok(args: &[&str]) -> String {
+    let r = run(args);
+    assert_eq!(
+        r.code, 0,
+        "pagevault {args:?} failed:\n{}\n{}",
+        r.stdout, r.stderr
+    );
+    r.stdout
+}
+
+/// Runs and insists on failure with `code`, returning stderr.
+pub fn fails(args: &[&str], code: i32) -> String {
+    let r = run(args);
+    assert_eq!(
+        r.code, code,
+        "pagevault {args:?} should exit {code}:\n{}\n{}",
+        r.stdout, r.stderr
+    );
+    r.stderr
+}
+
+pub fn json(args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    serde_json::from_str(&ok(&a)).expect("valid JSON")
+}
+
+/// Deterministic pseudo-random bytes (xorshift), `text` makes them compressible.
+pub fn bytes(seed: u64, n: usize, text: bool) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if text {
+                b"abcdefgh ijklmnop\n"[(x % 18) as usize]
+            } else {
+                x as u8
+            }
+        })
+        .collect()
+}
+
+/// A tree with what a backup must get right: empty files, sizes that are not a
+/// multiple of the page or transfer size, a sparse file, nesting, a link, modes.
+pub fn make_tree(root: &Path) {
+    fs::create_dir_all(root.join("base/16384")).unwrap();
+    fs::create_dir_all(root.join("empty_dir")).unwrap();
+    fs::write(root.join("empty"), b"").unwrap();
+    fs::write(root.join("one_byte"), b"x").unwrap();
+    fs::write(root.join("base/16384/1259"), bytes(1, 3 * 8192 + 17, false)).unwrap();
+    fs::write(root.join("base/16384/2608"), bytes(2, 2_500_000, true)).unwrap();
+    fs::write(root.join("base/random"), bytes(3, 1_300_001, false)).unwrap();
+    let sparse = fs::File::create(root.join("sparse")).unwrap();
+    sparse.set_len(5 << 20).unwrap();
+    use std::os::unix::fs::FileExt;
+    sparse.write_all_at(b"middle", 2 << 20).unwrap();
+    fs::set_permissions(root.join("one_byte"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink("base/random", root.join("link")).unwrap();
+}
+
+/// Asserts two trees hold the same entries, bytes, modes and link targets.
+pub fn assert_same_tree(a: &Path, b: &Path) {
+    let list = |r: &Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = walk(r)
+            .into_iter()
+            .map(|p| p.strip_prefix(r).unwrap().to_path_buf())
+            .collect();
+        v.sort();
+        v
+    };
+    let (la, lb) = (list(a), list(b));
+    assert_eq!(la, lb, "different entries");
+    for rel in la {
+        let (pa, pb) = (a.join(&rel), b.join(&rel));
+        let (ma, mb) = (
+            fs::symlink_metadata(&pa).unwrap(),
+            fs::symlink_metadata(&pb).unwrap(),
+        );
+        assert_eq!(
+            ma.file_type().is_symlink(),
+            mb.file_type().is_symlink(),
+            "{rel:?}"
+        );
+        if ma.file_type().is_symlink() {
+            assert_eq!(
+                fs::read_link(&pa).unwrap(),
+                fs::read_link(&pb).unwrap(),
+                "{rel:?}"
+            );
+            continue;
+        }
+        assert_eq!(
+            ma.permissions().mode() & 0o7777,
+            mb.permissions().mode() & 0o7777,
+            "mode of {rel:?}"
+        );
+        if ma.is_file() {
+            assert!(
+                fs::read(&pa).unwrap() == fs::read(&pb).unwrap(),
+                "content of {rel:?} differs"
+            );
+        }
+    }
+}
+
+fn walk(r: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for e in fs::read_dir(r).unwrap() {
+        let p = e.unwrap().path();
+        out.push(p.clone());
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        }
+    }
+    out
+}
+
+pub fn s(p: &Path) -> String {
+    p.display().to_string()
+}

@@ -1,0 +1,120 @@
+//! An interrupted backup (killed, disk full) leaves nothing that passes for a good set.
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+fn big_source(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..6 {
+        std::fs::write(src.join(format!("f{i}")), bytes(i, 40 << 20, false)).unwrap();
+    }
+    src
+}
+
+#[test]
+fn killed_backup_leaves_only_partial_stripes_that_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = big_source(dir.path());
+    let (a, b) = (dir.path().join("a.pv"), dir.path().join("b.pv"));
+    // zstd:19 is slow enough that the kill lands mid-backup.
+    let mut child = Command::new(bin())
+        .args([
+            "backup",
+            "--source",
+            &format!("files:{}", s(&src)),
+            "--to",
+            &s(&a),
+            "--to",
+            &s(&b),
+            "--compress",
+            "zstd:19",
+            "--threads",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let partial = dir.path().join("a.pv.partial");
+    for _ in 0..200 {
+        if std::fs::metadata(&partial)
+            .map(|m| m.len() > 4096)
+            .unwrap_or(false)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !a.exists() && !b.exists(),
+        "a killed backup must not leave a stripe under its final name"
+    );
+    assert!(partial.exists());
+    let e = fails(&["verify", "--from", &s(&a), "--from", &s(&b)], 1);
+    assert!(e.contains("interrupted backup"), "{e}");
+    // Even renamed by hand, a partial stripe has no tail and is refused.
+    std::fs::rename(&partial, &a).unwrap();
+    std::fs::rename(dir.path().join("b.pv.partial"), &b).unwrap();
+    let e = fails(
+        &[
+            "restore",
+            "--from",
+            &s(&a),
+            "--from",
+            &s(&b),
+            "--to",
+            &s(&dir.path().join("out")),
+        ],
+        1,
+    );
+    assert!(e.contains("incomplete"), "{e}");
+}
+
+#[test]
+fn full_disk_fails_cleanly() {
+    // A small tmpfs stands in for a full disk; mounting needs root (CI runs as root).
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs", &s(&mnt)])
+        .status();
+    if !matches!(st, Ok(s) if s.success()) {
+        assert_ne!(unsafe { libc_geteuid() }, 0, "root could not mount a tmpfs");
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("data"), bytes(5, 30 << 20, false)).unwrap();
+    let stripe = mnt.join("x.pv");
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            &format!("files:{}", s(&src)),
+            "--to",
+            &s(&stripe),
+        ],
+        1,
+    );
+    let listing: Vec<_> = std::fs::read_dir(&mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    Command::new("umount").arg(&mnt).status().unwrap();
+    assert!(e.contains("No space left on device"), "{e}");
+    assert!(
+        listing.is_empty(),
+        "a failed backup must remove its partial stripes: {listing:?}"
+    );
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}

@@ -1,0 +1,220 @@
+//! What a user sees: SQL Server's lines, --show-config, --json, header/files, usage errors.
+
+mod common;
+use common::*;
+
+#[test]
+fn nul_backup_prints_sql_server_lines_and_is_copy_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let src_arg = format!("files:{}", s(&src));
+    let out = ok(&[
+        "backup",
+        "--source",
+        &src_arg,
+        "--to",
+        "NUL",
+        "--stats",
+        "25",
+        "--show-config",
+    ]);
+    for line in [
+        "25 percent processed.",
+        "50 percent processed.",
+        "75 percent processed.",
+        "100 percent processed.",
+    ] {
+        assert!(out.lines().any(|l| l == line), "missing '{line}' in\n{out}");
+    }
+    assert!(
+        out.contains("BufferCount:")
+            && out.contains("MaxTransferSize:")
+            && out.contains("Total buffer memory:")
+    );
+    let pages: u64 = [3 * 8192 + 17u64, 2_500_000, 1_300_001, 5 << 20, 1, 0]
+        .iter()
+        .map(|s| s.div_ceil(8192))
+        .sum();
+    let processed = format!("Processed {pages} pages for database 'src', file ");
+    assert!(out.contains(&processed), "expected '{processed}' in\n{out}");
+    let last = out
+        .lines()
+        .find(|l| l.starts_with("BACKUP DATABASE successfully processed"))
+        .expect("summary line");
+    let re = format!("BACKUP DATABASE successfully processed {pages} pages in ");
+    assert!(
+        last.starts_with(&re) && last.ends_with(" MB/sec)."),
+        "{last}"
+    );
+    assert!(out.contains("Wait statistics:") && out.contains("Bottleneck:"));
+
+    let j = json(&["backup", "--source", &src_arg, "--to", "nul:"]);
+    assert_eq!(j["copy_only"], true);
+    assert_eq!(j["discarded"], true);
+    assert_eq!(j["pages"], pages);
+    assert!(j["waits"]["stages"].as_array().unwrap().len() == 3);
+    assert!(j["mb_per_sec"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn header_and_files_describe_the_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--to",
+        &a,
+        "--to",
+        &b,
+        "--compress",
+        "lz4",
+        "--name",
+        "nightly",
+        "--copy-only",
+    ]);
+    let h = json(&["header", "--from", &a]);
+    let set = &h["sets"][0];
+    assert_eq!(set["name"], "nightly");
+    assert_eq!(set["copy_only"], true);
+    assert_eq!(set["codec"], "lz4");
+    assert_eq!(set["stripes"].as_array().unwrap().len(), 2);
+    let text = ok(&["header", "--from", &b]);
+    assert!(text.contains("IsCopyOnly") && text.contains("true"));
+    let f = json(&["files", "--from", &a, "--from", &b]);
+    let files = f["files"].as_array().unwrap();
+    let one = files
+        .iter()
+        .find(|x| x["path"] == "base/16384/1259")
+        .unwrap();
+    assert_eq!(one["size"], 3 * 8192 + 17);
+    assert_eq!(one["pages"], 4);
+    assert!(files
+        .iter()
+        .any(|x| x["path"] == "link" && x["kind"] == "link"));
+}
+
+#[test]
+fn bad_arguments_are_usage_errors_with_the_range() {
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            "files:/tmp",
+            "--to",
+            "NUL",
+            "--max-transfer-size",
+            "32K",
+        ],
+        2,
+    );
+    assert!(e.contains("64 KiB") && e.contains("16 MiB"), "{e}");
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            "files:/tmp",
+            "--to",
+            "NUL",
+            "--max-transfer-size",
+            "100K",
+        ],
+        2,
+    );
+    assert!(e.contains("multiple of 64 KiB"), "{e}");
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            "files:/tmp",
+            "--to",
+            "NUL",
+            "--block-size",
+            "3000",
+        ],
+        2,
+    );
+    assert!(e.contains("power of two"), "{e}");
+    fails(
+        &[
+            "backup",
+            "--source",
+            "files:/tmp",
+            "--to",
+            "NUL",
+            "--block-size",
+            "2M",
+        ],
+        2,
+    );
+    fails(&["backup", "--source", "files:/tmp"], 2);
+    let e = fails(&["backup", "--source", "oracle:x", "--to", "NUL"], 1);
+    assert!(e.contains("files:PATH or sqlite:PATH"), "{e}");
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            "files:/tmp",
+            "--to",
+            "NUL",
+            "--compress",
+            "gzip",
+        ],
+        1,
+    );
+    assert!(e.contains("unknown codec"), "{e}");
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            "files:/nonexistent/dir",
+            "--to",
+            "NUL",
+        ],
+        1,
+    );
+    assert!(e.contains("/nonexistent/dir"), "{e}");
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            "files:/tmp",
+            "--to",
+            "NUL",
+            "--to",
+            "/tmp/x.pv",
+        ],
+        1,
+    );
+    assert!(e.contains("NUL cannot be striped"), "{e}");
+    let e = fails(&["restore", "--from", "NUL", "--to", "/tmp/nothing"], 1);
+    assert!(e.contains("cannot be restored"), "{e}");
+}
+
+#[test]
+fn restore_refuses_a_non_empty_target_without_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let st = s(&dir.path().join("x.pv"));
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--to",
+        &st,
+    ]);
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("keep.txt"), b"precious").unwrap();
+    let e = fails(&["restore", "--from", &st, "--to", &s(&out)], 1);
+    assert!(e.contains("not empty") && e.contains("--replace"), "{e}");
+    assert_eq!(std::fs::read(out.join("keep.txt")).unwrap(), b"precious");
+    ok(&["restore", "--from", &st, "--to", &s(&out), "--replace"]);
+    assert!(!out.join("keep.txt").exists());
+    assert_same_tree(&src, &out);
+}
