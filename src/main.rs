@@ -4,6 +4,7 @@ mod cmd;
 mod device;
 mod engine;
 mod format;
+mod repo;
 mod source;
 mod units;
 
@@ -39,6 +40,12 @@ enum Command {
     Header(cmd::info::InfoArgs),
     /// List the files of a backup set (RESTORE FILELISTONLY).
     Files(cmd::info::InfoArgs),
+    /// Archive one WAL segment into a repository (PostgreSQL archive_command): a log backup.
+    ArchivePush(cmd::archive::PushArgs),
+    /// Fetch one WAL segment from a repository (PostgreSQL restore_command).
+    ArchiveGet(cmd::archive::GetArgs),
+    /// List the backup sets a repository holds (msdb's backupset).
+    History(cmd::history::HistoryArgs),
     /// Build a sample SQLite database, back it up to NUL and to two stripes, restore and verify it.
     Demo(DemoArgs),
 }
@@ -61,6 +68,9 @@ fn main() -> ExitCode {
         Command::Verify(a) => cmd::restore::run_verify(a),
         Command::Header(a) => cmd::info::run_header(a),
         Command::Files(a) => cmd::info::run_files(a),
+        Command::ArchivePush(a) => cmd::archive::run_push(a),
+        Command::ArchiveGet(a) => cmd::archive::run_get(a),
+        Command::History(a) => cmd::history::run(a),
         Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
     };
     match result {

@@ -1,8 +1,10 @@
 //! One file per command. Commands parse nothing themselves (clap does) and own all
 //! printing; the engine and the format modules never print.
 
+pub mod archive;
 pub mod backup;
 pub mod demo;
+pub mod history;
 pub mod info;
 pub mod restore;
 pub mod set;

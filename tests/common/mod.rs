@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: run the real binary, build trees, compare.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,195 @@
+//! A real PostgreSQL 15 cluster for tests: initdb'd and started as the `postgres`
+//! user on 127.0.0.1 on a free port, stopped and removed on drop.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+pub struct Pg {
+    pub dir: PathBuf,
+    pub data: PathBuf,
+    pub port: u16,
+    running: bool,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs a command as the postgres user and insists on success.
+pub fn as_postgres(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--", cmd])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runuser");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A fresh directory the postgres user owns.
+pub fn postgres_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(format!(
+        "/tmp/pagevault-test-{}-{name}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    Command::new("chown")
+        .args(["postgres:postgres", &dir.display().to_string()])
+        .status()
+        .unwrap();
+    dir
+}
+
+impl Pg {
+    /// initdb (with or without data checksums) and start. `archive` is the
+    /// archive_command to set, if any (archive_mode on).
+    pub fn start(checksums: bool, archive: Option<&str>) -> Pg {
+        let dir = postgres_dir("pg");
+        let data = dir.join("data");
+        let mut init = vec![
+            "-D",
+            data.to_str().unwrap(),
+            "--auth=trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ];
+        if checksums {
+            init.push("--data-checksums");
+        }
+        as_postgres(&format!("{BIN}/initdb"), &init);
+        let port = free_port();
+        let mut conf = format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\nwal_level = replica\nmax_wal_senders = 4\nfsync = off\nshared_buffers = 64MB\n",
+            dir.display()
+        );
+        if let Some(cmd) = archive {
+            conf.push_str(&format!(
+                "archive_mode = on\narchive_command = '{cmd}'\narchive_timeout = 0\n"
+            ));
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, conf.as_bytes()).unwrap();
+        let mut pg = Pg {
+            dir,
+            data,
+            port,
+            running: false,
+        };
+        pg.pg_ctl_start();
+        pg
+    }
+
+    pub fn pg_ctl_start(&mut self) {
+        let log = self.dir.join("log");
+        as_postgres(
+            &format!("{BIN}/pg_ctl"),
+            &[
+                "-D",
+                self.data.to_str().unwrap(),
+                "-l",
+                log.to_str().unwrap(),
+                "-w",
+                "-t",
+                "120",
+                "start",
+            ],
+        );
+        self.running = true;
+    }
+
+    pub fn stop(&mut self) {
+        if self.running {
+            let _ = Command::new("runuser")
+                .args([
+                    "-u",
+                    "postgres",
+                    "--",
+                    &format!("{BIN}/pg_ctl"),
+                    "-D",
+                    self.data.to_str().unwrap(),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "stop",
+                ])
+                .output();
+            self.running = false;
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Runs SQL with psql; returns unaligned, tuples-only output.
+    pub fn sql(&self, sql: &str) -> String {
+        sql_at(self.port, "postgres", sql)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+}
+
+pub fn sql_at(port: u16, db: &str, sql: &str) -> String {
+    let out = Command::new(format!("{BIN}/psql"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            db,
+            "-XAtq",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        self.stop();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Chowns a path to postgres (a repository the archive_command writes into).
+pub fn give_to_postgres(p: &Path) {
+    Command::new("chown")
+        .args(["-R", "postgres:postgres", &p.display().to_string()])
+        .status()
+        .unwrap();
+}
