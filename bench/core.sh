@@ -185,8 +185,11 @@ FIO_FILES=$(IFS=:; echo "${FILES[*]}")
 
 # ------------------------------------------------------ 3. measurements ----
 mkdir -p "$RUNDIR"
-printf 'case\trep\tkind\twall_s\trss_kib\tjson\tstatus\tgroup\n' > "$RESULTS"
+printf 'case\trep\tkind\twall_s\trss_kib\tjson\tstatus\tgroup\tcpu_s\tbusy_ticks\n' > "$RESULTS"
 now_ns() { date +%s%N; }
+# Busy CPU ticks of the whole machine (user nice system irq softirq steal), to tell
+# how much else ran during a measurement (another build, the host stealing time).
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 CASES=()
 note_case() { local c; for c in "${CASES[@]:-}"; do [ "$c" = "$1" ] && return; done; CASES+=("$1"); }
 
@@ -196,12 +199,14 @@ run_fio() {
     note_case "$name"
     local json=$RUNDIR/${name// /_}.$rep.json
     drop_caches
-    local t0 t1
+    local t0 t1 b0 b1
+    b0=$(busy_ticks)
     t0=$(now_ns)
     if fio --name="${name// /_}" --rw=read --bs=1M --file_service_type=sequential --filename="$FIO_FILES" \
         --output-format=json --output="$json" "$@" >/dev/null 2>"$RUNDIR/${name// /_}.$rep.err"; then
         t1=$(now_ns)
-        printf '%s\t%s\tfio\t%s\t\t%s\tok\t%s\n' "$name" "$rep" "$(((t1 - t0) / 1000))e-6" "$json" "$group" >> "$RESULTS"
+        b1=$(busy_ticks)
+        printf '%s\t%s\tfio\t%s\t\t%s\tok\t%s\t\t%s\n' "$name" "$rep" "$(((t1 - t0) / 1000))e-6" "$json" "$group" "$((b1 - b0))" >> "$RESULTS"
     else
         log "  $name failed: $(tail -1 "$RUNDIR/${name// /_}.$rep.err")"
         printf '%s\t%s\tfio\t\t\t%s\tfailed\t%s\n' "$name" "$rep" "$json" "$group" >> "$RESULTS"
@@ -216,14 +221,19 @@ run_pv() {
     note_case "$name"
     local json=$RUNDIR/${name// /_}.$rep.json err=$RUNDIR/${name// /_}.$rep.err tf=$RUNDIR/time.tmp
     drop_caches
-    local t0 t1 rc=0
+    local t0 t1 b0 b1 rc=0
+    b0=$(busy_ticks)
     t0=$(now_ns)
-    /usr/bin/time -f '%M' -o "$tf" "$PV" "$@" --json > "$json" 2> "$err" || rc=$?
+    /usr/bin/time -f '%M %U %S' -o "$tf" "$PV" "$@" --json > "$json" 2> "$err" || rc=$?
     # Restore does not fsync what it wrote: count the flush, as backup's fsync is counted.
     if [ $rc -eq 0 ] && [ -n "$syncdir" ]; then sync -f "$syncdir"; fi
     t1=$(now_ns)
+    b1=$(busy_ticks)
     if [ $rc -eq 0 ]; then
-        printf '%s\t%s\tpv\t%s\t%s\t%s\tok\t%s\n' "$name" "$rep" "$(((t1 - t0) / 1000))e-6" "$(tail -1 "$tf")" "$json" "$group" >> "$RESULTS"
+        local rss usr sys
+        read -r rss usr sys < <(tail -1 "$tf")
+        printf '%s\t%s\tpv\t%s\t%s\t%s\tok\t%s\t%s\t%s\n' "$name" "$rep" "$(((t1 - t0) / 1000))e-6" "$rss" "$json" "$group" \
+            "$(awk -v u="$usr" -v s="$sys" 'BEGIN {print u + s}')" "$((b1 - b0))" >> "$RESULTS"
     else
         log "  $name failed (exit $rc): $(tail -3 "$err" | tr '\n' ' ')"
         printf '%s\t%s\tpv\t\t\t%s\tfailed\t%s\n' "$name" "$rep" "$json" "$group" >> "$RESULTS"
@@ -263,20 +273,20 @@ for ((rep = 1; rep <= REPS; rep++)); do
             rm -rf "$STRIPES" "$RESTORE"
         done
     done
+    if [ "$SWEEP" = 1 ]; then
+        # The reader settings: what does the pipeline need from the volume? (read-depth 4 is the default)
+        log "  read sweep (NUL, none codec)"
+        for dio in on off; do
+            for rd in 1 2 8 16; do
+                run_pv "sweep NUL direct-io $dio read-depth $rd" "$rep" sweep backup --source "$SOURCE" --to NUL \
+                    --direct-io "$dio" --read-depth "$rd" || true
+            done
+            run_pv "sweep NUL direct-io $dio readers 2" "$rep" sweep backup --source "$SOURCE" --to NUL \
+                --direct-io "$dio" --readers 2 || true
+        done
+    fi
 done
 
-if [ "$SWEEP" = 1 ]; then
-    # One pass over the reader settings to see what the pipeline needs from the volume.
-    log "read sweep (NUL, none codec, 1 repetition each)"
-    for dio in on off; do
-        for rd in 1 2 8 16; do
-            run_pv "sweep NUL direct-io $dio read-depth $rd" 1 sweep backup --source "$SOURCE" --to NUL \
-                --direct-io "$dio" --read-depth "$rd" || true
-        done
-        run_pv "sweep NUL direct-io $dio readers 2" 1 sweep backup --source "$SOURCE" --to NUL \
-            --direct-io "$dio" --readers 2 || true
-    done
-fi
 T_END=$(date +%s)
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -291,14 +301,15 @@ commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=$(cd "$ROOT" && git status --porcelain -- src Cargo.toml 2>/dev/null | grep -q . && echo "+uncommitted src changes" || true)
 dev=$(df -P "$WORK" | awk 'NR==2 {print $1}')
 
-export RESULTS SIZE_BYTES
+HZ=$(getconf CLK_TCK)
+NCPU=$(nproc)
+export RESULTS SIZE_BYTES HZ NCPU
 python3 - "${CASES[@]}" > "$RUNDIR/table.md" <<'PY'
 import csv, json, os, statistics, sys
 cases = sys.argv[1:]
 MIB = 1048576.0
-runs = {}
-for r in csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"):
-    runs.setdefault(r["case"], []).append(r)
+SIZE = int(os.environ["SIZE_BYTES"])
+HZ, NCPU = float(os.environ["HZ"]), int(os.environ["NCPU"])
 
 def load(path):
     try:
@@ -306,72 +317,78 @@ def load(path):
     except Exception:
         return None
 
-SIZE = int(os.environ["SIZE_BYTES"])
-rows = {}
-for c in cases:
-    ok = [r for r in runs.get(c, []) if r["status"] == "ok"]
-    d = {"n": len(runs.get(c, [])), "ok": len(ok), "group": (runs.get(c) or [{}])[0].get("group", "")}
-    speeds, rep, rss, pool_cfg, pool_alloc, ratio, bott = [], [], [], [], [], [], []
-    for r in ok:
-        j = load(r["json"])
-        if j is None:
-            continue
+runs = {}
+for r in csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"):
+    r["j"] = load(r["json"]) if r["status"] == "ok" else None
+    if r["status"] == "ok" and r["j"] is None:
+        r["status"] = "bad json"
+    if r["status"] == "ok":
+        j, wall = r["j"], float(r["wall_s"])
         if r["kind"] == "fio":
-            rd = j["jobs"][0]["read"]
-            speeds.append(rd["bw_bytes"] / MIB)
-            continue
-        raw = j.get("raw_bytes") or SIZE
-        speeds.append(raw / float(r["wall_s"]) / MIB)
-        rep.append(j.get("mb_per_sec", 0.0))
-        rss.append(int(r["rss_kib"]) / 1024.0)
-        pool_alloc.append(j.get("pool_bytes", 0) / MIB)
-        pool_cfg.append((j.get("config") or {}).get("total_buffer_memory", j.get("pool_bytes", 0)) / MIB)
-        if j.get("stored_bytes"):
-            ratio.append(raw / j["stored_bytes"])
-        w = j.get("waits") or {}
-        if w.get("bottleneck"):
-            bott.append(w["bottleneck"])
-    d.update(speeds=speeds, rep=rep, rss=rss, pool_cfg=pool_cfg, pool_alloc=pool_alloc, ratio=ratio, bott=bott)
-    rows[c] = d
+            job = j["jobs"][0]
+            r["speed"] = job["read"]["bw_bytes"] / MIB
+            own = (job["usr_cpu"] + job["sys_cpu"]) / 100.0 * job["job_runtime"] / 1000.0
+        else:
+            r["speed"] = (j.get("raw_bytes") or SIZE) / wall / MIB
+            own = float(r["cpu_s"] or 0)
+        # CPU the rest of the machine used during the run, in % of all cores.
+        r["others"] = max(0.0, (int(r["busy_ticks"]) / HZ - own) / (wall * NCPU) * 100)
+    runs.setdefault(r["case"], []).append(r)
 
-fio_best = max([max(d["speeds"]) for c, d in rows.items() if c.startswith("fio") and d["speeds"]] or [0.0])
-
-def f(x, nd=0):
-    return "-" if x is None else f"{x:,.{nd}f}"
-
-print("| case | MB/s (best) | MB/s (median) | ratio vs fio | pagevault-reported MB/s | raw/stored | peak RSS MiB | buffer pool MiB (config / allocated) | verdict | bottleneck (waits) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
-for c in cases:
-    d = rows[c]
-    if not d["speeds"]:
-        print(f"| {c} | FAILED | | | | | | | FAIL: {d['n'] - d['ok']} of {d['n']} runs failed | |")
-        continue
-    best, med = max(d["speeds"]), statistics.median(d["speeds"])
-    verdict = []
-    ratio_s = "-"
+# Best fio read of every repetition (for ratios paired with the runs of the same repetition).
+fio_rep = {}
+for c, rs in runs.items():
     if c.startswith("fio"):
-        ratio_s = f"{best / fio_best:.2f}" if fio_best else "-"
-    elif c.startswith("NUL") or c.startswith("sweep"):
-        ratio_s = f"{best / fio_best:.2f}" if fio_best else "-"
-        if " none" in c or c.startswith("sweep"):
+        for r in rs:
+            if "speed" in r:
+                fio_rep[r["rep"]] = max(fio_rep.get(r["rep"], 0.0), r["speed"])
+fio_best = max(fio_rep.values() or [0.0])
+
+def n(x, nd=0):
+    return f"{x:,.{nd}f}"
+
+out = []
+out.append("| case | MB/s (best) | MB/s (median) | ratio vs fio best (paired median) | pagevault-reported MB/s (best) | raw/stored | peak RSS MiB | buffer pool MiB (config / allocated) | verdict | bottleneck (waits) | other CPU % (max) |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
+best_of = {}
+for c in cases:
+    rs = runs.get(c, [])
+    ok = [r for r in rs if "speed" in r]
+    failed = len(rs) - len(ok)
+    if not ok:
+        out.append(f"| {c} | FAILED | | | | | | | FAIL: {failed} of {len(rs)} runs failed | | |")
+        continue
+    speeds = [r["speed"] for r in ok]
+    best, med = max(speeds), statistics.median(speeds)
+    best_of[c] = best
+    verdict, ratio_s = [], "-"
+    is_read = c.startswith(("fio", "NUL", "sweep"))
+    if is_read and fio_best:
+        paired = [r["speed"] / fio_rep[r["rep"]] for r in ok if fio_rep.get(r["rep"])]
+        ratio_s = f"{best / fio_best:.2f}" + (f" ({statistics.median(paired):.2f})" if paired and not c.startswith("fio") else "")
+        if c.startswith("sweep") or " none" in c:
             verdict.append(("PASS" if best >= 0.95 * fio_best else "FAIL") + f" speed {100 * best / fio_best:.0f}% of fio (>= 95%)")
     if c.startswith("restore"):
-        b = rows.get(c.replace("restore", "disk"))
-        if b and b["speeds"]:
-            bb = max(b["speeds"])
-            verdict.append(("PASS" if best >= bb else "FAIL") + f" restore/backup {best / bb:.2f} (>= 1)")
-    rss_s = pool_s = "-"
-    if d["rss"]:
-        rss, pool = max(d["rss"]), max(d["pool_cfg"])
-        rss_s = f(rss, 0)
-        pool_s = f"{pool:.1f} / {max(d['pool_alloc']):.1f}"
-        verdict.append(("PASS" if rss <= pool + 64 else "FAIL") + f" RSS <= pool+64 ({rss:.0f} vs {pool + 64:.0f})")
-    if d["ok"] < d["n"]:
-        verdict.append(f"FAIL: {d['n'] - d['ok']} of {d['n']} runs failed")
-    rep_s = f(max(d["rep"]), 0) if d["rep"] else "-"
-    ratio_c = f"{statistics.median(d['ratio']):.2f}" if d["ratio"] else "-"
-    bott = "/".join(sorted(set(d["bott"]))) or "-"
-    print(f"| {c} | {f(best)} | {f(med)} | {ratio_s} | {rep_s} | {ratio_c} | {rss_s} | {pool_s} | {'; '.join(verdict) or '-'} | {bott} |")
+        b = best_of.get(c.replace("restore", "disk"))
+        if b:
+            verdict.append(("PASS" if best >= b else "FAIL") + f" restore/backup {best / b:.2f} (>= 1)")
+    rss_s = pool_s = rep_s = cr_s = bott = "-"
+    pv = [r for r in ok if r["kind"] == "pv"]
+    if pv:
+        rss = max(int(r["rss_kib"]) for r in pv) / 1024.0
+        cfg = max(((r["j"].get("config") or {}).get("total_buffer_memory") or r["j"].get("pool_bytes", 0)) for r in pv) / MIB
+        alloc = max(r["j"].get("pool_bytes", 0) for r in pv) / MIB
+        rss_s, pool_s = n(rss), f"{cfg:.1f} / {alloc:.1f}"
+        verdict.append(("PASS" if rss <= cfg + 64 else "FAIL") + f" RSS <= pool+64 ({rss:.0f} vs {cfg + 64:.0f})")
+        rep_s = n(max(r["j"].get("mb_per_sec", 0.0) for r in pv))
+        ratios = [(r["j"].get("raw_bytes") or 0) / r["j"]["stored_bytes"] for r in pv if r["j"].get("stored_bytes")]
+        cr_s = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        bott = "/".join(sorted({(r["j"].get("waits") or {}).get("bottleneck", "?") for r in pv}))
+    if failed:
+        verdict.append(f"FAIL: {failed} of {len(rs)} runs failed")
+    others = max(r["others"] for r in ok)
+    out.append(f"| {c} | {n(best)} | {n(med)} | {ratio_s} | {rep_s} | {cr_s} | {rss_s} | {pool_s} | {'; '.join(verdict) or '-'} | {bott} | {others:.0f} |")
+print("\n".join(out))
 PY
 
 {
@@ -380,9 +397,11 @@ PY
     echo "- source: \`files:$SRC\`, $NFILES files, $((SIZE_BYTES / 1048576)) MiB (db-like pages, random, base64 text); device $dev"
     echo "- $cache"
     echo "- pagevault $commit$dirty $build_note; $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; load average $LOAD_START at start, $LOAD_END at end; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements"
-    echo "- $REPS repetition(s) per case (sweep rows: 1); MB = 1,048,576 bytes. MB/s is measured by this script around the whole"
+    echo "- $REPS repetition(s) per case, run round-robin (every case once, then again); MB = 1,048,576 bytes. MB/s is measured by this script around the whole"
     echo "  command (raw bytes / wall seconds; disk backups include their fsync, restores include a \`sync -f\` of the target)."
     echo "  'pagevault-reported' is the mb_per_sec of its --json output. fio reads the same files in order with 1 MiB blocks."
+    echo "  'paired' ratio: each run against the best fio read of the same repetition (less sensitive to drift of the device)."
+    echo "  'other CPU %': CPU the rest of the machine used during the run (other processes, host steal), in % of all cores."
     echo "- targets: NUL (none codec) within 5% of the best fio read; peak RSS <= configured buffer pool + 64 MiB; restore >= backup of the same set"
     echo
     cat "$RUNDIR/table.md"
