@@ -8,7 +8,8 @@ use crate::engine::stats::Progress;
 use crate::format::manifest::{EntryKind, FileEntry, Manifest, StripeInfo, Totals};
 use crate::format::media::{trailer, MediaHeader};
 use crate::format::FORMAT_VERSION;
-use crate::source;
+use crate::repo::{CatalogEntry, Repo};
+use crate::source::{self, SourceFile};
 use crate::units::{self, human, mb_per_sec};
 use anyhow::{bail, Result};
 use clap::Args;
@@ -40,8 +41,23 @@ pub struct BackupArgs {
     #[arg(long)]
     pub source: String,
     /// Destination: a file path (one stripe) or NUL. Repeat to stripe the set over several devices.
-    #[arg(long = "to", required = true)]
+    #[arg(long = "to", required_unless_present = "repo")]
     pub to: Vec<String>,
+    /// Repository (a directory) that holds the set's stripes and records it in its catalog.
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// Stripes to write inside the repository (default 1, or 0 when --to names devices).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub stripes: Option<u32>,
+    /// full (the whole source). Log backups are taken by archive-push.
+    #[arg(long = "type", default_value = "full", value_parser = ["full", "diff", "log"])]
+    pub backup_type: String,
+    /// PostgreSQL data directory, when the URL has no ?pgdata= and the server cannot say.
+    #[arg(long)]
+    pub pgdata: Option<PathBuf>,
+    /// On a page checksum failure, finish the backup and mark the set damaged.
+    #[arg(long)]
+    pub continue_after_error: bool,
     /// Compression: none, lz4, zstd or zstd:LEVEL (1..22).
     #[arg(long, default_value = "none")]
     pub compress: String,
@@ -115,13 +131,84 @@ pub fn run(a: BackupArgs) -> Result<()> {
     Ok(())
 }
 
+/// Volumes seen so far: device id -> reader index, and a name for each.
+#[derive(Default)]
+struct Volumes {
+    index: HashMap<u64, usize>,
+    names: Vec<PathBuf>,
+}
+
+impl Volumes {
+    fn of(&mut self, e: &SourceFile, kind: &str) -> usize {
+        let names = &mut self.names;
+        *self.index.entry(e.dev).or_insert_with(|| {
+            names.push(if kind == "sqlite" {
+                PathBuf::from(&e.rel_path)
+            } else {
+                mount_point(&e.abs_path)
+            });
+            names.len() - 1
+        })
+    }
+}
+
+/// The regular files of `entries` as engine input; ids are entry indexes plus `first_id`.
+fn plan_of(
+    entries: &[SourceFile],
+    first_id: usize,
+    vols: &mut Volumes,
+    kind: &str,
+) -> (Vec<ReadFile>, Vec<usize>) {
+    let mut plan = vec![];
+    let mut ids = vec![];
+    for (i, e) in entries.iter().enumerate() {
+        if e.kind == EntryKind::File {
+            let volume = vols.of(e, kind);
+            plan.push(ReadFile {
+                id: (first_id + i) as u32,
+                path: e.abs_path.clone(),
+                size: e.size,
+                volume,
+                missing_ok: e.missing_ok,
+            });
+            ids.push(first_id + i);
+        }
+    }
+    (plan, ids)
+}
+
 /// Runs a backup and returns its JSON summary (printed as text unless --json).
 pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
     let codec = CodecSpec::parse(&a.compress)?;
-    let devices =
-        a.to.iter()
-            .map(|d| device::parse(d))
-            .collect::<Result<Vec<_>>>()?;
+    match a.backup_type.as_str() {
+        "log" => bail!("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'"),
+        "diff" => bail!("differential backups are not supported by this build yet; take a full backup"),
+        _ => {}
+    }
+    let repo = a.repo.as_deref().map(|r| Repo::open(r, true)).transpose()?;
+    let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
+    let set_hex = hex::encode(set_id);
+    let mut specs: Vec<String> = vec![];
+    if let Some(repo) = &repo {
+        let n = a.stripes.unwrap_or(if a.to.is_empty() { 1 } else { 0 });
+        if n > 0 {
+            std::fs::create_dir_all(repo.set_dir(&set_hex))?;
+        }
+        specs.extend((1..=n).map(|i| {
+            repo.set_dir(&set_hex)
+                .join(format!("{i}.pv"))
+                .display()
+                .to_string()
+        }));
+    }
+    specs.extend(a.to.iter().cloned());
+    if specs.is_empty() {
+        bail!("no device: name --to DEVICE or --repo with --stripes 1 or more");
+    }
+    let devices = specs
+        .iter()
+        .map(|d| device::parse(d))
+        .collect::<Result<Vec<_>>>()?;
     let discard = devices.iter().filter(|d| d.is_discard()).count();
     if discard > 0 && discard < devices.len() {
         bail!("NUL cannot be striped with real devices: back up to NUL alone, or to files alone");
@@ -133,38 +220,35 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         &source::Options {
             page_size: a.page_size as u32,
             spool: a.spool.clone(),
+            pgdata: a.pgdata.clone(),
+            label: a
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("pagevault {set_hex}")),
+            continue_after_error: a.continue_after_error,
         },
     )?;
+    let mut entries = src.prepare()?;
     let info = src.info();
-    let entries = src.prepare()?;
-    let page_size = src.page_size() as u64;
-
-    let mut vol_index: HashMap<u64, usize> = HashMap::new();
-    let mut vol_names: Vec<PathBuf> = vec![];
-    let mut plan = vec![];
-    let mut plan_ids = vec![]; // entry index of each planned file
-    for (i, e) in entries.iter().enumerate() {
-        if e.kind != EntryKind::File {
-            continue;
+    if let (Some(repo), Some(sysid)) = (&repo, info.identity.get("system_identifier")) {
+        if let Some(other) = repo
+            .catalog()?
+            .iter()
+            .find(|c| c.system_identifier.as_ref().is_some_and(|s| s != sysid))
+        {
+            let _ = src.finish(false);
+            bail!(
+                "repository '{}' holds sets of cluster {} (set {}), not of cluster {sysid}: use one repository per cluster",
+                repo.root.display(),
+                other.system_identifier.as_deref().unwrap_or("?"),
+                other.set_id
+            );
         }
-        let v = *vol_index.entry(e.dev).or_insert_with(|| {
-            vol_names.push(if info.kind == "files" {
-                mount_point(&e.abs_path)
-            } else {
-                PathBuf::from(&e.rel_path)
-            });
-            vol_names.len() - 1
-        });
-        plan.push(ReadFile {
-            id: i as u32,
-            path: e.abs_path.clone(),
-            size: e.size,
-            volume: v,
-            missing_ok: e.missing_ok,
-        });
-        plan_ids.push(i);
     }
-    let volumes = vol_names.len().max(1);
+    let page_size = src.page_size() as u64;
+    let mut vols = Volumes::default();
+    let (plan, mut plan_ids) = plan_of(&entries, 0, &mut vols, &info.kind);
+    let volumes = vols.names.len().max(1);
     let threads = a
         .threads
         .map(|t| t as usize)
@@ -208,7 +292,7 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
     });
     if a.show_config && !a.json {
         println!("Buffer configuration:");
-        println!("  BufferCount:           {buffer_count} (default: {} devices x 4 + 2 x {volumes} volumes = {sql_default}, pipeline needs {pipeline_min})", stripes);
+        println!("  BufferCount:           {buffer_count} (default: {stripes} devices x 4 + 2 x {volumes} volumes = {sql_default}, pipeline needs {pipeline_min})");
         println!("  MaxTransferSize:       {}", human(a.max_transfer_size));
         println!("  Total buffer memory:   {} ({} buffers of {}, plus {threads} compression scratch buffers)", human(pool_bytes), buffer_count, human(params.buffer_size() as u64));
         println!("  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}", a.readers, a.read_depth);
@@ -231,7 +315,6 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         );
     }
 
-    let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
     let started = chrono::Utc::now();
     let mut sinks = vec![];
     for d in &devices {
@@ -265,17 +348,80 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
 
     let progress = Arc::new(Progress::default());
     let reporter = Reporter::start(progress.clone(), a.stats, a.json, "backup");
-    let run = backup::run(&plan, volumes, sinks, headers, &params, &progress);
-    reporter.finish();
-    let out = match run {
+    let filter = src.filter(&entries);
+    let run = backup::run(
+        &plan,
+        volumes,
+        sinks,
+        headers,
+        &params,
+        filter.as_deref(),
+        &progress,
+    );
+    let mut out = match run {
         Ok(o) => o,
         Err(e) => {
+            reporter.finish();
             let _ = src.finish(false);
             return Err(e);
         }
     };
-    let extra = src.finish(true)?;
+    let problems = filter.map(|f| f.problems()).unwrap_or_default();
+    let fin = match src.finish(true) {
+        Ok(f) => f,
+        Err(e) => {
+            reporter.finish();
+            out.stripes.into_iter().for_each(|s| s.sink.abort());
+            return Err(e);
+        }
+    };
+    if !fin.late.is_empty() {
+        // Second pass over the same stripes: files that exist only now (the WAL).
+        let (plan2, ids2) = plan_of(&fin.late, entries.len(), &mut vols, &info.kind);
+        let (sinks, prior): (Vec<_>, Vec<_>) = out
+            .stripes
+            .into_iter()
+            .map(|s| (s.sink, (s.frames, s.body_end)))
+            .unzip();
+        let more = backup::run(
+            &plan2,
+            vols.names.len(),
+            sinks,
+            vec![vec![]; stripes],
+            &params,
+            None,
+            &progress,
+        );
+        let more = match more {
+            Ok(m) => m,
+            Err(e) => {
+                reporter.finish();
+                return Err(e.context("copying the WAL written during the backup failed"));
+            }
+        };
+        out.stripes = more
+            .stripes
+            .into_iter()
+            .zip(prior)
+            .map(|(mut s, (f, b))| {
+                s.frames += f;
+                s.body_end += b;
+                s
+            })
+            .collect();
+        out.files.extend(more.files);
+        out.raw_bytes += more.raw_bytes;
+        out.stored_bytes += more.stored_bytes;
+        out.zero_frames += more.zero_frames;
+        out.wall += more.wall;
+        plan_ids.extend(ids2);
+        entries.extend(fin.late);
+    }
+    reporter.finish();
+    let extra = fin.extra;
     let finished = chrono::Utc::now();
+    let vol_names = vols.names.clone();
+    let volumes = vol_names.len().max(1);
 
     let mut files: Vec<FileEntry> = vec![];
     let mut result_of: HashMap<usize, &backup::FileResult> = HashMap::new();
@@ -290,13 +436,15 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         let mut checksum = String::new();
         if let Some(r) = result_of.get(&i) {
             if r.vanished {
-                warnings.push(format!(
-                    "'{}' vanished during the backup and is not in the set",
-                    e.rel_path
-                ));
+                if info.kind != "postgres" {
+                    warnings.push(format!(
+                        "'{}' vanished during the backup and is not in the set",
+                        e.rel_path
+                    ));
+                }
                 continue;
             }
-            if r.shrank {
+            if r.shrank && info.kind != "postgres" {
                 warnings.push(format!(
                     "'{}' shrank while it was read; its end is stored as zeros",
                     e.rel_path
@@ -307,7 +455,7 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         let p = e.size.div_ceil(page_size);
         pages += p;
         if e.kind == EntryKind::File {
-            vol_pages[vol_index[&e.dev]] += p;
+            vol_pages[vols.index[&e.dev]] += p;
             file_lines.push((e.rel_path.clone(), p));
         }
         files.push(FileEntry {
@@ -322,15 +470,16 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
             link_target: e.link_target.clone(),
         });
     }
+    warnings.extend(problems.iter().cloned());
 
     let seconds = out.wall.as_secs_f64();
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
-        set_id: hex::encode(set_id),
+        set_id: set_hex.clone(),
         name: a.name.clone(),
         backup_type: "full".into(),
         copy_only,
-        damaged: false,
+        damaged: !problems.is_empty(),
         source: info.clone(),
         codec: codec.describe(),
         block_size: a.block_size as u32,
@@ -385,6 +534,51 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
     if let Some(e) = failed {
         return Err(e.context("the backup set was not completed"));
     }
+    // The catalog record is written last: a set is in the history only once durable.
+    if let (Some(repo), false) = (&repo, discard) {
+        let fact = |k: &str| {
+            manifest
+                .extra
+                .get(k)
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        };
+        repo.record(&CatalogEntry {
+            set_id: set_hex.clone(),
+            name: a.name.clone(),
+            backup_type: manifest.backup_type.clone(),
+            copy_only,
+            damaged: manifest.damaged,
+            base_set: None,
+            source_kind: info.kind.clone(),
+            database: info.database.clone(),
+            system_identifier: info.identity.get("system_identifier").cloned(),
+            timeline: manifest
+                .extra
+                .get("timeline")
+                .and_then(|v| v.as_u64())
+                .map(|t| t as u32),
+            start_lsn: fact("start_lsn"),
+            stop_lsn: fact("stop_lsn"),
+            start_wal: fact("start_wal"),
+            stop_wal: fact("stop_wal"),
+            started: manifest.started.clone(),
+            finished: manifest.finished.clone(),
+            seconds,
+            raw_bytes: out.raw_bytes,
+            stored_bytes: out.stored_bytes,
+            codec: codec.describe(),
+            stripes: specs
+                .iter()
+                .map(|p| {
+                    Path::new(p)
+                        .strip_prefix(&repo.root)
+                        .map(|r| r.display().to_string())
+                        .unwrap_or_else(|_| p.clone())
+                })
+                .collect(),
+        })?;
+    }
     let total_s = (finished - started).num_milliseconds() as f64 / 1000.0;
     let rate = mb_per_sec(out.raw_bytes, seconds);
     if !a.json {
@@ -422,6 +616,12 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
                 }
             );
         }
+        if manifest.damaged {
+            println!(
+                "The set is marked DAMAGED: {} page checksum failure(s) listed above.",
+                problems.len()
+            );
+        }
         if !discard {
             println!("Backup set {} on {} stripe(s).", manifest.set_id, stripes);
         }
@@ -432,6 +632,7 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         "set_id": manifest.set_id,
         "source": info,
         "copy_only": copy_only,
+        "damaged": manifest.damaged,
         "discarded": discard,
         "pages": pages,
         "files": manifest.totals.files,
@@ -442,9 +643,11 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         "total_seconds": total_s,
         "mb_per_sec": rate,
         "stripes": stripes_out,
+        "devices": specs,
         "config": config,
         "pool_bytes": out.pool_bytes,
         "volumes": vol_names.iter().zip(&vol_pages).map(|(n, p)| json!({"name": n, "pages": p})).collect::<Vec<_>>(),
+        "extra": manifest.extra,
         "warnings": warnings,
         "waits": out.waits,
     }))

@@ -83,6 +83,11 @@ fn args(source: String, to: Vec<String>, compress: &str) -> BackupArgs {
     BackupArgs {
         source,
         to,
+        repo: None,
+        stripes: None,
+        backup_type: "full".into(),
+        pgdata: None,
+        continue_after_error: false,
         compress: compress.into(),
         buffer_count: None,
         max_transfer_size: 1 << 20,
@@ -131,6 +136,8 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
 
     let read = |stats| ReadArgs {
         from: vec![s1.clone(), s2.clone()],
+        repo: None,
+        set: None,
         threads: None,
         buffer_count: None,
         stats,
@@ -150,6 +157,11 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
         read: read(Some(10)),
         to: target.clone(),
         replace: true,
+        until: None,
+        until_lsn: None,
+        until_xid: None,
+        until_name: None,
+        owner: None,
     })?;
 
     let restored = target.join("sample.db");

@@ -4,8 +4,10 @@ use super::{default_threads, print_json, set, Reporter};
 use crate::engine::restore::{self, FrameSink};
 use crate::engine::stats::Progress;
 use crate::format::manifest::{EntryKind, Manifest};
+use crate::repo::{CatalogEntry, Repo};
+use crate::source::{pgpage, postgres};
 use crate::units::mb_per_sec;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use std::collections::HashMap;
@@ -18,8 +20,14 @@ use std::sync::{Arc, Mutex};
 #[derive(Args)]
 pub struct ReadArgs {
     /// A stripe of the set (a file path). Name every stripe, in any order.
-    #[arg(long = "from", required = true)]
+    #[arg(long = "from", required_unless_present = "repo")]
     pub from: Vec<String>,
+    /// Take the set (and the WAL) from this repository instead of --from.
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// The set to use from the repository (default: the newest usable full set).
+    #[arg(long)]
+    pub set: Option<String>,
     /// Decompression threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
@@ -44,6 +52,21 @@ pub struct RestoreArgs {
     /// Delete what the target directory holds and restore over it.
     #[arg(long)]
     pub replace: bool,
+    /// PostgreSQL: recover up to this time (recovery_target_time), e.g. '2026-11-21 10:00:00+00'.
+    #[arg(long, group = "target")]
+    pub until: Option<String>,
+    /// PostgreSQL: recover up to this LSN (recovery_target_lsn), e.g. 0/3000148.
+    #[arg(long, group = "target")]
+    pub until_lsn: Option<String>,
+    /// PostgreSQL: recover up to this transaction id (recovery_target_xid).
+    #[arg(long, group = "target")]
+    pub until_xid: Option<String>,
+    /// PostgreSQL: recover up to this restore point (recovery_target_name).
+    #[arg(long, group = "target")]
+    pub until_name: Option<String>,
+    /// Give the restored files to this user (restoring as root for a server that runs as another).
+    #[arg(long)]
+    pub owner: Option<String>,
 }
 
 #[derive(Args)]
@@ -159,9 +182,100 @@ fn set_mtime(p: &Path, mtime: i64) {
     }
 }
 
+/// The stripes to read: --from as given, or the chosen set of --repo.
+fn resolve(
+    a: &ReadArgs,
+    pick: impl Fn(&[CatalogEntry]) -> Result<CatalogEntry>,
+) -> Result<(Vec<String>, Option<(Repo, CatalogEntry)>)> {
+    let Some(r) = &a.repo else {
+        return Ok((a.from.clone(), None));
+    };
+    if !a.from.is_empty() {
+        bail!("name either --from stripes or --repo, not both");
+    }
+    let repo = Repo::open(r, false)?;
+    let catalog = repo.catalog()?;
+    let entry = match &a.set {
+        Some(id) => catalog
+            .iter()
+            .find(|c| c.set_id == *id || c.set_id.starts_with(id.as_str()))
+            .cloned()
+            .ok_or_else(|| {
+                anyhow!(
+                    "repository '{r}' has no set '{id}'; `pagevault history --repo {r}` lists them"
+                )
+            })?,
+        None => pick(&catalog)?,
+    };
+    let from = entry
+        .stripes
+        .iter()
+        .map(|s| repo.stripe_path(s).display().to_string())
+        .collect();
+    Ok((from, Some((repo, entry))))
+}
+
+/// The newest full set that is not damaged and, for a time or LSN target, ended before it.
+fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> {
+    let until_lsn = a
+        .until_lsn
+        .as_deref()
+        .map(|l| {
+            pgpage::parse_lsn(l)
+                .ok_or_else(|| anyhow!("--until-lsn '{l}' is not an LSN like 0/3000148"))
+        })
+        .transpose()?;
+    let usable = catalog
+        .iter()
+        .rev()
+        .filter(|c| c.backup_type == "full" && !c.damaged);
+    let chosen = usable
+        .filter(|c| match (&a.until, until_lsn) {
+            (Some(t), _) => chrono::DateTime::parse_from_rfc3339(&c.finished)
+                .ok()
+                .zip(parse_time(t))
+                .is_none_or(|(f, t)| f <= t),
+            (_, Some(l)) => c
+                .stop_lsn
+                .as_deref()
+                .and_then(pgpage::parse_lsn)
+                .is_none_or(|s| s <= l),
+            _ => true,
+        })
+        .next()
+        .cloned();
+    chosen.ok_or_else(|| match catalog.is_empty() {
+        true => anyhow!("the repository holds no backup sets"),
+        false => anyhow!("no full backup set in the repository ended before the recovery target"),
+    })
+}
+
+fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    chrono::DateTime::parse_from_rfc3339(t)
+        .or_else(|_| chrono::DateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S%.f%#z"))
+        .ok()
+}
+
 pub fn run_restore(a: RestoreArgs) -> Result<()> {
-    let set = set::open(&a.read.from)?;
+    let (from, chosen) = resolve(&a.read, |c| pick_full(c, &a))?;
+    let set = set::open(&from)?;
     let m = &set.manifest;
+    let is_pg = m.source.kind == "postgres";
+    if !is_pg
+        && (a.until.is_some()
+            || a.until_lsn.is_some()
+            || a.until_xid.is_some()
+            || a.until_name.is_some())
+    {
+        bail!(
+            "recovery targets (--until*) apply to PostgreSQL sets only; this set is of a {} source",
+            m.source.kind
+        );
+    }
+    if is_pg {
+        postgres::check_not_running(&a.to)?;
+    }
+    let owner = a.owner.as_deref().map(lookup_user).transpose()?;
     prepare_target(&a.to, a.replace)?;
     let marker = a.to.join(MARKER);
     File::create(&marker)
@@ -229,6 +343,29 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     if let Ok(d) = File::open(&a.to) {
         unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) };
     }
+    let mut notes = vec![];
+    if is_pg {
+        let rec = postgres::Recovery {
+            restore_command: chosen.as_ref().map(|(repo, _)| {
+                let exe = std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "pagevault".into());
+                let root = fs::canonicalize(&repo.root).unwrap_or_else(|_| repo.root.clone());
+                format!("{exe} archive-get %f \"%p\" --repo {}", root.display())
+            }),
+            target: a
+                .until
+                .clone()
+                .map(|t| ("time", t))
+                .or(a.until_lsn.clone().map(|l| ("lsn", l)))
+                .or(a.until_xid.clone().map(|x| ("xid", x)))
+                .or(a.until_name.clone().map(|n| ("name", n))),
+        };
+        notes = postgres::finish_restore(&a.to, &m.extra, &rec)?;
+    }
+    if let Some((uid, gid)) = owner {
+        chown_tree(&a.to, uid, gid)?;
+    }
     fs::remove_file(&marker)?;
     let secs = out.wall.as_secs_f64();
     let rate = mb_per_sec(out.raw_bytes, secs);
@@ -245,6 +382,8 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             "seconds": secs,
             "mb_per_sec": rate,
             "pool_bytes": out.pool_bytes,
+            "set": chosen.as_ref().map(|(_, c)| c.set_id.clone()),
+            "postgres": notes,
             "waits": out.waits,
         }));
     } else {
@@ -255,13 +394,21 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             ids.len()
         );
         println!("RESTORE DATABASE successfully processed {} pages in {secs:.3} seconds ({rate:.3} MB/sec).", m.totals.pages);
+        for n in &notes {
+            println!("PostgreSQL: {n}.");
+        }
         out.waits.print();
     }
     Ok(())
 }
 
 pub fn run_verify(a: VerifyArgs) -> Result<()> {
-    let set = set::open(&a.read.from)?;
+    let (from, _) = resolve(&a.read, |c| {
+        c.last()
+            .cloned()
+            .ok_or_else(|| anyhow!("the repository holds no backup sets"))
+    })?;
+    let set = set::open(&from)?;
     let m = &set.manifest;
     let params = engine_params(&a.read, &set);
     let ids = regular_files(m);
@@ -295,6 +442,24 @@ pub fn run_verify(a: VerifyArgs) -> Result<()> {
             mb_per_sec(out.raw_bytes, secs)
         );
         println!("The backup set on file 1 is valid.");
+    }
+    Ok(())
+}
+
+fn lookup_user(name: &str) -> Result<(u32, u32)> {
+    let c = std::ffi::CString::new(name)?;
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        bail!("--owner: no user named '{name}'");
+    }
+    Ok(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<()> {
+    for e in walkdir::WalkDir::new(root) {
+        let e = e?;
+        std::os::unix::fs::lchown(e.path(), Some(uid), Some(gid))
+            .with_context(|| format!("--owner: cannot chown '{}'", e.path().display()))?;
     }
     Ok(())
 }

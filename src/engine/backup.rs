@@ -31,6 +31,16 @@ pub struct ReadFile {
     pub missing_ok: bool,
 }
 
+/// Inspects each chunk read (page checksums, for example) before it is stored.
+pub trait ChunkFilter: Sync {
+    /// `Err` fails the backup with that message.
+    fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String>;
+    /// Problems tolerated so far (they mark the set damaged).
+    fn problems(&self) -> Vec<String> {
+        vec![]
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Params {
     pub buffer_count: usize,
@@ -213,6 +223,7 @@ pub fn run(
     sinks: Vec<Box<dyn StripeSink>>,
     headers: Vec<Vec<u8>>,
     p: &Params,
+    filter: Option<&dyn ChunkFilter>,
     progress: &Progress,
 ) -> Result<Outcome> {
     let started = Instant::now();
@@ -338,6 +349,11 @@ pub fn run(
                     let t0 = Instant::now();
                     let raw_len = item.buf.len;
                     let raw = item.buf.payload();
+                    if let Some(f) = filter {
+                        if let Err(e) = f.check(&plan[item.file as usize], item.offset, raw) {
+                            return abort.fail(anyhow!(e));
+                        }
+                    }
                     let digest = *blake3::hash(raw).as_bytes();
                     let zero = is_zero(raw);
                     {

@@ -100,7 +100,7 @@ impl Source for Files {
     fn prepare(&mut self) -> Result<Vec<SourceFile>> {
         walk(&self.root)
     }
-    fn finish(&mut self, _ok: bool) -> Result<BTreeMap<String, serde_json::Value>> {
-        Ok(BTreeMap::new())
+    fn finish(&mut self, _ok: bool) -> Result<super::Finish> {
+        Ok(super::Finish::default())
     }
 }

@@ -2,8 +2,11 @@
 //! lives on) and brackets the read with whatever makes the copy consistent.
 
 pub mod files;
+pub mod pgpage;
+pub mod postgres;
 pub mod sqlite;
 
+use crate::engine::backup::ChunkFilter;
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
@@ -28,13 +31,27 @@ pub trait Source {
     fn page_size(&self) -> u32;
     /// Makes the source ready to be read consistently and lists what to read.
     fn prepare(&mut self) -> Result<Vec<SourceFile>>;
-    /// Ends the backup on the source side; returns facts for the manifest.
-    fn finish(&mut self, ok: bool) -> Result<BTreeMap<String, serde_json::Value>>;
+    /// Ends the backup on the source side: facts for the manifest, and files that
+    /// exist only now (the WAL written during the backup), read in a second pass.
+    fn finish(&mut self, ok: bool) -> Result<Finish>;
+    /// A check run on every chunk read (page checksums); ids are entry indexes.
+    fn filter(&self, _entries: &[SourceFile]) -> Option<Box<dyn ChunkFilter>> {
+        None
+    }
+}
+
+#[derive(Default)]
+pub struct Finish {
+    pub extra: BTreeMap<String, serde_json::Value>,
+    pub late: Vec<SourceFile>,
 }
 
 pub struct Options {
     pub page_size: u32,
     pub spool: Option<PathBuf>,
+    pub pgdata: Option<PathBuf>,
+    pub label: String,
+    pub continue_after_error: bool,
 }
 
 /// Parses a SOURCE argument: `files:PATH` or `sqlite:PATH`.
@@ -47,6 +64,11 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
             path.into(),
             opts.spool.clone(),
         ))),
-        _ => bail!("unknown source '{spec}': use files:PATH or sqlite:PATH"),
+        _ if spec.starts_with("postgres://") || spec.starts_with("postgresql://") => {
+            let mut pg = postgres::Postgres::new(spec, opts.pgdata.clone(), opts.label.clone())?;
+            pg.continue_after_error = opts.continue_after_error;
+            Ok(Box::new(pg))
+        }
+        _ => bail!("unknown source '{spec}': use files:PATH, sqlite:PATH or postgres://USER@HOST:PORT/DB?pgdata=DIR"),
     }
 }

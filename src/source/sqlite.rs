@@ -137,8 +137,11 @@ impl Source for Sqlite {
         Ok(vec![file])
     }
 
-    fn finish(&mut self, _ok: bool) -> Result<BTreeMap<String, serde_json::Value>> {
+    fn finish(&mut self, _ok: bool) -> Result<super::Finish> {
         self.spool = None;
-        Ok(std::mem::take(&mut self.facts))
+        Ok(super::Finish {
+            extra: std::mem::take(&mut self.facts),
+            late: vec![],
+        })
     }
 }

@@ -1,0 +1,605 @@
+//! `postgres://USER@HOST:PORT/DB?pgdata=DIR`: a hot physical backup of a running
+//! PostgreSQL cluster. pg_backup_start/pg_backup_stop bracket the copy over one
+//! connection; every file of the data directory and its tablespaces is read (each
+//! tablespace volume gets its own reader); page checksums are verified as pages
+//! pass; the WAL from the start to the stop segment is added to the set so the
+//! copy can be made consistent from the set alone.
+
+use super::pgpage;
+use super::{Finish, Source, SourceFile};
+use crate::engine::backup::{ChunkFilter, ReadFile};
+use crate::format::manifest::{EntryKind, SourceInfo};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+pub struct Postgres {
+    url: String,
+    location: String,
+    pgdata: Option<PathBuf>,
+    client: Option<postgres::Client>,
+    facts: BTreeMap<String, serde_json::Value>,
+    system_identifier: String,
+    start_lsn: u64,
+    timeline: u32,
+    checksums: bool,
+    pub continue_after_error: bool,
+    label: String,
+}
+
+/// Directories whose contents are never copied (the directory itself is kept).
+const EMPTY_DIRS: &[&str] = &[
+    "pg_wal",
+    "pg_replslot",
+    "pg_dynshmem",
+    "pg_notify",
+    "pg_serial",
+    "pg_snapshots",
+    "pg_stat_tmp",
+    "pg_subtrans",
+];
+/// Files never copied.
+const SKIP_FILES: &[&str] = &[
+    "postmaster.pid",
+    "postmaster.opts",
+    "backup_label",
+    "tablespace_map",
+    "backup_label.old",
+    "backup_manifest",
+    "current_logfiles",
+    "recovery.signal",
+    "standby.signal",
+];
+
+impl Postgres {
+    /// Parses the source URL; `pgdata` from `?pgdata=` or the option.
+    pub fn new(spec: &str, pgdata: Option<PathBuf>, label: String) -> Result<Postgres> {
+        let (base, query) = match spec.split_once('?') {
+            Some((b, q)) => (b.to_string(), q.to_string()),
+            None => (spec.to_string(), String::new()),
+        };
+        let mut keep = vec![];
+        let mut pgdata = pgdata;
+        for kv in query.split('&').filter(|s| !s.is_empty()) {
+            match kv.split_once('=') {
+                Some(("pgdata", v)) => pgdata = Some(PathBuf::from(v)),
+                _ => keep.push(kv.to_string()),
+            }
+        }
+        let url = if keep.is_empty() {
+            base.clone()
+        } else {
+            format!("{base}?{}", keep.join("&"))
+        };
+        // Shown to users and stored in manifests: never with a password.
+        let location = match url.split_once('@') {
+            Some((scheme_user, host)) => {
+                let user = scheme_user
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .split(':')
+                    .next()
+                    .unwrap_or("");
+                format!("postgres://{user}@{host}")
+            }
+            None => url.clone(),
+        };
+        Ok(Postgres {
+            url,
+            location,
+            pgdata,
+            client: None,
+            facts: BTreeMap::new(),
+            system_identifier: String::new(),
+            start_lsn: 0,
+            timeline: 0,
+            checksums: false,
+            continue_after_error: false,
+            label,
+        })
+    }
+
+    fn client(&mut self) -> &mut postgres::Client {
+        self.client.as_mut().expect("connected")
+    }
+
+    fn query_one_text(&mut self, sql: &str) -> Result<String> {
+        let row = self
+            .client()
+            .query_one(sql, &[])
+            .with_context(|| format!("query failed: {sql}"))?;
+        Ok(row.get::<_, String>(0))
+    }
+
+    pub fn pgdata(&self) -> &Path {
+        self.pgdata.as_deref().expect("pgdata known after prepare")
+    }
+
+    /// Lists the data directory (or a tablespace) below `root`, as `prefix/...`.
+    fn walk(&self, root: &Path, prefix: &str, out: &mut Vec<SourceFile>) -> Result<()> {
+        let mut it = walkdir::WalkDir::new(root)
+            .min_depth(1)
+            .sort_by_file_name()
+            .into_iter();
+        while let Some(e) = it.next() {
+            let e = match e {
+                Ok(e) => e,
+                // Files and directories vanish under a running server (dropped tables).
+                Err(err)
+                    if err
+                        .io_error()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound) =>
+                {
+                    continue
+                }
+                Err(err) => {
+                    return Err(err).with_context(|| format!("cannot list '{}'", root.display()))
+                }
+            };
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let rel_full = if prefix.is_empty() {
+                rel.clone()
+            } else {
+                format!("{prefix}/{rel}")
+            };
+            let name = e.file_name().to_string_lossy();
+            let depth1 = e.depth() == 1 && prefix.is_empty();
+            if name.starts_with("pgsql_tmp")
+                || name == "pg_internal.init"
+                || (depth1 && SKIP_FILES.contains(&name.as_ref()))
+            {
+                if e.file_type().is_dir() {
+                    it.skip_current_dir();
+                }
+                continue;
+            }
+            let m = match e.metadata() {
+                Ok(m) => m,
+                Err(_) => continue, // vanished between listing and stat
+            };
+            let ft = e.file_type();
+            if ft.is_symlink() && prefix.is_empty() && rel.starts_with("pg_tblspc/") {
+                // A tablespace: store its contents under pg_tblspc/OID, read on its own volume.
+                let target = std::fs::read_link(e.path())?;
+                self.walk(&target, &rel_full, out)?;
+                out.push(SourceFile {
+                    rel_path: rel_full.clone(),
+                    abs_path: target.clone(),
+                    kind: EntryKind::Dir,
+                    size: 0,
+                    mode: 0o700,
+                    mtime: m.mtime(),
+                    dev: m.dev(),
+                    missing_ok: true,
+                    link_target: None,
+                });
+                continue;
+            }
+            let kind = if ft.is_dir() {
+                EntryKind::Dir
+            } else if ft.is_file() {
+                EntryKind::File
+            } else if ft.is_symlink() {
+                EntryKind::Link
+            } else {
+                continue;
+            };
+            out.push(SourceFile {
+                rel_path: rel_full.clone(),
+                abs_path: e.path().to_path_buf(),
+                kind,
+                size: if kind == EntryKind::File { m.len() } else { 0 },
+                mode: m.mode() & 0o7777,
+                mtime: m.mtime(),
+                dev: m.dev(),
+                missing_ok: true,
+                link_target: if kind == EntryKind::Link {
+                    std::fs::read_link(e.path())
+                        .ok()
+                        .map(|t| t.to_string_lossy().into_owned())
+                } else {
+                    None
+                },
+            });
+            if ft.is_dir() && depth1 && EMPTY_DIRS.contains(&name.as_ref()) {
+                it.skip_current_dir();
+                if name == "pg_wal" {
+                    out.push(SourceFile {
+                        rel_path: "pg_wal/archive_status".into(),
+                        abs_path: e.path().join("archive_status"),
+                        kind: EntryKind::Dir,
+                        size: 0,
+                        mode: 0o700,
+                        mtime: m.mtime(),
+                        dev: m.dev(),
+                        missing_ok: true,
+                        link_target: None,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read_control_sysid(pgdata: &Path) -> Result<u64> {
+    let p = pgdata.join("global/pg_control");
+    let f = std::fs::File::open(&p).with_context(|| {
+        format!(
+            "'{}' is not a PostgreSQL data directory (no global/pg_control)",
+            pgdata.display()
+        )
+    })?;
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, 0)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+impl Source for Postgres {
+    fn info(&self) -> SourceInfo {
+        let mut identity = BTreeMap::new();
+        if !self.system_identifier.is_empty() {
+            identity.insert("system_identifier".into(), self.system_identifier.clone());
+        }
+        let database = self
+            .url
+            .rsplit('/')
+            .next()
+            .filter(|d| !d.contains('@'))
+            .unwrap_or("postgres")
+            .to_string();
+        SourceInfo {
+            kind: "postgres".into(),
+            location: self.location.clone(),
+            database,
+            identity,
+        }
+    }
+
+    fn page_size(&self) -> u32 {
+        pgpage::BLCKSZ as u32
+    }
+
+    fn prepare(&mut self) -> Result<Vec<SourceFile>> {
+        let client = postgres::Client::connect(&self.url, postgres::NoTls).map_err(|e| {
+            anyhow!(
+                "cannot connect to PostgreSQL at {}: {e}; is the server running and the URL right?",
+                self.location
+            )
+        })?;
+        self.client = Some(client);
+        let version = self.query_one_text("SELECT current_setting('server_version_num')")?;
+        if !version.starts_with("15") && version.as_str() < "150000" {
+            bail!(
+                "PostgreSQL server version {version} is not supported: pagevault needs 15 or later"
+            );
+        }
+        let sysid =
+            self.query_one_text("SELECT system_identifier::text FROM pg_control_system()")?;
+        if self.pgdata.is_none() {
+            let dd = self
+                .query_one_text("SELECT current_setting('data_directory')")
+                .context("cannot ask the server for its data directory; give it with ?pgdata=DIR or --pgdata")?;
+            self.pgdata = Some(PathBuf::from(dd));
+        }
+        let pgdata = self.pgdata.clone().unwrap();
+        let local = read_control_sysid(&pgdata)?;
+        if local.to_string() != sysid {
+            bail!(
+                "data directory '{}' belongs to cluster {local}, but the server at {} is cluster {sysid}: give the data directory of that server",
+                pgdata.display(),
+                self.location
+            );
+        }
+        self.system_identifier = sysid.clone();
+        self.checksums = self.query_one_text("SELECT current_setting('data_checksums')")? == "on";
+        let label = self.label.clone();
+        let row = self
+            .client()
+            .query_one(
+                "SELECT pg_backup_start($1, true)::text, pg_walfile_name(pg_current_wal_lsn())",
+                &[&label],
+            )
+            .map_err(|e| {
+                let hint = if e.to_string().contains("permission denied") {
+                    " (the user needs superuser, or EXECUTE on pg_backup_start and pg_backup_stop)"
+                } else {
+                    ""
+                };
+                anyhow!("pg_backup_start failed: {e}{hint}")
+            })?;
+        let start: String = row.get(0);
+        self.start_lsn = pgpage::parse_lsn(&start)
+            .ok_or_else(|| anyhow!("server returned a bad LSN '{start}'"))?;
+        let start_wal: String = self
+            .client()
+            .query_one("SELECT pg_walfile_name($1::text::pg_lsn)", &[&start])?
+            .get(0);
+        self.timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
+        self.facts.insert("start_lsn".into(), start.into());
+        self.facts.insert("start_wal".into(), start_wal.into());
+        self.facts.insert("timeline".into(), self.timeline.into());
+        self.facts.insert("pg_version".into(), version.into());
+        self.facts
+            .insert("data_checksums".into(), self.checksums.into());
+        self.facts.insert("system_identifier".into(), sysid.into());
+        let mut out = vec![];
+        self.walk(&pgdata, "", &mut out)?;
+        Ok(out)
+    }
+
+    fn finish(&mut self, ok: bool) -> Result<Finish> {
+        let Some(mut client) = self.client.take() else {
+            return Ok(Finish::default());
+        };
+        if !ok {
+            // Closing the session aborts a non-exclusive backup.
+            drop(client);
+            return Ok(Finish::default());
+        }
+        let row = client
+            .query_one(
+                "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(true)",
+                &[],
+            )
+            .context("pg_backup_stop failed")?;
+        let stop: String = row.get(0);
+        let label: String = row.get(1);
+        let spcmap: Option<String> = row.get(2);
+        let stop_wal: String = client
+            .query_one("SELECT pg_walfile_name($1::text::pg_lsn)", &[&stop])?
+            .get(0);
+        let start_wal = self.facts["start_wal"].as_str().unwrap().to_string();
+        self.facts.insert("stop_lsn".into(), stop.into());
+        self.facts
+            .insert("stop_wal".into(), stop_wal.clone().into());
+        self.facts.insert("backup_label".into(), label.into());
+        if let Some(m) = spcmap.filter(|m| !m.is_empty()) {
+            self.facts.insert("tablespace_map".into(), m.into());
+        }
+        // The WAL that makes the copy consistent: start to stop segment, from pg_wal.
+        let pg_wal = self.pgdata().join("pg_wal");
+        let mut late = vec![];
+        let mut names: Vec<String> = std::fs::read_dir(&pg_wal)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.len() == 24 && n.bytes().all(|c| c.is_ascii_hexdigit()))
+            .filter(|n| {
+                n[..8] == start_wal[..8]
+                    && n.as_str() >= start_wal.as_str()
+                    && n.as_str() <= stop_wal.as_str()
+            })
+            .collect();
+        names.sort();
+        let expected = wal_range(&start_wal, &stop_wal);
+        for name in &expected {
+            if !names.contains(name) {
+                bail!("WAL segment {name} left pg_wal before it could be copied; set wal_keep_size or archive with archive-push");
+            }
+            let p = pg_wal.join(name);
+            let m = std::fs::metadata(&p)?;
+            late.push(SourceFile {
+                rel_path: format!("pg_wal/{name}"),
+                abs_path: p,
+                kind: EntryKind::File,
+                size: m.len(),
+                mode: m.mode() & 0o7777,
+                mtime: m.mtime(),
+                dev: m.dev(),
+                missing_ok: false,
+                link_target: None,
+            });
+        }
+        Ok(Finish {
+            extra: std::mem::take(&mut self.facts),
+            late,
+        })
+    }
+
+    fn filter(&self, entries: &[SourceFile]) -> Option<Box<dyn ChunkFilter>> {
+        if !self.checksums {
+            return None;
+        }
+        let segments = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == EntryKind::File && pgpage::is_relation_file(&e.rel_path))
+            .map(|(i, e)| (i as u32, pgpage::segment_number(&e.rel_path)))
+            .collect();
+        Some(Box::new(PageChecker {
+            segments,
+            start_lsn: self.start_lsn,
+            continue_after_error: self.continue_after_error,
+            failures: Mutex::new(vec![]),
+        }))
+    }
+}
+
+/// Segment names from `first` to `last` (same timeline, 16 MiB segments).
+fn wal_range(first: &str, last: &str) -> Vec<String> {
+    let tli = &first[..8];
+    let segno = |n: &str| {
+        u64::from_str_radix(&n[8..16], 16).unwrap_or(0) * 256
+            + u64::from_str_radix(&n[16..24], 16).unwrap_or(0)
+    };
+    (segno(first)..=segno(last).max(segno(first)))
+        .map(|s| format!("{tli}{:08X}{:08X}", s / 256, s % 256))
+        .collect()
+}
+
+/// Verifies page checksums of relation files as chunks pass through the pipeline.
+pub struct PageChecker {
+    /// Entry id -> segment number, for relation files only.
+    segments: HashMap<u32, u32>,
+    start_lsn: u64,
+    continue_after_error: bool,
+    pub failures: Mutex<Vec<String>>,
+}
+
+impl ChunkFilter for PageChecker {
+    fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
+        let Some(&seg) = self.segments.get(&file.id) else {
+            return Ok(());
+        };
+        for (i, page) in data.chunks_exact(pgpage::BLCKSZ).enumerate() {
+            if pgpage::is_new(page) {
+                continue;
+            }
+            let block = ((offset as usize / pgpage::BLCKSZ) + i) as u32;
+            let blkno = seg * pgpage::RELSEG_SIZE + block;
+            if pgpage::checksum(page, blkno) == pgpage::stored_checksum(page) {
+                continue;
+            }
+            // Pages changed after the backup started are replayed from WAL; a torn read
+            // of a page being written is read again before it is called damage.
+            if pgpage::lsn(page) >= self.start_lsn {
+                continue;
+            }
+            let mut again = vec![0u8; pgpage::BLCKSZ];
+            let reread = std::fs::File::open(&file.path)
+                .and_then(|f| f.read_exact_at(&mut again, offset + (i * pgpage::BLCKSZ) as u64));
+            if reread.is_ok()
+                && (pgpage::lsn(&again) >= self.start_lsn
+                    || pgpage::checksum(&again, blkno) == pgpage::stored_checksum(&again))
+            {
+                continue;
+            }
+            let msg = format!(
+                "page checksum failure in '{}', block {block}: stored {:#06x}, computed {:#06x}",
+                file.path.display(),
+                pgpage::stored_checksum(page),
+                pgpage::checksum(page, blkno)
+            );
+            if !self.continue_after_error {
+                return Err(format!("{msg}; the backup stops (use --continue-after-error to store the set marked damaged)"));
+            }
+            self.failures.lock().unwrap().push(msg);
+        }
+        Ok(())
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.failures.lock().unwrap().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_ranges() {
+        assert_eq!(
+            wal_range("000000010000000000000003", "000000010000000000000003").len(),
+            1
+        );
+        let r = wal_range("0000000100000000000000FE", "000000010000000100000001");
+        assert_eq!(
+            r,
+            [
+                "0000000100000000000000FE",
+                "0000000100000000000000FF",
+                "000000010000000100000000",
+                "000000010000000100000001"
+            ]
+        );
+    }
+
+    #[test]
+    fn url_without_password_is_shown() {
+        let p = Postgres::new(
+            "postgres://alice:secret@127.0.0.1:5432/app?pgdata=/d&sslmode=disable",
+            None,
+            "x".into(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.location,
+            "postgres://alice@127.0.0.1:5432/app?sslmode=disable"
+        );
+        assert_eq!(p.pgdata.as_deref(), Some(Path::new("/d")));
+        assert!(!p.url.contains("pgdata"));
+    }
+}
+
+/// What recovery a restored data directory is set up for.
+pub struct Recovery {
+    /// `restore_command` fetching WAL from the repository's archive.
+    pub restore_command: Option<String>,
+    /// `recovery_target_*` setting name and value (time, lsn, xid, name).
+    pub target: Option<(&'static str, String)>,
+}
+
+/// Refuses a restore target that a running server is using.
+pub fn check_not_running(target: &Path) -> Result<()> {
+    let pid_file = target.join("postmaster.pid");
+    if let Ok(text) = std::fs::read_to_string(&pid_file) {
+        if let Some(pid) = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<i32>().ok())
+        {
+            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+                bail!(
+                    "'{}' is the data directory of a running PostgreSQL server (pid {pid}): stop it first, or restore elsewhere",
+                    target.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Turns a restored set into a data directory PostgreSQL starts from: backup_label,
+/// the empty directories the server expects, and the recovery settings.
+pub fn finish_restore(
+    target: &Path,
+    extra: &BTreeMap<String, serde_json::Value>,
+    rec: &Recovery,
+) -> Result<Vec<String>> {
+    let mut notes = vec![];
+    let label = extra
+        .get("backup_label")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| {
+            anyhow!("the set has no backup_label: it is not a complete PostgreSQL backup")
+        })?;
+    crate::repo::write_atomic(&target.join("backup_label"), label.as_bytes())?;
+    for d in EMPTY_DIRS
+        .iter()
+        .chain(["pg_wal/archive_status", "pg_tblspc"].iter())
+    {
+        std::fs::create_dir_all(target.join(d))?;
+    }
+    if rec.restore_command.is_some() || rec.target.is_some() {
+        let mut conf = String::from("\n# Added by pagevault restore\n");
+        if let Some(cmd) = &rec.restore_command {
+            conf.push_str(&format!(
+                "restore_command = '{}'\n",
+                cmd.replace('\'', "''")
+            ));
+        }
+        if let Some((name, value)) = &rec.target {
+            conf.push_str(&format!("recovery_target_{name} = '{}'\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", value.replace('\'', "''")));
+            notes.push(format!("recovery stops before {name} {value}"));
+        }
+        let auto = target.join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&auto).unwrap_or_default();
+        text.push_str(&conf);
+        crate::repo::write_atomic(&auto, text.as_bytes())?;
+        std::fs::write(target.join("recovery.signal"), b"")?;
+        notes.push("recovery.signal and restore settings written to postgresql.auto.conf".into());
+    }
+    // PostgreSQL refuses a data directory others can read.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o700))?;
+    Ok(notes)
+}
