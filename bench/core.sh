@@ -14,7 +14,7 @@
 #
 # Usage: bench/core.sh [--work DIR] [--size-gb N] [--reps N] [--files N] [--sweep 0|1] [--no-build]
 #        (or positionally: bench/core.sh [WORKDIR [SIZE_GB]])
-# Environment: WORK_DIR, SIZE_GB, REPS, NFILES, SWEEP, PAGEVAULT (binary to use), NO_BUILD=1
+# Environment: WORK_DIR, SIZE_GB, REPS, NFILES, SWEEP, QUIET_BUDGET, PAGEVAULT (binary to use), NO_BUILD=1
 # See bench/README.md.
 set -euo pipefail
 
@@ -24,6 +24,7 @@ SIZE_GB=${SIZE_GB:-4}
 REPS=${REPS:-2}
 NFILES=${NFILES:-8}
 SWEEP=${SWEEP:-1}
+QUIET_BUDGET=${QUIET_BUDGET:-120}   # seconds in all to wait for other CPU load (a build) to pass
 NO_BUILD=${NO_BUILD:-0}
 PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
 DATA_VERSION=1            # bump when the generator changes: forces new data
@@ -190,6 +191,23 @@ now_ns() { date +%s%N; }
 # Busy CPU ticks of the whole machine (user nice system irq softirq steal), to tell
 # how much else ran during a measurement (another build, the host stealing time).
 busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+HZ=$(getconf CLK_TCK)
+NCPU=$(nproc)
+# Before each run: while something else keeps the CPUs over 25% busy (another build),
+# wait, up to QUIET_BUDGET seconds over the whole benchmark.
+QUIET_WAITED=0
+wait_quiet() {
+    local b0 b1 busy said=0
+    while :; do
+        b0=$(busy_ticks); sleep 0.5; b1=$(busy_ticks)
+        busy=$(((b1 - b0) * 200 / (HZ * NCPU)))
+        if [ "$busy" -lt 25 ] || [ "$QUIET_WAITED" -ge "$QUIET_BUDGET" ]; then return 0; fi
+        [ $said = 1 ] || log "  the machine is $busy% busy: waiting for it to calm down"
+        said=1
+        sleep 1.5
+        QUIET_WAITED=$((QUIET_WAITED + 2))
+    done
+}
 CASES=()
 note_case() { local c; for c in "${CASES[@]:-}"; do [ "$c" = "$1" ] && return; done; CASES+=("$1"); }
 
@@ -198,8 +216,10 @@ run_fio() {
     local name=$1 rep=$2 group=$3; shift 3
     note_case "$name"
     local json=$RUNDIR/${name// /_}.$rep.json
-    drop_caches
+    sync    # flush what the previous case wrote before judging how busy the machine is
     local t0 t1 b0 b1
+    wait_quiet
+    drop_caches
     b0=$(busy_ticks)
     t0=$(now_ns)
     if fio --name="${name// /_}" --rw=read --bs=1M --file_service_type=sequential --filename="$FIO_FILES" \
@@ -220,8 +240,10 @@ run_pv() {
     if [ "$1" = --sync ]; then syncdir=$2; shift 2; fi
     note_case "$name"
     local json=$RUNDIR/${name// /_}.$rep.json err=$RUNDIR/${name// /_}.$rep.err tf=$RUNDIR/time.tmp
-    drop_caches
+    sync    # flush what the previous case wrote before judging how busy the machine is
     local t0 t1 b0 b1 rc=0
+    wait_quiet
+    drop_caches
     b0=$(busy_ticks)
     t0=$(now_ns)
     /usr/bin/time -f '%M %U %S' -o "$tf" "$PV" "$@" --json > "$json" 2> "$err" || rc=$?
@@ -301,8 +323,6 @@ commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=$(cd "$ROOT" && git status --porcelain -- src Cargo.toml 2>/dev/null | grep -q . && echo "+uncommitted src changes" || true)
 dev=$(df -P "$WORK" | awk 'NR==2 {print $1}')
 
-HZ=$(getconf CLK_TCK)
-NCPU=$(nproc)
 export RESULTS SIZE_BYTES HZ NCPU
 python3 - "${CASES[@]}" > "$RUNDIR/table.md" <<'PY'
 import csv, json, os, statistics, sys
@@ -396,7 +416,7 @@ PY
     echo
     echo "- source: \`files:$SRC\`, $NFILES files, $((SIZE_BYTES / 1048576)) MiB (db-like pages, random, base64 text); device $dev"
     echo "- $cache"
-    echo "- pagevault $commit$dirty $build_note; $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; load average $LOAD_START at start, $LOAD_END at end; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements"
+    echo "- pagevault $commit$dirty $build_note; $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; load average $LOAD_START at start, $LOAD_END at end; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements, ${QUIET_WAITED} s of it waiting for other CPU load to pass"
     echo "- $REPS repetition(s) per case, run round-robin (every case once, then again); MB = 1,048,576 bytes. MB/s is measured by this script around the whole"
     echo "  command (raw bytes / wall seconds; disk backups include their fsync, restores include a \`sync -f\` of the target)."
     echo "  'pagevault-reported' is the mb_per_sec of its --json output. fio reads the same files in order with 1 MiB blocks."
