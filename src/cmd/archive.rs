@@ -1,6 +1,19 @@
-//! `pagevault archive-push` and `archive-get`: WAL archiving as log backups.
+//! `pagevault archive-push` and `archive-get`: WAL archiving as log backups, for
+//! PostgreSQL's `archive_command` and `restore_command`:
+//!
+//! ```text
+//! archive_command = 'pagevault archive-push %p --repo /backup/repo'
+//! restore_command = 'pagevault archive-get %f %p --repo /backup/repo'
+//! ```
+//!
+//! Exit 0 only when the file is durable in the repository (push) or complete at its
+//! destination (get). Any failure is exit 1 with one line on stderr; for archive-get
+//! that includes "not in the archive", which PostgreSQL expects for files that may not
+//! exist (e.g. the next timeline's history file).
 
-use anyhow::{bail, Result};
+use crate::repo::{wal, Repo};
+use crate::units::human;
+use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -24,10 +37,31 @@ pub struct GetArgs {
     pub repo: String,
 }
 
-pub fn run_push(_a: PushArgs) -> Result<()> {
-    bail!("archive-push is not implemented yet")
+pub fn run_push(a: PushArgs) -> Result<()> {
+    let repo = Repo::open(&a.repo, true)?;
+    let p = wal::push(&repo, &a.path)?;
+    match p.outcome {
+        wal::Outcome::Archived => println!(
+            "pagevault: archived {} ({} -> {}) in {:.3} s",
+            p.name,
+            human(p.raw_bytes),
+            human(p.stored_bytes),
+            p.seconds
+        ),
+        wal::Outcome::AlreadyArchived => println!(
+            "pagevault: {} was already archived with identical content: nothing to do",
+            p.name
+        ),
+        wal::Outcome::Repaired => println!(
+            "pagevault: {} was archived before but that copy was damaged: replaced it with this identical file",
+            p.name
+        ),
+    }
+    Ok(())
 }
 
-pub fn run_get(_a: GetArgs) -> Result<()> {
-    bail!("archive-get is not implemented yet")
+pub fn run_get(a: GetArgs) -> Result<()> {
+    let repo = Repo::open(&a.repo, false)?;
+    wal::fetch(&repo, &a.name, &a.dest)?;
+    Ok(())
 }
