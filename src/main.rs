@@ -46,6 +46,8 @@ enum Command {
     ArchiveGet(cmd::archive::GetArgs),
     /// List the backup sets a repository holds (msdb's backupset).
     History(cmd::history::HistoryArgs),
+    /// Measure a storage with the I/O patterns of a database (log, data, backup, restore ...).
+    Bench(cmd::bench::BenchArgs),
     /// Build a sample SQLite database, back it up to NUL and to two stripes, restore and verify it.
     Demo(DemoArgs),
 }
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         Command::ArchivePush(a) => cmd::archive::run_push(a),
         Command::ArchiveGet(a) => cmd::archive::run_get(a),
         Command::History(a) => cmd::history::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
         Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
     };
     match result {

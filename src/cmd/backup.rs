@@ -15,7 +15,6 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -58,6 +57,9 @@ pub struct BackupArgs {
     /// On a page checksum failure, finish the backup and mark the set damaged.
     #[arg(long)]
     pub continue_after_error: bool,
+    /// PostgreSQL: seconds to wait at pg_backup_stop for the WAL to be archived.
+    #[arg(long, default_value_t = 300)]
+    pub archive_timeout: u64,
     /// Compression: none, lz4, zstd or zstd:LEVEL (1..22).
     #[arg(long, default_value = "none")]
     pub compress: String,
@@ -95,7 +97,7 @@ pub struct BackupArgs {
     #[arg(long, default_value = "8K", value_parser = page_size)]
     pub page_size: u64,
     /// Read with O_DIRECT where the filesystem allows (bypasses the page cache).
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
     pub direct_io: String,
     /// Where the SQLite source puts its snapshot copy (default: beside the database).
     #[arg(long)]
@@ -106,21 +108,6 @@ pub struct BackupArgs {
     /// Print one JSON document with the results instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// The directory where the volume holding `path` is mounted.
-fn mount_point(path: &Path) -> PathBuf {
-    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else {
-        return path.to_path_buf();
-    };
-    let mut p = path.to_path_buf();
-    while let Some(parent) = p.parent() {
-        match std::fs::metadata(parent) {
-            Ok(m) if m.dev() == dev && parent != Path::new("") => p = parent.to_path_buf(),
-            _ => break,
-        }
-    }
-    p
 }
 
 pub fn run(a: BackupArgs) -> Result<()> {
@@ -139,16 +126,30 @@ struct Volumes {
 }
 
 impl Volumes {
+    /// The reader index of `e`'s volume; a volume is named by the deepest directory
+    /// holding all of its files (the database file itself for SQLite).
     fn of(&mut self, e: &SourceFile, kind: &str) -> usize {
-        let names = &mut self.names;
-        *self.index.entry(e.dev).or_insert_with(|| {
-            names.push(if kind == "sqlite" {
-                PathBuf::from(&e.rel_path)
-            } else {
-                mount_point(&e.abs_path)
-            });
-            names.len() - 1
-        })
+        let dir = if kind == "sqlite" {
+            PathBuf::from(&e.rel_path)
+        } else {
+            e.abs_path.parent().unwrap_or(Path::new("/")).to_path_buf()
+        };
+        match self.index.get(&e.dev) {
+            Some(&v) => {
+                let name = &mut self.names[v];
+                while !dir.starts_with(&*name) {
+                    if !name.pop() {
+                        break;
+                    }
+                }
+                v
+            }
+            None => {
+                self.names.push(dir);
+                self.index.insert(e.dev, self.names.len() - 1);
+                self.names.len() - 1
+            }
+        }
     }
 }
 
@@ -179,6 +180,16 @@ fn plan_of(
 
 /// Runs a backup and returns its JSON summary (printed as text unless --json).
 pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
+    let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
+    let r = backup_set(a, set_id);
+    if let (Err(_), Some(repo)) = (&r, &a.repo) {
+        // Failed stripes are removed by their devices; drop the then empty set folder.
+        let _ = std::fs::remove_dir(Path::new(repo).join("sets").join(hex::encode(set_id)));
+    }
+    r
+}
+
+fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
     let codec = CodecSpec::parse(&a.compress)?;
     match a.backup_type.as_str() {
         "log" => bail!("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'"),
@@ -186,13 +197,12 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         _ => {}
     }
     let repo = a.repo.as_deref().map(|r| Repo::open(r, true)).transpose()?;
-    let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
     let set_hex = hex::encode(set_id);
     let mut specs: Vec<String> = vec![];
     if let Some(repo) = &repo {
         let n = a.stripes.unwrap_or(if a.to.is_empty() { 1 } else { 0 });
         if n > 0 {
-            std::fs::create_dir_all(repo.set_dir(&set_hex))?;
+            crate::repo::create_dir(&repo.set_dir(&set_hex))?;
         }
         specs.extend((1..=n).map(|i| {
             repo.set_dir(&set_hex)
@@ -226,6 +236,7 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
                 .clone()
                 .unwrap_or_else(|| format!("pagevault {set_hex}")),
             continue_after_error: a.continue_after_error,
+            archive_timeout: a.archive_timeout,
         },
     )?;
     let mut entries = src.prepare()?;
@@ -579,7 +590,11 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
                 .collect(),
         })?;
     }
-    let total_s = (finished - started).num_milliseconds() as f64 / 1000.0;
+    // What the user waited for: the pipeline plus making every stripe durable.
+    let seconds = (chrono::Utc::now() - started)
+        .num_microseconds()
+        .unwrap_or(0) as f64
+        / 1e6;
     let rate = mb_per_sec(out.raw_bytes, seconds);
     if !a.json {
         for w in &warnings {
@@ -640,7 +655,7 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
         "stored_bytes": out.stored_bytes,
         "zero_frames": out.zero_frames,
         "seconds": seconds,
-        "total_seconds": total_s,
+        "pipeline_seconds": out.wall.as_secs_f64(),
         "mb_per_sec": rate,
         "stripes": stripes_out,
         "devices": specs,

@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod backup;
+pub mod bench;
 pub mod demo;
 pub mod history;
 pub mod info;
@@ -19,6 +20,7 @@ use std::time::Duration;
 /// "N percent processed." lines every `step` percent (SQL Server's STATS).
 pub struct Reporter {
     stop: Arc<AtomicBool>,
+    waker: Option<std::sync::mpsc::Sender<()>>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -30,6 +32,7 @@ impl Reporter {
         verb: &'static str,
     ) -> Reporter {
         let stop = Arc::new(AtomicBool::new(false));
+        let (waker, wake) = std::sync::mpsc::channel::<()>();
         let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
         let step = if json {
             None
@@ -73,17 +76,20 @@ impl Reporter {
                     }
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                // Wakes at once when finish() drops the sender.
+                let _ = wake.recv_timeout(Duration::from_millis(100));
             }
         });
         Reporter {
             stop,
+            waker: Some(waker),
             handle: Some(handle),
         }
     }
 
     pub fn finish(mut self) {
         self.stop.store(true, Relaxed);
+        self.waker.take();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -93,6 +99,7 @@ impl Reporter {
 impl Drop for Reporter {
     fn drop(&mut self) {
         self.stop.store(true, Relaxed);
+        self.waker.take();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }

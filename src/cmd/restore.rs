@@ -4,8 +4,9 @@ use super::{default_threads, print_json, set, Reporter};
 use crate::engine::restore::{self, FrameSink};
 use crate::engine::stats::Progress;
 use crate::format::manifest::{EntryKind, Manifest};
+use crate::repo::wal;
 use crate::repo::{CatalogEntry, Repo};
-use crate::source::{pgpage, postgres};
+use crate::source::postgres;
 use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -221,7 +222,7 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
         .until_lsn
         .as_deref()
         .map(|l| {
-            pgpage::parse_lsn(l)
+            crate::repo::wal::parse_lsn(l)
                 .ok_or_else(|| anyhow!("--until-lsn '{l}' is not an LSN like 0/3000148"))
         })
         .transpose()?;
@@ -238,7 +239,7 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
             (_, Some(l)) => c
                 .stop_lsn
                 .as_deref()
-                .and_then(pgpage::parse_lsn)
+                .and_then(crate::repo::wal::parse_lsn)
                 .is_none_or(|s| s <= l),
             _ => true,
         })
@@ -248,6 +249,53 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
         true => anyhow!("the repository holds no backup sets"),
         false => anyhow!("no full backup set in the repository ended before the recovery target"),
     })
+}
+
+/// Finds a broken log chain before anything is written: every segment after the
+/// set's own WAL, up to the target LSN (or to the newest archived one), must be there.
+fn check_wal_chain(
+    repo: &Repo,
+    entry: &CatalogEntry,
+    extra: &std::collections::BTreeMap<String, serde_json::Value>,
+    until_lsn: Option<&str>,
+) -> Result<()> {
+    let (Some(tli), Some(stop)) = (
+        entry.timeline,
+        entry.stop_lsn.as_deref().and_then(wal::parse_lsn),
+    ) else {
+        return Ok(());
+    };
+    let seg = extra
+        .get("wal_segment_size")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(16 << 20);
+    let first_needed = (stop / seg + 1) * seg; // the set holds the WAL up to its stop segment
+    let end = match until_lsn.and_then(wal::parse_lsn) {
+        Some(l) => l,
+        None => match wal::list(repo, tli)?
+            .last()
+            .and_then(|n| wal::parse_segment_name(n, seg))
+        {
+            Some((_, segno)) => segno * seg,
+            None => return Ok(()),
+        },
+    };
+    if end < first_needed {
+        return Ok(());
+    }
+    let missing = wal::missing_segments(repo, tli, first_needed, end, seg)?;
+    if !missing.is_empty() {
+        let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+        bail!(
+            "the log chain is broken: WAL segment(s) {}{} are missing from the archive of '{}', and recovery from set {} needs them; nothing was written (restore to an LSN before {} with --until-lsn, or bring the segments back)",
+            shown.join(", "),
+            if missing.len() > 5 { format!(" and {} more", missing.len() - 5) } else { String::new() },
+            repo.root.display(),
+            entry.set_id,
+            wal::format_lsn(wal::parse_segment_name(&missing[0], seg).map(|(_, s)| s * seg).unwrap_or(0))
+        );
+    }
+    Ok(())
 }
 
 fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
@@ -274,8 +322,12 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     }
     if is_pg {
         postgres::check_not_running(&a.to)?;
+        if let Some((repo, entry)) = &chosen {
+            check_wal_chain(repo, entry, &m.extra, a.until_lsn.as_deref())?;
+        }
     }
     let owner = a.owner.as_deref().map(lookup_user).transpose()?;
+    let started = std::time::Instant::now();
     prepare_target(&a.to, a.replace)?;
     let marker = a.to.join(MARKER);
     File::create(&marker)
@@ -367,7 +419,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         chown_tree(&a.to, uid, gid)?;
     }
     fs::remove_file(&marker)?;
-    let secs = out.wall.as_secs_f64();
+    let secs = started.elapsed().as_secs_f64();
     let rate = mb_per_sec(out.raw_bytes, secs);
     if a.read.json {
         print_json(&json!({

@@ -52,6 +52,37 @@ pub struct Repo {
     pub root: PathBuf,
 }
 
+/// When root writes into a repository another user owns (the one PostgreSQL's
+/// archive_command runs as), what it creates is given to that user.
+pub fn inherit_owner(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let Some(parent) = path.parent() else { return };
+    if let Ok(m) = fs::metadata(parent) {
+        if m.uid() != 0 {
+            let _ = std::os::unix::fs::lchown(path, Some(m.uid()), Some(m.gid()));
+        }
+    }
+}
+
+/// Creates a directory (and its parents) owned like the directory above it.
+pub fn create_dir(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(p) = path.parent() {
+        create_dir(p)?;
+    }
+    match fs::create_dir(path) {
+        Ok(()) => inherit_owner(path),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create '{}'", path.display())),
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` so that it is either absent or complete and durable.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
@@ -61,6 +92,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
     }
+    inherit_owner(&tmp);
     fs::rename(&tmp, path).with_context(|| format!("cannot rename '{}'", tmp.display()))?;
     if let Some(d) = path.parent() {
         if let Ok(d) = fs::File::open(d) {
@@ -82,11 +114,21 @@ impl Repo {
             if !create {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", root.display());
             }
-            if root.exists() && fs::read_dir(&root)?.next().is_some() {
+            // Another process (archive-push) may be creating the same repository.
+            let foreign = |n: &std::ffi::OsStr| {
+                !["sets", "catalog", "wal", MARKER]
+                    .iter()
+                    .any(|k| n.to_str().is_some_and(|n| n == *k || n.starts_with(MARKER)))
+            };
+            if root.exists()
+                && fs::read_dir(&root)?
+                    .filter_map(|e| e.ok())
+                    .any(|e| foreign(&e.file_name()))
+            {
                 bail!("'{}' is not empty and not a pagevault repository: name an empty or new directory", root.display());
             }
             for d in ["sets", "catalog", "wal"] {
-                fs::create_dir_all(root.join(d))
+                create_dir(&root.join(d))
                     .with_context(|| format!("cannot create repository '{}'", root.display()))?;
             }
             write_atomic(&marker, b"pagevault repository 1\n")?;

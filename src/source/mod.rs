@@ -52,6 +52,7 @@ pub struct Options {
     pub pgdata: Option<PathBuf>,
     pub label: String,
     pub continue_after_error: bool,
+    pub archive_timeout: u64,
 }
 
 /// Parses a SOURCE argument: `files:PATH` or `sqlite:PATH`.
@@ -67,6 +68,7 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
         _ if spec.starts_with("postgres://") || spec.starts_with("postgresql://") => {
             let mut pg = postgres::Postgres::new(spec, opts.pgdata.clone(), opts.label.clone())?;
             pg.continue_after_error = opts.continue_after_error;
+            pg.archive_timeout = opts.archive_timeout;
             Ok(Box::new(pg))
         }
         _ => bail!("unknown source '{spec}': use files:PATH, sqlite:PATH or postgres://USER@HOST:PORT/DB?pgdata=DIR"),

@@ -61,15 +61,6 @@ pub fn is_new(page: &[u8]) -> bool {
     u16::from_le_bytes([page[14], page[15]]) == 0
 }
 
-pub fn format_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
-}
-
-pub fn parse_lsn(s: &str) -> Option<u64> {
-    let (hi, lo) = s.trim().split_once('/')?;
-    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
-}
-
 /// True for relation data files (`1234`, `1234_fsm`, `1234.7`): the files with pages
 /// and checksums. `rel_path` is the path inside the data directory.
 pub fn is_relation_file(rel_path: &str) -> bool {
@@ -130,13 +121,6 @@ mod tests {
             assert!(!is_relation_file(p), "{p}");
         }
         assert_eq!(segment_number("base/1/1259.12"), 12);
-    }
-
-    #[test]
-    fn lsn_text() {
-        assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
-        assert_eq!(format_lsn(0x16_B374_D848), "16/B374D848");
-        assert_eq!(parse_lsn("zz"), None);
     }
 
     #[test]

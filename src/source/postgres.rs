@@ -26,8 +26,26 @@ pub struct Postgres {
     timeline: u32,
     checksums: bool,
     pub continue_after_error: bool,
+    /// Seconds pg_backup_stop may wait for WAL archiving.
+    pub archive_timeout: u64,
     label: String,
 }
+
+/// The server's own words for an error (the driver's Display says only "db error").
+fn pg_err(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => {
+            let mut m = format!("{}: {}", d.severity(), d.message());
+            if let Some(h) = d.hint() {
+                m.push_str(&format!(" (hint: {h})"));
+            }
+            m
+        }
+        None => e.to_string(),
+    }
+}
+
+const PRIVILEGE_HINT: &str = " (the backup user needs superuser, or EXECUTE on pg_backup_start, pg_backup_stop and pg_control_system)";
 
 /// Directories whose contents are never copied (the directory itself is kept).
 const EMPTY_DIRS: &[&str] = &[
@@ -98,6 +116,7 @@ impl Postgres {
             timeline: 0,
             checksums: false,
             continue_after_error: false,
+            archive_timeout: 300,
             label,
         })
     }
@@ -107,10 +126,15 @@ impl Postgres {
     }
 
     fn query_one_text(&mut self, sql: &str) -> Result<String> {
-        let row = self
-            .client()
-            .query_one(sql, &[])
-            .with_context(|| format!("query failed: {sql}"))?;
+        let row = self.client().query_one(sql, &[]).map_err(|e| {
+            let msg = pg_err(&e);
+            let hint = if msg.contains("permission denied") {
+                PRIVILEGE_HINT
+            } else {
+                ""
+            };
+            anyhow!("query failed: {sql}: {msg}{hint}")
+        })?;
         Ok(row.get::<_, String>(0))
     }
 
@@ -271,8 +295,9 @@ impl Source for Postgres {
     fn prepare(&mut self) -> Result<Vec<SourceFile>> {
         let client = postgres::Client::connect(&self.url, postgres::NoTls).map_err(|e| {
             anyhow!(
-                "cannot connect to PostgreSQL at {}: {e}; is the server running and the URL right?",
-                self.location
+                "cannot connect to PostgreSQL at {}: {}; is the server running and the URL right?",
+                self.location,
+                pg_err(&e)
             )
         })?;
         self.client = Some(client);
@@ -309,15 +334,16 @@ impl Source for Postgres {
                 &[&label],
             )
             .map_err(|e| {
-                let hint = if e.to_string().contains("permission denied") {
-                    " (the user needs superuser, or EXECUTE on pg_backup_start and pg_backup_stop)"
+                let msg = pg_err(&e);
+                let hint = if msg.contains("permission denied") {
+                    PRIVILEGE_HINT
                 } else {
                     ""
                 };
-                anyhow!("pg_backup_start failed: {e}{hint}")
+                anyhow!("pg_backup_start failed: {msg}{hint}")
             })?;
         let start: String = row.get(0);
-        self.start_lsn = pgpage::parse_lsn(&start)
+        self.start_lsn = crate::repo::wal::parse_lsn(&start)
             .ok_or_else(|| anyhow!("server returned a bad LSN '{start}'"))?;
         let start_wal: String = self
             .client()
@@ -331,6 +357,12 @@ impl Source for Postgres {
         self.facts
             .insert("data_checksums".into(), self.checksums.into());
         self.facts.insert("system_identifier".into(), sysid.into());
+        let seg =
+            self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
+        self.facts.insert(
+            "wal_segment_size".into(),
+            seg.parse::<u64>().unwrap_or(16 << 20).into(),
+        );
         let mut out = vec![];
         self.walk(&pgdata, "", &mut out)?;
         Ok(out)
@@ -345,12 +377,19 @@ impl Source for Postgres {
             drop(client);
             return Ok(Finish::default());
         }
+        // pg_backup_stop waits for the WAL to be archived; a broken archive_command
+        // would make it wait forever.
+        let limit = self.archive_timeout;
+        client.batch_execute(&format!("SET statement_timeout = '{limit}s'"))?;
         let row = client
-            .query_one(
-                "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(true)",
-                &[],
-            )
-            .context("pg_backup_stop failed")?;
+            .query_one("SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(true)", &[])
+            .map_err(|e| {
+                if e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) {
+                    anyhow!("pg_backup_stop waited {limit} s for the WAL to be archived: archive_command is failing or too slow (see pg_stat_archiver and the server log); the backup is not valid")
+                } else {
+                    anyhow!("pg_backup_stop failed: {}", pg_err(&e))
+                }
+            })?;
         let stop: String = row.get(0);
         let label: String = row.get(1);
         let spcmap: Option<String> = row.get(2);

@@ -12,6 +12,9 @@ pub struct Pg {
     pub data: PathBuf,
     pub port: u16,
     running: bool,
+    /// Options for a cluster whose postgresql.conf names another port (a restored copy).
+    opts: Option<String>,
+    owns_dir: bool,
 }
 
 fn free_port() -> u16 {
@@ -93,26 +96,57 @@ impl Pg {
             data,
             port,
             running: false,
+            opts: None,
+            owns_dir: true,
         };
         pg.pg_ctl_start();
         pg
     }
 
+    /// Starts a restored data directory on a free port.
+    pub fn adopt(data: &Path) -> Pg {
+        let port = free_port();
+        let dir = data.parent().unwrap().to_path_buf();
+        let opts = format!("-p {port} -c unix_socket_directories=/tmp -c archive_mode=off");
+        let mut pg = Pg {
+            dir,
+            data: data.to_path_buf(),
+            port,
+            running: false,
+            opts: Some(opts),
+            owns_dir: false,
+        };
+        pg.pg_ctl_start();
+        pg
+    }
+
+    /// Waits until the server has left recovery (promoted at its target).
+    pub fn wait_promoted(&self) {
+        for _ in 0..600 {
+            if self.sql("SELECT pg_is_in_recovery()") == "f" {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("server still in recovery after 60 s:\n{}", self.log());
+    }
+
     pub fn pg_ctl_start(&mut self) {
-        let log = self.dir.join("log");
-        as_postgres(
-            &format!("{BIN}/pg_ctl"),
-            &[
-                "-D",
-                self.data.to_str().unwrap(),
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-t",
-                "120",
-                "start",
-            ],
-        );
+        let log = self.log_path();
+        let mut args = vec![
+            "-D",
+            self.data.to_str().unwrap(),
+            "-l",
+            log.to_str().unwrap(),
+            "-w",
+            "-t",
+            "120",
+        ];
+        if let Some(o) = &self.opts {
+            args.extend(["-o", o.as_str()]);
+        }
+        args.push("start");
+        as_postgres(&format!("{BIN}/pg_ctl"), &args);
         self.running = true;
     }
 
@@ -145,8 +179,12 @@ impl Pg {
         sql_at(self.port, "postgres", sql)
     }
 
+    fn log_path(&self) -> PathBuf {
+        self.dir.join(format!("log-{}", self.port))
+    }
+
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 }
 
@@ -180,7 +218,7 @@ pub fn sql_at(port: u16, db: &str, sql: &str) -> String {
 impl Drop for Pg {
     fn drop(&mut self) {
         self.stop();
-        if !std::thread::panicking() {
+        if self.owns_dir && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

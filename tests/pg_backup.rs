@@ -1,0 +1,381 @@
+//! PostgreSQL 15, for real: hot backups under load, restore and start, point in
+//! time recovery, page checksum failures, and the bad inputs a DBA will meet.
+
+mod common;
+use common::pg::{give_to_postgres, postgres_dir, Pg, BIN};
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+fn pgbench(pg: &Pg, args: &[&str]) -> Command {
+    let mut c = Command::new(format!("{BIN}/pgbench"));
+    c.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &pg.port.to_string(),
+        "-U",
+        "postgres",
+    ])
+    .args(args)
+    .arg("postgres");
+    c
+}
+
+/// pgbench's invariant: every transaction moves the same delta through all four tables.
+fn assert_pgbench_consistent(pg: &Pg) {
+    let sums = pg.sql(
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(bbalance) FROM pgbench_branches) || ' ' || \
+         (SELECT sum(tbalance) FROM pgbench_tellers) || ' ' || (SELECT coalesce(sum(delta),0) FROM pgbench_history)",
+    );
+    let v: Vec<&str> = sums.split(' ').collect();
+    assert!(
+        v.iter().all(|x| *x == v[0]),
+        "pgbench tables disagree: {sums}"
+    );
+}
+
+fn amcheck(pg: &Pg) {
+    let out = Command::new(format!("{BIN}/pg_amcheck"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port.to_string(),
+            "-U",
+            "postgres",
+            "--install-missing",
+            "--heapallindexed",
+            "--all",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pg_amcheck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn hot_backup_under_pgbench_restores_and_starts_consistent() {
+    let pg = Pg::start(true, None);
+    assert!(pgbench(&pg, &["-i", "-s", "8", "-q"])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let work = postgres_dir("hot");
+    let mut load = pgbench(&pg, &["-T", "12", "-c", "2", "-n"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let before: i64 = pg
+        .sql("SELECT count(*) FROM pgbench_history")
+        .parse()
+        .unwrap();
+    let (a, b) = (s(&work.join("a.pv")), s(&work.join("b.pv")));
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let j = json(&[
+        "backup",
+        "--source",
+        &url,
+        "--to",
+        &a,
+        "--to",
+        &b,
+        "--compress",
+        "lz4",
+    ]);
+    assert!(load.wait().unwrap().success());
+    assert_eq!(j["extra"]["data_checksums"], true);
+    assert!(j["extra"]["backup_label"]
+        .as_str()
+        .unwrap()
+        .contains("START WAL LOCATION"));
+    assert_eq!(
+        j["source"]["identity"]["system_identifier"],
+        pg.sql("SELECT system_identifier FROM pg_control_system()")
+    );
+    let files = json(&["files", "--from", &a, "--from", &b]);
+    let paths: Vec<&str> = files["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        !paths.contains(&"postmaster.pid"),
+        "postmaster.pid must not be copied"
+    );
+    assert!(
+        paths.iter().any(|p| p.starts_with("pg_wal/0000000")),
+        "the WAL of the backup must be in the set"
+    );
+    assert!(!paths
+        .iter()
+        .any(|p| p.starts_with("pg_stat_tmp/") || p.starts_with("pg_replslot/")));
+
+    let target = work.join("restored");
+    ok(&[
+        "restore",
+        "--from",
+        &a,
+        "--from",
+        &b,
+        "--to",
+        &s(&target),
+        "--owner",
+        "postgres",
+    ]);
+    let restored = Pg::adopt(&target);
+    let after: i64 = restored
+        .sql("SELECT count(*) FROM pgbench_history")
+        .parse()
+        .unwrap();
+    assert!(
+        after >= before,
+        "restored {after} transactions, fewer than the {before} committed before the backup began"
+    );
+    assert_pgbench_consistent(&restored);
+    amcheck(&restored);
+    drop(restored);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn point_in_time_recovery_to_an_lsn_and_to_a_time() {
+    let repo = postgres_dir("pitr-repo");
+    let repo_s = s(&repo);
+    let archive = format!("{} archive-push %p --repo {repo_s}", bin());
+    let pg = Pg::start(true, Some(&archive));
+    pg.sql("CREATE TABLE marks(id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())");
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    ok(&[
+        "backup",
+        "--source",
+        &url,
+        "--repo",
+        &repo_s,
+        "--compress",
+        "zstd",
+    ]);
+    give_to_postgres(&repo);
+    let hist = json(&["history", "--repo", &repo_s]);
+    assert_eq!(hist["sets"].as_array().unwrap().len(), 1);
+    assert_eq!(hist["sets"][0]["backup_type"], "full");
+
+    pg.sql("INSERT INTO marks(id) VALUES (1)");
+    let lsn1 = pg.sql("SELECT pg_current_wal_insert_lsn()");
+    std::thread::sleep(Duration::from_millis(1100));
+    let t1 = pg.sql("SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US+00')");
+    std::thread::sleep(Duration::from_millis(1100));
+    pg.sql("INSERT INTO marks(id) VALUES (2)");
+    pg.sql("INSERT INTO marks(id) VALUES (3)");
+    let seg = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
+    pg.sql("SELECT pg_switch_wal()");
+    for _ in 0..300 {
+        let last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver");
+        if last >= seg {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        pg.sql("SELECT failed_count FROM pg_stat_archiver"),
+        "0",
+        "{}",
+        pg.log()
+    );
+
+    for (flag, value) in [("--until-lsn", lsn1.as_str()), ("--until", t1.as_str())] {
+        let target = postgres_dir("pitr-target").join("data");
+        let out = ok(&[
+            "restore",
+            "--repo",
+            &repo_s,
+            "--to",
+            &s(&target),
+            flag,
+            value,
+            "--owner",
+            "postgres",
+        ]);
+        assert!(out.contains("recovery stops before"), "{out}");
+        let r = Pg::adopt(&target);
+        r.wait_promoted();
+        assert_eq!(
+            r.sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM marks"),
+            "1",
+            "{flag} {value}: {}",
+            r.log()
+        );
+        drop(r);
+        let _ = std::fs::remove_dir_all(target.parent().unwrap());
+    }
+    // Without a target: everything archived is replayed.
+    let target = postgres_dir("pitr-all").join("data");
+    ok(&[
+        "restore",
+        "--repo",
+        &repo_s,
+        "--to",
+        &s(&target),
+        "--owner",
+        "postgres",
+    ]);
+    let r = Pg::adopt(&target);
+    r.wait_promoted();
+    assert_eq!(
+        r.sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM marks"),
+        "1,2,3"
+    );
+    drop(r);
+    let _ = std::fs::remove_dir_all(target.parent().unwrap());
+    let _ = std::fs::remove_dir_all(&repo);
+}
+
+#[test]
+fn page_checksum_failure_is_caught_with_file_and_block() {
+    let mut pg = Pg::start(true, None);
+    pg.sql(
+        "CREATE TABLE victim AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 20000) g",
+    );
+    pg.sql("CHECKPOINT");
+    let rel = pg.sql("SELECT pg_relation_filepath('victim')");
+    pg.stop();
+    let file = pg.data.join(&rel);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.write_all_at(b"CORRUPTION", 3 * 8192 + 4000).unwrap();
+    }
+    pg.pg_ctl_start();
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let work = postgres_dir("corrupt");
+    let st = s(&work.join("x.pv"));
+    let e = fails(&["backup", "--source", &url, "--to", &st], 1);
+    assert!(
+        e.contains("page checksum failure") && e.contains(&rel) && e.contains("block 3"),
+        "{e}"
+    );
+    assert!(!work.join("x.pv").exists() && !work.join("x.pv.partial").exists());
+    // The server's backup was ended: another backup can start at once.
+    let j = json(&[
+        "backup",
+        "--source",
+        &url,
+        "--to",
+        &st,
+        "--continue-after-error",
+    ]);
+    assert_eq!(j["damaged"], true);
+    assert!(j["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("block 3")));
+    let h = json(&["header", "--from", &st]);
+    assert_eq!(h["sets"][0]["damaged"], true);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn cluster_without_checksums_backs_up_and_restores() {
+    let pg = Pg::start(false, None);
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 50000) g");
+    let work = postgres_dir("nochk");
+    let st = s(&work.join("x.pv"));
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let j = json(&[
+        "backup",
+        "--source",
+        &url,
+        "--to",
+        &st,
+        "--compress",
+        "zstd",
+    ]);
+    assert_eq!(j["extra"]["data_checksums"], false);
+    ok(&["verify", "--from", &st]);
+    let target = work.join("r");
+    ok(&[
+        "restore",
+        "--from",
+        &st,
+        "--to",
+        &s(&target),
+        "--owner",
+        "postgres",
+    ]);
+    let r = Pg::adopt(&target);
+    assert_eq!(r.sql("SELECT count(*) FROM t"), "50000");
+    drop(r);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let pg = Pg::start(true, None);
+    let other = Pg::start(false, None);
+    let work = postgres_dir("bad");
+    let st = s(&work.join("x.pv"));
+    // pgdata of another cluster.
+    let url = format!("{}?pgdata={}", pg.url(), s(&other.data));
+    let e = fails(&["backup", "--source", &url, "--to", &st], 1);
+    assert!(
+        e.contains("belongs to cluster") && e.contains(&s(&other.data)),
+        "{e}"
+    );
+    // Server down.
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            "postgres://postgres@127.0.0.1:1/postgres?pgdata=/tmp",
+            "--to",
+            &st,
+        ],
+        1,
+    );
+    assert!(
+        e.contains("cannot connect to PostgreSQL") && e.contains("127.0.0.1:1"),
+        "{e}"
+    );
+    // Not enough privileges.
+    pg.sql("CREATE ROLE weak LOGIN");
+    let url = format!(
+        "postgres://weak@127.0.0.1:{}/postgres?pgdata={}",
+        pg.port,
+        s(&pg.data)
+    );
+    let e = fails(&["backup", "--source", &url, "--to", &st], 1);
+    assert!(
+        e.contains("permission denied") && e.contains("superuser"),
+        "{e}"
+    );
+    assert!(!work.join("x.pv").exists());
+    // Restore over a running cluster's data directory.
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    ok(&["backup", "--source", &url, "--to", &st]);
+    let e = fails(
+        &["restore", "--from", &st, "--to", &s(&pg.data), "--replace"],
+        1,
+    );
+    assert!(e.contains("running PostgreSQL server"), "{e}");
+    assert!(
+        pg.data.join("PG_VERSION").exists(),
+        "nothing may be removed from a running cluster"
+    );
+    assert_eq!(pg.sql("SELECT 1"), "1");
+    // A repository of one cluster refuses another cluster's backups.
+    let repo = s(&work.join("repo"));
+    ok(&["backup", "--source", &url, "--repo", &repo]);
+    let url2 = format!("{}?pgdata={}", other.url(), s(&other.data));
+    let e = fails(&["backup", "--source", &url2, "--repo", &repo], 1);
+    assert!(e.contains("one repository per cluster"), "{e}");
+    let _ = std::fs::remove_dir_all(&work);
+}
