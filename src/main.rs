@@ -46,6 +46,8 @@ enum Command {
     ArchiveGet(cmd::archive::GetArgs),
     /// List the backup sets a repository holds (msdb's backupset).
     History(cmd::history::HistoryArgs),
+    /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
+    Sql(cmd::sql::SqlArgs),
     /// Measure a storage with the I/O patterns of a database (log, data, backup, restore ...).
     Bench(cmd::bench::BenchArgs),
     /// Build a sample SQLite database, back it up to NUL and to two stripes, restore and verify it.
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Command::ArchiveGet(a) => cmd::archive::run_get(a),
         Command::History(a) => cmd::history::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Sql(a) => cmd::sql::run(a),
         Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
     };
     match result {

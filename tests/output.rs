@@ -153,7 +153,7 @@ fn bad_arguments_are_usage_errors_with_the_range() {
     );
     fails(&["backup", "--source", "files:/tmp"], 2);
     let e = fails(&["backup", "--source", "oracle:x", "--to", "NUL"], 1);
-    assert!(e.contains("files:PATH or sqlite:PATH"), "{e}");
+    assert!(e.contains("files:PATH, sqlite:PATH or postgres://"), "{e}");
     let e = fails(
         &[
             "backup",
@@ -217,4 +217,72 @@ fn restore_refuses_a_non_empty_target_without_replace() {
     ok(&["restore", "--from", &st, "--to", &s(&out), "--replace"]);
     assert!(!out.join("keep.txt").exists());
     assert_same_tree(&src, &out);
+}
+
+#[test]
+fn sql_statements_map_to_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let source = format!("files:{}", s(&src));
+    let out = ok(&[
+        "sql",
+        "--source",
+        &source,
+        "BACKUP DATABASE [src] TO DISK = 'NUL' WITH STATS = 50, COMPRESSION",
+    ]);
+    assert!(
+        out.contains("50 percent processed.")
+            && out.contains("BACKUP DATABASE successfully processed"),
+        "{out}"
+    );
+    let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
+    let stmt = format!(
+        "BACKUP DATABASE src TO DISK = '{a}', DISK = N'{b}' WITH BUFFERCOUNT = 9, MAXTRANSFERSIZE = 131072, BLOCKSIZE = 65536, COPY_ONLY, NAME = 'it''s'; \
+         RESTORE VERIFYONLY FROM DISK = '{a}', DISK = '{b}'"
+    );
+    let out = ok(&["sql", "--source", &source, &stmt]);
+    assert!(out.contains("The backup set on file 1 is valid."), "{out}");
+    let h = json(&["header", "--from", &a]);
+    assert_eq!(h["sets"][0]["transfer_size"], 131072);
+    assert_eq!(h["sets"][0]["block_size"], 65536);
+    assert_eq!(h["sets"][0]["copy_only"], true);
+    assert_eq!(h["sets"][0]["name"], "it's");
+    let out = ok(&[
+        "sql",
+        &format!("RESTORE FILELISTONLY FROM DISK = '{a}', DISK = '{b}'"),
+    ]);
+    assert!(out.contains("base/16384/1259"), "{out}");
+    let e = fails(
+        &[
+            "sql",
+            "--source",
+            &source,
+            "BACKUP DATABASE src TO DISK = 'NUL' WITH MIRROR_TO, ENCRYPTION",
+        ],
+        1,
+    );
+    assert!(e.contains("MIRROR_TO") && e.contains("ENCRYPTION"), "{e}");
+    let e = fails(
+        &[
+            "sql",
+            "--source",
+            &source,
+            "BACKUP DATABASE src TO DISK = 'NUL' WITH MAXTRANSFERSIZE = 1000",
+        ],
+        1,
+    );
+    assert!(e.contains("multiple of 65536"), "{e}");
+    let e = fails(
+        &[
+            "sql",
+            "--source",
+            &source,
+            "BACKUP DATABASE src TO URL = 'https://x'",
+        ],
+        1,
+    );
+    assert!(e.contains("URL is not supported"), "{e}");
+    let e = fails(&["sql", "SELECT 1"], 1);
+    assert!(e.contains("only BACKUP and RESTORE"), "{e}");
 }

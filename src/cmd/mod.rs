@@ -9,6 +9,7 @@ pub mod history;
 pub mod info;
 pub mod restore;
 pub mod set;
+pub mod sql;
 
 use crate::engine::stats::Progress;
 use std::io::IsTerminal;
