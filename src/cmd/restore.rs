@@ -183,11 +183,14 @@ fn set_mtime(p: &Path, mtime: i64) {
     }
 }
 
+/// A set picked from a repository's catalog.
+type Chosen = (Repo, CatalogEntry);
+
 /// The stripes to read: --from as given, or the chosen set of --repo.
 fn resolve(
     a: &ReadArgs,
     pick: impl Fn(&[CatalogEntry]) -> Result<CatalogEntry>,
-) -> Result<(Vec<String>, Option<(Repo, CatalogEntry)>)> {
+) -> Result<(Vec<String>, Option<Chosen>)> {
     let Some(r) = &a.repo else {
         return Ok((a.from.clone(), None));
     };
@@ -230,8 +233,9 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
         .iter()
         .rev()
         .filter(|c| c.backup_type == "full" && !c.damaged);
+    let mut usable = usable;
     let chosen = usable
-        .filter(|c| match (&a.until, until_lsn) {
+        .find(|c| match (&a.until, until_lsn) {
             (Some(t), _) => chrono::DateTime::parse_from_rfc3339(&c.finished)
                 .ok()
                 .zip(parse_time(t))
@@ -243,7 +247,6 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
                 .is_none_or(|s| s <= l),
             _ => true,
         })
-        .next()
         .cloned();
     chosen.ok_or_else(|| match catalog.is_empty() {
         true => anyhow!("the repository holds no backup sets"),

@@ -530,45 +530,6 @@ impl ChunkFilter for PageChecker {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wal_ranges() {
-        assert_eq!(
-            wal_range("000000010000000000000003", "000000010000000000000003").len(),
-            1
-        );
-        let r = wal_range("0000000100000000000000FE", "000000010000000100000001");
-        assert_eq!(
-            r,
-            [
-                "0000000100000000000000FE",
-                "0000000100000000000000FF",
-                "000000010000000100000000",
-                "000000010000000100000001"
-            ]
-        );
-    }
-
-    #[test]
-    fn url_without_password_is_shown() {
-        let p = Postgres::new(
-            "postgres://alice:secret@127.0.0.1:5432/app?pgdata=/d&sslmode=disable",
-            None,
-            "x".into(),
-        )
-        .unwrap();
-        assert_eq!(
-            p.location,
-            "postgres://alice@127.0.0.1:5432/app?sslmode=disable"
-        );
-        assert_eq!(p.pgdata.as_deref(), Some(Path::new("/d")));
-        assert!(!p.url.contains("pgdata"));
-    }
-}
-
 /// What recovery a restored data directory is set up for.
 pub struct Recovery {
     /// `restore_command` fetching WAL from the repository's archive.
@@ -641,4 +602,43 @@ pub fn finish_restore(
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o700))?;
     Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_ranges() {
+        assert_eq!(
+            wal_range("000000010000000000000003", "000000010000000000000003").len(),
+            1
+        );
+        let r = wal_range("0000000100000000000000FE", "000000010000000100000001");
+        assert_eq!(
+            r,
+            [
+                "0000000100000000000000FE",
+                "0000000100000000000000FF",
+                "000000010000000100000000",
+                "000000010000000100000001"
+            ]
+        );
+    }
+
+    #[test]
+    fn url_without_password_is_shown() {
+        let p = Postgres::new(
+            "postgres://alice:secret@127.0.0.1:5432/app?pgdata=/d&sslmode=disable",
+            None,
+            "x".into(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.location,
+            "postgres://alice@127.0.0.1:5432/app?sslmode=disable"
+        );
+        assert_eq!(p.pgdata.as_deref(), Some(Path::new("/d")));
+        assert!(!p.url.contains("pgdata"));
+    }
 }
