@@ -36,7 +36,7 @@ fn page_size(s: &str) -> Result<u64, String> {
 
 #[derive(Args, Clone)]
 pub struct BackupArgs {
-    /// What to back up: files:PATH (a file or directory tree) or sqlite:PATH (a live database).
+    /// What to back up: files:PATH (a file or directory tree), sqlite:PATH (a live database) or postgres://USER@HOST:PORT/DB?pgdata=DIR (a running cluster).
     #[arg(long)]
     pub source: String,
     /// Destination: a file path (one stripe) or NUL. Repeat to stripe the set over several devices.
@@ -108,6 +108,22 @@ pub struct BackupArgs {
     /// Print one JSON document with the results instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+impl BackupArgs {
+    /// The command line's defaults, for commands that start backups themselves.
+    pub fn with_defaults(source: &str, to: &[String]) -> BackupArgs {
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            a: BackupArgs,
+        }
+        let mut argv = vec!["backup".to_string(), "--source".into(), source.into()];
+        for d in to {
+            argv.extend(["--to".into(), d.clone()]);
+        }
+        <Wrap as clap::Parser>::parse_from(argv).a
+    }
 }
 
 pub fn run(a: BackupArgs) -> Result<()> {

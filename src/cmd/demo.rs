@@ -80,32 +80,11 @@ pub fn make_sample(path: &Path, mb: u64) -> Result<()> {
 }
 
 fn args(source: String, to: Vec<String>, compress: &str) -> BackupArgs {
-    BackupArgs {
-        source,
-        to,
-        repo: None,
-        stripes: None,
-        backup_type: "full".into(),
-        pgdata: None,
-        continue_after_error: false,
-        archive_timeout: 300,
-        compress: compress.into(),
-        buffer_count: None,
-        max_transfer_size: 1 << 20,
-        block_size: 4096,
-        readers: 1,
-        read_depth: 4,
-        threads: None,
-        stats: Some(10),
-        show_config: false,
-        copy_only: false,
-        name: Some("pagevault demo".into()),
-        page_size: 8192,
-        direct_io: "off".into(),
-        spool: None,
-        verbose: false,
-        json: false,
-    }
+    let mut a = BackupArgs::with_defaults(&source, &to);
+    a.compress = compress.into();
+    a.stats = Some(10);
+    a.name = Some("pagevault demo".into());
+    a
 }
 
 pub fn run(dir: &Path, size_mb: u64) -> Result<()> {

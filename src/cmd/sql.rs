@@ -195,35 +195,6 @@ fn num(name: &str, v: &Option<Tok>) -> Result<u64> {
     }
 }
 
-fn backup_args(source: String, to: Vec<String>, repo: Option<String>) -> BackupArgs {
-    BackupArgs {
-        source,
-        to,
-        repo,
-        stripes: None,
-        backup_type: "full".into(),
-        pgdata: None,
-        continue_after_error: false,
-        archive_timeout: 300,
-        compress: "none".into(),
-        buffer_count: None,
-        max_transfer_size: 1 << 20,
-        block_size: 4096,
-        readers: 1,
-        read_depth: 4,
-        threads: None,
-        stats: None,
-        show_config: false,
-        copy_only: false,
-        name: None,
-        page_size: 8192,
-        direct_io: "off".into(),
-        spool: None,
-        verbose: false,
-        json: false,
-    }
-}
-
 fn run_backup(p: &mut P, a: &SqlArgs) -> Result<()> {
     if p.word("LOG") {
         bail!("BACKUP LOG: log backups are continuous WAL archiving here; set archive_command = 'pagevault archive-push %p --repo DIR' (every archived segment is a log backup)");
@@ -241,7 +212,7 @@ fn run_backup(p: &mut P, a: &SqlArgs) -> Result<()> {
         .source
         .clone()
         .ok_or_else(|| anyhow!("BACKUP needs --source (the database the statement names)"))?;
-    let mut b = backup_args(source, to, None);
+    let mut b = BackupArgs::with_defaults(&source, &to);
     let nul = b.to.iter().all(|d| d.eq_ignore_ascii_case("nul"));
     if !nul {
         b.repo = a.repo.clone();

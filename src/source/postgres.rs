@@ -33,16 +33,17 @@ pub struct Postgres {
 
 /// The server's own words for an error (the driver's Display says only "db error").
 fn pg_err(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(d) => {
-            let mut m = format!("{}: {}", d.severity(), d.message());
-            if let Some(h) = d.hint() {
-                m.push_str(&format!(" (hint: {h})"));
-            }
-            m
-        }
-        None => e.to_string(),
+    let Some(d) = e.as_db_error() else {
+        return e.to_string();
+    };
+    let mut m = format!("{}: {}", d.severity(), d.message());
+    if let Some(h) = d.hint() {
+        m.push_str(&format!(" (hint: {h})"));
     }
+    if d.message().contains("permission denied") {
+        m.push_str(PRIVILEGE_HINT);
+    }
+    m
 }
 
 const PRIVILEGE_HINT: &str = " (the backup user needs superuser, or EXECUTE on pg_backup_start, pg_backup_stop and pg_control_system)";
@@ -126,15 +127,10 @@ impl Postgres {
     }
 
     fn query_one_text(&mut self, sql: &str) -> Result<String> {
-        let row = self.client().query_one(sql, &[]).map_err(|e| {
-            let msg = pg_err(&e);
-            let hint = if msg.contains("permission denied") {
-                PRIVILEGE_HINT
-            } else {
-                ""
-            };
-            anyhow!("query failed: {sql}: {msg}{hint}")
-        })?;
+        let row = self
+            .client()
+            .query_one(sql, &[])
+            .map_err(|e| anyhow!("query failed: {sql}: {}", pg_err(&e)))?;
         Ok(row.get::<_, String>(0))
     }
 
@@ -333,15 +329,7 @@ impl Source for Postgres {
                 "SELECT pg_backup_start($1, true)::text, pg_walfile_name(pg_current_wal_lsn())",
                 &[&label],
             )
-            .map_err(|e| {
-                let msg = pg_err(&e);
-                let hint = if msg.contains("permission denied") {
-                    PRIVILEGE_HINT
-                } else {
-                    ""
-                };
-                anyhow!("pg_backup_start failed: {msg}{hint}")
-            })?;
+            .map_err(|e| anyhow!("pg_backup_start failed: {}", pg_err(&e)))?;
         let start: String = row.get(0);
         self.start_lsn = crate::repo::wal::parse_lsn(&start)
             .ok_or_else(|| anyhow!("server returned a bad LSN '{start}'"))?;
