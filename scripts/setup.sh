@@ -8,6 +8,7 @@ command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql-15 postgresql-client-15)
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
+command -v strace >/dev/null || need_apt+=(strace)
 if [ "${PAGEVAULT_BENCH:-0}" = 1 ]; then
   command -v fio >/dev/null || need_apt+=(fio)
   command -v pgbackrest >/dev/null || need_apt+=(pgbackrest)
