@@ -255,6 +255,9 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             archive_timeout: a.archive_timeout,
         },
     )?;
+    // The clock starts before the source is prepared: a snapshot copy or a
+    // checkpoint is part of what the user waits for.
+    let started = chrono::Utc::now();
     let mut entries = src.prepare()?;
     let info = src.info();
     if let (Some(repo), Some(sysid)) = (&repo, info.identity.get("system_identifier")) {
@@ -342,7 +345,6 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         );
     }
 
-    let started = chrono::Utc::now();
     let mut sinks = vec![];
     for d in &devices {
         match d.create() {
