@@ -379,3 +379,73 @@ fn bad_inputs_are_clear_errors() {
     assert!(e.contains("one repository per cluster"), "{e}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+#[test]
+fn tablespaces_are_read_on_their_own_volume_and_restored() {
+    let pg = Pg::start(true, None);
+    let ts_dir = postgres_dir("tblspc");
+    pg.sql(&format!(
+        "CREATE TABLESPACE extra LOCATION '{}'",
+        s(&ts_dir)
+    ));
+    pg.sql("CREATE TABLE far (id int, pad text) TABLESPACE extra");
+    pg.sql("INSERT INTO far SELECT g, repeat('y', 200) FROM generate_series(1, 30000) g");
+    pg.sql("CREATE INDEX far_id ON far(id) TABLESPACE extra");
+    let oid = pg.sql("SELECT oid FROM pg_tablespace WHERE spcname = 'extra'");
+    let work = postgres_dir("tblspc-work");
+    let st = s(&work.join("x.pv"));
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let j = json(&["backup", "--source", &url, "--to", &st]);
+    assert!(j["extra"]["tablespace_map"]
+        .as_str()
+        .unwrap()
+        .contains(&s(&ts_dir)));
+    let files = json(&["files", "--from", &st]);
+    let prefix = format!("pg_tblspc/{oid}/PG_15_");
+    assert!(
+        files["files"].as_array().unwrap().iter().any(|f| f["path"]
+            .as_str()
+            .unwrap()
+            .starts_with(&prefix)
+            && f["kind"] == "file"),
+        "tablespace files must be in the set under {prefix}"
+    );
+    let target = work.join("r");
+    // The original location is in use by the running cluster: refused, then relocated.
+    let e = fails(&["restore", "--from", &st, "--to", &s(&target)], 1);
+    assert!(
+        e.contains("not empty") && e.contains("--tablespace-map"),
+        "{e}"
+    );
+    assert!(
+        !target.exists(),
+        "nothing may be written before the tablespace check"
+    );
+    let moved = work.join("moved-ts");
+    let map = format!("{oid}={}", s(&moved));
+    ok(&[
+        "restore",
+        "--from",
+        &st,
+        "--to",
+        &s(&target),
+        "--owner",
+        "postgres",
+        "--tablespace-map",
+        &map,
+    ]);
+    assert_eq!(
+        std::fs::read_link(target.join("pg_tblspc").join(&oid)).unwrap(),
+        moved
+    );
+    let r = Pg::adopt(&target);
+    assert_eq!(r.sql("SELECT count(*) FROM far WHERE id % 3 = 0"), "10000");
+    assert_eq!(
+        r.sql("SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'extra'"),
+        s(&moved)
+    );
+    amcheck(&r);
+    drop(r);
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&ts_dir);
+}

@@ -142,6 +142,7 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
         until_xid: None,
         until_name: None,
         owner: None,
+        tablespace_map: vec![],
     })?;
 
     let restored = target.join("sample.db");

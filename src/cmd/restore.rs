@@ -68,6 +68,9 @@ pub struct RestoreArgs {
     /// Give the restored files to this user (restoring as root for a server that runs as another).
     #[arg(long)]
     pub owner: Option<String>,
+    /// PostgreSQL: restore tablespace OID into DIR (default: its original location). Repeatable.
+    #[arg(long = "tablespace-map", value_name = "OID=DIR")]
+    pub tablespace_map: Vec<String>,
 }
 
 #[derive(Args)]
@@ -330,6 +333,12 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         }
     }
     let owner = a.owner.as_deref().map(lookup_user).transpose()?;
+    let spaces = if is_pg {
+        tablespace_dirs(&m.extra, &a.tablespace_map)?
+    } else {
+        HashMap::new()
+    };
+    let place = |rel: &str| place(&a.to, rel, &spaces);
     let started = std::time::Instant::now();
     prepare_target(&a.to, a.replace)?;
     let marker = a.to.join(MARKER);
@@ -338,7 +347,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
 
     let mut paths = HashMap::new();
     for f in &m.files {
-        let p = a.to.join(&f.path);
+        let p = place(&f.path);
         match f.kind {
             EntryKind::Dir => fs::create_dir_all(&p)?,
             EntryKind::File => {
@@ -382,7 +391,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
 
     // Links last (nothing is written through them), then modes and times, deepest first.
     for f in m.files.iter().filter(|f| f.kind == EntryKind::Link) {
-        let p = a.to.join(&f.path);
+        let p = place(&f.path);
         if let Some(parent) = p.parent() {
             fs::create_dir_all(parent)?;
         }
@@ -390,9 +399,22 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             .with_context(|| format!("cannot create link '{}'", p.display()))?;
     }
     for f in m.files.iter().rev().filter(|f| f.kind != EntryKind::Link) {
-        let p = a.to.join(&f.path);
+        let p = place(&f.path);
         let _ = fs::set_permissions(&p, fs::Permissions::from_mode(f.mode));
         set_mtime(&p, f.mtime);
+    }
+    // Each tablespace is linked from pg_tblspc as PostgreSQL expects.
+    for (oid, dir) in &spaces {
+        fs::create_dir_all(dir)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+        std::os::unix::fs::symlink(dir, a.to.join("pg_tblspc").join(oid))
+            .with_context(|| format!("cannot link tablespace {oid} to '{}'", dir.display()))?;
+        if let Some((uid, gid)) = owner {
+            chown_tree(dir, uid, gid)?;
+        }
+        if let Ok(d) = File::open(dir) {
+            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) };
+        }
     }
     // One syncfs makes every restored file durable before we say so.
     if let Ok(d) = File::open(&a.to) {
@@ -499,6 +521,66 @@ pub fn run_verify(a: VerifyArgs) -> Result<()> {
         println!("The backup set on file 1 is valid.");
     }
     Ok(())
+}
+
+/// Where each tablespace of a PostgreSQL set goes: OID -> directory, from the set's
+/// tablespace_map unless relocated. Each must be empty or missing: nothing is overwritten.
+fn tablespace_dirs(
+    extra: &std::collections::BTreeMap<String, serde_json::Value>,
+    overrides: &[String],
+) -> Result<HashMap<String, PathBuf>> {
+    let mut dirs: HashMap<String, PathBuf> = HashMap::new();
+    for line in extra
+        .get("tablespace_map")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .lines()
+    {
+        if let Some((oid, path)) = line.split_once(' ') {
+            dirs.insert(oid.to_string(), PathBuf::from(path));
+        }
+    }
+    for o in overrides {
+        let Some((oid, dir)) = o.split_once('=') else {
+            bail!("--tablespace-map '{o}': write OID=DIR")
+        };
+        if !dirs.contains_key(oid) {
+            let known: Vec<&String> = dirs.keys().collect();
+            bail!("--tablespace-map: the set has no tablespace {oid} (it has {known:?})");
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.is_absolute() {
+            bail!(
+                "--tablespace-map {oid}: '{}' must be an absolute path",
+                dir.display()
+            );
+        }
+        dirs.insert(oid.to_string(), dir);
+    }
+    for (oid, dir) in &dirs {
+        if fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+        {
+            bail!("tablespace {oid} would be restored into '{}', which is not empty: relocate it with --tablespace-map {oid}=DIR", dir.display());
+        }
+    }
+    Ok(dirs)
+}
+
+/// The restored location of a set path: inside the target, or in a tablespace directory.
+fn place(to: &Path, rel: &str, spaces: &HashMap<String, PathBuf>) -> PathBuf {
+    if let Some(rest) = rel.strip_prefix("pg_tblspc/") {
+        let (oid, sub) = rest.split_once('/').unwrap_or((rest, ""));
+        if let Some(dir) = spaces.get(oid) {
+            return if sub.is_empty() {
+                dir.clone()
+            } else {
+                dir.join(sub)
+            };
+        }
+    }
+    to.join(rel)
 }
 
 fn lookup_user(name: &str) -> Result<(u32, u32)> {
