@@ -449,3 +449,80 @@ fn tablespaces_are_read_on_their_own_volume_and_restored() {
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&ts_dir);
 }
+
+#[test]
+fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
+    let pg = Pg::start(true, None);
+    assert!(pgbench(&pg, &["-i", "-s", "10", "-q"])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let repo = postgres_dir("diff-repo");
+    let repo_s = s(&repo);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    // No base yet: refused, and a copy-only full is no base either.
+    let e = fails(
+        &[
+            "backup", "--source", &url, "--repo", &repo_s, "--type", "diff",
+        ],
+        1,
+    );
+    assert!(e.contains("no usable base"), "{e}");
+    ok(&["backup", "--source", &url, "--repo", &repo_s, "--copy-only"]);
+    let e = fails(
+        &[
+            "backup", "--source", &url, "--repo", &repo_s, "--type", "diff",
+        ],
+        1,
+    );
+    assert!(e.contains("no usable base"), "{e}");
+    let full = json(&["backup", "--source", &url, "--repo", &repo_s]);
+
+    // Change about 1% of the accounts (a contiguous 1% of the table's pages).
+    pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid <= 10000");
+    pg.sql("CHECKPOINT");
+    let rel = pg
+        .sql("SELECT pg_relation_size('pgbench_accounts')")
+        .parse::<u64>()
+        .unwrap();
+    let diff = json(&[
+        "backup", "--source", &url, "--repo", &repo_s, "--type", "diff",
+    ]);
+    let hist = json(&["history", "--repo", &repo_s]);
+    let last = hist["sets"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["backup_type"], "diff");
+    assert_eq!(last["base_set"], full["set_id"]);
+    let (stored, full_stored) = (
+        diff["stored_bytes"].as_u64().unwrap(),
+        full["stored_bytes"].as_u64().unwrap(),
+    );
+    eprintln!("diff stored {stored} bytes, full stored {full_stored}, accounts table {rel} bytes: diff/full {:.3}", stored as f64 / full_stored as f64);
+    assert!(
+        stored < full_stored / 10,
+        "a diff after changing 1% of the table stores {stored} bytes, the full {full_stored}"
+    );
+    pg.sql("UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1");
+
+    let target = postgres_dir("diff-target").join("data");
+    let out = ok(&[
+        "restore",
+        "--repo",
+        &repo_s,
+        "--to",
+        &s(&target),
+        "--owner",
+        "postgres",
+    ]);
+    assert!(out.contains("differential"), "{out}");
+    let r = Pg::adopt(&target);
+    assert_eq!(
+        r.sql("SELECT sum(abalance) FROM pgbench_accounts WHERE aid <= 10000"),
+        "70000"
+    );
+    assert_eq!(r.sql("SELECT count(*) FROM pgbench_accounts"), "1000000");
+    amcheck(&r);
+    drop(r);
+    let _ = std::fs::remove_dir_all(target.parent().unwrap());
+    let _ = std::fs::remove_dir_all(&repo);
+}

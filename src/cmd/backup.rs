@@ -11,7 +11,7 @@ use crate::format::FORMAT_VERSION;
 use crate::repo::{CatalogEntry, Repo};
 use crate::source::{self, SourceFile};
 use crate::units::{self, human, mb_per_sec};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use std::collections::HashMap;
@@ -48,7 +48,8 @@ pub struct BackupArgs {
     /// Stripes to write inside the repository (default 1, or 0 when --to names devices).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub stripes: Option<u32>,
-    /// full (the whole source). Log backups are taken by archive-push.
+    /// full (the whole source) or diff (PostgreSQL: pages changed since the newest full
+    /// set of --repo). Log backups are taken by archive-push.
     #[arg(long = "type", default_value = "full", value_parser = ["full", "diff", "log"])]
     pub backup_type: String,
     /// PostgreSQL data directory, when the URL has no ?pgdata= and the server cannot say.
@@ -194,6 +195,39 @@ fn plan_of(
     (plan, ids)
 }
 
+/// The base of a differential: the newest full set of the repository that may be
+/// one (not copy-only, not damaged, of a PostgreSQL source), and the paths it holds.
+fn diff_base(
+    repo: &Repo,
+    source: &str,
+) -> Result<(CatalogEntry, crate::source::postgres::DiffBase)> {
+    if !source.starts_with("postgres") {
+        bail!("differential backups are for PostgreSQL sources (pages carry LSNs); take a full backup");
+    }
+    let catalog = repo.catalog()?;
+    let Some(base) = catalog.iter().rev().find(|c| {
+        c.backup_type == "full" && !c.copy_only && !c.damaged && c.source_kind == "postgres"
+    }) else {
+        bail!(
+            "no usable base for a differential in '{}': it needs a full backup that is not copy-only or damaged; take one with --type full",
+            repo.root.display()
+        );
+    };
+    let start_lsn = base
+        .start_lsn
+        .as_deref()
+        .and_then(crate::repo::wal::parse_lsn)
+        .ok_or_else(|| anyhow::anyhow!("base set {} records no start LSN", base.set_id))?;
+    let first = repo.stripe_path(&base.stripes[0]);
+    let manifest = super::set::open_any(&first.display().to_string())
+        .with_context(|| format!("cannot read the base set {}", base.set_id))?;
+    let files = manifest.files.into_iter().map(|f| f.path).collect();
+    Ok((
+        base.clone(),
+        crate::source::postgres::DiffBase { start_lsn, files },
+    ))
+}
+
 /// Runs a backup and returns its JSON summary (printed as text unless --json).
 pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
     let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
@@ -209,10 +243,16 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
     let codec = CodecSpec::parse(&a.compress)?;
     match a.backup_type.as_str() {
         "log" => bail!("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'"),
-        "diff" => bail!("differential backups are not supported by this build yet; take a full backup"),
         _ => {}
     }
     let repo = a.repo.as_deref().map(|r| Repo::open(r, true)).transpose()?;
+    let base = match (a.backup_type.as_str(), &repo) {
+        ("diff", None) => {
+            bail!("a differential backup needs --repo: its base is the newest full set there")
+        }
+        ("diff", Some(repo)) => Some(diff_base(repo, &a.source)?),
+        _ => None,
+    };
     let set_hex = hex::encode(set_id);
     let mut specs: Vec<String> = vec![];
     if let Some(repo) = &repo {
@@ -253,6 +293,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
                 .unwrap_or_else(|| format!("pagevault {set_hex}")),
             continue_after_error: a.continue_after_error,
             archive_timeout: a.archive_timeout,
+            base: base.as_ref().map(|(_, b)| b.clone()),
         },
     )?;
     // The clock starts before the source is prepared: a snapshot copy or a
@@ -260,6 +301,16 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
     let started = chrono::Utc::now();
     let mut entries = src.prepare()?;
     let info = src.info();
+    if let Some((b, _)) = &base {
+        if b.system_identifier.as_ref() != info.identity.get("system_identifier") {
+            let _ = src.finish(false);
+            bail!(
+                "the base set {} is of another cluster than {}: take a full backup first",
+                b.set_id,
+                info.location
+            );
+        }
+    }
     if let (Some(repo), Some(sysid)) = (&repo, info.identity.get("system_identifier")) {
         if let Some(other) = repo
             .catalog()?
@@ -302,6 +353,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         threads,
         codec,
         direct_io: a.direct_io == "on",
+        page_size: page_size as usize,
     };
     let pool_bytes = (buffer_count * params.buffer_size()) as u64;
     let config = json!({
@@ -506,7 +558,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         format_version: FORMAT_VERSION,
         set_id: set_hex.clone(),
         name: a.name.clone(),
-        backup_type: "full".into(),
+        backup_type: a.backup_type.clone(),
         copy_only,
         damaged: !problems.is_empty(),
         source: info.clone(),
@@ -578,7 +630,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             backup_type: manifest.backup_type.clone(),
             copy_only,
             damaged: manifest.damaged,
-            base_set: None,
+            base_set: base.as_ref().map(|(e, _)| e.set_id.clone()),
             source_kind: info.kind.clone(),
             database: info.database.clone(),
             system_identifier: info.identity.get("system_identifier").cloned(),

@@ -10,15 +10,44 @@ use serde_json::json;
 #[derive(Args)]
 pub struct InfoArgs {
     /// A stripe of the set. Any one stripe describes the whole set; name all to check them.
-    #[arg(long = "from", required = true)]
+    #[arg(long = "from", required_unless_present = "repo")]
     pub from: Vec<String>,
+    /// Describe a set of this repository instead (the newest, or --set).
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// The set of --repo to describe (an id or its first characters).
+    #[arg(long, requires = "repo")]
+    pub set: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
+/// The stripes named, or those of the chosen set of --repo.
+fn stripes_of(a: &InfoArgs) -> Result<Vec<String>> {
+    let Some(r) = &a.repo else {
+        return Ok(a.from.clone());
+    };
+    let repo = crate::repo::Repo::open(r, false)?;
+    let catalog = repo.catalog()?;
+    let entry = match &a.set {
+        Some(id) => catalog.iter().find(|c| c.set_id.starts_with(id.as_str())),
+        None => catalog.last(),
+    }
+    .ok_or_else(|| {
+        anyhow::anyhow!(
+            "repository '{r}' has no such set; `pagevault history --repo {r}` lists them"
+        )
+    })?;
+    Ok(entry
+        .stripes
+        .iter()
+        .map(|s| repo.stripe_path(s).display().to_string())
+        .collect())
+}
+
 pub fn run_header(a: InfoArgs) -> Result<()> {
-    let m = open_manifest(&a.from)?;
+    let m = open_manifest(&stripes_of(&a)?)?;
     if a.json {
         let mut v = serde_json::to_value(&m)?;
         v.as_object_mut().unwrap().remove("files");
@@ -100,7 +129,7 @@ fn open_manifest(from: &[String]) -> Result<crate::format::manifest::Manifest> {
 }
 
 pub fn run_files(a: InfoArgs) -> Result<()> {
-    let m = open_manifest(&a.from)?;
+    let m = open_manifest(&stripes_of(&a)?)?;
     if a.json {
         print_json(&json!({"set_id": m.set_id, "files": m.files}));
         return Ok(());

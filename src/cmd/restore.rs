@@ -84,6 +84,8 @@ const MARKER: &str = ".pagevault-restore-incomplete";
 /// Writes frames into the restored files, opened lazily and kept open while they last.
 struct Target {
     paths: HashMap<u32, PathBuf>,
+    /// Writing over earlier content (a differential): zero ranges must be written.
+    overlay: bool,
     open: Mutex<HashMap<u32, Arc<File>>>,
 }
 
@@ -105,6 +107,12 @@ impl Target {
 impl FrameSink for Target {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
         self.file(file)?.write_all_at(data, offset)
+    }
+    fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
+        if self.overlay {
+            self.write(file, offset, &vec![0u8; len])?;
+        }
+        Ok(())
     }
 }
 
@@ -134,6 +142,7 @@ fn engine_params(a: &ReadArgs, set: &set::OpenSet) -> restore::Params {
         .unwrap_or_else(default_threads);
     restore::Params {
         transfer_size: set.manifest.transfer_size as usize,
+        page_size: set.manifest.page_size as usize,
         block_size: set.manifest.block_size as usize,
         buffer_count: a
             .buffer_count
@@ -184,6 +193,67 @@ fn set_mtime(p: &Path, mtime: i64) {
     if let Ok(f) = File::open(p) {
         let _ = f.set_modified(t);
     }
+}
+
+/// Writes a differential set over a restored full set: changed pages in place,
+/// whole files where it stores them, new sizes, and files dropped since the base removed.
+fn apply_diff(
+    ds: &set::OpenSet,
+    base: &Manifest,
+    place: &dyn Fn(&str) -> PathBuf,
+    read: &ReadArgs,
+    stats: Option<u32>,
+    json: bool,
+) -> Result<restore::Outcome> {
+    let dm = &ds.manifest;
+    let mut paths = HashMap::new();
+    for f in &dm.files {
+        let p = place(&f.path);
+        match f.kind {
+            EntryKind::Dir => fs::create_dir_all(&p)?,
+            EntryKind::File => {
+                if let Some(parent) = p.parent() {
+                    fs::create_dir_all(parent)?;
+                }
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&p)
+                    .with_context(|| format!("cannot open '{}'", p.display()))?;
+                file.set_len(f.size)?;
+                paths.insert(f.id, p);
+            }
+            EntryKind::Link => {}
+        }
+    }
+    let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
+    for f in base
+        .files
+        .iter()
+        .filter(|f| f.kind == EntryKind::File && !keep.contains(f.path.as_str()))
+    {
+        let _ = fs::remove_file(place(&f.path));
+    }
+    let target = Target {
+        paths,
+        overlay: true,
+        open: Mutex::new(HashMap::new()),
+    };
+    let ids = regular_files(dm);
+    let progress = Arc::new(Progress::default());
+    let reporter = Reporter::start(progress.clone(), stats, json, "restore diff");
+    let out = restore::run(
+        &ds.stripes,
+        &ids,
+        &engine_params(read, ds),
+        Some(&target),
+        &progress,
+    );
+    reporter.finish();
+    let out = out?;
+    check_checksums(dm, &ids, &out.checksums)?;
+    Ok(out)
 }
 
 /// A set picked from a repository's catalog.
@@ -310,10 +380,81 @@ fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
         .ok()
 }
 
+/// With a repository: the full set to restore and the differential to apply over it.
+fn chain(
+    a: &RestoreArgs,
+    chosen: Option<Chosen>,
+) -> Result<(Option<Chosen>, Option<CatalogEntry>)> {
+    let Some((repo, entry)) = chosen else {
+        return Ok((None, None));
+    };
+    let catalog = repo.catalog()?;
+    if entry.backup_type == "diff" {
+        // --set named a differential: restore its base, then it.
+        let base_id = entry.base_set.clone().unwrap_or_default();
+        let Some(full) = catalog.iter().find(|c| c.set_id == base_id).cloned() else {
+            bail!("differential {} needs its base full set {base_id}, which is no longer in the repository", entry.set_id);
+        };
+        return Ok((Some((repo, full)), Some(entry)));
+    }
+    if a.read.set.is_some() {
+        return Ok((Some((repo, entry)), None));
+    }
+    let until_lsn = a.until_lsn.as_deref().and_then(wal::parse_lsn);
+    let diff = catalog
+        .iter()
+        .rev()
+        .filter(|c| {
+            c.backup_type == "diff"
+                && !c.damaged
+                && c.base_set.as_deref() == Some(entry.set_id.as_str())
+        })
+        .find(|c| ends_before(c, a.until.as_deref(), until_lsn))
+        .cloned();
+    Ok((Some((repo, entry)), diff))
+}
+
+/// Whether a set ended before the recovery target (always, without one).
+fn ends_before(c: &CatalogEntry, until: Option<&str>, until_lsn: Option<u64>) -> bool {
+    match (until, until_lsn) {
+        (Some(t), _) => chrono::DateTime::parse_from_rfc3339(&c.finished)
+            .ok()
+            .zip(parse_time(t))
+            .is_none_or(|(f, t)| f <= t),
+        (_, Some(l)) => c
+            .stop_lsn
+            .as_deref()
+            .and_then(wal::parse_lsn)
+            .is_none_or(|s| s <= l),
+        _ => true,
+    }
+}
+
 pub fn run_restore(a: RestoreArgs) -> Result<()> {
     let (from, chosen) = resolve(&a.read, |c| pick_full(c, &a))?;
+    let (chosen, diff) = chain(&a, chosen)?;
+    let from = match &chosen {
+        Some((repo, full)) => full
+            .stripes
+            .iter()
+            .map(|s| repo.stripe_path(s).display().to_string())
+            .collect(),
+        None => from,
+    };
+    let diff_set = match (&chosen, &diff) {
+        (Some((repo, _)), Some(d)) => Some(set::open(
+            &d.stripes
+                .iter()
+                .map(|s| repo.stripe_path(s).display().to_string())
+                .collect::<Vec<_>>(),
+        )?),
+        _ => None,
+    };
     let set = set::open(&from)?;
     let m = &set.manifest;
+    if m.backup_type == "diff" {
+        bail!("set {} is a differential: it holds only changed pages; restore it with --repo (and --set {}) so its base full set is restored first", m.set_id, m.set_id);
+    }
     let is_pg = m.source.kind == "postgres";
     if !is_pg
         && (a.until.is_some()
@@ -329,7 +470,12 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     if is_pg {
         postgres::check_not_running(&a.to)?;
         if let Some((repo, entry)) = &chosen {
-            check_wal_chain(repo, entry, &m.extra, a.until_lsn.as_deref())?;
+            match (&diff, &diff_set) {
+                (Some(d), Some(ds)) => {
+                    check_wal_chain(repo, d, &ds.manifest.extra, a.until_lsn.as_deref())?
+                }
+                _ => check_wal_chain(repo, entry, &m.extra, a.until_lsn.as_deref())?,
+            }
         }
     }
     let owner = a.owner.as_deref().map(lookup_user).transpose()?;
@@ -367,6 +513,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     }
     let target = Target {
         paths,
+        overlay: false,
         open: Mutex::new(HashMap::new()),
     };
     let params = engine_params(&a.read, &set);
@@ -388,6 +535,22 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             a.to.display()
         )
     })?;
+    let mut out = out;
+    if let Some(ds) = &diff_set {
+        let d =
+            apply_diff(ds, m, &place, &a.read, a.read.stats, a.read.json).with_context(|| {
+                format!(
+                    "applying differential {} failed; '{}' is incomplete (it holds {MARKER})",
+                    ds.manifest.set_id,
+                    a.to.display()
+                )
+            })?;
+        out.raw_bytes += d.raw_bytes;
+        out.stored_bytes += d.stored_bytes;
+        out.frames += d.frames;
+    }
+    // Facts of the newest set applied: its backup_label starts recovery.
+    let last = diff_set.as_ref().map(|d| &d.manifest).unwrap_or(m);
 
     // Links last (nothing is written through them), then modes and times, deepest first.
     for f in m.files.iter().filter(|f| f.kind == EntryKind::Link) {
@@ -438,7 +601,13 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
                 .or(a.until_xid.clone().map(|x| ("xid", x)))
                 .or(a.until_name.clone().map(|n| ("name", n))),
         };
-        notes = postgres::finish_restore(&a.to, &m.extra, &rec)?;
+        notes = postgres::finish_restore(&a.to, &last.extra, &rec)?;
+        if let Some(d) = &diff {
+            notes.push(format!(
+                "differential {} applied over full {}",
+                d.set_id, m.set_id
+            ));
+        }
     }
     if let Some((uid, gid)) = owner {
         chown_tree(&a.to, uid, gid)?;

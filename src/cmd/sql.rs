@@ -305,8 +305,18 @@ fn run_restore(p: &mut P) -> Result<()> {
                 json: false,
             },
         }),
-        "HEADERONLY" => info::run_header(InfoArgs { from, json: false }),
-        _ => info::run_files(InfoArgs { from, json: false }),
+        "HEADERONLY" => info::run_header(InfoArgs {
+            from,
+            repo: None,
+            set: None,
+            json: false,
+        }),
+        _ => info::run_files(InfoArgs {
+            from,
+            repo: None,
+            set: None,
+            json: false,
+        }),
     }
 }
 

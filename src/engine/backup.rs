@@ -39,7 +39,15 @@ pub trait ChunkFilter: Sync {
     fn problems(&self) -> Vec<String> {
         vec![]
     }
+    /// For a differential: which pages of the chunk to store (bit i = page i), or None
+    /// to store the whole chunk.
+    fn select(&self, _file: &ReadFile, _offset: u64, _data: &[u8]) -> Option<PageSet> {
+        None
+    }
 }
+
+/// Pages of one chunk: up to 2048 (16 MiB of 8 KiB pages).
+pub type PageSet = [u64; 32];
 
 #[derive(Debug, Clone)]
 pub struct Params {
@@ -52,6 +60,8 @@ pub struct Params {
     pub threads: usize,
     pub codec: CodecSpec,
     pub direct_io: bool,
+    /// Page size, for differential page selection.
+    pub page_size: usize,
 }
 
 impl Params {
@@ -210,6 +220,24 @@ fn read_chunk(c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
     Ok(short)
 }
 
+/// Writes the bitmap of `sel` and the selected pages of `chunk` into `out`; returns
+/// the length written.
+fn pack_pages(chunk: &[u8], sel: &PageSet, page: usize, out: &mut [u8]) -> usize {
+    let npages = chunk.len().div_ceil(page);
+    let bm = crate::format::frame::bitmap_len(chunk.len() as u64, page as u64);
+    out[..bm].fill(0);
+    let mut at = bm;
+    for i in 0..npages {
+        if sel[i / 64] >> (i % 64) & 1 == 1 {
+            out[i / 8] |= 1 << (i % 8);
+            let src = &chunk[i * page..((i + 1) * page).min(chunk.len())];
+            out[at..at + src.len()].copy_from_slice(src);
+            at += src.len();
+        }
+    }
+    at
+}
+
 fn is_zero(b: &[u8]) -> bool {
     let (head, body, tail) = unsafe { b.align_to::<u128>() };
     head.iter().all(|&x| x == 0) && body.iter().all(|&x| x == 0) && tail.iter().all(|&x| x == 0)
@@ -347,20 +375,36 @@ pub fn run(
                 while let Some((mut item, waited)) = pool::recv(&crx, abort) {
                     comp_st.wait_in(waited);
                     let t0 = Instant::now();
-                    let raw_len = item.buf.len;
                     let raw = item.buf.payload();
+                    let mut pages = None;
                     if let Some(f) = filter {
-                        if let Err(e) = f.check(&plan[item.file as usize], item.offset, raw) {
+                        let file = &plan[item.file as usize];
+                        if let Err(e) = f.check(file, item.offset, raw) {
                             return abort.fail(anyhow!(e));
                         }
+                        pages = f.select(file, item.offset, raw);
                     }
+                    if let Some(sel) = pages {
+                        // Keep the chosen pages only, behind their bitmap, in the scratch
+                        // buffer; the raw buffer then serves as scratch.
+                        let n = pack_pages(item.buf.payload(), &sel, p.page_size, scratch.space());
+                        scratch.len = n;
+                        std::mem::swap(&mut scratch, &mut item.buf);
+                    }
+                    let raw_len = item.buf.len;
+                    let raw = item.buf.payload();
                     let digest = *blake3::hash(raw).as_bytes();
-                    let zero = is_zero(raw);
+                    let zero = pages.is_none() && is_zero(raw);
                     {
                         let fs = &state[item.file as usize];
                         fs.digests.lock().unwrap()[(item.offset / t as u64) as usize] =
                             Some(digest);
                     }
+                    let data_kind = if pages.is_some() {
+                        FrameKind::Pages
+                    } else {
+                        FrameKind::Data
+                    };
                     let (kind, codec) = if zero {
                         item.buf.len = 0;
                         zero_frames.fetch_add(1, Relaxed);
@@ -370,13 +414,13 @@ pub fn run(
                             Ok(n) if n < raw_len => {
                                 scratch.len = n;
                                 std::mem::swap(&mut scratch, &mut item.buf);
-                                (FrameKind::Data, p.codec.codec)
+                                (data_kind, p.codec.codec)
                             }
-                            Ok(_) => (FrameKind::Data, Codec::None),
+                            Ok(_) => (data_kind, Codec::None),
                             Err(e) => return abort.fail(anyhow!("compression failed: {e}")),
                         }
                     } else {
-                        (FrameKind::Data, Codec::None)
+                        (data_kind, Codec::None)
                     };
                     let stored_len = item.buf.len;
                     let stored_crc = crc32c::crc32c(item.buf.payload());

@@ -6,7 +6,7 @@ use super::pool::{self, Buf, Pool};
 use super::stats::{summarize, Progress, Stage, WaitStats};
 use super::Abort;
 use crate::device::StripeSource;
-use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::format::frame::{bitmap_len, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::manifest::file_checksum;
 use crate::format::{pad_to, Codec};
 use anyhow::{anyhow, bail, Result};
@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 /// Where verified frames go.
 pub trait FrameSink: Sync {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// An all-zero range. Fresh pre-sized files already read as zeros there.
+    fn write_zeros(&self, _file: u32, _offset: u64, _len: usize) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 pub struct StripeIn {
@@ -32,6 +36,7 @@ pub struct StripeIn {
 
 pub struct Params {
     pub transfer_size: usize,
+    pub page_size: usize,
     pub block_size: usize,
     pub buffer_count: usize,
     pub threads: usize,
@@ -132,7 +137,14 @@ pub fn run(
                         }
                     };
                     let expect = size.saturating_sub(h.offset).min(t);
-                    if h.offset % t != 0 || h.offset >= size || h.raw_len as u64 != expect {
+                    let fits = match h.kind {
+                        FrameKind::Pages => {
+                            (h.raw_len as u64)
+                                <= expect + bitmap_len(expect, p.page_size as u64) as u64
+                        }
+                        _ => h.raw_len as u64 == expect,
+                    };
+                    if h.offset % t != 0 || h.offset >= size || !fits {
                         return abort.fail(fail(format!(
                             "range {}+{} does not fit file {} of {size} bytes",
                             h.offset, h.raw_len, h.file_id
@@ -140,21 +152,17 @@ pub fn run(
                     }
                     let raw: &[u8] = match (h.kind, h.codec) {
                         (FrameKind::Zero, _) => &zeros[..h.raw_len as usize],
-                        (FrameKind::Data, Codec::None) => stored,
-                        (FrameKind::Data, codec) => {
-                            match dec.decompress(codec, stored, scratch.space()) {
-                                Ok(n) if n == h.raw_len as usize => &scratch.space()[..n],
-                                Ok(n) => {
-                                    return abort.fail(fail(format!(
-                                        "decompressed to {n} bytes, expected {}",
-                                        h.raw_len
-                                    )))
-                                }
-                                Err(e) => {
-                                    return abort.fail(fail(format!("cannot decompress: {e}")))
-                                }
+                        (_, Codec::None) => stored,
+                        (_, codec) => match dec.decompress(codec, stored, scratch.space()) {
+                            Ok(n) if n == h.raw_len as usize => &scratch.space()[..n],
+                            Ok(n) => {
+                                return abort.fail(fail(format!(
+                                    "decompressed to {n} bytes, expected {}",
+                                    h.raw_len
+                                )))
                             }
-                        }
+                            Err(e) => return abort.fail(fail(format!("cannot decompress: {e}"))),
+                        },
                     };
                     let digest = *blake3::hash(raw).as_bytes();
                     if digest != h.raw_hash {
@@ -176,9 +184,16 @@ pub fn run(
                     dec_st.busy(t0.elapsed());
                     dec_st.op(h.raw_len as u64);
                     stored_total.fetch_add(h.stored_len as u64, Relaxed);
-                    if let (Some(sink), FrameKind::Data) = (sink, h.kind) {
+                    if let Some(sink) = sink {
                         let t1 = Instant::now();
-                        if let Err(e) = sink.write(h.file_id, h.offset, raw) {
+                        let written = match h.kind {
+                            FrameKind::Pages => {
+                                write_pages(sink, h.file_id, h.offset, expect, p.page_size, raw)
+                            }
+                            FrameKind::Zero => sink.write_zeros(h.file_id, h.offset, raw.len()),
+                            FrameKind::Data => sink.write(h.file_id, h.offset, raw),
+                        };
+                        if let Err(e) = written {
                             return abort.fail(anyhow!(
                                 "write of file {} at offset {} failed: {e}",
                                 h.file_id,
@@ -237,6 +252,33 @@ pub fn run(
         waits,
         pool_bytes: pool.bytes() + (p.threads * pool.buf_size) as u64,
     })
+}
+
+/// Writes the pages a Pages frame holds (bitmap, then the pages) at their offsets.
+fn write_pages(
+    sink: &dyn FrameSink,
+    file: u32,
+    offset: u64,
+    chunk_len: u64,
+    page: usize,
+    raw: &[u8],
+) -> io::Result<()> {
+    let bm = bitmap_len(chunk_len, page as u64);
+    let bad = || io::Error::other("page frame does not match its bitmap");
+    let (bits, mut data) = raw.split_at_checked(bm).ok_or_else(bad)?;
+    for i in 0..chunk_len.div_ceil(page as u64) as usize {
+        if bits[i / 8] >> (i % 8) & 1 == 1 {
+            let len = (chunk_len as usize - i * page).min(page);
+            let (pg, rest) = data.split_at_checked(len).ok_or_else(bad)?;
+            sink.write(file, offset + (i * page) as u64, pg)?;
+            data = rest;
+        }
+    }
+    if data.is_empty() {
+        Ok(())
+    } else {
+        Err(bad())
+    }
 }
 
 /// Reads one stripe's frames in order, reading each payload together with the

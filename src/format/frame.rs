@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  0  magic "PVFR"          4
-//!  4  kind u8, codec u8     2   kind 1 = data, 2 = zero (no stored bytes)
+//!  4  kind u8, codec u8     2   kind 1 = data, 2 = zero (no stored bytes), 3 = pages
 //!  6  reserved              2
 //!  8  file id u32           4
 //! 12  stored length u32     4
@@ -25,6 +25,14 @@ pub enum FrameKind {
     Data,
     /// The chunk was all zero bytes: nothing stored, restore leaves a hole.
     Zero,
+    /// Some pages of the chunk (a differential): the raw bytes are a bitmap of the
+    /// chunk's pages (bit i = page i present), then the present pages in order.
+    Pages,
+}
+
+/// Bytes of the page bitmap of a chunk of `chunk_len` bytes.
+pub fn bitmap_len(chunk_len: u64, page_size: u64) -> usize {
+    chunk_len.div_ceil(page_size).div_ceil(8) as usize
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +56,7 @@ impl FrameHeader {
         out[4] = match self.kind {
             FrameKind::Data => 1,
             FrameKind::Zero => 2,
+            FrameKind::Pages => 3,
         };
         out[5] = self.codec.id();
         put_u32(out, 8, self.file_id);
@@ -93,6 +102,7 @@ impl FrameHeader {
         let kind = match b[4] {
             1 => FrameKind::Data,
             2 => FrameKind::Zero,
+            3 => FrameKind::Pages,
             k => {
                 return Err(FormatError::Invalid {
                     field: "frame kind",
@@ -124,7 +134,7 @@ impl FrameHeader {
                 detail: "a zero frame stores no bytes".into(),
             });
         }
-        if codec == Codec::None && kind == FrameKind::Data && h.stored_len != h.raw_len {
+        if codec == Codec::None && kind != FrameKind::Zero && h.stored_len != h.raw_len {
             return Err(FormatError::Invalid {
                 field: "frame stored length",
                 offset: at + 12,
@@ -188,7 +198,7 @@ mod tests {
         // Fuzz: a valid header with a forged CRC over random fields either parses to
         // exactly those fields or is rejected.
         #[test]
-        fn forged_headers_are_consistent(kind in 0u8..4, codec in 0u8..4, raw in any::<u32>(), stored in any::<u32>()) {
+        fn forged_headers_are_consistent(kind in 0u8..5, codec in 0u8..4, raw in any::<u32>(), stored in any::<u32>()) {
             let mut b = [0u8; FRAME_HEADER_LEN];
             sample().encode(&mut b);
             b[4] = kind; b[5] = codec;

@@ -53,6 +53,8 @@ pub struct Options {
     pub label: String,
     pub continue_after_error: bool,
     pub archive_timeout: u64,
+    /// Set for a differential backup of a PostgreSQL source.
+    pub base: Option<postgres::DiffBase>,
 }
 
 /// Parses a SOURCE argument: `files:PATH` or `sqlite:PATH`.
@@ -69,6 +71,7 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
             let mut pg = postgres::Postgres::new(spec, opts.pgdata.clone(), opts.label.clone())?;
             pg.continue_after_error = opts.continue_after_error;
             pg.archive_timeout = opts.archive_timeout;
+            pg.base = opts.base.clone();
             Ok(Box::new(pg))
         }
         _ => bail!("unknown source '{spec}': use files:PATH, sqlite:PATH or postgres://USER@HOST:PORT/DB?pgdata=DIR"),

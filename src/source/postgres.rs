@@ -7,10 +7,10 @@
 
 use super::pgpage;
 use super::{Finish, Source, SourceFile};
-use crate::engine::backup::{ChunkFilter, ReadFile};
+use crate::engine::backup::{ChunkFilter, PageSet, ReadFile};
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{anyhow, bail, Context, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -28,6 +28,8 @@ pub struct Postgres {
     pub continue_after_error: bool,
     /// Seconds pg_backup_stop may wait for WAL archiving.
     pub archive_timeout: u64,
+    /// Set for a differential backup.
+    pub base: Option<DiffBase>,
     label: String,
 }
 
@@ -44,6 +46,14 @@ fn pg_err(e: &postgres::Error) -> String {
         m.push_str(PRIVILEGE_HINT);
     }
     m
+}
+
+/// What a differential needs of its base full backup.
+#[derive(Clone)]
+pub struct DiffBase {
+    pub start_lsn: u64,
+    /// Paths the base set holds.
+    pub files: HashSet<String>,
 }
 
 const PRIVILEGE_HINT: &str = " (the backup user needs superuser, or EXECUTE on pg_backup_start, pg_backup_stop and pg_control_system)";
@@ -118,6 +128,7 @@ impl Postgres {
             checksums: false,
             continue_after_error: false,
             archive_timeout: 300,
+            base: None,
             label,
         })
     }
@@ -432,18 +443,37 @@ impl Source for Postgres {
     }
 
     fn filter(&self, entries: &[SourceFile]) -> Option<Box<dyn ChunkFilter>> {
-        if !self.checksums {
+        if !self.checksums && self.base.is_none() {
             return None;
         }
-        let segments = entries
+        let relations = entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.kind == EntryKind::File && pgpage::is_relation_file(&e.rel_path))
+            .filter(|(_, e)| e.kind == EntryKind::File && pgpage::is_relation_file(&e.rel_path));
+        let segments = relations
+            .clone()
             .map(|(i, e)| (i as u32, pgpage::segment_number(&e.rel_path)))
             .collect();
+        // A differential stores changed pages of relation files the base holds; new
+        // files (CREATE DATABASE copies pages with old LSNs) are stored whole.
+        let diff_ids = match &self.base {
+            // Only main forks: the visibility map and free space map change without
+            // their page LSN moving, so they are stored whole.
+            Some(b) => relations
+                .filter(|(_, e)| {
+                    b.files.contains(&e.rel_path)
+                        && !e.rel_path.rsplit('/').next().unwrap_or("").contains('_')
+                })
+                .map(|(i, _)| i as u32)
+                .collect(),
+            None => HashSet::new(),
+        };
         Some(Box::new(PageChecker {
             segments,
+            verify: self.checksums,
             start_lsn: self.start_lsn,
+            base_lsn: self.base.as_ref().map(|b| b.start_lsn),
+            diff_ids,
             continue_after_error: self.continue_after_error,
             failures: Mutex::new(vec![]),
         }))
@@ -466,13 +496,35 @@ fn wal_range(first: &str, last: &str) -> Vec<String> {
 pub struct PageChecker {
     /// Entry id -> segment number, for relation files only.
     segments: HashMap<u32, u32>,
+    verify: bool,
     start_lsn: u64,
+    /// Differential: pages at or after this LSN (the base's start) are stored.
+    base_lsn: Option<u64>,
+    diff_ids: HashSet<u32>,
     continue_after_error: bool,
     pub failures: Mutex<Vec<String>>,
 }
 
 impl ChunkFilter for PageChecker {
+    fn select(&self, file: &ReadFile, _offset: u64, data: &[u8]) -> Option<PageSet> {
+        let base = self.base_lsn?;
+        if !self.diff_ids.contains(&file.id) {
+            return None;
+        }
+        let mut sel = [0u64; 32];
+        for (i, page) in data.chunks(pgpage::BLCKSZ).enumerate() {
+            // New pages are kept too: the base may hold older content at that place.
+            if page.len() < pgpage::BLCKSZ || pgpage::is_new(page) || pgpage::lsn(page) >= base {
+                sel[i / 64] |= 1 << (i % 64);
+            }
+        }
+        Some(sel)
+    }
+
     fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
+        if !self.verify {
+            return Ok(());
+        }
         let Some(&seg) = self.segments.get(&file.id) else {
             return Ok(());
         };
