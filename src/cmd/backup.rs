@@ -241,9 +241,8 @@ pub fn backup(a: &BackupArgs) -> Result<serde_json::Value> {
 
 fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
     let codec = CodecSpec::parse(&a.compress)?;
-    match a.backup_type.as_str() {
-        "log" => bail!("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'"),
-        _ => {}
+    if a.backup_type == "log" {
+        bail!("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'");
     }
     let repo = a.repo.as_deref().map(|r| Repo::open(r, true)).transpose()?;
     let base = match (a.backup_type.as_str(), &repo) {
