@@ -2,19 +2,20 @@
 # bench/storage.sh: `pagevault bench` beside fio (issue 5).
 #
 # For each I/O profile of a database (oltp-log, oltp-data, bulk-insert, read-ahead,
-# backup, restore, checkdb) runs `pagevault bench --profile P --json` and then fio with
-# the equivalent job on the same directory, and prints one markdown table of MB/s,
-# IOPS and p99 latency side by side with the ratio pagevault / fio. Mixed profiles
-# (oltp-data, backup) get a row per direction.
+# backup, restore, checkdb) runs `pagevault bench --profile P --json` and fio with the
+# equivalent job on the same directory, and prints one markdown table of MB/s, IOPS and
+# p99 latency side by side with the ratio pagevault / fio. Mixed profiles (oltp-data,
+# backup) get a row per direction.
 #
-# The fio job is built from pagevault's own JSON (sizes and their shares as bssplit,
-# read share as rwmixread, O_DIRECT or not), so both run the same pattern:
-#   one I/O at a time (ioengine=psync, iodepth=1), time based, on a file of --size.
-#   oltp-log: fio writes with O_DSYNC (sync=dsync), pagevault with write + fdatasync:
-#   the same flush per write; the latency of both includes it.
+# The fio job is built from pagevault's own JSON (sizes and their shares as bssplit, read
+# share as rwmixread, O_DIRECT or not), so both run the same pattern: one I/O at a time
+# (ioengine=psync, iodepth=1), time based, on a file of --size. oltp-log: fio writes with
+# O_DSYNC (sync=dsync), pagevault writes and then fdatasyncs: one flush per write either
+# way, and the latency of both includes it. pagevault writes its test file anew for every
+# run; fio lays its file out once.
 #
-# With --reps N every profile runs N times, pagevault and fio taking turns, and the table
-# shows the median of each figure (the spread, min..max of the ratio, in the last column).
+# With --reps N every profile runs N times, the two tools taking turns at going first, and
+# the table shows the median of each figure (and the lowest..highest MB/s ratio).
 #
 # Usage: bench/storage.sh [--dir DIR] [--size SIZE] [--duration S] [--reps N]
 #                         [--profile P ...] [--out DIR] [--no-build]
@@ -113,13 +114,14 @@ fio --name=layout --filename="$FIOFILE" --size="$SIZE_BYTES" --rw=write --bs=1M 
 ROWS=$TMP/rows.jsonl
 : > "$ROWS"
 IFS=, read -r -a plist <<< "$PROFILES"
+# The patterns, as pagevault describes them (a short run on a small file).
+"$PV" bench --path "$DIR" --size 16M --duration 0.05 --profile "$PROFILES" --json > "$TMP/spec.json" ||
+    die "pagevault bench cannot run in $DIR"
 for ((rep = 1; rep <= REPS; rep++)); do
 for p in "${plist[@]}"; do
     pvj=$TMP/pv-$p-$rep.json
     fioj=$TMP/fio-$p-$rep.json
-    log "[$rep/$REPS] $p: pagevault bench"
-    "$PV" bench --path "$DIR" --size "$SIZE" --duration "$DURATION" --profile "$p" --json > "$pvj"
-    pj=$(jq -c '.profiles[0]' "$pvj")
+    pj=$(jq -c --arg p "$p" '.profiles[] | select(.name == $p)' "$TMP/spec.json")
     bssplit=$(jq -r '[.sizes[] | "\(.bytes)/\(.percent)"] | join(":")' <<< "$pj")
     rd=$(jq -r '.read_percent' <<< "$pj")
     access=$(jq -r '.access' <<< "$pj")
@@ -137,8 +139,16 @@ for p in "${plist[@]}"; do
           --percentile_list=50:95:99 --output-format=json)
     if [ "$rw" = randrw ] || [ "$rw" = rw ]; then args+=(--rwmixread="$rd"); fi
     if [ "$sync_each" = true ]; then args+=(--sync=dsync); fi
-    log "[$rep/$REPS] $p: fio --rw=$rw --bssplit=$bssplit --direct=$direct$([ "$sync_each" = true ] && echo ' --sync=dsync')"
-    fio "${args[@]}" > "$fioj"
+    run_pv() {
+        log "[$rep/$REPS] $p: pagevault bench"
+        "$PV" bench --path "$DIR" --size "$SIZE" --duration "$DURATION" --profile "$p" --json > "$pvj"
+    }
+    run_fio() {
+        log "[$rep/$REPS] $p: fio --rw=$rw --bssplit=$bssplit --direct=$direct$([ "$sync_each" = true ] && echo ' --sync=dsync')"
+        fio "${args[@]}" > "$fioj"
+    }
+    # Taking turns at going first, so that neither always runs after the other's writes.
+    if ((rep % 2)); then run_pv; run_fio; else run_fio; run_pv; fi
 
     case "$rw" in
         read) dirs=(read) ;;
