@@ -11,6 +11,7 @@ command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
 command -v strace >/dev/null || need_apt+=(strace)
 if [ "${PAGEVAULT_BENCH:-0}" = 1 ]; then
   command -v fio >/dev/null || need_apt+=(fio)
+  command -v jq >/dev/null || need_apt+=(jq)
   command -v pgbackrest >/dev/null || need_apt+=(pgbackrest)
   command -v hyperfine >/dev/null || need_apt+=(hyperfine)
   [ -x /usr/bin/time ] || need_apt+=(time)
