@@ -195,6 +195,41 @@ fn set_mtime(p: &Path, mtime: i64) {
     }
 }
 
+/// Creates the directories and the pre-sized files of a manifest; returns where each
+/// file id goes. `overlay` keeps what a file already holds (applying a differential).
+fn lay_out(
+    m: &Manifest,
+    place: &dyn Fn(&str) -> PathBuf,
+    overlay: bool,
+) -> Result<HashMap<u32, PathBuf>> {
+    let mut paths = HashMap::new();
+    for f in &m.files {
+        let p = place(&f.path);
+        match f.kind {
+            EntryKind::Dir => fs::create_dir_all(&p)?,
+            EntryKind::File => {
+                if let Some(parent) = p.parent() {
+                    fs::create_dir_all(parent)?;
+                }
+                let mut o = OpenOptions::new();
+                o.write(true);
+                if overlay {
+                    o.create(true).truncate(false);
+                } else {
+                    o.create_new(true);
+                }
+                let file = o
+                    .open(&p)
+                    .with_context(|| format!("cannot create '{}'", p.display()))?;
+                file.set_len(f.size)?;
+                paths.insert(f.id, p);
+            }
+            EntryKind::Link => {}
+        }
+    }
+    Ok(paths)
+}
+
 /// Writes a differential set over a restored full set: changed pages in place,
 /// whole files where it stores them, new sizes, and files dropped since the base removed.
 fn apply_diff(
@@ -206,27 +241,7 @@ fn apply_diff(
     json: bool,
 ) -> Result<restore::Outcome> {
     let dm = &ds.manifest;
-    let mut paths = HashMap::new();
-    for f in &dm.files {
-        let p = place(&f.path);
-        match f.kind {
-            EntryKind::Dir => fs::create_dir_all(&p)?,
-            EntryKind::File => {
-                if let Some(parent) = p.parent() {
-                    fs::create_dir_all(parent)?;
-                }
-                let file = OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&p)
-                    .with_context(|| format!("cannot open '{}'", p.display()))?;
-                file.set_len(f.size)?;
-                paths.insert(f.id, p);
-            }
-            EntryKind::Link => {}
-        }
-    }
+    let paths = lay_out(dm, place, true)?;
     let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
     for f in base
         .files
@@ -491,26 +506,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     File::create(&marker)
         .with_context(|| format!("cannot write in target '{}'", a.to.display()))?;
 
-    let mut paths = HashMap::new();
-    for f in &m.files {
-        let p = place(&f.path);
-        match f.kind {
-            EntryKind::Dir => fs::create_dir_all(&p)?,
-            EntryKind::File => {
-                if let Some(parent) = p.parent() {
-                    fs::create_dir_all(parent)?;
-                }
-                let file = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&p)
-                    .with_context(|| format!("cannot create '{}'", p.display()))?;
-                file.set_len(f.size)?;
-                paths.insert(f.id, p);
-            }
-            EntryKind::Link => {}
-        }
-    }
+    let paths = lay_out(m, &place, false)?;
     let target = Target {
         paths,
         overlay: false,
