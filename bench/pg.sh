@@ -1,0 +1,757 @@
+#!/usr/bin/env bash
+# bench/pg.sh: pagevault beside pgBackRest and pg_basebackup on PostgreSQL 15 (issue 3).
+#
+# Builds (once, then reuses) two PostgreSQL 15 clusters with data checksums under WORK/pg:
+#   pgbench  a pgbench database at scale SCALE (140 = about 2.1 GB; its rows compress 15-38x)
+#   real     about REAL_MB MiB of order rows (numbers, timestamps, e-mails, word text, md5
+#            tokens, random bytes, three indexes) that compress about 2x with zstd, like real data
+# then times on each cluster, one case after another, REPS times (round-robin, the order
+# reversed every other repetition), with a warm and a cold page cache
+# (sync; echo 3 > /proc/sys/vm/drop_caches before every cold backup and every cold restore):
+#   - pagevault backup (none, lz4, zstd) to a file in the work dir, and its restore
+#   - pagevault backup (none, lz4, zstd) to NUL
+#   - pgbackrest backup --type=full, process-max=2 (compress-type none, lz4, zst), and its restore
+#   - pg_basebackup -Ft -X stream (none, client-lz4, server-lz4, server-zstd), and its restore
+#     (untar, decompressing with lz4/zstd)
+# Every timed command includes making its output durable (sync -f of the target afterwards).
+# Prints one markdown table (seconds, MB/s of the database size, backup size, restore seconds,
+# pagevault's speed over each peer with the same codec) and the verdicts of the issue's goals:
+# pagevault >= 2x pgBackRest with the same codec and cores (backup and restore) and >= 1.5x
+# pg_basebackup's fastest variant. Everything is kept under WORK/results/pg-DATE/.
+#
+# Usage: bench/pg.sh [--work DIR] [--scale N] [--real-mb N] [--reps N] [--cache warm,cold]
+#                    [--sets pgbench,real] [--pv-dest file|repo] [--verify 0|1] [--no-build]
+#                    [--keep-running]      (or positionally: bench/pg.sh [SCALE])
+# Environment: WORK_DIR, SCALE, REAL_MB, REPS, CACHES, DATASETS, PV_DEST, VERIFY, QUIET_BUDGET,
+#              PAGEVAULT (binary to use), NO_BUILD=1, PG_BIN, KEEP_RUNNING=1
+# Quick check: bench/pg.sh --scale 10 --real-mb 150 --reps 1. See bench/README.md.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=${WORK_DIR:-/var/tmp/pagevault-bench}
+SCALE=${SCALE:-140}
+REAL_MB=${REAL_MB:-1024}
+REPS=${REPS:-2}
+CACHES=${CACHES:-warm,cold}
+DATASETS=${DATASETS:-pgbench,real}
+PV_DEST=${PV_DEST:-file}
+VERIFY=${VERIFY:-1}
+QUIET_BUDGET=${QUIET_BUDGET:-300}   # seconds in all to wait for other CPU load (a build) to pass
+NO_BUILD=${NO_BUILD:-0}
+KEEP_RUNNING=${KEEP_RUNNING:-0}
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
+DATA_VERSION=1            # bump when a generator changes: forces new clusters
+
+pos=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --work) WORK=$2; shift 2 ;;
+        --scale) SCALE=$2; shift 2 ;;
+        --real-mb) REAL_MB=$2; shift 2 ;;
+        --reps) REPS=$2; shift 2 ;;
+        --cache|--caches) CACHES=$2; shift 2 ;;
+        --sets) DATASETS=$2; shift 2 ;;
+        --pv-dest) PV_DEST=$2; shift 2 ;;
+        --verify) VERIFY=$2; shift 2 ;;
+        --no-build) NO_BUILD=1; shift ;;
+        --keep-running) KEEP_RUNNING=1; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "unknown option: $1 (try --help)" >&2; exit 2 ;;
+        *) pos+=("$1"); shift ;;
+    esac
+done
+[ ${#pos[@]} -ge 1 ] && SCALE=${pos[0]}
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "REPS must be a positive integer" >&2; exit 2; }
+[[ $SCALE =~ ^[1-9][0-9]*$ ]] || { echo "SCALE must be a positive integer" >&2; exit 2; }
+[[ $REAL_MB =~ ^[1-9][0-9]*$ ]] || { echo "REAL_MB must be a positive integer" >&2; exit 2; }
+[[ $PV_DEST =~ ^(file|repo)$ ]] || { echo "PV_DEST must be file or repo" >&2; exit 2; }
+IFS=', ' read -r -a CACHE_LIST <<< "$CACHES"
+IFS=', ' read -r -a SET_LIST <<< "$DATASETS"
+for c in "${CACHE_LIST[@]}"; do [[ $c =~ ^(warm|cold)$ ]] || { echo "cache must be warm and/or cold, not '$c'" >&2; exit 2; }; done
+for s in "${SET_LIST[@]}"; do [[ $s =~ ^(pgbench|real)$ ]] || { echo "data set must be pgbench and/or real, not '$s'" >&2; exit 2; }; done
+[ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as the postgres user)" >&2; exit 2; }
+
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+cd /                          # the postgres user runs commands too: a directory everyone can enter
+PGW=$WORK/pg                  # clusters, pgBackRest settings
+SCRATCH=$PGW/scratch          # the backup and restore of the case running; emptied after every case
+STAMP=$(date +%Y%m%d-%H%M%S)
+RUNDIR=$WORK/results/pg-$STAMP
+RESULTS=$RUNDIR/runs.tsv
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- 1. tools ----
+APT_UPDATED=0
+need_pkg() { # need_pkg COMMAND-OR-PATH PACKAGE
+    if [ ! -x "$1" ] && ! command -v "$1" >/dev/null 2>&1; then
+        log "installing $2"
+        if [ "$APT_UPDATED" = 0 ]; then apt-get update -q >/dev/null 2>&1 || true; APT_UPDATED=1; fi
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null || die "cannot install $2"
+    fi
+}
+if [ ! -x "$PG_BIN/initdb" ]; then
+    # No default cluster on port 5432: this script makes its own.
+    mkdir -p /etc/postgresql-common
+    grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf ||
+        echo 'create_main_cluster = false' >> /etc/postgresql-common/createcluster.conf
+    need_pkg "$PG_BIN/initdb" postgresql-15
+fi
+need_pkg pgbackrest pgbackrest
+need_pkg /usr/bin/time time
+need_pkg lz4 lz4
+need_pkg zstd zstd
+need_pkg ss iproute2
+command -v python3 >/dev/null || need_pkg python3 python3
+id postgres >/dev/null 2>&1 || die "there is no postgres user (install postgresql-15)"
+
+build_note=""
+if [ -z "${PAGEVAULT:-}" ] && [ "$NO_BUILD" != 1 ]; then
+    # Rebuild when the binary is missing or older than any source file (cargo waits for a running build).
+    if [ ! -x "$PV" ] || [ -n "$(find "$ROOT/src" "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" -newer "$PV" -print -quit 2>/dev/null)" ]; then
+        log "building the release binary"
+        if ! (cd "$ROOT" && cargo build --release -q) >&2; then
+            [ -x "$PV" ] || die "cargo build --release failed and there is no binary"
+            build_note="(build failed: measured the previous binary)"
+            log "warning: cargo build --release failed; using the existing $PV"
+        fi
+    fi
+fi
+[ -x "$PV" ] || die "no pagevault binary at $PV"
+"$PV" --version >/dev/null || die "$PV does not run"
+
+# ------------------------------------------------------------ page cache ----
+COLD_OK=0
+if (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then COLD_OK=1; fi
+drop_caches() { sync; if [ "$COLD_OK" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi; }
+if [ "$COLD_OK" = 0 ]; then
+    log "warning: cannot drop the page cache: measuring warm only"
+    CACHE_LIST=(warm)
+fi
+
+# ------------------------------------------------------------ clusters ----
+as_pg() { runuser -u postgres -- "$@"; }
+declare -A PORT DATA
+RUNNING=()            # data directories this script started (stopped on exit)
+
+port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+free_port() { # free_port FIRST: a TCP port nobody listens on
+    local p=$1
+    while ! port_free "$p"; do p=$((p + 1)); done
+    echo "$p"
+}
+psql_on() { # psql_on PORT DB ARGS...
+    local port=$1 db=$2; shift 2
+    "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d "$db" "$@"
+}
+# pg_start DATADIR SOCKETDIR LOG FIRST-PORT: starts a server (or finds it running); sets STARTED_PORT
+pg_start() {
+    local data=$1 sock=$2 logf=$3 port
+    if as_pg "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        STARTED_PORT=$(sed -n 4p "$data/postmaster.pid")
+        RUNNING+=("$data")
+        return 0
+    fi
+    port=$(free_port "$4")
+    mkdir -p "$sock"; chown postgres: "$sock"
+    as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$logf" -w -t 300 \
+        -o "-p $port -c listen_addresses=127.0.0.1 -k $sock" start >/dev/null || return 1
+    RUNNING+=("$data")
+    STARTED_PORT=$port
+}
+pg_stop() {
+    local data=$1
+    if as_pg "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        as_pg "$PG_BIN/pg_ctl" -D "$data" -w -t 120 -m fast stop >/dev/null || true
+    fi
+}
+
+cleanup() {
+    local d
+    for d in "${RUNNING[@]:-}"; do
+        [ -n "$d" ] || continue
+        # The benchmark clusters stay up with --keep-running; restored ones always stop.
+        if [ "$KEEP_RUNNING" = 1 ] && [[ $d == "$PGW"/*/data && $d != "$SCRATCH"* ]]; then continue; fi
+        pg_stop "$d"
+    done
+    rm -rf "$SCRATCH"
+    rm -f "$RUNDIR/pagevault"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The realistic rows: one batch of ids :lo..:hi.
+REAL_SCHEMA="
+CREATE TABLE orders (
+    id          bigint PRIMARY KEY,
+    customer_id integer NOT NULL,
+    created_at  timestamptz NOT NULL,
+    amount      numeric(12,2) NOT NULL,
+    quantity    smallint NOT NULL,
+    status      text NOT NULL,
+    email       text NOT NULL,
+    note        text,
+    token       text NOT NULL,
+    digest      bytea
+);
+CREATE INDEX orders_customer ON orders (customer_id);
+CREATE INDEX orders_created ON orders (created_at);"
+REAL_WORDS='the of and to in is was that for on with as by at from his her an be this which or had are not but have were they it one all their been has more when who also into other would there time can only after new first two over some than its out such these made most many years any state may since work could between through where under then about both during each before those while world system page life part number city people however great three later against well being long use family known still power group high several same including without form found day area name second because water music war national based end history became general public place small local course line school even among set left following year country south north case point government university right film another company own house included around order season data report market service price value customer product account address payment delivery invoice shipment warehouse category supplier discount review rating message session region branch employee manager contract project budget quarter revenue profit tax total amount balance credit debit transfer status pending approved rejected refund priority urgent normal low medium level score result test sample batch lot serial model version release update change request issue ticket support contact email phone mobile street avenue road lane drive court square park garden valley river lake mountain hill forest beach island harbor bridge tower castle palace museum library theater stadium airport station hotel restaurant cafe bakery store shop mall office factory farm hospital clinic pharmacy college academy institute'
+REAL_BATCH="
+INSERT INTO orders
+SELECT g,
+       (random() * 200000)::int,
+       timestamptz '2023-01-01' + random() * interval '1000 days',
+       round((random() * random() * 2000)::numeric, 2),
+       (1 + random() * 9)::int,
+       (ARRAY['new','paid','shipped','delivered','cancelled','returned'])[1 + floor(random() * 6)::int],
+       w[1 + floor(random() * array_length(w, 1))::int] || '.' || (random() * 9999)::int || '@'
+         || (ARRAY['gmail.com','yahoo.com','example.org','mail.net','corp.example.com'])[1 + floor(random() * 5)::int],
+       CASE WHEN random() < 0.3 THEN NULL
+            ELSE array_to_string(ARRAY(SELECT w[1 + floor(random() * array_length(w, 1))::int]
+                                       FROM generate_series(1, 3 + (g % 17))), ' ') END,
+       md5(g::text || random()::text),
+       CASE WHEN random() < 0.5 THEN decode(md5(random()::text) || md5(random()::text), 'hex') END
+FROM generate_series(:lo, :hi) AS g,
+     (SELECT regexp_split_to_array('$REAL_WORDS', ' ') AS w) AS words;"
+
+# make_cluster SET: creates (or reuses) WORK/pg/SET with its data; starts it; sets PORT and DATA.
+make_cluster() {
+    local set=$1 dir=$PGW/$1 want port
+    case $set in
+        pgbench) want="version=$DATA_VERSION set=pgbench scale=$SCALE" ;;
+        real) want="version=$DATA_VERSION set=real mb=$REAL_MB" ;;
+    esac
+    DATA[$set]=$dir/data
+    if [ -f "$dir/manifest" ] && [ "$(cat "$dir/manifest")" = "$want" ] && [ -f "$dir/data/PG_VERSION" ]; then
+        log "reusing the $set cluster in $dir ($want)"
+        pg_start "$dir/data" "$dir/run" "$dir/server.log" 55432 || die "PostgreSQL did not start (see $dir/server.log)"
+        PORT[$set]=$STARTED_PORT
+        return
+    fi
+    [ -d "$dir/data" ] && pg_stop "$dir/data"
+    rm -rf "$dir"
+    local need_mb avail_mb
+    case $set in pgbench) need_mb=$((SCALE * 15 * 4 + 2048)) ;; real) need_mb=$((REAL_MB * 4 + 2048)) ;; esac
+    mkdir -p "$dir/run"
+    avail_mb=$(($(df -Pk "$PGW" | awk 'NR==2 {print $4}') / 1024))
+    [ "$avail_mb" -gt "$need_mb" ] || die "need about $need_mb MiB free under $PGW for the $set cluster and its copies, have $avail_mb"
+    chown -R postgres: "$dir"
+    log "creating the $set cluster in $dir"
+    as_pg "$PG_BIN/initdb" -D "$dir/data" --data-checksums --auth=trust -U postgres -E UTF8 --locale=C.UTF-8 \
+        > "$dir/initdb.log" 2>&1 || die "initdb failed (see $dir/initdb.log)"
+    cat >> "$dir/data/postgresql.conf" <<EOF
+
+# bench/pg.sh (port, listen_addresses and the socket directory are given by pg_ctl -o)
+shared_buffers = 256MB
+max_wal_size = 4GB
+checkpoint_timeout = 30min
+archive_mode = off
+EOF
+    pg_start "$dir/data" "$dir/run" "$dir/server.log" 55432 || die "PostgreSQL did not start (see $dir/server.log)"
+    port=$STARTED_PORT
+    PORT[$set]=$port
+    local t0=$SECONDS
+    case $set in
+        pgbench)
+            log "  pgbench -i -s $SCALE (server-side generation)"
+            psql_on "$port" postgres -c "CREATE DATABASE bench"
+            "$PG_BIN/pgbench" -i -s "$SCALE" -I dtGvp -q -h 127.0.0.1 -p "$port" -U postgres bench \
+                > "$dir/load.log" 2>&1 || die "pgbench -i failed (see $dir/load.log)"
+            ;;
+        real)
+            log "  about $REAL_MB MiB of order rows (numbers, text, hashes, random bytes; 3 indexes)"
+            psql_on "$port" postgres -c "CREATE DATABASE real"
+            psql_on "$port" real -c "$REAL_SCHEMA" >/dev/null
+            local lo=1 batch=250000 size target=$((REAL_MB * 1048576))
+            while :; do
+                size=$(psql_on "$port" real -At -c "SELECT pg_database_size('real')")
+                [ "$size" -lt "$target" ] || break
+                # Two sessions at once (two cores); the last round is cut to what is missing.
+                local left_rows=$(( (target - size) / 280 + 1000 ))
+                [ "$batch" -gt $((left_rows / 2)) ] && batch=$((left_rows / 2 + 1))
+                printf '%s\n' "$REAL_BATCH" | psql_on "$port" real -v lo=$lo -v hi=$((lo + batch - 1)) >/dev/null &
+                local p1=$!
+                printf '%s\n' "$REAL_BATCH" | psql_on "$port" real -v lo=$((lo + batch)) -v hi=$((lo + 2 * batch - 1)) >/dev/null &
+                local p2=$!
+                wait $p1 || die "loading the real data set failed"
+                wait $p2 || die "loading the real data set failed"
+                lo=$((lo + 2 * batch))
+            done
+            psql_on "$port" real -c "VACUUM ANALYZE orders" >/dev/null
+            ;;
+    esac
+    # A quiet cluster for the measurements: everything written, old WAL gone.
+    psql_on "$port" postgres -c "ALTER SYSTEM SET max_wal_size = '1GB'" -c "SELECT pg_reload_conf()" >/dev/null
+    psql_on "$port" postgres -c "CHECKPOINT" -c "SELECT pg_switch_wal()" -c "CHECKPOINT" >/dev/null
+    sync
+    echo "$want" > "$dir/manifest"
+    log "  loaded in $((SECONDS - t0)) s"
+}
+
+# db_bytes SET: the size of the data directory without pg_wal (what every tool copies).
+db_bytes() {
+    local d=${DATA[$1]}
+    echo $(( $(du -sb "$d" | cut -f1) - $(du -sb "$d/pg_wal" | cut -f1) ))
+}
+# The table that the restore check counts.
+main_table() { case $1 in pgbench) echo "bench pgbench_accounts" ;; real) echo "real orders" ;; esac; }
+
+# ------------------------------------------------------ 3. measurements ----
+mkdir -p "$RUNDIR" "$PGW"
+# Others may rebuild target/release while this runs: measure one copy of the binary throughout.
+PV_BUILT=$(date -u -r "$PV" '+%Y-%m-%d %H:%M UTC')
+commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(cd "$ROOT" && git status --porcelain -- src Cargo.toml 2>/dev/null | grep -q . && echo "+uncommitted src changes" || true)
+cp "$PV" "$RUNDIR/pagevault"
+PV=$RUNDIR/pagevault
+printf 'set\ttool\tvariant\tcache\trep\tphase\tseconds\tbytes\tstatus\tbusy_ticks\tcpu_s\tout\n' > "$RESULTS"
+printf 'set\tdb_bytes\tdescription\n' > "$RUNDIR/sets.tsv"
+: > "$RUNDIR/notes.txt"
+now_ns() { date +%s%N; }
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+HZ=$(getconf CLK_TCK)
+NCPU=$(nproc)
+QUIET_WAITED=0
+wait_quiet() {   # while something else keeps the CPUs over 25% busy, wait (QUIET_BUDGET in all)
+    local b0 b1 busy said=0
+    while :; do
+        b0=$(busy_ticks); sleep 0.5; b1=$(busy_ticks)
+        busy=$(((b1 - b0) * 200 / (HZ * NCPU)))
+        if [ "$busy" -lt 25 ] || [ "$QUIET_WAITED" -ge "$QUIET_BUDGET" ]; then return 0; fi
+        [ $said = 1 ] || log "  the machine is $busy% busy: waiting for it to calm down"
+        said=1
+        sleep 1.5
+        QUIET_WAITED=$((QUIET_WAITED + 2))
+    done
+}
+fresh_scratch() { rm -rf "$SCRATCH"; mkdir -p "$SCRATCH"; chown postgres: "$SCRATCH"; }
+warm_up() {      # read the data directory into the page cache
+    find "${DATA[$SET]}" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true
+}
+
+# CPU of the server: the postmaster and its children, with those it has reaped (ticks).
+server_ticks() {
+    local pid
+    pid=$(head -1 "${DATA[$SET]}/postmaster.pid" 2>/dev/null) || { echo 0; return; }
+    { echo "$pid"; pgrep -P "$pid" || true; } | while read -r p; do
+        sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
+    done | awk '{s += $12 + $13 + $14 + $15} END {print s + 0}'
+}
+
+# run_timed PHASE TOOL VARIANT SIZE-PATH SYNC-DIR COMMAND...: one timed run, one row of runs.tsv.
+# Globals: SET CACHE REP. The time includes `sync -f SYNC-DIR` after the command.
+# Records the CPU seconds of the command's processes and of the server, and the machine's busy ticks.
+run_timed() {
+    local phase=$1 tool=$2 variant=$3 sizep=$4 syncdir=$5; shift 5
+    local tag="$SET.$tool.$variant.$CACHE.$REP.$phase"
+    tag=${tag// /_}
+    local out=$RUNDIR/$tag.out err=$RUNDIR/$tag.err t0 t1 b0 b1 c0 c1 s0 s1 rc=0 bytes=""
+    sync
+    wait_quiet
+    if [ "$CACHE" = cold ]; then drop_caches; fi
+    s0=$(server_ticks)
+    times > "$RUNDIR/times0.tmp"   # CPU of the waited-for children so far (a builtin: no fork)
+    b0=$(busy_ticks)
+    t0=$(now_ns)
+    "$@" > "$out" 2> "$err" || rc=$?
+    if [ $rc -eq 0 ] && [ -n "$syncdir" ]; then sync -f "$syncdir" || rc=$?; fi
+    t1=$(now_ns)
+    b1=$(busy_ticks)
+    times > "$RUNDIR/times.tmp"
+    s1=$(server_ticks)
+    local cpu
+    cpu=$(awk -v hz="$HZ" -v srv=$((s1 - s0)) 'FNR == 2 {
+            for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); v[FILENAME] += a[1] * 60 + a[2] } }
+        END { for (f in v) if (f ~ /times0/) c0 = v[f]; else c1 = v[f]
+              d = srv / hz; if (d < 0) d = 0
+              printf "%.3f", c1 - c0 + d }' "$RUNDIR/times0.tmp" "$RUNDIR/times.tmp")
+    if [ $rc -eq 0 ]; then
+        [ -n "$sizep" ] && bytes=$(du -sb "$sizep" | cut -f1)
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tok\t%s\t%s\t%s\n' "$SET" "$tool" "$variant" "$CACHE" "$REP" "$phase" \
+            "$(((t1 - t0) / 1000))e-6" "$bytes" "$((b1 - b0))" "$cpu" "$out" >> "$RESULTS"
+        log "    $phase $tool $variant: $(awk -v n=$((t1 - t0)) 'BEGIN {printf "%.2f s", n / 1e9}'), CPU $cpu s"
+    else
+        log "    $phase $tool $variant FAILED (exit $rc): $(tail -3 "$err" | tr '\n' ' ')"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t\t\tfailed\t\t\t%s\n' "$SET" "$tool" "$variant" "$CACHE" "$REP" "$phase" "$err" >> "$RESULTS"
+    fi
+    return $rc
+}
+
+# verify_restore DIR WHAT: starts a restored data directory and counts the main table (untimed).
+verify_restore() {
+    local dir=$1 what=$2 port want got db table
+    read -r db table < <(main_table "$SET")
+    want=$(psql_on "${PORT[$SET]}" "$db" -At -c "SELECT count(*) FROM $table")
+    if pg_start "$dir" "$SCRATCH/verify-run" "$SCRATCH/verify.log" 56432; then
+        port=$STARTED_PORT
+        got=$(psql_on "$port" "$db" -At -c "SELECT count(*) FROM $table" 2>&1 || true)
+        pg_stop "$dir"
+    else
+        got="did not start: $(tail -2 "$SCRATCH/verify.log" 2>/dev/null | tr '\n' ' ')"
+    fi
+    if [ "$got" = "$want" ]; then
+        echo "- $SET: $what: the restored cluster started and recovered; $table has $got rows, as the source (PASS)" >> "$RUNDIR/notes.txt"
+        log "    restore check: PASS ($got rows)"
+    else
+        echo "- $SET: $what: restore check FAILED: source has $want rows in $table, restored cluster: $got" >> "$RUNDIR/notes.txt"
+        log "    restore check FAILED: $got"
+    fi
+}
+
+case_pv() { # case_pv CODEC disk|nul
+    local codec=$1 dest=$2 src="postgres://postgres@127.0.0.1:${PORT[$SET]}/postgres?pgdata=${DATA[$SET]}"
+    fresh_scratch
+    if [ "$dest" = nul ]; then
+        run_timed backup pagevault "NUL $codec" "" "" "$PV" backup --source "$src" --to NUL --compress "$codec" --json || true
+        return
+    fi
+    local to=(--to "$SCRATCH/pv.pvb") from=(--from "$SCRATCH/pv.pvb") sizep=$SCRATCH/pv.pvb
+    if [ "$PV_DEST" = repo ]; then to=(--repo "$SCRATCH/repo"); from=(--repo "$SCRATCH/repo"); sizep=$SCRATCH/repo; fi
+    if run_timed backup pagevault "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" --json; then
+        if run_timed restore pagevault "$codec" "$SCRATCH/restore" "$SCRATCH" \
+            "$PV" restore "${from[@]}" --to "$SCRATCH/restore" --owner postgres --json &&
+            [ "$VERIFY" = 1 ] && [ "$REP" = 1 ] && [ "$CACHE" = "${CACHE_LIST[0]}" ] && [ "$codec" = lz4 ]; then
+            verify_restore "$SCRATCH/restore" "pagevault lz4 restore"
+        fi
+    fi
+    fresh_scratch
+}
+
+case_pgbr() { # case_pgbr none|lz4|zst
+    local ct=$1 conf=$PGW/pgbackrest-$SET.conf
+    fresh_scratch
+    mkdir -p "$PGW/pgbackrest-lock" "$PGW/pgbackrest-log"
+    chown postgres: "$PGW/pgbackrest-lock" "$PGW/pgbackrest-log"
+    cat > "$conf" <<EOF
+[global]
+repo1-path=$SCRATCH/pgbackrest-repo
+repo1-retention-full=2
+process-max=2
+start-fast=y
+archive-check=n
+archive-mode-check=n
+lock-path=$PGW/pgbackrest-lock
+log-path=$PGW/pgbackrest-log
+log-level-file=off
+log-level-console=warn
+
+[$SET]
+pg1-path=${DATA[$SET]}
+pg1-port=${PORT[$SET]}
+pg1-socket-path=$PGW/$SET/run
+pg1-user=postgres
+EOF
+    chmod 644 "$conf"
+    (cd / && as_pg pgbackrest --config="$conf" --stanza="$SET" stanza-create) > "$RUNDIR/stanza-create.log" 2>&1 ||
+        { log "    pgbackrest stanza-create failed: $(tail -2 "$RUNDIR/stanza-create.log" | tr '\n' ' ')"; return 0; }
+    if run_timed backup pgbackrest "$ct" "$SCRATCH/pgbackrest-repo" "$SCRATCH" \
+        as_pg pgbackrest --config="$conf" --stanza="$SET" backup --type=full --compress-type="$ct"; then
+        install -d -m 700 -o postgres -g postgres "$SCRATCH/restore"
+        run_timed restore pgbackrest "$ct" "$SCRATCH/restore" "$SCRATCH" \
+            as_pg pgbackrest --config="$conf" --stanza="$SET" --pg1-path="$SCRATCH/restore" restore || true
+    fi
+    fresh_scratch
+}
+
+# pgbb_restore BACKUPDIR TARGET: what a user does with a pg_basebackup -Ft backup.
+pgbb_restore() {
+    local from=$1 to=$2 f
+    install -d -m 700 -o postgres -g postgres "$to" "$to/pg_wal"
+    for f in "$from"/base.tar* "$from"/pg_wal.tar*; do
+        local dest=$to
+        case $f in */pg_wal.tar*) dest=$to/pg_wal ;; esac
+        case $f in
+            *.tar) tar -xf "$f" -C "$dest" ;;
+            *.tar.lz4) lz4 -dc "$f" | tar -xf - -C "$dest" ;;
+            *.tar.zst) zstd -q -dc "$f" | tar -xf - -C "$dest" ;;
+            *.tar.gz) gzip -dc "$f" | tar -xf - -C "$dest" ;;
+            *) echo "unexpected file $f" >&2; return 1 ;;
+        esac
+    done
+}
+
+case_pgbb() { # case_pgbb none|client-lz4|server-lz4|server-zstd
+    local v=$1 args=()
+    [ "$v" = none ] || args=(--compress="$v")
+    fresh_scratch
+    if run_timed backup pg_basebackup "$v" "$SCRATCH/bb" "$SCRATCH" \
+        "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "${PORT[$SET]}" -U postgres -D "$SCRATCH/bb" -Ft -X stream -c fast "${args[@]}"; then
+        run_timed restore pg_basebackup "$v" "$SCRATCH/restore" "$SCRATCH" pgbb_restore "$SCRATCH/bb" "$SCRATCH/restore" || true
+    fi
+    fresh_scratch
+}
+
+# The cases of one repetition, codec by codec so that every tool meets the same conditions.
+CASE_LIST=(
+    "pv none disk" "pv none nul" "pgbr none" "pgbb none"
+    "pv lz4 disk" "pv lz4 nul" "pgbr lz4" "pgbb client-lz4" "pgbb server-lz4"
+    "pv zstd disk" "pv zstd nul" "pgbr zst" "pgbb server-zstd"
+)
+run_case() {
+    local words
+    read -r -a words <<< "$1"
+    case ${words[0]} in
+        pv) case_pv "${words[1]}" "${words[2]}" ;;
+        pgbr) case_pgbr "${words[1]}" ;;
+        pgbb) case_pgbb "${words[1]}" ;;
+    esac
+}
+
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+T_START=$(date +%s)
+T_MEASURE=0
+for SET in "${SET_LIST[@]}"; do
+    make_cluster "$SET"
+    # Only the cluster being measured runs.
+    for other in "${SET_LIST[@]}"; do
+        [ "$other" = "$SET" ] || { [ -n "${DATA[$other]:-}" ] && pg_stop "${DATA[$other]}"; } || true
+    done
+    DBB=$(db_bytes "$SET")
+    case $SET in
+        pgbench) desc="pgbench scale $SCALE" ;;
+        real) desc="order rows, about $REAL_MB MiB target" ;;
+    esac
+    printf '%s\t%s\t%s\n' "$SET" "$DBB" "$desc" >> "$RUNDIR/sets.tsv"
+    log "data set $SET: $desc, $((DBB / 1048576)) MiB without pg_wal, on port ${PORT[$SET]}"
+    t_set=$(date +%s)
+    for ((REP = 1; REP <= REPS; REP++)); do
+        order=("${CASE_LIST[@]}")
+        if [ $((REP % 2)) = 0 ]; then   # every other repetition runs the cases backwards
+            order=(); for ((i = ${#CASE_LIST[@]} - 1; i >= 0; i--)); do order+=("${CASE_LIST[i]}"); done
+        fi
+        caches=("${CACHE_LIST[@]}")
+        if [ $((REP % 2)) = 0 ] && [ ${#caches[@]} = 2 ]; then caches=("${CACHE_LIST[1]}" "${CACHE_LIST[0]}"); fi
+        for CACHE in "${caches[@]}"; do
+            log "$SET: repetition $REP of $REPS, $CACHE cache"
+            [ "$CACHE" = warm ] && warm_up
+            for c in "${order[@]}"; do run_case "$c"; done
+        done
+    done
+    T_MEASURE=$((T_MEASURE + $(date +%s) - t_set))
+
+    # The wait statistics of pagevault, as a user sees them (cold cache, disk backups and their restores).
+    if [ "$COLD_OK" = 1 ]; then
+        log "$SET: pagevault wait statistics (cold cache)"
+        src="postgres://postgres@127.0.0.1:${PORT[$SET]}/postgres?pgdata=${DATA[$SET]}"
+        for codec in none lz4 zstd; do
+            fresh_scratch
+            drop_caches
+            {
+                echo "== $SET: pagevault backup --compress $codec --to FILE (cold cache)"
+                "$PV" backup --source "$src" --to "$SCRATCH/pv.pvb" --compress "$codec" 2>&1 | grep -v 'percent processed' || true
+                drop_caches
+                echo "== $SET: pagevault restore of that set (cold cache)"
+                "$PV" restore --from "$SCRATCH/pv.pvb" --to "$SCRATCH/restore" --owner postgres 2>&1 | grep -v 'percent processed' || true
+                echo
+            } >> "$RUNDIR/waits.txt"
+        done
+        fresh_scratch
+    fi
+done
+T_END=$(date +%s)
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+for SET in "${SET_LIST[@]}"; do [ "$KEEP_RUNNING" = 1 ] || pg_stop "${DATA[$SET]}"; done
+
+# ------------------------------------------------------------ 4. the table ----
+export RESULTS RUNDIR HZ NCPU
+python3 > "$RUNDIR/table.md" <<'PY'
+import csv, json, os, statistics
+MIB = 1048576.0
+HZ, NCPU = float(os.environ["HZ"]), int(os.environ["NCPU"])
+rundir = os.environ["RUNDIR"]
+sets = {r["set"]: r for r in csv.DictReader(open(os.path.join(rundir, "sets.tsv")), delimiter="\t")}
+rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
+
+# (set, tool, variant, cache, phase) -> runs
+runs = {}
+order = []
+for r in rows:
+    k = (r["set"], r["tool"], r["variant"], r["cache"])
+    if k not in order:
+        order.append(k)
+    runs.setdefault(k + (r["phase"],), []).append(r)
+
+def stat(k, phase):
+    rs = runs.get(k + (phase,), [])
+    ok = [r for r in rs if r["status"] == "ok"]
+    if not ok:
+        return None, len(rs)
+    secs = [float(r["seconds"]) for r in ok]
+    sizes = [int(r["bytes"]) for r in ok if r["bytes"]]
+    cpu = [float(r["cpu_s"]) for r in ok if r.get("cpu_s")]
+    others = [max(0.0, int(r["busy_ticks"]) / HZ - float(r["cpu_s"] or 0)) / (NCPU * float(r["seconds"])) * 100
+              for r in ok if r["busy_ticks"]]
+    js = []
+    for r in ok:
+        try:
+            js.append(json.load(open(r["out"])))
+        except Exception:
+            pass
+    return {
+        "sec": min(secs), "med": statistics.median(secs), "min": min(secs), "max": max(secs), "n": len(ok),
+        "bytes": statistics.median(sizes) if sizes else None,
+        "cpu": statistics.median(cpu) if cpu else None, "others": max(others) if others else 0.0, "json": js,
+    }, len(rs) - len(ok)
+
+def f2(x):
+    return "-" if x is None else f"{x:.2f}"
+
+def secs(st):
+    """best (median) seconds of a phase"""
+    if st is None:
+        return "-"
+    return f"{st['sec']:.2f}" + (f" ({st['med']:.2f})" if st["n"] > 1 else "")
+
+def mbps(db, s):
+    return "-" if s is None else f"{db / MIB / s:,.0f}"
+
+# Which pagevault codec each peer variant is compared with.
+SAME = {("pgbackrest", "none"): "none", ("pgbackrest", "lz4"): "lz4", ("pgbackrest", "zst"): "zstd",
+        ("pg_basebackup", "none"): "none", ("pg_basebackup", "client-lz4"): "lz4",
+        ("pg_basebackup", "server-lz4"): "lz4", ("pg_basebackup", "server-zstd"): "zstd"}
+TOOL_ORDER = {"pagevault": 0, "pgbackrest": 1, "pg_basebackup": 2}
+CODEC_ORDER = {"none": 0, "lz4": 1, "client-lz4": 2, "server-lz4": 3, "zstd": 4, "zst": 4, "server-zstd": 5}
+def variant_key(v):
+    nul = v.startswith("NUL ")
+    return (nul, CODEC_ORDER.get(v.split()[-1], 9))
+set_order = list(sets)
+cache_order = {"warm": 0, "cold": 1}
+order.sort(key=lambda k: (set_order.index(k[0]) if k[0] in set_order else 9, cache_order.get(k[3], 9),
+                          TOOL_ORDER.get(k[1], 9), variant_key(k[2])))
+
+def pgbb_fastest(s, cache):
+    best = None
+    for k in order:
+        if k[0] == s and k[3] == cache and k[1] == "pg_basebackup":
+            b, _ = stat(k, "backup")
+            if b and (best is None or b["sec"] < best[1]["sec"]):
+                best = (k[2], b)
+    return best
+
+out = []
+out.append("| data set | cache | tool | variant | backup s best (median) | backup MB/s | backup CPU s | backup MiB (ratio) | restore s best (median) | restore MB/s "
+           "| restore CPU s | pagevault ÷ this: backup | pagevault ÷ this: restore | other CPU % | notes |")
+out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+goals = []
+for k in order:
+    s, tool, variant, cache = k
+    db = int(sets[s]["db_bytes"])
+    b, bf = stat(k, "backup")
+    r, rf = stat(k, "restore")
+    notes = []
+    if bf or rf:
+        notes.append(f"FAILED runs: {bf} backup, {rf} restore")
+    if b is None:
+        out.append(f"| {s} | {cache} | {tool} | {variant} | FAILED | | | | | | | | | | {'; '.join(notes)} |")
+        continue
+    size = "-"
+    if b["bytes"]:
+        size = f"{b['bytes'] / MIB:,.0f} ({db / b['bytes']:.1f}x)"
+    elif tool == "pagevault" and b["json"]:
+        st = statistics.median(j.get("stored_bytes", 0) for j in b["json"])
+        if st:
+            size = f"({st / MIB:,.0f} discarded, {db / st:.1f}x)"
+    if b["n"] > 1 and b["max"] > 1.25 * b["min"]:
+        notes.append(f"backup varied {b['min']:.2f}-{b['max']:.2f} s")
+    if r and r["n"] > 1 and r["max"] > 1.25 * r["min"]:
+        notes.append(f"restore varied {r['min']:.2f}-{r['max']:.2f} s")
+    rb = rr = "-"
+    if tool == "pagevault":
+        bn = sorted({(j.get("waits") or {}).get("bottleneck", "?") for j in b["json"]})
+        if bn:
+            notes.append("waits: " + "/".join(bn) + (" (restore: " + "/".join(sorted({(j.get("waits") or {}).get("bottleneck", "?") for j in r["json"]})) + ")" if r and r["json"] else ""))
+        if not variant.startswith("NUL"):
+            fb = pgbb_fastest(s, cache)
+            if fb:
+                notes.append(f"÷ pg_basebackup fastest ({fb[0]}): {fb[1]['sec'] / b['sec']:.2f}x")
+    else:
+        pvk = (s, "pagevault", SAME.get((tool, variant), "?"), cache)
+        pb, _ = stat(pvk, "backup")
+        pr, _ = stat(pvk, "restore")
+        if pb:
+            rb = f"{b['sec'] / pb['sec']:.2f}x"
+        if pr and r:
+            rr = f"{r['sec'] / pr['sec']:.2f}x"
+        if tool == "pgbackrest":
+            for phase, p, me in (("backup", pb, b), ("restore", pr, r)):
+                if p and me:
+                    ratio = me["sec"] / p["sec"]
+                    goals.append((s, cache, f"{phase} >= 2x pgBackRest ({variant} vs pagevault {pvk[2]})",
+                                  p["sec"], me["sec"], ratio, 2.0))
+        if tool == "pg_basebackup":
+            fb = pgbb_fastest(s, cache)
+            if fb and fb[0] == variant:
+                notes.append("fastest pg_basebackup")
+    cpu = "-" if b["cpu"] is None else f"{b['cpu']:.1f}"
+    rcpu = "-" if not r or r["cpu"] is None else f"{r['cpu']:.1f}"
+    others = max(b["others"], r["others"] if r else 0.0)
+    out.append(f"| {s} | {cache} | {tool} | {variant} | {secs(b)} | {mbps(db, b['sec'])} | "
+               f"{cpu} | {size} | "
+               f"{secs(r)} | {mbps(db, r['sec']) if r else '-'} | {rcpu} | {rb} | {rr} | {others:.0f} | {'; '.join(notes)} |")
+
+# pagevault's fastest disk backup against pg_basebackup's fastest variant.
+for s in set_order:
+    for cache in ("warm", "cold"):
+        fb = pgbb_fastest(s, cache)
+        best = None
+        for k in order:
+            if k[0] == s and k[3] == cache and k[1] == "pagevault" and not k[2].startswith("NUL"):
+                b, _ = stat(k, "backup")
+                if b and (best is None or b["sec"] < best[1]["sec"]):
+                    best = (k[2], b)
+        if fb and best:
+            goals.append((s, cache, f"backup >= 1.5x pg_basebackup's fastest ({fb[0]} vs pagevault {best[0]})",
+                          best[1]["sec"], fb[1]["sec"], fb[1]["sec"] / best[1]["sec"], 1.5))
+
+print("\n".join(out))
+print()
+print("Goals (issue 3), best seconds of each side:")
+print()
+print("| data set | cache | goal | pagevault s | peer s | pagevault ÷ peer | verdict |")
+print("|---|---|---|---:|---:|---:|---|")
+npass = 0
+for s, cache, goal, pv, peer, ratio, need in sorted(goals, key=lambda g: (set_order.index(g[0]), cache_order[g[1]])):
+    ok = ratio >= need
+    npass += ok
+    print(f"| {s} | {cache} | {goal} | {pv:.2f} | {peer:.2f} | {ratio:.2f}x | {'PASS' if ok else 'FAIL'} |")
+print()
+print(f"{npass} of {len(goals)} goals pass.")
+PY
+
+{
+    echo "### pagevault against pgBackRest and pg_basebackup, PostgreSQL 15 ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo
+    while IFS=$'\t' read -r s b d; do
+        [ "$s" = set ] && continue
+        echo "- data set \`$s\`: $d; $((b / 1048576)) MiB in the data directory without pg_wal (the MB of MB/s)"
+    done < "$RUNDIR/sets.tsv"
+    echo "- pagevault $commit$dirty (binary built $PV_BUILT) $build_note ($PV_DEST destination: $([ "$PV_DEST" = file ] && echo '--to FILE' || echo '--repo DIR')); $(pgbackrest version) (process-max=2, archive-check=n, start-fast=y);"
+    echo "  $("$PG_BIN/pg_basebackup" --version) (-Ft -X stream -c fast); pagevault threads: one per core"
+    echo "- $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, device $(df -P "$PGW" | awk 'NR==2 {print $1}'); load average $LOAD_START at start, $LOAD_END at end"
+    echo "- $REPS repetition(s) of every case per cache state (${CACHE_LIST[*]}), round-robin, every other repetition in reverse order;"
+    echo "  $((T_MEASURE / 60)) min $((T_MEASURE % 60)) s of measurements (${QUIET_WAITED} s of it waiting for other CPU load), $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s in all"
+    echo "- seconds: wall time of the command plus \`sync -f\` of what it wrote (backup and restore alike); the best of the repetitions"
+    echo "  (other processes on the machine only ever add time), the median in brackets; MB/s and every ratio use the best;"
+    echo "  MB/s = data directory size / seconds (MB = 1,048,576 bytes); cold = \`sync; echo 3 > /proc/sys/vm/drop_caches\` before every backup and every restore;"
+    echo "  CPU s = CPU seconds of the command's processes plus the PostgreSQL server's (pg_basebackup's server-side compression, checkpoints);"
+    echo "  other CPU % = the rest of the machine's busy CPU during the row's runs (max), in % of all cores: high values mean a disturbed row."
+    echo "  pagevault ÷ this = this tool's seconds / pagevault's seconds with the same codec (to a file; the NUL rows only show the pipeline)."
+    echo "  pgBackRest runs with archive-check=n (archive_mode is off here): its restores are timed, not started. pg_basebackup restore = untar (lz4 -d / zstd -d | tar -x)."
+    echo
+    cat "$RUNDIR/table.md"
+    echo
+    if [ -s "$RUNDIR/notes.txt" ]; then echo "Restore checks (untimed):"; echo; cat "$RUNDIR/notes.txt"; echo; fi
+    if [ -s "$RUNDIR/waits.txt" ]; then
+        echo "pagevault's wait statistics (one more cold run of each disk case):"
+        echo
+        echo '```'
+        grep -v -e '^Processed' "$RUNDIR/waits.txt" || true
+        echo '```'
+    fi
+} | tee "$RUNDIR/report.md"
+rm -f "$PV" "$RUNDIR"/times*.tmp
+log "raw results: $RUNDIR (runs.tsv, the output of every run, report.md)"
