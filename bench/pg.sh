@@ -181,7 +181,10 @@ cleanup() {
     rm -f "$RUNDIR/pagevault"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'log "error: exit $? at line $LINENO: $BASH_COMMAND"' ERR
+trap 'log "interrupted (SIGINT)"; exit 130' INT
+trap 'log "terminated (SIGTERM)"; exit 143' TERM
+trap 'log "hung up (SIGHUP)"; exit 129' HUP
 
 # The realistic rows: one batch of ids :lo..:hi.
 REAL_SCHEMA="
