@@ -26,6 +26,9 @@
 #              PAGEVAULT (binary to use), NO_BUILD=1, PG_BIN, KEEP_RUNNING=1
 # Quick check: bench/pg.sh --scale 10 --real-mb 150 --reps 1. See bench/README.md.
 set -euo pipefail
+# The whole script is one block that bash reads before running it: editing or checking out this
+# file while it runs does not change what runs.
+{
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=${WORK_DIR:-/var/tmp/pagevault-bench}
@@ -742,7 +745,7 @@ PY
     echo "  MB/s = data directory size / seconds (MB = 1,048,576 bytes); cold = \`sync; echo 3 > /proc/sys/vm/drop_caches\` before every backup and every restore;"
     echo "  CPU s = CPU seconds of the command's processes plus the PostgreSQL server's (pg_basebackup's server-side compression, checkpoints);"
     echo "  other CPU % = the rest of the machine's busy CPU during the row's runs (max), in % of all cores: high values mean a disturbed row."
-    echo "  pagevault ÷ this = this tool's seconds / pagevault's seconds with the same codec (to a file; the NUL rows only show the pipeline)."
+    echo "  pagevault ÷ this = this tool's seconds / pagevault's seconds with the same codec (pagevault's disk rows; the NUL rows only show the pipeline)."
     echo "  pgBackRest runs with archive-check=n (archive_mode is off here): its restores are timed, not started. pg_basebackup restore = untar (lz4 -d / zstd -d | tar -x)."
     echo
     cat "$RUNDIR/table.md"
@@ -758,3 +761,5 @@ PY
 } | tee "$RUNDIR/report.md"
 rm -f "$PV" "$RUNDIR"/times*.tmp
 log "raw results: $RUNDIR (runs.tsv, the output of every run, report.md)"
+exit 0
+}
