@@ -26,6 +26,10 @@ as fast. Every frame, page and file is checksummed and checked on restore.",
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Endpoint of an S3-compatible server (MinIO ...) for s3:// devices and
+    /// repositories; overrides AWS_ENDPOINT_URL. Plain http:// only to loopback.
+    #[arg(long, global = true, value_name = "URL")]
+    s3_endpoint: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -46,6 +50,8 @@ enum Command {
     ArchiveGet(cmd::archive::GetArgs),
     /// List the backup sets a repository holds (msdb's backupset).
     History(cmd::history::HistoryArgs),
+    /// Retention: remove old sets and WAL, keeping the newest N full backups and what they need.
+    Expire(cmd::expire::ExpireArgs),
     /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
     Sql(cmd::sql::SqlArgs),
     /// Measure a storage with the I/O patterns of a database (log, data, backup, restore ...).
@@ -66,6 +72,9 @@ pub struct DemoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    device::object::set_options(device::object::StoreOptions {
+        s3_endpoint: cli.s3_endpoint.clone(),
+    });
     let result = match cli.command {
         Command::Backup(a) => cmd::backup::run(a),
         Command::Restore(a) => cmd::restore::run_restore(a),
@@ -75,6 +84,7 @@ fn main() -> ExitCode {
         Command::ArchivePush(a) => cmd::archive::run_push(a),
         Command::ArchiveGet(a) => cmd::archive::run_get(a),
         Command::History(a) => cmd::history::run(a),
+        Command::Expire(a) => cmd::expire::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sql(a) => cmd::sql::run(a),
         Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),

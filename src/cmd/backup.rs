@@ -210,7 +210,7 @@ fn diff_base(
     }) else {
         bail!(
             "no usable base for a differential in '{}': it needs a full backup that is not copy-only or damaged; take one with --type full",
-            repo.root.display()
+            repo.describe()
         );
     };
     let start_lsn = base
@@ -219,7 +219,7 @@ fn diff_base(
         .and_then(crate::repo::wal::parse_lsn)
         .ok_or_else(|| anyhow::anyhow!("base set {} records no start LSN", base.set_id))?;
     let first = repo.stripe_path(&base.stripes[0]);
-    let manifest = super::set::open_any(&first.display().to_string())
+    let manifest = super::set::open_any(&first)
         .with_context(|| format!("cannot read the base set {}", base.set_id))?;
     let files = manifest.files.into_iter().map(|f| f.path).collect();
     Ok((
@@ -256,15 +256,9 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
     let mut specs: Vec<String> = vec![];
     if let Some(repo) = &repo {
         let n = a.stripes.unwrap_or(if a.to.is_empty() { 1 } else { 0 });
-        if n > 0 {
-            crate::repo::create_dir(&repo.set_dir(&set_hex))?;
+        for i in 1..=n {
+            specs.push(repo.stripe_spec(&set_hex, i as usize)?);
         }
-        specs.extend((1..=n).map(|i| {
-            repo.set_dir(&set_hex)
-                .join(format!("{i}.pv"))
-                .display()
-                .to_string()
-        }));
     }
     specs.extend(a.to.iter().cloned());
     if specs.is_empty() {
@@ -319,7 +313,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             let _ = src.finish(false);
             bail!(
                 "repository '{}' holds sets of cluster {} (set {}), not of cluster {sysid}: use one repository per cluster",
-                repo.root.display(),
+                repo.describe(),
                 other.system_identifier.as_deref().unwrap_or("?"),
                 other.set_id
             );
@@ -396,9 +390,13 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         );
     }
 
+    let hint = device::CreateHint {
+        expected_bytes: plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
+        transfer_size: a.max_transfer_size as usize,
+    };
     let mut sinks = vec![];
     for d in &devices {
-        match d.create() {
+        match d.create(&hint) {
             Ok(s) => sinks.push(s),
             Err(e) => {
                 sinks
@@ -612,6 +610,12 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         }
     }
     if let Some(e) = failed {
+        // Stripes already committed are removed: no part of the set stays behind.
+        for d in devices.iter().take(stripes_out.len()) {
+            if let Err(r) = d.remove() {
+                eprintln!("Warning: {r:#}");
+            }
+        }
         return Err(e.context("the backup set was not completed"));
     }
     // The catalog record is written last: a set is in the history only once durable.
@@ -648,15 +652,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             raw_bytes: out.raw_bytes,
             stored_bytes: out.stored_bytes,
             codec: codec.describe(),
-            stripes: specs
-                .iter()
-                .map(|p| {
-                    Path::new(p)
-                        .strip_prefix(&repo.root)
-                        .map(|r| r.display().to_string())
-                        .unwrap_or_else(|_| p.clone())
-                })
-                .collect(),
+            stripes: specs.iter().map(|p| repo.relative(p)).collect(),
         })?;
     }
     // What the user waited for: the pipeline plus making every stripe durable.
@@ -710,6 +706,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             println!("Backup set {} on {} stripe(s).", manifest.set_id, stripes);
         }
         out.waits.print();
+        super::print_retries();
     }
     Ok(json!({
         "command": "backup",
@@ -734,5 +731,6 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         "extra": manifest.extra,
         "warnings": warnings,
         "waits": out.waits,
+        "object_store": super::retries_json(),
     }))
 }

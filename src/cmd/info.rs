@@ -42,7 +42,7 @@ fn stripes_of(a: &InfoArgs) -> Result<Vec<String>> {
     Ok(entry
         .stripes
         .iter()
-        .map(|s| repo.stripe_path(s).display().to_string())
+        .map(|s| repo.stripe_path(s))
         .collect())
 }
 

@@ -5,6 +5,7 @@ pub mod archive;
 pub mod backup;
 pub mod bench;
 pub mod demo;
+pub mod expire;
 pub mod history;
 pub mod info;
 pub mod restore;
@@ -115,4 +116,19 @@ pub fn default_threads() -> usize {
 
 pub fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap());
+}
+
+/// Object-store requests retried in this run, for the summary (text and JSON).
+pub fn retries_json() -> serde_json::Value {
+    serde_json::to_value(crate::device::object::retry_stats()).unwrap_or_default()
+}
+
+pub fn print_retries() {
+    let r = crate::device::object::retry_stats();
+    if r.retries > 0 {
+        println!(
+            "Object storage: {} request(s) retried after throttling, timeouts or dropped connections, {:.1} s spent backing off (part of the stage that issued them).",
+            r.retries, r.backoff_seconds
+        );
+    }
 }

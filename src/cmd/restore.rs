@@ -302,7 +302,7 @@ fn resolve(
     let from = entry
         .stripes
         .iter()
-        .map(|s| repo.stripe_path(s).display().to_string())
+        .map(|s| repo.stripe_path(s))
         .collect();
     Ok((from, Some((repo, entry))))
 }
@@ -381,7 +381,7 @@ fn check_wal_chain(
             "the log chain is broken: WAL segment(s) {}{} are missing from the archive of '{}', and recovery from set {} needs them; nothing was written (restore to an LSN before {} with --until-lsn, or bring the segments back)",
             shown.join(", "),
             if missing.len() > 5 { format!(" and {} more", missing.len() - 5) } else { String::new() },
-            repo.root.display(),
+            repo.describe(),
             entry.set_id,
             wal::format_lsn(wal::parse_segment_name(&missing[0], seg).map(|(_, s)| s * seg).unwrap_or(0))
         );
@@ -452,7 +452,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         Some((repo, full)) => full
             .stripes
             .iter()
-            .map(|s| repo.stripe_path(s).display().to_string())
+            .map(|s| repo.stripe_path(s))
             .collect(),
         None => from,
     };
@@ -460,7 +460,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         (Some((repo, _)), Some(d)) => Some(set::open(
             &d.stripes
                 .iter()
-                .map(|s| repo.stripe_path(s).display().to_string())
+                .map(|s| repo.stripe_path(s))
                 .collect::<Vec<_>>(),
         )?),
         _ => None,
@@ -586,8 +586,11 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
                 let exe = std::env::current_exe()
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|_| "pagevault".into());
-                let root = fs::canonicalize(&repo.root).unwrap_or_else(|_| repo.root.clone());
-                format!("{exe} archive-get %f \"%p\" --repo {}", root.display())
+                format!(
+                    "{exe} archive-get %f \"%p\" --repo {}{}",
+                    repo.spec_for_command(),
+                    crate::device::object::endpoint_option()
+                )
             }),
             target: a
                 .until
@@ -627,6 +630,8 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             "set": chosen.as_ref().map(|(_, c)| c.set_id.clone()),
             "postgres": notes,
             "waits": out.waits,
+            "object_store": super::retries_json(),
+        "object_store": super::retries_json(),
         }));
     } else {
         println!(
@@ -640,6 +645,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             println!("PostgreSQL: {n}.");
         }
         out.waits.print();
+        super::print_retries();
     }
     Ok(())
 }
@@ -674,6 +680,8 @@ pub fn run_verify(a: VerifyArgs) -> Result<()> {
             "seconds": secs,
             "mb_per_sec": mb_per_sec(out.raw_bytes, secs),
             "waits": out.waits,
+            "object_store": super::retries_json(),
+        "object_store": super::retries_json(),
         }));
     } else {
         println!(

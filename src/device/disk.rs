@@ -30,7 +30,7 @@ impl Device for Disk {
         self.path.display().to_string()
     }
 
-    fn create(&self) -> Result<Box<dyn StripeSink>> {
+    fn create(&self, _: &super::CreateHint) -> Result<Box<dyn StripeSink>> {
         if self.path.is_dir() {
             bail!(
                 "device '{}' is a directory; name a file",
@@ -74,6 +74,14 @@ impl Device for Disk {
             );
         }
         Ok(Box::new(DiskSource { file, len }))
+    }
+
+    fn remove(&self) -> Result<()> {
+        match fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("cannot remove '{}'", self.path.display())),
+        }
     }
 }
 

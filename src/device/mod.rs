@@ -3,6 +3,7 @@
 
 pub mod disk;
 pub mod nul;
+pub mod object;
 
 use anyhow::Result;
 use std::io;
@@ -16,9 +17,20 @@ pub trait Device: Send + Sync {
         false
     }
     /// Starts writing a stripe; nothing is visible as a stripe before `commit`.
-    fn create(&self) -> Result<Box<dyn StripeSink>>;
+    fn create(&self, hint: &CreateHint) -> Result<Box<dyn StripeSink>>;
     /// Opens a finished stripe for reading.
     fn open(&self) -> Result<Box<dyn StripeSource>>;
+    /// Removes a committed stripe (a set that failed after some stripes committed).
+    fn remove(&self) -> Result<()>;
+}
+
+/// What a device may want to know before a stripe is written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateHint {
+    /// The bytes the stripe is expected to hold (it may end up larger).
+    pub expected_bytes: u64,
+    /// MAXTRANSFERSIZE: the smallest unit worth sending at once.
+    pub transfer_size: usize,
 }
 
 pub trait StripeSink: Send {
@@ -35,14 +47,18 @@ pub trait StripeSource: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 }
 
-/// Parses a DEVICE argument: `NUL`, `nul:`, or a file path.
+/// Parses a DEVICE argument: `NUL`, `nul:`, `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB`,
+/// or a file path.
 pub fn parse(spec: &str) -> Result<Box<dyn Device>> {
     if spec.eq_ignore_ascii_case("nul") || spec.eq_ignore_ascii_case("nul:") {
         return Ok(Box::new(nul::Nul));
     }
+    if let Some(loc) = object::parse(spec)? {
+        return Ok(Box::new(object::ObjectDevice::new(loc)));
+    }
     if let Some((scheme, _)) = spec.split_once("://") {
         anyhow::bail!(
-            "device '{spec}': the {scheme}:// scheme is not supported by this build; use a file path or NUL"
+            "device '{spec}': the {scheme}:// scheme is not supported; use a file path, NUL, s3://BUCKET/KEY or azure://CONTAINER/BLOB"
         );
     }
     Ok(Box::new(disk::Disk::new(spec)))

@@ -13,11 +13,14 @@ impl Device for Nul {
     fn is_discard(&self) -> bool {
         true
     }
-    fn create(&self) -> Result<Box<dyn StripeSink>> {
+    fn create(&self, _: &super::CreateHint) -> Result<Box<dyn StripeSink>> {
         Ok(Box::new(NulSink))
     }
     fn open(&self) -> Result<Box<dyn StripeSource>> {
         bail!("NUL keeps nothing: a backup to NUL cannot be restored or verified")
+    }
+    fn remove(&self) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -16,6 +16,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::device::object::Location;
+
 const MARKER: &str = "pagevault.repo";
 
 /// One backup set as the catalog remembers it (msdb's backupset).
@@ -48,8 +50,14 @@ pub struct CatalogEntry {
     pub stripes: Vec<String>,
 }
 
+/// Where a repository lives: a directory, or a prefix in an object store.
+pub enum Root {
+    Dir(PathBuf),
+    Object(Location),
+}
+
 pub struct Repo {
-    pub root: PathBuf,
+    pub root: Root,
 }
 
 /// When root writes into a repository another user owns (the one PostgreSQL's
@@ -105,8 +113,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 impl Repo {
     /// Opens a repository, creating it when `create` and it does not exist yet.
     pub fn open(spec: &str, create: bool) -> Result<Repo> {
-        if spec.contains("://") {
-            bail!("repository '{spec}': only directory repositories are supported by this build");
+        if let Some(loc) = crate::device::object::parse(spec)? {
+            return Self::open_object(loc, create);
+        }
+        if let Some((scheme, _)) = spec.split_once("://") {
+            bail!("repository '{spec}': the {scheme}:// scheme is not supported; use a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX");
         }
         let root = PathBuf::from(spec);
         let marker = root.join(MARKER);
@@ -133,47 +144,175 @@ impl Repo {
             }
             write_atomic(&marker, b"pagevault repository 1\n")?;
         }
-        Ok(Repo { root })
+        Ok(Repo {
+            root: Root::Dir(root),
+        })
     }
 
-    pub fn set_dir(&self, set_id: &str) -> PathBuf {
-        self.root.join("sets").join(set_id)
+    fn open_object(loc: Location, create: bool) -> Result<Repo> {
+        let marker = loc.join(MARKER);
+        if !marker.exists()? {
+            if !create {
+                bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", loc.describe());
+            }
+            let foreign = loc
+                .list()?
+                .into_iter()
+                .map(|(k, _)| k)
+                .find(|k| !["sets/", "catalog/", "wal/"].iter().any(|p| k.starts_with(p)));
+            if let Some(k) = foreign {
+                bail!("'{}' is not empty ('{k}') and not a pagevault repository: name an empty or new prefix", loc.describe());
+            }
+            // A concurrent creator wrote the same bytes: either way the marker is there.
+            marker.put_new(b"pagevault repository 1\n".to_vec())?;
+        }
+        Ok(Repo {
+            root: Root::Object(loc),
+        })
+    }
+
+    /// How the repository is shown to users (never with credentials).
+    pub fn describe(&self) -> String {
+        match &self.root {
+            Root::Dir(p) => p.display().to_string(),
+            Root::Object(l) => l.describe(),
+        }
+    }
+
+    /// The repository as a `--repo` argument for another process (archive-get).
+    pub fn spec_for_command(&self) -> String {
+        match &self.root {
+            Root::Dir(p) => fs::canonicalize(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string(),
+            Root::Object(l) => l.describe(),
+        }
+    }
+
+
+    /// The object location of `rel` in an object-store repository.
+    pub fn object(&self, rel: &str) -> Option<Location> {
+        match &self.root {
+            Root::Dir(_) => None,
+            Root::Object(l) => Some(l.join(rel)),
+        }
+    }
+
+    /// The device spec of stripe `n` (1-based) of a set kept in the repository;
+    /// creates its directory in a local repository.
+    pub fn stripe_spec(&self, set_id: &str, n: usize) -> Result<String> {
+        let rel = format!("sets/{set_id}/{n}.pv");
+        match &self.root {
+            Root::Dir(p) => {
+                create_dir(&p.join("sets").join(set_id))?;
+                Ok(p.join(rel).display().to_string())
+            }
+            Root::Object(l) => Ok(l.join(&rel).describe()),
+        }
     }
 
     pub fn wal_dir(&self) -> PathBuf {
-        self.root.join("wal")
+        match &self.root {
+            Root::Dir(p) => p.join("wal"),
+            Root::Object(_) => PathBuf::from("wal"),
+        }
     }
 
     /// Records a committed set. Called only after every stripe is durable.
     pub fn record(&self, e: &CatalogEntry) -> Result<()> {
-        let p = self.root.join("catalog").join(format!("{}.json", e.set_id));
-        write_atomic(&p, &serde_json::to_vec_pretty(e)?)
+        let bytes = serde_json::to_vec_pretty(e)?;
+        let rel = format!("catalog/{}.json", e.set_id);
+        match &self.root {
+            Root::Dir(p) => write_atomic(&p.join(rel), &bytes),
+            Root::Object(l) => l.join(&rel).put(bytes),
+        }
+    }
+
+    /// Removes a set's catalog record (first, so a half-removed set is never listed).
+    pub fn unrecord(&self, set_id: &str) -> Result<()> {
+        let rel = format!("catalog/{set_id}.json");
+        match &self.root {
+            Root::Dir(p) => match fs::remove_file(p.join(&rel)) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e).with_context(|| format!("cannot remove '{rel}'")),
+            },
+            Root::Object(l) => l.join(&rel).delete(),
+        }
     }
 
     /// Every recorded set, oldest first.
     pub fn catalog(&self) -> Result<Vec<CatalogEntry>> {
         let mut out = vec![];
-        let dir = self.root.join("catalog");
-        for e in fs::read_dir(&dir).with_context(|| format!("cannot read '{}'", dir.display()))? {
-            let p = e?.path();
-            if p.extension().is_some_and(|x| x == "json") {
-                let b = fs::read(&p)?;
-                let c: CatalogEntry = serde_json::from_slice(&b)
-                    .with_context(|| format!("catalog record '{}' is damaged", p.display()))?;
-                out.push(c);
+        let parse = |b: &[u8], name: &str| -> Result<CatalogEntry> {
+            serde_json::from_slice(b).with_context(|| format!("catalog record '{name}' is damaged"))
+        };
+        match &self.root {
+            Root::Dir(root) => {
+                let dir = root.join("catalog");
+                for e in
+                    fs::read_dir(&dir).with_context(|| format!("cannot read '{}'", dir.display()))?
+                {
+                    let p = e?.path();
+                    if p.extension().is_some_and(|x| x == "json") {
+                        out.push(parse(&fs::read(&p)?, &p.display().to_string())?);
+                    }
+                }
+            }
+            Root::Object(l) => {
+                let cat = l.join("catalog");
+                for (k, _) in cat.list()? {
+                    if k.ends_with(".json") && !k.contains('/') {
+                        let o = cat.join(&k);
+                        if let Some(b) = o.get()? {
+                            out.push(parse(&b, &o.describe())?);
+                        }
+                    }
+                }
             }
         }
         out.sort_by(|a, b| a.started.cmp(&b.started));
         Ok(out)
     }
 
-    /// Resolves a stripe location recorded in the catalog.
-    pub fn stripe_path(&self, recorded: &str) -> PathBuf {
-        let p = Path::new(recorded);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.root.join(p)
+    /// Resolves a stripe location recorded in the catalog to a device spec.
+    pub fn stripe_path(&self, recorded: &str) -> String {
+        if recorded.contains("://") || Path::new(recorded).is_absolute() {
+            return recorded.to_string();
         }
+        match &self.root {
+            Root::Dir(p) => p.join(recorded).display().to_string(),
+            Root::Object(l) => l.join(recorded).describe(),
+        }
+    }
+
+    /// How a stripe spec is recorded: relative when it is inside the repository.
+    pub fn relative(&self, spec: &str) -> String {
+        match &self.root {
+            Root::Dir(p) => Path::new(spec)
+                .strip_prefix(p)
+                .map(|r| r.display().to_string())
+                .unwrap_or_else(|_| spec.to_string()),
+            Root::Object(l) => spec
+                .strip_prefix(&format!("{}/", l.describe()))
+                .map(str::to_string)
+                .unwrap_or_else(|| spec.to_string()),
+        }
+    }
+
+    /// Removes every stripe of a set kept inside the repository.
+    pub fn remove_set_files(&self, e: &CatalogEntry) -> Result<()> {
+        for s in &e.stripes {
+            let spec = self.stripe_path(s);
+            // Stripes written elsewhere (--to) are the user's to manage.
+            if self.relative(&spec) != spec {
+                crate::device::parse(&spec)?.remove()?;
+            }
+        }
+        if let Root::Dir(p) = &self.root {
+            let _ = fs::remove_dir(p.join("sets").join(&e.set_id));
+        }
+        Ok(())
     }
 }

@@ -240,15 +240,52 @@ pub fn archived_path(repo: &Repo, name: &str) -> Option<PathBuf> {
     Some(tli_dir(repo, n.tli).join(format!("{name}.zst")))
 }
 
+/// Where an archived file lives relative to the repository.
+fn archived_rel(name: &str) -> Option<String> {
+    let n = parse_name(name)?;
+    Some(format!("wal/{:08X}/{name}.zst", n.tli))
+}
+
 /// Whether the archive holds `name` (a segment, or any other archived WAL file).
 #[allow(dead_code)] // API for restore and verify (issue 3)
 pub fn has_segment(repo: &Repo, name: &str) -> bool {
+    if let Some(o) = archived_rel(name).and_then(|r| repo.object(&r)) {
+        return o.exists().unwrap_or(false);
+    }
     archived_path(repo, name).is_some_and(|p| p.is_file())
+}
+
+/// Errors about a downloaded copy name the object, not the temp file.
+fn relabel(e: anyhow::Error, tmp: &Path, url: &str) -> anyhow::Error {
+    anyhow!("{}", format!("{e:#}").replace(&tmp.display().to_string(), url))
+}
+
+/// Downloads an object-store archived file into a temp file in `dir`.
+fn download(o: &crate::device::object::Location, dir: &Path, name: &str) -> Result<Option<Temp>> {
+    let Some(bytes) = o.get()? else {
+        return Ok(None);
+    };
+    let (tmp, mut f) = temp_beside(dir, &format!("{name}.dl"))?;
+    f.write_all(&bytes)
+        .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
+    Ok(Some(tmp))
 }
 
 /// The complete segments archived for `timeline`, sorted (= in WAL order).
 #[allow(dead_code)] // API for restore and verify (issue 3)
 pub fn list(repo: &Repo, timeline: u32) -> Result<Vec<String>> {
+    if let Some(o) = repo.object(&format!("wal/{timeline:08X}")) {
+        let mut out: Vec<String> = o
+            .list()?
+            .into_iter()
+            .filter_map(|(k, _)| k.strip_suffix(".zst").map(str::to_string))
+            .filter(|stem| {
+                parse_name(stem).is_some_and(|n| n.kind == Kind::Segment && n.tli == timeline)
+            })
+            .collect();
+        out.sort();
+        return Ok(out);
+    }
     let dir = tli_dir(repo, timeline);
     let rd = match fs::read_dir(&dir) {
         Ok(rd) => rd,
@@ -266,6 +303,54 @@ pub fn list(repo: &Repo, timeline: u32) -> Result<Vec<String>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// Every archived file of every timeline: (WAL file name, stored bytes).
+pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
+    let mut out = vec![];
+    let keep = |rel: &str, size: u64, out: &mut Vec<(String, u64)>| {
+        let (dir, file) = rel.split_once('/').unwrap_or(("", rel));
+        if let Some(stem) = file.strip_suffix(".zst") {
+            if parse_name(stem).is_some_and(|n| format!("{:08X}", n.tli) == dir) {
+                out.push((stem.to_string(), size));
+            }
+        }
+    };
+    if let Some(o) = repo.object("wal") {
+        for (k, size) in o.list()? {
+            keep(&k, size, &mut out);
+        }
+    } else {
+        let wal = repo.wal_dir();
+        for d in fs::read_dir(&wal).with_context(|| format!("cannot read '{}'", wal.display()))? {
+            let d = d?;
+            if !d.file_type()?.is_dir() {
+                continue;
+            }
+            let dn = d.file_name().to_string_lossy().into_owned();
+            for e in fs::read_dir(d.path())? {
+                let e = e?;
+                let rel = format!("{dn}/{}", e.file_name().to_string_lossy());
+                keep(&rel, e.metadata()?.len(), &mut out);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Removes one archived file (retention).
+pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
+    let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
+    if let Some(o) = repo.object(&rel) {
+        return o.delete();
+    }
+    let p = archived_path(repo, name).expect("valid name");
+    match fs::remove_file(&p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove '{}'", p.display())),
+    }
 }
 
 /// The segments of `timeline` from the one holding `start_lsn` to the one holding
@@ -294,7 +379,14 @@ pub fn missing_segments(
 /// segment was pushed.
 pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
     let p = repo.wal_dir().join(SYSID_FILE);
-    match fs::read_to_string(&p) {
+    let text = match repo.object(&format!("wal/{SYSID_FILE}")) {
+        Some(o) => match o.get()? {
+            Some(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+        },
+        None => fs::read_to_string(&p),
+    };
+    match text {
         Ok(s) => s.trim().parse().map(Some).map_err(|_| {
             anyhow!(
                 "'{}' is damaged: it should hold the cluster's system identifier",
@@ -768,7 +860,7 @@ fn check_system_identifier(repo: &Repo, sysid: u64, src: &Path) -> Result<bool> 
             "'{}' comes from the cluster with system identifier {sysid}, but repository '{}' \
              {whose} of cluster {theirs}: refused, nothing was archived (use one repository per cluster)",
             src.display(),
-            repo.root.display()
+            repo.describe()
         )
     };
     match system_identifier(repo)? {
@@ -791,6 +883,18 @@ fn check_system_identifier(repo: &Repo, sysid: u64, src: &Path) -> Result<bool> 
 }
 
 fn record_system_identifier(repo: &Repo, sysid: u64) -> Result<()> {
+    if let Some(o) = repo.object(&format!("wal/{SYSID_FILE}")) {
+        if o.put_new(format!("{sysid}\n").into_bytes())? {
+            return Ok(());
+        }
+        return match system_identifier(repo)? {
+            Some(s) if s == sysid => Ok(()),
+            s => bail!(
+                "'{}' holds system identifier {s:?}, not {sysid}: another cluster archives into this repository",
+                o.describe()
+            ),
+        };
+    }
     let dir = repo.wal_dir();
     let fin = dir.join(SYSID_FILE);
     let (tmp, mut f) = temp_beside(&dir, SYSID_FILE)?;
@@ -872,6 +976,38 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
         stored_bytes: hdr.stored,
         seconds: t0.elapsed().as_secs_f64(),
     };
+    if let Some(o) = repo.object(&format!("wal/{:08X}/{name}.zst", n.tli)) {
+        // Compressed and checked in a local temp file, then one PUT that only creates.
+        let stage = std::env::temp_dir();
+        let url = o.describe();
+        if let Some(have) = download(&o, &stage, &name)? {
+            let hash = scan(&mut f, src, len, &n, seg.as_ref(), None)?;
+            let out = compare_existing(&have.path, &name, len, hash.as_bytes())
+                .map_err(|e| relabel(e, &have.path, &url))?;
+            if out == Outcome::Repaired {
+                use std::io::Seek;
+                f.rewind()?;
+                let (tmp, hdr) = write_temp(&stage, &mut f, src, &name, len, &n, seg.as_ref())?;
+                o.put(fs::read(&tmp.path)?)?;
+                return Ok(done(out, &hdr));
+            }
+            let hdr = read_header(&have.path).map_err(|e| relabel(e, &have.path, &url))?;
+            return Ok(done(out, &hdr));
+        }
+        let (tmp, hdr) = write_temp(&stage, &mut f, src, &name, len, &n, seg.as_ref())?;
+        if new_sysid {
+            record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
+        }
+        if o.put_new(fs::read(&tmp.path)?)? {
+            return Ok(done(Outcome::Archived, &hdr));
+        }
+        // A concurrent push of the same name won the race.
+        let have = download(&o, &stage, &name)?
+            .ok_or_else(|| anyhow!("'{url}' vanished while being compared"))?;
+        let out = compare_existing(&have.path, &name, len, &hdr.blake3)
+            .map_err(|e| relabel(e, &have.path, &url))?;
+        return Ok(done(out, &hdr));
+    }
     if fin.exists() {
         // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.
         let hash = scan(&mut f, src, len, &n, seg.as_ref(), None)?;
@@ -1044,16 +1180,9 @@ impl std::error::Error for NotArchived {}
 /// Restores archived `name` to `dest` (restore_command's %f and %p), checking every
 /// byte. `dest` appears complete or not at all. Returns the bytes restored.
 pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
-    let path = archived_path(repo, name).ok_or_else(|| {
+    let mut path = archived_path(repo, name).ok_or_else(|| {
         anyhow!("'{name}' is not a WAL file name (24 hex digits, or .partial, .history, .backup)")
     })?;
-    if !path.is_file() {
-        return Err(NotArchived(format!(
-            "{name} is not in the WAL archive of '{}'",
-            repo.root.display()
-        ))
-        .into());
-    }
     let dest_name = dest
         .file_name()
         .and_then(|n| n.to_str())
@@ -1062,8 +1191,29 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    let mut downloaded = None;
+    if let Some(o) = archived_rel(name).and_then(|r| repo.object(&r)) {
+        let Some(t) = download(&o, &dir, dest_name)? else {
+            return Err(NotArchived(format!(
+                "{name} is not in the WAL archive of '{}'",
+                repo.describe()
+            ))
+            .into());
+        };
+        path = t.path.clone();
+        downloaded = Some((t, o.describe()));
+    } else if !path.is_file() {
+        return Err(NotArchived(format!(
+            "{name} is not in the WAL archive of '{}'",
+            repo.describe()
+        ))
+        .into());
+    }
     let (tmp, mut out) = temp_beside(&dir, dest_name)?;
-    let hdr = decode_to(&path, name, &mut out)?;
+    let hdr = match &downloaded {
+        Some((t, url)) => decode_to(&path, name, &mut out).map_err(|e| relabel(e, &t.path, url))?,
+        None => decode_to(&path, name, &mut out)?,
+    };
     drop(out);
     fs::rename(&tmp.path, dest).with_context(|| format!("cannot create '{}'", dest.display()))?;
     Ok(hdr.raw)
@@ -1074,10 +1224,18 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
 pub fn verify(repo: &Repo, name: &str) -> Result<u64> {
     let path =
         archived_path(repo, name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
+    if let Some(o) = archived_rel(name).and_then(|r| repo.object(&r)) {
+        let Some(t) = download(&o, &std::env::temp_dir(), name)? else {
+            bail!("{name} is not in the WAL archive of '{}'", repo.describe());
+        };
+        return decode_to(&t.path, name, &mut io::sink())
+            .map(|h| h.raw)
+            .map_err(|e| relabel(e, &t.path, &o.describe()));
+    }
     if !path.is_file() {
         bail!(
             "{name} is not in the WAL archive of '{}'",
-            repo.root.display()
+            repo.describe()
         );
     }
     Ok(decode_to(&path, name, &mut io::sink())?.raw)
