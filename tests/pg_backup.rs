@@ -2,61 +2,10 @@
 //! time recovery, page checksum failures, and the bad inputs a DBA will meet.
 
 mod common;
-use common::pg::{give_to_postgres, postgres_dir, Pg, BIN};
+use common::pg::{amcheck, assert_pgbench_consistent, give_to_postgres, pgbench, postgres_dir, Pg};
 use common::*;
-use std::process::Command;
 use std::time::Duration;
 
-fn pgbench(pg: &Pg, args: &[&str]) -> Command {
-    let mut c = Command::new(format!("{BIN}/pgbench"));
-    c.args([
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &pg.port.to_string(),
-        "-U",
-        "postgres",
-    ])
-    .args(args)
-    .arg("postgres");
-    c
-}
-
-/// pgbench's invariant: every transaction moves the same delta through all four tables.
-fn assert_pgbench_consistent(pg: &Pg) {
-    let sums = pg.sql(
-        "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(bbalance) FROM pgbench_branches) || ' ' || \
-         (SELECT sum(tbalance) FROM pgbench_tellers) || ' ' || (SELECT coalesce(sum(delta),0) FROM pgbench_history)",
-    );
-    let v: Vec<&str> = sums.split(' ').collect();
-    assert!(
-        v.iter().all(|x| *x == v[0]),
-        "pgbench tables disagree: {sums}"
-    );
-}
-
-fn amcheck(pg: &Pg) {
-    let out = Command::new(format!("{BIN}/pg_amcheck"))
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &pg.port.to_string(),
-            "-U",
-            "postgres",
-            "--install-missing",
-            "--heapallindexed",
-            "--all",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pg_amcheck: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn hot_backup_under_pgbench_restores_and_starts_consistent() {

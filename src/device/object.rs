@@ -722,7 +722,7 @@ impl StripeSink for ObjectSink {
             match rt().block_on(up.complete()) {
                 Ok(_) => Ok(()),
                 Err(e) => {
-                    let _ = rt().block_on(up.abort());
+                    self.upload = Some(up);
                     Err(explain(&self.name, "cannot complete the upload of", e))
                 }
             }
@@ -745,7 +745,24 @@ impl ObjectSink {
             let _ = rt().block_on(h);
         }
         if let Some(mut up) = self.upload.take() {
-            let _ = rt().block_on(up.abort());
+            // The store may be down (why the backup failed): keep trying for a while,
+            // so no parts are left behind once it is back.
+            let t0 = std::time::Instant::now();
+            let limit = Duration::from_secs(30).max(2 * retry_config().retry_timeout);
+            loop {
+                match rt().block_on(up.abort()) {
+                    Ok(()) => break,
+                    Err(e) if t0.elapsed() > limit => {
+                        eprintln!(
+                            "Warning: the unfinished upload of '{}' could not be aborted ({}); its parts stay in the store until a lifecycle rule removes them",
+                            self.name,
+                            compact(&redact(&e.to_string()))
+                        );
+                        break;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_secs(1)),
+                }
+            }
         }
     }
 }

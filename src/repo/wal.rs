@@ -1468,7 +1468,7 @@ mod tests {
         let (d, r) = repo();
         let src = d.path().join("000000010000000000000009");
         fs::write(&src, segment(1, 9, 5, 2048)).unwrap();
-        let root = r.root.to_str().unwrap().to_string();
+        let root = r.describe();
         let hs: Vec<_> = (0..4)
             .map(|_| {
                 let (src, root) = (src.clone(), root.clone());

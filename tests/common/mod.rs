@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+pub mod stores;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -19,8 +20,14 @@ pub struct Run {
 }
 
 pub fn run(args: &[&str]) -> Run {
+    run_env(args, &[])
+}
+
+/// Runs with extra environment variables.
+pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let out: Output = Command::new(bin())
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run pagevault");
     Run {

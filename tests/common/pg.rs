@@ -231,3 +231,56 @@ pub fn give_to_postgres(p: &Path) {
         .status()
         .unwrap();
 }
+
+/// A pgbench command against `pg` (add its options).
+pub fn pgbench(pg: &Pg, args: &[&str]) -> Command {
+    let mut c = Command::new(format!("{BIN}/pgbench"));
+    c.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &pg.port.to_string(),
+        "-U",
+        "postgres",
+    ])
+    .args(args)
+    .arg("postgres");
+    c
+}
+
+/// pgbench's invariant: every transaction moves the same delta through all four tables.
+pub fn assert_pgbench_consistent(pg: &Pg) {
+    let sums = pg.sql(
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(bbalance) FROM pgbench_branches) || ' ' || \
+         (SELECT sum(tbalance) FROM pgbench_tellers) || ' ' || (SELECT coalesce(sum(delta),0) FROM pgbench_history)",
+    );
+    let v: Vec<&str> = sums.split(' ').collect();
+    assert!(
+        v.iter().all(|x| *x == v[0]),
+        "pgbench tables disagree: {sums}"
+    );
+}
+
+/// pg_amcheck --heapallindexed over every database: must be clean.
+pub fn amcheck(pg: &Pg) {
+    let out = Command::new(format!("{BIN}/pg_amcheck"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port.to_string(),
+            "-U",
+            "postgres",
+            "--install-missing",
+            "--heapallindexed",
+            "--all",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pg_amcheck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
