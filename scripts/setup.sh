@@ -31,3 +31,21 @@ if ! command -v cargo >/dev/null; then
     exit 1
   fi
 fi
+
+# Object stores for the tests, cached between runs (building MinIO takes ~6 minutes):
+# MinIO (S3) built with Go, Azurite (Azure Blob) and the AWS/Azure SDKs the test
+# helper tests/tools/store.js uses, from npm.
+TOOLS="${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}"
+mkdir -p "$TOOLS/bin" "$TOOLS/node"
+if [ ! -x "$TOOLS/bin/minio" ]; then
+  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  [ -x "$GO" ] || { echo "setup: Go is needed to build MinIO (go install github.com/minio/minio@latest)" >&2; exit 1; }
+  echo "setup: building MinIO into $TOOLS/bin (about 6 minutes, once)"
+  GOBIN="$TOOLS/bin" "$GO" install github.com/minio/minio@latest
+fi
+if [ ! -x "$TOOLS/node/node_modules/.bin/azurite-blob" ] || [ ! -d "$TOOLS/node/node_modules/@aws-sdk/client-s3" ] || [ ! -d "$TOOLS/node/node_modules/@azure/storage-blob" ]; then
+  command -v npm >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq nodejs npm >/dev/null; }
+  echo "setup: installing Azurite and the S3/Azure SDKs into $TOOLS/node"
+  [ -f "$TOOLS/node/package.json" ] || echo '{"name":"pagevault-test-tools","private":true}' > "$TOOLS/node/package.json"
+  (cd "$TOOLS/node" && npm install --no-audit --no-fund --silent azurite @aws-sdk/client-s3 @azure/storage-blob)
+fi

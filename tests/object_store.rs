@@ -68,7 +68,9 @@ fn striped_round_trips_over_s3_and_over_both_stores() {
     let st = shared();
     let tmp = source_tree("pv-os-rt");
     let p = unique("rt");
-    let s3: Vec<String> = (1..=3).map(|i| format!("s3://pvtest/{p}/s3-{i}.pv")).collect();
+    let s3: Vec<String> = (1..=3)
+        .map(|i| format!("s3://pvtest/{p}/s3-{i}.pv"))
+        .collect();
     round_trip(&s3, tmp.path());
     let listed = st.minio.admin(&["ls", "pvtest", &p]);
     assert_eq!(listed.lines().count(), 3, "{listed}");
@@ -134,12 +136,24 @@ fn damaged_missing_and_unreachable_objects_are_clear_errors() {
 
     // Missing bucket and container.
     let e = fails(
-        &["backup", "--source", &src, "--to", "s3://no-such-bucket/x.pv"],
+        &[
+            "backup",
+            "--source",
+            &src,
+            "--to",
+            "s3://no-such-bucket/x.pv",
+        ],
         1,
     );
     assert!(e.contains("bucket does not exist"), "{e}");
     let e = fails(
-        &["backup", "--source", &src, "--to", "azure://nosuchcontainer/x.pv"],
+        &[
+            "backup",
+            "--source",
+            &src,
+            "--to",
+            "azure://nosuchcontainer/x.pv",
+        ],
         1,
     );
     assert!(e.contains("container does not exist"), "{e}");
@@ -217,7 +231,15 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
     pg.sql("INSERT INTO marks VALUES (1)");
     pg.sql("CHECKPOINT");
     ok(&[
-        "backup", "--source", &url, "--repo", repo, "--type", "diff", "--stripes", stripes,
+        "backup",
+        "--source",
+        &url,
+        "--repo",
+        repo,
+        "--type",
+        "diff",
+        "--stripes",
+        stripes,
     ]);
     pg.sql("INSERT INTO marks VALUES (2)");
     let lsn = pg.sql("SELECT pg_current_wal_insert_lsn()");

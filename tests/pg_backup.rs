@@ -6,7 +6,6 @@ use common::pg::{amcheck, assert_pgbench_consistent, give_to_postgres, pgbench, 
 use common::*;
 use std::time::Duration;
 
-
 #[test]
 fn hot_backup_under_pgbench_restores_and_starts_consistent() {
     let pg = Pg::start(true, None);

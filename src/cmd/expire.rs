@@ -63,8 +63,10 @@ pub fn plan(sets: &[CatalogEntry], keep_full: usize) -> Plan {
                 .base_set
                 .as_deref()
                 .is_some_and(|b| kept_fulls.contains(b)),
-            _ => kept_fulls.contains(c.set_id.as_str())
-                || oldest.as_ref().is_some_and(|o| c.started >= *o),
+            _ => {
+                kept_fulls.contains(c.set_id.as_str())
+                    || oldest.as_ref().is_some_and(|o| c.started >= *o)
+            }
         };
         if kept {
             keep.push(c.set_id.clone());
@@ -204,11 +206,20 @@ mod tests {
         assert_eq!(p.keep, vec!["f2", "d2", "f3"]);
         assert_eq!(p.expire, vec!["f1", "d1"]);
         assert_eq!(p.wal_from.as_deref(), Some("000000010000000000000006"));
-        assert!(wal_expired("000000010000000000000005", "000000010000000000000006"));
-        assert!(!wal_expired("000000010000000000000006", "000000010000000000000006"));
+        assert!(wal_expired(
+            "000000010000000000000005",
+            "000000010000000000000006"
+        ));
+        assert!(!wal_expired(
+            "000000010000000000000006",
+            "000000010000000000000006"
+        ));
         assert!(!wal_expired("00000001.history", "000000010000000000000006"));
         // A later timeline's old-numbered segment may still be needed.
-        assert!(!wal_expired("000000020000000000000005", "000000010000000000000006"));
+        assert!(!wal_expired(
+            "000000020000000000000005",
+            "000000010000000000000006"
+        ));
         let all = plan(&sets, 5);
         assert!(all.expire.is_empty());
     }

@@ -39,11 +39,7 @@ fn stripes_of(a: &InfoArgs) -> Result<Vec<String>> {
             "repository '{r}' has no such set; `pagevault history --repo {r}` lists them"
         )
     })?;
-    Ok(entry
-        .stripes
-        .iter()
-        .map(|s| repo.stripe_path(s))
-        .collect())
+    Ok(entry.stripes.iter().map(|s| repo.stripe_path(s)).collect())
 }
 
 pub fn run_header(a: InfoArgs) -> Result<()> {

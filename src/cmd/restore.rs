@@ -299,11 +299,7 @@ fn resolve(
             })?,
         None => pick(&catalog)?,
     };
-    let from = entry
-        .stripes
-        .iter()
-        .map(|s| repo.stripe_path(s))
-        .collect();
+    let from = entry.stripes.iter().map(|s| repo.stripe_path(s)).collect();
     Ok((from, Some((repo, entry))))
 }
 
@@ -449,11 +445,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     let (from, chosen) = resolve(&a.read, |c| pick_full(c, &a))?;
     let (chosen, diff) = chain(&a, chosen)?;
     let from = match &chosen {
-        Some((repo, full)) => full
-            .stripes
-            .iter()
-            .map(|s| repo.stripe_path(s))
-            .collect(),
+        Some((repo, full)) => full.stripes.iter().map(|s| repo.stripe_path(s)).collect(),
         None => from,
     };
     let diff_set = match (&chosen, &diff) {

@@ -9,6 +9,7 @@
 
 use super::{Device, StripeSink, StripeSource};
 use anyhow::{anyhow, bail, Result};
+use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
@@ -17,7 +18,6 @@ use object_store::{
     BackoffConfig, ClientOptions, MultipartUpload, ObjectStore, PutMode, PutOptions, PutPayload,
     RetryConfig,
 };
-use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -296,9 +296,8 @@ fn explain(name: &str, what: &str, e: object_store::Error) -> anyhow::Error {
             "the container does not exist: create it first"
         }
         object_store::Error::NotFound { .. } => "it does not exist",
-        object_store::Error::Unauthenticated { .. } | object_store::Error::PermissionDenied { .. } => {
-            CREDS
-        }
+        object_store::Error::Unauthenticated { .. }
+        | object_store::Error::PermissionDenied { .. } => CREDS,
         _ if text.contains("SignatureDoesNotMatch")
             || text.contains("InvalidAccessKeyId")
             || text.contains("AuthenticationFailed")
@@ -307,9 +306,7 @@ fn explain(name: &str, what: &str, e: object_store::Error) -> anyhow::Error {
             CREDS
         }
         _ if text.contains("NoSuchBucket") => "the bucket does not exist: create it first",
-        _ if text.contains("ContainerNotFound") => {
-            "the container does not exist: create it first"
-        }
+        _ if text.contains("ContainerNotFound") => "the container does not exist: create it first",
         _ if text.contains("retries") || text.contains("error sending request") => {
             "the store did not answer (retried with back-off until the time limit)"
         }
@@ -531,8 +528,8 @@ pub fn parse(spec: &str) -> Result<Option<Location>> {
     if key.split('/').any(|s| s == ".." || s == ".") {
         bail!("'{spec}': a key may not contain '.' or '..' segments");
     }
-    static STORES: OnceLock<Mutex<HashMap<(Kind, String), Arc<dyn ObjectStore>>>> =
-        OnceLock::new();
+    type Stores = Mutex<HashMap<(Kind, String), Arc<dyn ObjectStore>>>;
+    static STORES: OnceLock<Stores> = OnceLock::new();
     let stores = STORES.get_or_init(|| {
         let _ = tracing::subscriber::set_global_default(RetryCounter);
         Mutex::new(HashMap::new())
@@ -581,7 +578,9 @@ pub fn part_plan(kind: Kind, transfer: usize, expected: u64) -> (usize, u64) {
     };
     let step = max_parts / 10;
     let need = expected.div_ceil(step) as usize;
-    let base = transfer.max(min).max(need.next_power_of_two().min(256 << 20));
+    let base = transfer
+        .max(min)
+        .max(need.next_power_of_two().min(256 << 20));
     (base, step)
 }
 
@@ -785,9 +784,7 @@ impl ObjectSource {
     fn fetch(&self, start: u64, end: u64) -> JoinHandle<object_store::Result<Bytes>> {
         let store = self.loc.store.clone();
         let path = self.loc.path();
-        rt().spawn(async move {
-            store.get_range(&path, start..end).await
-        })
+        rt().spawn(async move { store.get_range(&path, start..end).await })
     }
 
     fn chunk(&self, st: &mut ReadState, c: u64) -> io::Result<Bytes> {
@@ -805,10 +802,7 @@ impl ObjectSource {
             .block_on(h)
             .map_err(|e| io::Error::other(format!("read task failed: {e}")))?
             .map_err(|e| {
-                io::Error::other(format!(
-                    "{:#}",
-                    self.loc.err("cannot read stripe", e)
-                ))
+                io::Error::other(format!("{:#}", self.loc.err("cannot read stripe", e)))
             })?;
         st.ready.insert(c, b.clone());
         Ok(b)
@@ -873,7 +867,6 @@ impl StripeSource for ObjectSource {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -892,7 +885,11 @@ mod tests {
         for kind in [Kind::S3, Kind::Azure] {
             for expected in [0u64, 1 << 30, 1 << 40, 5 << 40] {
                 let (base, step) = part_plan(kind, 1 << 20, expected);
-                let max_parts = if kind == Kind::S3 { S3_MAX_PARTS } else { AZ_MAX_PARTS };
+                let max_parts = if kind == Kind::S3 {
+                    S3_MAX_PARTS
+                } else {
+                    AZ_MAX_PARTS
+                };
                 let total: u64 = (0..max_parts)
                     .map(|i| part_size(kind, base, step, i) as u64)
                     .sum();

@@ -155,11 +155,11 @@ impl Repo {
             if !create {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", loc.describe());
             }
-            let foreign = loc
-                .list()?
-                .into_iter()
-                .map(|(k, _)| k)
-                .find(|k| !["sets/", "catalog/", "wal/"].iter().any(|p| k.starts_with(p)));
+            let foreign = loc.list()?.into_iter().map(|(k, _)| k).find(|k| {
+                !["sets/", "catalog/", "wal/"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
+            });
             if let Some(k) = foreign {
                 bail!("'{}' is not empty ('{k}') and not a pagevault repository: name an empty or new prefix", loc.describe());
             }
@@ -189,7 +189,6 @@ impl Repo {
             Root::Object(l) => l.describe(),
         }
     }
-
 
     /// The object location of `rel` in an object-store repository.
     pub fn object(&self, rel: &str) -> Option<Location> {
@@ -251,8 +250,8 @@ impl Repo {
         match &self.root {
             Root::Dir(root) => {
                 let dir = root.join("catalog");
-                for e in
-                    fs::read_dir(&dir).with_context(|| format!("cannot read '{}'", dir.display()))?
+                for e in fs::read_dir(&dir)
+                    .with_context(|| format!("cannot read '{}'", dir.display()))?
                 {
                     let p = e?.path();
                     if p.extension().is_some_and(|x| x == "json") {

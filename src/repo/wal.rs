@@ -257,7 +257,10 @@ pub fn has_segment(repo: &Repo, name: &str) -> bool {
 
 /// Errors about a downloaded copy name the object, not the temp file.
 fn relabel(e: anyhow::Error, tmp: &Path, url: &str) -> anyhow::Error {
-    anyhow!("{}", format!("{e:#}").replace(&tmp.display().to_string(), url))
+    anyhow!(
+        "{}",
+        format!("{e:#}").replace(&tmp.display().to_string(), url)
+    )
 }
 
 /// Downloads an object-store archived file into a temp file in `dir`.
@@ -1233,10 +1236,7 @@ pub fn verify(repo: &Repo, name: &str) -> Result<u64> {
             .map_err(|e| relabel(e, &t.path, &o.describe()));
     }
     if !path.is_file() {
-        bail!(
-            "{name} is not in the WAL archive of '{}'",
-            repo.describe()
-        );
+        bail!("{name} is not in the WAL archive of '{}'", repo.describe());
     }
     Ok(decode_to(&path, name, &mut io::sink())?.raw)
 }

@@ -50,7 +50,7 @@ fn wait_port(port: u16, what: &str) {
 }
 
 /// Starts `cmd` under a shell that kills it when this test process is gone.
-fn watched(cmd: &str, env: &[(&str, String)], log: &PathBuf) -> Child {
+fn watched(cmd: &str, env: &[(&str, String)], log: &std::path::Path) -> Child {
     let script = format!(
         "{cmd} >>'{}' 2>&1 & c=$!; trap 'kill -9 $c 2>/dev/null; exit' TERM; while kill -0 {} 2>/dev/null && kill -0 $c 2>/dev/null; do sleep 1; done; kill -9 $c 2>/dev/null",
         log.display(),
@@ -123,7 +123,10 @@ impl Minio {
             if r.as_ref().is_ok() || r.as_ref().is_err_and(|e| e.contains("NoSuchBucket")) {
                 return;
             }
-            assert!(t0.elapsed() < Duration::from_secs(60), "MinIO not ready: {r:?}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "MinIO not ready: {r:?}"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -172,11 +175,7 @@ impl Minio {
     }
 
     fn admin_try(&self, args: &[&str]) -> Result<String, String> {
-        admin_with(
-            "s3",
-            args,
-            &[("AWS_ENDPOINT_URL", self.endpoint())],
-        )
+        admin_with("s3", args, &[("AWS_ENDPOINT_URL", self.endpoint())])
     }
 
     /// Runs the S3 SDK helper (tests/tools/store.js) against this server.
