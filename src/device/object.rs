@@ -394,11 +394,32 @@ fn check_endpoint(url: &str, var: &str) -> Result<bool> {
     Ok(true)
 }
 
-fn client_options(allow_http: bool) -> ClientOptions {
-    ClientOptions::new()
+/// Client options; a private CA (a self-signed test server, a company CA) comes from
+/// PAGEVAULT_CA_FILE, or AWS_CA_BUNDLE for S3, as a PEM bundle.
+fn client_options(allow_http: bool, kind: Kind) -> Result<ClientOptions> {
+    let mut o = ClientOptions::new()
         .with_allow_http(allow_http)
         .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(120))
+        .with_timeout(Duration::from_secs(120));
+    let ca = std::env::var("PAGEVAULT_CA_FILE")
+        .ok()
+        .map(|f| (f, "PAGEVAULT_CA_FILE"))
+        .or_else(|| {
+            (kind == Kind::S3)
+                .then(|| std::env::var("AWS_CA_BUNDLE").ok())
+                .flatten()
+                .map(|f| (f, "AWS_CA_BUNDLE"))
+        });
+    if let Some((file, var)) = ca {
+        let pem =
+            std::fs::read(&file).map_err(|e| anyhow!("{var} '{file}' cannot be read: {e}"))?;
+        let certs = object_store::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| anyhow!("{var} '{file}' holds no usable PEM certificate: {e}"))?;
+        for c in certs {
+            o = o.with_root_certificate(c);
+        }
+    }
+    Ok(o)
 }
 
 fn retry_config() -> RetryConfig {
@@ -440,7 +461,7 @@ fn build_s3(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
     if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
         bail!("s3://{bucket}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
     }
-    b.with_client_options(client_options(allow_http))
+    b.with_client_options(client_options(allow_http, Kind::S3)?)
         .with_retry(retry_config())
         .build()
         .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
@@ -499,7 +520,7 @@ fn build_azure(container: &str) -> Result<Arc<dyn ObjectStore>> {
     if !have_creds {
         bail!("azure://{container}: no credentials: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (AZURE_STORAGE_USE_EMULATOR=true for Azurite)");
     }
-    b.with_client_options(client_options(allow_http))
+    b.with_client_options(client_options(allow_http, Kind::Azure)?)
         .with_retry(retry_config())
         .build()
         .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
