@@ -54,6 +54,8 @@ enum Command {
     Expire(cmd::expire::ExpireArgs),
     /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
     Sql(cmd::sql::SqlArgs),
+    /// Find the fastest buffer count, transfer size, readers, stripes, codec and threads on a sample of a source.
+    Tune(cmd::tune::TuneArgs),
     /// Measure a storage with the I/O patterns of a database (log, data, backup, restore ...).
     Bench(cmd::bench::BenchArgs),
     /// Build a sample SQLite database, back it up to NUL and to two stripes, restore and verify it.
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
         Command::History(a) => cmd::history::run(a),
         Command::Expire(a) => cmd::expire::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Tune(a) => cmd::tune::run(a),
         Command::Sql(a) => cmd::sql::run(a),
         Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
     };

@@ -137,9 +137,9 @@ pub fn run(a: BackupArgs) -> Result<()> {
 
 /// Volumes seen so far: device id -> reader index, and a name for each.
 #[derive(Default)]
-struct Volumes {
+pub(super) struct Volumes {
     index: HashMap<u64, usize>,
-    names: Vec<PathBuf>,
+    pub names: Vec<PathBuf>,
 }
 
 impl Volumes {
@@ -171,7 +171,7 @@ impl Volumes {
 }
 
 /// The regular files of `entries` as engine input; ids are entry indexes plus `first_id`.
-fn plan_of(
+pub(super) fn plan_of(
     entries: &[SourceFile],
     first_id: usize,
     vols: &mut Volumes,

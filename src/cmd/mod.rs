@@ -11,6 +11,7 @@ pub mod info;
 pub mod restore;
 pub mod set;
 pub mod sql;
+pub mod tune;
 
 use crate::engine::stats::Progress;
 use std::io::IsTerminal;
