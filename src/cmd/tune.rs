@@ -597,7 +597,7 @@ fn describe(p: &Point) -> String {
 }
 
 fn human_flag(n: usize) -> String {
-    if n % (1 << 20) == 0 {
+    if n.is_multiple_of(1 << 20) {
         format!("{}M", n >> 20)
     } else {
         format!("{}K", n >> 10)
