@@ -42,6 +42,12 @@ fn round_trip(devices: &[String], tmp: &std::path::Path) {
     let out: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(out["stripes"].as_array().unwrap().len(), devices.len());
     assert_eq!(out["object_store"]["retries"], 0, "{out}");
+    // Upload parts in flight are bounded and reported: at most 72 MiB per stripe here.
+    let upload = out["config"]["device_buffer_memory"].as_u64().unwrap();
+    assert!(
+        upload > 0 && upload <= devices.len() as u64 * (72 << 20),
+        "{upload}"
+    );
 
     let mut from = vec![];
     for d in devices {

@@ -349,11 +349,17 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         page_size: page_size as usize,
     };
     let pool_bytes = (buffer_count * params.buffer_size()) as u64;
+    let hint = device::CreateHint {
+        expected_bytes: plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
+        transfer_size: a.max_transfer_size as usize,
+    };
+    let device_bytes: u64 = devices.iter().map(|d| d.write_memory(&hint)).sum();
     let config = json!({
         "buffer_count": buffer_count,
         "max_transfer_size": a.max_transfer_size,
         "buffer_bytes": params.buffer_size(),
         "total_buffer_memory": pool_bytes,
+        "device_buffer_memory": device_bytes,
         "compression_scratch_buffers": threads,
         "volumes": volumes,
         "readers_per_volume": a.readers,
@@ -370,6 +376,12 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         println!("  BufferCount:           {buffer_count} (default: {stripes} devices x 4 + 2 x {volumes} volumes = {sql_default}, pipeline needs {pipeline_min})");
         println!("  MaxTransferSize:       {}", human(a.max_transfer_size));
         println!("  Total buffer memory:   {} ({} buffers of {}, plus {threads} compression scratch buffers)", human(pool_bytes), buffer_count, human(params.buffer_size() as u64));
+        if device_bytes > 0 {
+            println!(
+                "  Upload buffers:        {} (object-store parts in flight, all stripes)",
+                human(device_bytes)
+            );
+        }
         println!("  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}", a.readers, a.read_depth);
         println!(
             "  Devices:               {}",
@@ -390,10 +402,6 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         );
     }
 
-    let hint = device::CreateHint {
-        expected_bytes: plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
-        transfer_size: a.max_transfer_size as usize,
-    };
     let mut sinks = vec![];
     for d in &devices {
         match d.create(&hint) {

@@ -20,6 +20,10 @@ pub trait Device: Send + Sync {
     fn create(&self, hint: &CreateHint) -> Result<Box<dyn StripeSink>>;
     /// Opens a finished stripe for reading.
     fn open(&self) -> Result<Box<dyn StripeSource>>;
+    /// Memory the device itself buffers while writing a stripe (upload parts in flight).
+    fn write_memory(&self, _hint: &CreateHint) -> u64 {
+        0
+    }
     /// Removes a committed stripe (a set that failed after some stripes committed).
     fn remove(&self) -> Result<()>;
 }

@@ -660,6 +660,12 @@ impl Device for ObjectDevice {
     fn remove(&self) -> Result<()> {
         self.loc.delete()
     }
+
+    fn write_memory(&self, hint: &super::CreateHint) -> u64 {
+        let (base, _) = part_plan(self.loc.kind, hint.transfer_size, hint.expected_bytes);
+        let in_flight = (UPLOAD_BUDGET / base).clamp(1, MAX_PARTS_IN_FLIGHT);
+        ((in_flight + 1) * base) as u64
+    }
 }
 
 struct ObjectSink {
