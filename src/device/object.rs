@@ -595,7 +595,7 @@ impl ObjectDevice {
 pub fn part_plan(kind: Kind, transfer: usize, expected: u64) -> (usize, u64) {
     let (min, max_parts) = match kind {
         Kind::S3 => (S3_MIN_PART, S3_MAX_PARTS),
-        Kind::Azure => (1 << 20, AZ_MAX_PARTS),
+        Kind::Azure => (4 << 20, AZ_MAX_PARTS),
     };
     let step = max_parts / 10;
     let need = expected.div_ceil(step) as usize;
