@@ -5,6 +5,7 @@ mod device;
 mod engine;
 mod format;
 mod repo;
+mod report;
 mod source;
 mod units;
 

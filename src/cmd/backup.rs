@@ -9,6 +9,7 @@ use crate::format::manifest::{EntryKind, FileEntry, Manifest, StripeInfo, Totals
 use crate::format::media::{trailer, MediaHeader};
 use crate::format::FORMAT_VERSION;
 use crate::repo::{CatalogEntry, Repo};
+use crate::report;
 use crate::source::{self, SourceFile};
 use crate::units::{self, human, mb_per_sec};
 use anyhow::{bail, Context, Result};
@@ -109,6 +110,9 @@ pub struct BackupArgs {
     /// Print one JSON document with the results instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Write an HTML page with the timeline (throughput, latency, pool, waits, CPU).
+    #[arg(long, value_name = "FILE.html", value_parser = crate::report::writable_path)]
+    pub report: Option<PathBuf>,
 }
 
 impl BackupArgs {
@@ -292,6 +296,12 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
     // The clock starts before the source is prepared: a snapshot copy or a
     // checkpoint is part of what the user waits for.
     let started = chrono::Utc::now();
+    let progress = Arc::new(Progress::default());
+    // The timeline spans what the summary's seconds count.
+    let sampler = a
+        .report
+        .as_ref()
+        .map(|_| report::Sampler::start(progress.live.clone()));
     let mut entries = src.prepare()?;
     let info = src.info();
     if let Some((b, _)) = &base {
@@ -432,7 +442,6 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         })
         .collect();
 
-    let progress = Arc::new(Progress::default());
     let reporter = Reporter::start(progress.clone(), a.stats, a.json, "backup");
     let filter = src.filter(&entries);
     let run = backup::run(
@@ -663,6 +672,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             stripes: specs.iter().map(|p| repo.relative(p)).collect(),
         })?;
     }
+    let series = sampler.map(report::Sampler::finish);
     // What the user waited for: the pipeline plus making every stripe durable.
     let seconds = (chrono::Utc::now() - started)
         .num_microseconds()
@@ -716,7 +726,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         out.waits.print();
         super::print_retries();
     }
-    Ok(json!({
+    let mut summary = json!({
         "command": "backup",
         "set_id": manifest.set_id,
         "source": info,
@@ -740,5 +750,26 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         "warnings": warnings,
         "waits": out.waits,
         "object_store": super::retries_json(),
-    }))
+    });
+    if let (Some(path), Some(series)) = (&a.report, series) {
+        let mut config = json!({"source": a.source});
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(summary["config"].as_object().cloned().unwrap_or_default());
+        let r = report::Report {
+            command: "backup",
+            config,
+            summary: &summary,
+            series,
+            read_names: vol_names.iter().map(|n| n.display().to_string()).collect(),
+            write_names: specs.clone(),
+        };
+        report::write(path, &r)?;
+        summary["report"] = json!(path);
+        if !a.json {
+            println!("Report written to {}", path.display());
+        }
+    }
+    Ok(summary)
 }

@@ -143,6 +143,7 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
         until_name: None,
         owner: None,
         tablespace_map: vec![],
+        report: None,
     })?;
 
     let restored = target.join("sample.db");

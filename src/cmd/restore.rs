@@ -2,10 +2,11 @@
 
 use super::{default_threads, print_json, set, Reporter};
 use crate::engine::restore::{self, FrameSink};
-use crate::engine::stats::Progress;
+use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::repo::wal;
 use crate::repo::{CatalogEntry, Repo};
+use crate::report;
 use crate::source::postgres;
 use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
@@ -71,6 +72,9 @@ pub struct RestoreArgs {
     /// PostgreSQL: restore tablespace OID into DIR (default: its original location). Repeatable.
     #[arg(long = "tablespace-map", value_name = "OID=DIR")]
     pub tablespace_map: Vec<String>,
+    /// Write an HTML page with the timeline (throughput, latency, pool, waits, CPU).
+    #[arg(long, value_name = "FILE.html", value_parser = crate::report::writable_path)]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -239,6 +243,7 @@ fn apply_diff(
     read: &ReadArgs,
     stats: Option<u32>,
     json: bool,
+    live: &Arc<Live>,
 ) -> Result<restore::Outcome> {
     let dm = &ds.manifest;
     let paths = lay_out(dm, place, true)?;
@@ -256,7 +261,10 @@ fn apply_diff(
         open: Mutex::new(HashMap::new()),
     };
     let ids = regular_files(dm);
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress {
+        live: live.clone(),
+        ..Progress::default()
+    });
     let reporter = Reporter::start(progress.clone(), stats, json, "restore diff");
     let out = restore::run(
         &ds.stripes,
@@ -493,6 +501,12 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     };
     let place = |rel: &str| place(&a.to, rel, &spaces);
     let started = std::time::Instant::now();
+    let progress = Arc::new(Progress::default());
+    // The timeline spans what the summary's seconds count.
+    let sampler = a
+        .report
+        .as_ref()
+        .map(|_| report::Sampler::start(progress.live.clone()));
     prepare_target(&a.to, a.replace)?;
     let marker = a.to.join(MARKER);
     File::create(&marker)
@@ -506,7 +520,6 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     };
     let params = engine_params(&a.read, &set);
     let ids = regular_files(m);
-    let progress = Arc::new(Progress::default());
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "restore");
     let out = restore::run(&set.stripes, &ids, &params, Some(&target), &progress);
     reporter.finish();
@@ -525,14 +538,22 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     })?;
     let mut out = out;
     if let Some(ds) = &diff_set {
-        let d =
-            apply_diff(ds, m, &place, &a.read, a.read.stats, a.read.json).with_context(|| {
-                format!(
-                    "applying differential {} failed; '{}' is incomplete (it holds {MARKER})",
-                    ds.manifest.set_id,
-                    a.to.display()
-                )
-            })?;
+        let d = apply_diff(
+            ds,
+            m,
+            &place,
+            &a.read,
+            a.read.stats,
+            a.read.json,
+            &progress.live,
+        )
+        .with_context(|| {
+            format!(
+                "applying differential {} failed; '{}' is incomplete (it holds {MARKER})",
+                ds.manifest.set_id,
+                a.to.display()
+            )
+        })?;
         out.raw_bytes += d.raw_bytes;
         out.stored_bytes += d.stored_bytes;
         out.frames += d.frames;
@@ -604,10 +625,10 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         chown_tree(&a.to, uid, gid)?;
     }
     fs::remove_file(&marker)?;
+    let series = sampler.map(report::Sampler::finish);
     let secs = started.elapsed().as_secs_f64();
     let rate = mb_per_sec(out.raw_bytes, secs);
-    if a.read.json {
-        print_json(&json!({
+    let mut summary = json!({
             "command": "restore",
             "set_id": m.set_id,
             "target": a.to,
@@ -623,8 +644,36 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             "postgres": notes,
             "waits": out.waits,
             "object_store": super::retries_json(),
-        "object_store": super::retries_json(),
-        }));
+    });
+    if let (Some(path), Some(series)) = (&a.report, series) {
+        let mut read_names: Vec<String> = set.stripes.iter().map(|s| s.name.clone()).collect();
+        for (i, d) in diff_set.iter().flat_map(|d| &d.stripes).enumerate() {
+            match read_names.get_mut(i) {
+                Some(n) => *n = format!("{n}, then {}", d.name),
+                None => read_names.push(d.name.clone()),
+            }
+        }
+        let r = report::Report {
+            command: "restore",
+            config: json!({
+                "from": read_names,
+                "target": a.to,
+                "buffer_count": params.buffer_count,
+                "transfer_size": params.transfer_size,
+                "block_size": params.block_size,
+                "threads": params.threads,
+                "codec": m.codec,
+            }),
+            summary: &summary,
+            series,
+            read_names,
+            write_names: vec![format!("target {}", a.to.display())],
+        };
+        report::write(path, &r)?;
+        summary["report"] = json!(path);
+    }
+    if a.read.json {
+        print_json(&summary);
     } else {
         println!(
             "Processed {} pages for database '{}' in {} files, every frame and file checksum verified.",
@@ -638,6 +687,9 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         }
         out.waits.print();
         super::print_retries();
+        if let Some(path) = &a.report {
+            println!("Report written to {}", path.display());
+        }
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use super::codec::{CodecSpec, Compressor};
 use super::pool::{self, Buf, Pool};
-use super::stats::{summarize, Progress, Stage, WaitStats};
+use super::stats::{summarize, Progress, WaitStats};
 use super::Abort;
 use crate::device::StripeSink;
 use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
@@ -281,9 +281,16 @@ pub fn run(
         cursors[f.volume].get_mut().unwrap().files.push(i as u32);
     }
 
-    let pool = Pool::new(p.buffer_count, p.buffer_size());
+    let live = &progress.live;
+    let pool = Pool::new(p.buffer_count, p.buffer_size()).counted(live.pool_in_use.clone());
+    live.pool_size.store(p.buffer_count as u64, Relaxed);
+    let (read_lanes, write_lanes) = (live.read_lanes(volumes), live.write_lanes(sinks.len()));
     let abort = Abort::default();
-    let (read_st, comp_st, write_st) = (Stage::default(), Stage::default(), Stage::default());
+    let (read_st, comp_st, write_st) = (
+        live.stage("read"),
+        live.stage("compress"),
+        live.stage("write"),
+    );
     let (ctx, crx) = bounded::<Item>(p.buffer_count);
     let (wtx, wrx) = bounded::<Item>(p.buffer_count);
     let seq = AtomicU64::new(0);
@@ -292,7 +299,7 @@ pub fn run(
     let readers = volumes * p.readers_per_volume * p.read_depth;
 
     let stripe_results: Vec<Option<WriterEnd>> = std::thread::scope(|s| {
-        for vol in &cursors {
+        for (vol, lane) in cursors.iter().zip(&read_lanes) {
             for _ in 0..p.readers_per_volume * p.read_depth {
                 let ctx = ctx.clone();
                 let (pool, abort, state, read_st) = (&pool, &abort, &state, &read_st);
@@ -340,8 +347,10 @@ pub fn run(
                                 ));
                             }
                         }
-                        read_st.busy(t0.elapsed());
+                        let took = t0.elapsed();
+                        read_st.busy(took);
                         read_st.op(chunk.len as u64);
+                        lane.op(chunk.len as u64, took);
                         progress.done.fetch_add(chunk.len as u64, Relaxed);
                         let item = Item {
                             file: chunk.file,
@@ -458,13 +467,17 @@ pub fn run(
             .enumerate()
             .map(|(i, (mut sink, header))| {
                 let wrx = wrx.clone();
-                let (pool, abort, write_st) = (&pool, &abort, &write_st);
+                let (pool, abort, write_st, lane) = (&pool, &abort, &write_st, &write_lanes[i]);
                 s.spawn(move || {
                     let mut written = header.len() as u64;
                     let mut frames = 0u64;
+                    let t0 = Instant::now();
                     if let Err(e) = sink.write_all(&header) {
                         abort.fail(anyhow!("stripe {}: write failed: {e}", i + 1));
                         return (sink, 0, 0);
+                    }
+                    if !header.is_empty() {
+                        lane.op(header.len() as u64, t0.elapsed());
                     }
                     while let Some((item, waited)) = pool::recv(&wrx, abort) {
                         write_st.wait_in(waited);
@@ -476,8 +489,10 @@ pub fn run(
                             ));
                             break;
                         }
-                        write_st.busy(t0.elapsed());
+                        let took = t0.elapsed();
+                        write_st.busy(took);
                         write_st.op(item.frame_len as u64);
+                        lane.op(item.frame_len as u64, took);
                         written += item.frame_len as u64;
                         frames += 1;
                         pool.put(item.buf);

@@ -4,6 +4,8 @@
 use super::Abort;
 use crate::format::frame::FRAME_HEADER_LEN;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const ALIGN: usize = 4096;
@@ -60,6 +62,8 @@ pub struct Pool {
     rx: Receiver<Buf>,
     pub count: usize,
     pub buf_size: usize,
+    /// Buffers handed out and not given back yet, for the report's occupancy.
+    in_use: Arc<AtomicU64>,
 }
 
 impl Pool {
@@ -73,7 +77,14 @@ impl Pool {
             rx,
             count,
             buf_size: buf_size.next_multiple_of(ALIGN),
+            in_use: Arc::default(),
         }
+    }
+
+    /// Counts buffers in use into `gauge` (shared with a sampler).
+    pub fn counted(mut self, gauge: Arc<AtomicU64>) -> Pool {
+        self.in_use = gauge;
+        self
     }
 
     /// Bytes the pool holds.
@@ -88,6 +99,7 @@ impl Pool {
             match self.rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(mut b) => {
                     b.len = 0;
+                    self.in_use.fetch_add(1, Relaxed);
                     return Some((b, t.elapsed()));
                 }
                 Err(RecvTimeoutError::Timeout) if !abort.aborted() => continue,
@@ -97,6 +109,7 @@ impl Pool {
     }
 
     pub fn put(&self, b: Buf) {
+        self.in_use.fetch_sub(1, Relaxed);
         let _ = self.tx.send(b);
     }
 

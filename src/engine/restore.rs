@@ -3,7 +3,7 @@
 
 use super::codec::{CodecSpec, Decompressor};
 use super::pool::{self, Buf, Pool};
-use super::stats::{summarize, Progress, Stage, WaitStats};
+use super::stats::{summarize, Lane, Progress, Stage, WaitStats};
 use super::Abort;
 use crate::device::StripeSource;
 use crate::format::frame::{bitmap_len, FrameHeader, FrameKind, FRAME_HEADER_LEN};
@@ -72,10 +72,15 @@ pub fn run(
     let started = Instant::now();
     let t = p.transfer_size as u64;
     let buf_size = CodecSpec::bound(p.transfer_size) + p.block_size + pool::ALIGN;
-    let pool = Pool::new(p.buffer_count, buf_size);
+    let live = &progress.live;
+    let pool = Pool::new(p.buffer_count, buf_size).counted(live.pool_in_use.clone());
+    live.pool_size.store(p.buffer_count as u64, Relaxed);
+    let read_lanes = live.read_lanes(stripes.len());
+    // One write lane: the target directory.
+    let target_lane = &live.write_lanes(1)[0];
     let abort = Abort::default();
-    let (read_st, dec_st) = (Stage::default(), Stage::default());
-    let write_st = Stage::default();
+    let (read_st, dec_st) = (live.stage("read"), live.stage("decompress"));
+    let write_st = live.stage("write");
     let index: HashMap<u32, usize> = files.iter().enumerate().map(|(i, f)| (f.0, i)).collect();
     let digests: Vec<Mutex<Vec<Option<[u8; 32]>>>> = files
         .iter()
@@ -91,10 +96,12 @@ pub fn run(
     std::thread::scope(|s| {
         for (si, st) in stripes.iter().enumerate() {
             let tx = tx.clone();
-            let (pool, abort, read_st) = (&pool, &abort, &read_st);
+            let (pool, abort, read_st, lane) = (&pool, &abort, &read_st, &read_lanes[si]);
             s.spawn(move || {
                 let block = p.block_size as u64;
-                if let Err(e) = read_stripe(si, st, block, pool, abort, read_st, progress, &tx) {
+                let (stage, lane) = (&**read_st, &**lane);
+                if let Err(e) = read_stripe(si, st, block, pool, abort, stage, lane, progress, &tx)
+                {
                     abort.fail(e);
                 }
             });
@@ -200,8 +207,10 @@ pub fn run(
                                 h.offset
                             ));
                         }
-                        write_st.busy(t1.elapsed());
+                        let took = t1.elapsed();
+                        write_st.busy(took);
                         write_st.op(h.raw_len as u64);
+                        target_lane.op(h.raw_len as u64, took);
                     }
                     pool.put(item.buf);
                 }
@@ -226,17 +235,17 @@ pub fn run(
     let mut stages = vec![
         (
             "read",
-            &read_st,
+            &*read_st,
             stripes.len(),
             "a free buffer",
             "the decompressors",
         ),
-        ("decompress", &dec_st, p.threads, "a frame", "the writes"),
+        ("decompress", &*dec_st, p.threads, "a frame", "the writes"),
     ];
     if sink.is_some() {
         stages.push((
             "write",
-            &write_st,
+            &*write_st,
             p.threads,
             "a checked frame",
             "the target",
@@ -291,6 +300,7 @@ fn read_stripe(
     pool: &Pool,
     abort: &Abort,
     read_st: &Stage,
+    lane: &Lane,
     progress: &Progress,
     tx: &crossbeam_channel::Sender<Item>,
 ) -> Result<()> {
@@ -339,8 +349,10 @@ fn read_stripe(
         st.source
             .read_exact_at(&mut buf.space()[..want], at + FRAME_HEADER_LEN as u64)
             .map_err(|e| io_err(e, at))?;
-        read_st.busy(t0.elapsed());
+        let took = t0.elapsed();
+        read_st.busy(took);
         read_st.op(total);
+        lane.op(total, took);
         progress.done.fetch_add(total, Relaxed);
         if more {
             let s = (total as usize) - FRAME_HEADER_LEN;

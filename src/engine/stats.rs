@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Default)]
@@ -34,6 +35,114 @@ impl Stage {
 pub struct Progress {
     pub total: AtomicU64,
     pub done: AtomicU64,
+    /// Per volume, device, stage and pool: what `--report` samples.
+    pub live: Arc<Live>,
+}
+
+/// I/O counters of one volume (reads) or one device (writes).
+#[derive(Default)]
+pub struct Lane {
+    pub bytes: AtomicU64,
+    pub ops: AtomicU64,
+    /// Time the operations took, summed.
+    pub ns: AtomicU64,
+}
+
+impl Lane {
+    pub fn op(&self, bytes: u64, took: Duration) {
+        self.bytes.fetch_add(bytes, Relaxed);
+        self.ops.fetch_add(1, Relaxed);
+        self.ns.fetch_add(took.as_nanos() as u64, Relaxed);
+    }
+}
+
+/// Counters of every run of one command, cumulative across runs (a PostgreSQL backup
+/// runs twice, a restore with a differential too). A run registers its lanes and
+/// stages once when it starts (the only locks); the hot paths only add to atomics.
+#[derive(Default)]
+pub struct Live {
+    reads: Mutex<Vec<Arc<Lane>>>,
+    writes: Mutex<Vec<Arc<Lane>>>,
+    stages: Mutex<Vec<(&'static str, Arc<Stage>)>>,
+    /// Pool buffers handed out and not yet given back.
+    pub pool_in_use: Arc<AtomicU64>,
+    pub pool_size: AtomicU64,
+}
+
+fn lanes(v: &Mutex<Vec<Arc<Lane>>>, n: usize) -> Vec<Arc<Lane>> {
+    let mut v = v.lock().unwrap();
+    while v.len() < n {
+        v.push(Arc::default());
+    }
+    v[..n].to_vec()
+}
+
+/// Cumulative values of one lane or stage at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    pub bytes: u64,
+    pub ops: u64,
+    pub ns: u64,
+    pub wait_in_ns: u64,
+    pub wait_out_ns: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub reads: Vec<Counts>,
+    pub writes: Vec<Counts>,
+    /// Summed by stage name, in the order the stages first ran.
+    pub stages: Vec<(&'static str, Counts)>,
+    pub pool_in_use: u64,
+    pub pool_size: u64,
+}
+
+impl Live {
+    /// Lanes of the read side (volumes on backup, stripes on restore), by index.
+    pub fn read_lanes(&self, n: usize) -> Vec<Arc<Lane>> {
+        lanes(&self.reads, n)
+    }
+    /// Lanes of the write side (stripes on backup, the target on restore).
+    pub fn write_lanes(&self, n: usize) -> Vec<Arc<Lane>> {
+        lanes(&self.writes, n)
+    }
+    /// A fresh stage of one run, counted in the totals of `name`.
+    pub fn stage(&self, name: &'static str) -> Arc<Stage> {
+        let st = Arc::new(Stage::default());
+        self.stages.lock().unwrap().push((name, st.clone()));
+        st
+    }
+    pub fn snapshot(&self) -> Snapshot {
+        let lane = |l: &Arc<Lane>| Counts {
+            bytes: l.bytes.load(Relaxed),
+            ops: l.ops.load(Relaxed),
+            ns: l.ns.load(Relaxed),
+            ..Counts::default()
+        };
+        let mut stages: Vec<(&'static str, Counts)> = vec![];
+        for (name, st) in self.stages.lock().unwrap().iter() {
+            let i = match stages.iter().position(|(n, _)| n == name) {
+                Some(i) => i,
+                None => {
+                    stages.push((name, Counts::default()));
+                    stages.len() - 1
+                }
+            };
+            let c = &mut stages[i].1;
+            c.bytes += st.bytes.load(Relaxed);
+            c.ops += st.ops.load(Relaxed);
+            c.ns += st.busy_ns.load(Relaxed);
+            c.wait_in_ns += st.wait_in_ns.load(Relaxed);
+            c.wait_out_ns += st.wait_out_ns.load(Relaxed);
+        }
+        Snapshot {
+            reads: self.reads.lock().unwrap().iter().map(lane).collect(),
+            writes: self.writes.lock().unwrap().iter().map(lane).collect(),
+            stages,
+            pool_in_use: self.pool_in_use.load(Relaxed),
+            pool_size: self.pool_size.load(Relaxed),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
