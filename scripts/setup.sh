@@ -9,6 +9,8 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql-15 postgresql-client-15)
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
 command -v strace >/dev/null || need_apt+=(strace)
+# tests/report.rs renders the --report page in a headless browser.
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ "${PAGEVAULT_BENCH:-0}" = 1 ]; then
   command -v fio >/dev/null || need_apt+=(fio)
   command -v jq >/dev/null || need_apt+=(jq)

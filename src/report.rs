@@ -271,7 +271,7 @@ impl Series {
         let secs = |ns: u64| ns as f64 / 1e9;
         Series {
             interval_ms: INTERVAL.as_millis() as u64,
-            t: samples.iter().skip(1).map(|s| s.t).collect(),
+            t: samples.iter().skip(1).map(|s| s.t - samples[0].t).collect(),
             reads: io_series(samples, n_reads, |s| &s.reads),
             writes: io_series(samples, n_writes, |s| &s.writes),
             pool: PoolSeries {
@@ -431,6 +431,13 @@ pub fn write(path: &Path, r: &Report) -> Result<()> {
     written.with_context(|| format!("cannot write report '{}'", path.display()))
 }
 
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
 fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
@@ -521,7 +528,7 @@ fn chart_html(c: &Chart, t: &[f64], tmax: f64, band: Option<(f64, f64)>) -> Stri
     for (i, l) in c.lines.iter().enumerate() {
         let _ = write!(
             o,
-            " <span class=\"key\" style=\"color:{}\">{} {}</span>",
+            " <span class=\"key\" data-n=\"{2}\" style=\"color:{}\">{} {}</span>",
             COLORS[i % COLORS.len()],
             if l.dashed { "- -" } else { "&#9473;" },
             esc(&l.name)
@@ -594,9 +601,9 @@ fn chart_html(c: &Chart, t: &[f64], tmax: f64, band: Option<(f64, f64)>) -> Stri
         }
         flush(&mut seg);
     }
-    let _ = write!(
+    let _ = writeln!(
         o,
-        "<line class=\"cursor\" x1=\"-1\" x2=\"-1\" y1=\"{MT}\" y2=\"{:.1}\"/></svg></div>\n",
+        "<line class=\"cursor\" x1=\"-1\" x2=\"-1\" y1=\"{MT}\" y2=\"{:.1}\"/></svg></div>",
         MT + ph
     );
     o
@@ -757,18 +764,17 @@ svg.plot polyline{fill:none;stroke-width:1.5}svg.plot polyline.dashed{stroke-das
 .valley{fill:#fbd38d;opacity:.45}.note{background:#fff7e6;border:1px solid #fbd38d;padding:6px 10px}";
 
 /// Hover: one cursor across every chart and each chart's values under it.
-const SCRIPT: &str = "document.querySelectorAll('svg.plot').forEach(function(sv){
-sv.addEventListener('mousemove',function(e){var b=sv.getBoundingClientRect();
-var cx=(e.clientX-b.left)*sv.viewBox.baseVal.width/b.width;
-document.querySelectorAll('svg.plot').forEach(function(s){
-s.querySelector('.cursor').setAttribute('x1',cx);s.querySelector('.cursor').setAttribute('x2',cx);
-var top=+s.dataset.top,vals=[];
-s.querySelectorAll('polyline').forEach(function(p){var best=null;
-for(var i=0;i<p.points.numberOfItems;i++){var q=p.points.getItem(i);
-if(best===null||Math.abs(q.x-cx)<Math.abs(best.x-cx))best=q;}
-if(best&&Math.abs(best.x-cx)<12)vals.push(((MT0+PH0-best.y)/PH0*top).toPrecision(3));});
+const SCRIPT: &str = "function show(cx){document.querySelectorAll('svg.plot').forEach(function(s){
+var c=s.querySelector('.cursor');c.setAttribute('x1',cx);c.setAttribute('x2',cx);
+var top=+s.dataset.top,keys=s.parentNode.querySelectorAll('.key'),vals=[];
+s.querySelectorAll('polyline').forEach(function(p){var k=keys[+p.getAttribute('class').slice(1,3)];
+for(var i=0;i+1<p.points.numberOfItems;i+=2){var a=p.points.getItem(i),b=p.points.getItem(i+1);
+if(a.x<=cx&&cx<=b.x){vals.push(k.dataset.n+' '+(+((MT0+PH0-a.y)/PH0*top).toPrecision(3)));break;}}});
 var t=(cx-ML0)/PW0*(+s.dataset.tmax);
-s.parentNode.querySelector('.rd').textContent='t='+t.toFixed(2)+'s: '+vals.join(' / ');});});});";
+s.parentNode.querySelector('.rd').textContent='t='+t.toFixed(2)+' s: '+vals.join(', ');});}
+document.querySelectorAll('svg.plot').forEach(function(sv){sv.addEventListener('mousemove',function(e){
+var b=sv.getBoundingClientRect();show((e.clientX-b.left)*sv.viewBox.baseVal.width/b.width);});});
+show(ML0+PW0-0.5);";
 
 fn render(r: &Report) -> String {
     let s = &r.series;
@@ -861,21 +867,21 @@ fn render(r: &Report) -> String {
         );
     }
     o.push_str("</table>\n<h2>Timeline</h2>\n");
-    let _ = write!(
+    let _ = writeln!(
         o,
-        "<p>{} samples, one every {} ms and one at the end. The charts share the time axis: under a dip in read MB/s, smaller reads point at the source's layout, higher latency at the storage, a full buffer pool at the stages downstream.</p>\n",
+        "<p>{} samples, one every {} ms and one at the end. The charts share the time axis: under a dip in read MB/s, smaller reads point at the source's layout, higher latency at the storage, a full buffer pool at the stages downstream.</p>",
         s.t.len(),
         s.interval_ms
     );
     if let Some(v) = &valley {
-        let _ = write!(
+        let _ = writeln!(
             o,
-            "<p class=\"note\"><b>Valley</b> from {:.2} s to {:.2} s (shaded): reads at {:.1} MB/s against {:.1} MB/s typical. {}.</p>\n",
+            "<p class=\"note\"><b>Valley</b> from {:.2} s to {:.2} s (shaded): reads at {:.1} MB/s against {:.1} MB/s typical. {}.</p>",
             v.t_start,
             v.t_end,
             v.read_mb_per_s,
             v.typical_mb_per_s,
-            esc(&v.causes.join("; "))
+            esc(&capitalized(&v.causes.join("; ")))
         );
     }
     for c in charts(r) {
@@ -912,6 +918,70 @@ mod tests {
         assert_eq!(nice(2.2), 2.5);
         assert_eq!(num(2.50), "2.5");
         assert_eq!(num(120.4), "120");
+    }
+
+    /// Samples of one volume: per interval (MB read, reads, ms per read, buffers in use).
+    fn samples(intervals: &[(u64, u64, u64, f64)]) -> Vec<Sample> {
+        let mut c = Counts::default();
+        let mut v = vec![Sample {
+            t: 0.0,
+            snap: Snapshot::default(),
+            cpu: 0.0,
+            pool_mean: 0.0,
+            pool_peak: 0,
+        }];
+        for (i, &(mb, ops, ms, pool)) in intervals.iter().enumerate() {
+            c.bytes += mb << 20;
+            c.ops += ops;
+            c.ns += ops * ms * 1_000_000;
+            v.push(Sample {
+                t: (i + 1) as f64 * 0.25,
+                snap: Snapshot {
+                    reads: vec![c],
+                    pool_size: 10,
+                    ..Snapshot::default()
+                },
+                cpu: 0.0,
+                pool_mean: pool,
+                pool_peak: pool.ceil() as u64,
+            });
+        }
+        v
+    }
+
+    #[test]
+    fn a_valley_is_found_and_explained() {
+        let steady = (100, 100, 2, 4.0);
+        let mut iv = vec![steady; 8];
+        // Smaller reads, slower, pool full.
+        iv[4] = (20, 80, 5, 10.0);
+        iv[5] = (30, 90, 5, 9.5);
+        let s = Series::from_samples(&samples(&iv));
+        let v = find_valley(&s).expect("a valley");
+        assert_eq!((v.t_start, v.t_end), (1.0, 1.5));
+        let causes = v.causes.join("; ");
+        assert!(causes.contains("pool was full"), "{causes}");
+        assert!(causes.contains("reads were smaller"), "{causes}");
+        assert!(causes.contains("took longer"), "{causes}");
+        let summary =
+            json!({"raw_bytes": 1, "seconds": 2.0, "mb_per_sec": 0.5, "waits": {"stages": []}});
+        let html = render(&Report {
+            command: "backup",
+            config: json!({"source": "files:/x</script>"}),
+            summary: &summary,
+            series: s,
+            read_names: vec!["/data".into()],
+            write_names: vec![],
+        });
+        assert_eq!(
+            html.matches("class=\"valley\"").count(),
+            8,
+            "shaded in every chart"
+        );
+        assert!(html.contains("<b>Valley</b> from 1.00 s to 1.50 s"));
+        assert!(!html.contains("/x</script>"), "config text is escaped");
+        // Steady reads: no valley.
+        assert!(find_valley(&Series::from_samples(&samples(&[steady; 8]))).is_none());
     }
 
     #[test]
