@@ -94,22 +94,25 @@ pub struct Sampler {
 impl Sampler {
     pub fn start(live: Arc<Live>) -> Sampler {
         let (stop, wake) = mpsc::channel::<()>();
+        let t0 = Instant::now();
+        let take = move |live: &Live, ticks: &mut (u64, u64, u64)| {
+            let snap = live.snapshot();
+            let (sum, n, peak) = std::mem::take(ticks);
+            Sample {
+                t: t0.elapsed().as_secs_f64(),
+                cpu: cpu_seconds(),
+                pool_mean: (sum + snap.pool_in_use) as f64 / (n + 1) as f64,
+                pool_peak: peak.max(snap.pool_in_use),
+                snap,
+            }
+        };
+        // The baseline is taken here, not on the thread: work may start before the
+        // thread first runs, and every byte must fall in some interval.
+        let first = take(&live, &mut (0, 0, 0));
         let handle = std::thread::spawn(move || {
-            let t0 = Instant::now();
             // Pool ticks since the last sample: sum, count, peak.
             let mut ticks = (0u64, 0u64, 0u64);
-            let take = |ticks: &mut (u64, u64, u64)| {
-                let snap = live.snapshot();
-                let (sum, n, peak) = std::mem::take(ticks);
-                Sample {
-                    t: t0.elapsed().as_secs_f64(),
-                    cpu: cpu_seconds(),
-                    pool_mean: (sum + snap.pool_in_use) as f64 / (n + 1) as f64,
-                    pool_peak: peak.max(snap.pool_in_use),
-                    snap,
-                }
-            };
-            let mut v = vec![take(&mut ticks)];
+            let mut v = vec![first];
             let mut next = t0 + INTERVAL;
             loop {
                 let until = next.min(Instant::now() + TICK);
@@ -121,7 +124,7 @@ impl Sampler {
                 ticks = (ticks.0 + g, ticks.1 + 1, ticks.2.max(g));
                 let now = Instant::now();
                 if now >= next {
-                    v.push(take(&mut ticks));
+                    v.push(take(&live, &mut ticks));
                     next += INTERVAL;
                     if next < now {
                         next = now + INTERVAL; // fell behind: skip, never sample in bursts
@@ -130,7 +133,7 @@ impl Sampler {
             }
             // The final sample; a last interval under 100 ms gives noisy rates, so it
             // absorbs the interval before it.
-            let mut last = take(&mut ticks);
+            let mut last = take(&live, &mut ticks);
             if v.len() > 1 && last.t - v[v.len() - 1].t < 0.1 {
                 let prev = v.pop().unwrap();
                 last.pool_peak = last.pool_peak.max(prev.pool_peak);

@@ -425,7 +425,25 @@ fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
         1,
     );
     assert!(e.contains("no usable base"), "{e}");
-    let full = json(&["backup", "--source", &url, "--repo", &repo_s]);
+    // The report adds up over both passes of a PostgreSQL backup (data, then WAL).
+    let page = repo.join("full.html");
+    let full = json(&[
+        "backup",
+        "--source",
+        &url,
+        "--repo",
+        &repo_s,
+        "--report",
+        &s(&page),
+    ]);
+    let d = report_data(&page);
+    let reads: u64 = d["series"]["reads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| series_sum(&l["bytes"]))
+        .sum();
+    assert_eq!(reads, full["raw_bytes"].as_u64().unwrap());
 
     // Change about 1% of the accounts (a contiguous 1% of the table's pages).
     pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid <= 10000");
@@ -453,6 +471,7 @@ fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
     pg.sql("UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1");
 
     let target = postgres_dir("diff-target").join("data");
+    let page = repo.join("restore.html");
     let out = ok(&[
         "restore",
         "--repo",
@@ -461,8 +480,17 @@ fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
         &s(&target),
         "--owner",
         "postgres",
+        "--report",
+        &s(&page),
     ]);
     assert!(out.contains("differential"), "{out}");
+    // Both sets restored count: the full one and the differential over it.
+    let d = report_data(&page);
+    assert_eq!(
+        series_sum(&d["series"]["writes"][0]["bytes"]),
+        d["summary"]["raw_bytes"].as_u64().unwrap()
+    );
+    assert!(d["read_names"][0].as_str().unwrap().contains(", then "));
     let r = Pg::adopt(&target);
     assert_eq!(
         r.sql("SELECT sum(abalance) FROM pgbench_accounts WHERE aid <= 10000"),

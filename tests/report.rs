@@ -29,28 +29,12 @@ fn data_set(root: &Path, files: u64, mib: u64) -> u64 {
     total + 100_001
 }
 
-/// The JSON the page embeds for tests and users.
-fn embedded(html: &str) -> Value {
-    let open = "<script type=\"application/json\" id=\"pagevault-data\">";
-    let at = html.find(open).expect("the page embeds pagevault-data") + open.len();
-    let end = at + html[at..].find("</script>").unwrap();
-    serde_json::from_str(&html[at..end]).expect("pagevault-data is JSON")
-}
-
 fn f64s(v: &Value) -> Vec<f64> {
     v.as_array()
         .unwrap_or_else(|| panic!("not an array: {v}"))
         .iter()
         .map(|x| x.as_f64().unwrap())
         .collect()
-}
-
-fn sum(v: &Value) -> u64 {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .sum()
 }
 
 /// Checks the shape every report has; returns the number of samples.
@@ -118,12 +102,6 @@ fn check_series(d: &Value) -> usize {
     n
 }
 
-fn report(path: &Path) -> (String, Value) {
-    let html = fs::read_to_string(path).expect("report written");
-    let d = embedded(&html);
-    (html, d)
-}
-
 #[test]
 fn backup_and_restore_reports_add_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -144,7 +122,7 @@ fn backup_and_restore_reports_add_up() {
         &s(&page),
     ]);
     assert_eq!(j["report"], s(&page));
-    let (_, d) = report(&page);
+    let d = report_data(&page);
     assert_eq!(d["command"], "backup");
     check_series(&d);
     let series = &d["series"];
@@ -153,17 +131,17 @@ fn backup_and_restore_reports_add_up() {
     assert_eq!(d["read_names"][0], s(&src));
     // Every byte read is in exactly one interval.
     assert_eq!(j["raw_bytes"], total);
-    assert_eq!(sum(&reads[0]["bytes"]), total);
+    assert_eq!(series_sum(&reads[0]["bytes"]), total);
     assert_eq!(d["summary"]["raw_bytes"], total);
     // One read per transfer: 128 per big file, one for the short one.
-    assert_eq!(sum(&reads[0]["ops"]), 4 * 128 + 1);
+    assert_eq!(series_sum(&reads[0]["ops"]), 4 * 128 + 1);
     // The engine writes the media header and the frames (body_end bytes); the
     // trailer with the manifest follows after the run.
     let h = json(&["header", "--from", &s(&stripe)]);
     let body_end = h["sets"][0]["stripes"][0]["body_end"].as_u64().unwrap();
     let writes = series["writes"].as_array().unwrap();
     assert_eq!(writes.len(), 1, "one device");
-    assert_eq!(sum(&writes[0]["bytes"]), body_end);
+    assert_eq!(series_sum(&writes[0]["bytes"]), body_end);
     let file_len = fs::metadata(&stripe).unwrap().len();
     assert_eq!(j["stripes"][0]["bytes"], file_len);
     assert!(
@@ -207,17 +185,17 @@ fn backup_and_restore_reports_add_up() {
         &s(&page),
     ]);
     assert_eq!(r["report"], s(&page));
-    let (_, d) = report(&page);
+    let d = report_data(&page);
     assert_eq!(d["command"], "restore");
     check_series(&d);
     let series = &d["series"];
     // Restore reads the frames of the stripe: its body after the header block.
     let block = h["sets"][0]["block_size"].as_u64().unwrap();
     let reads = &series["reads"][0];
-    assert_eq!(sum(&reads["bytes"]), body_end - block);
-    assert_eq!(sum(&reads["ops"]), r["frames"].as_u64().unwrap());
+    assert_eq!(series_sum(&reads["bytes"]), body_end - block);
+    assert_eq!(series_sum(&reads["ops"]), r["frames"].as_u64().unwrap());
     // And writes every byte of every file into the target.
-    assert_eq!(sum(&series["writes"][0]["bytes"]), total);
+    assert_eq!(series_sum(&series["writes"][0]["bytes"]), total);
     assert_eq!(r["raw_bytes"], total);
     assert_eq!(fs::metadata(target.join("f3")).unwrap().len(), 128 * MIB);
 }
@@ -239,7 +217,7 @@ fn text_output_names_the_report() {
     ]);
     let line = format!("Report written to {}", s(&page));
     assert!(out.lines().any(|l| l == line), "'{line}' in\n{out}");
-    let (_, d) = report(&page);
+    let d = report_data(&page);
     assert_eq!(d["config"]["devices"][0], "NUL");
     // A run shorter than the interval still has its one final sample.
     assert!(!d["series"]["t"].as_array().unwrap().is_empty());
@@ -339,7 +317,7 @@ fn a_headless_browser_renders_the_charts() {
         "--report",
         &s(&page),
     ]);
-    let (_, d) = report(&page);
+    let d = report_data(&page);
     let n = check_series(&d);
     let dom = rendered_dom(&page, &dir.path().join("chromium-profile"));
     assert!(

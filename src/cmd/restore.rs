@@ -629,21 +629,21 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     let secs = started.elapsed().as_secs_f64();
     let rate = mb_per_sec(out.raw_bytes, secs);
     let mut summary = json!({
-            "command": "restore",
-            "set_id": m.set_id,
-            "target": a.to,
-            "pages": m.totals.pages,
-            "files": ids.len(),
-            "raw_bytes": out.raw_bytes,
-            "stored_bytes": out.stored_bytes,
-            "frames": out.frames,
-            "seconds": secs,
-            "mb_per_sec": rate,
-            "pool_bytes": out.pool_bytes,
-            "set": chosen.as_ref().map(|(_, c)| c.set_id.clone()),
-            "postgres": notes,
-            "waits": out.waits,
-            "object_store": super::retries_json(),
+        "command": "restore",
+        "set_id": m.set_id,
+        "target": a.to,
+        "pages": m.totals.pages,
+        "files": ids.len(),
+        "raw_bytes": out.raw_bytes,
+        "stored_bytes": out.stored_bytes,
+        "frames": out.frames,
+        "seconds": secs,
+        "mb_per_sec": rate,
+        "pool_bytes": out.pool_bytes,
+        "set": chosen.as_ref().map(|(_, c)| c.set_id.clone()),
+        "postgres": notes,
+        "waits": out.waits,
+        "object_store": super::retries_json(),
     });
     if let (Some(path), Some(series)) = (&a.report, series) {
         let mut read_names: Vec<String> = set.stripes.iter().map(|s| s.name.clone()).collect();

@@ -157,6 +157,24 @@ fn walk(r: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The JSON a `--report` page embeds for tests and users.
+pub fn report_data(page: &Path) -> serde_json::Value {
+    let html = fs::read_to_string(page).expect("report written");
+    let open = "<script type=\"application/json\" id=\"pagevault-data\">";
+    let at = html.find(open).expect("the page embeds pagevault-data") + open.len();
+    let end = at + html[at..].find("</script>").unwrap();
+    serde_json::from_str(&html[at..end]).expect("pagevault-data is JSON")
+}
+
+/// The sum of a report series of integers.
+pub fn series_sum(v: &serde_json::Value) -> u64 {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a series: {v}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .sum()
+}
+
 pub fn s(p: &Path) -> String {
     p.display().to_string()
 }
