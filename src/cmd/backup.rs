@@ -763,7 +763,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             summary: &summary,
             series,
             read_names: vol_names.iter().map(|n| n.display().to_string()).collect(),
-            write_names: specs.clone(),
+            write_names: devices.iter().map(|d| d.describe()).collect(),
         };
         report::write(path, &r)?;
         summary["report"] = json!(path);
