@@ -181,6 +181,8 @@ pub struct IoSeries {
     /// None where the interval had no operation.
     pub mean_size_bytes: Vec<Option<f64>>,
     pub mean_latency_ms: Vec<Option<f64>>,
+    /// Reads allowed in flight at the end of each interval (adaptive readers).
+    pub in_flight: Vec<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -232,6 +234,7 @@ fn io_series(
                 ops_per_s: vec![],
                 mean_size_bytes: vec![],
                 mean_latency_ms: vec![],
+                in_flight: vec![],
             };
             for w in samples.windows(2) {
                 let at = |x: &Sample| pick(&x.snap).get(j).copied().unwrap_or_default();
@@ -247,6 +250,7 @@ fn io_series(
                     .push((ops > 0).then(|| bytes as f64 / ops as f64));
                 s.mean_latency_ms
                     .push((ops > 0).then(|| ns as f64 / 1e6 / ops as f64));
+                s.in_flight.push(b.in_flight);
             }
             s
         })
@@ -685,6 +689,14 @@ fn charts(r: &Report) -> Vec<Chart> {
                 },
             ],
             ymax: Some((s.pool.size as f64).max(1.0)),
+        },
+        Chart {
+            id: "read-inflight",
+            title: format!("Reads in flight allowed per {rk} (adaptive readers)"),
+            lines: per(&s.reads, &r.read_names, rk, &|l| {
+                l.in_flight.iter().map(|&v| Some(v as f64)).collect()
+            }),
+            ymax: None,
         },
         Chart {
             id: "read-ops",

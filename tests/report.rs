@@ -329,6 +329,7 @@ fn a_headless_browser_renders_the_charts() {
         "read-size",
         "read-latency",
         "pool",
+        "read-inflight",
         "read-ops",
         "write-mbps",
         "waits",

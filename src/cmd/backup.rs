@@ -98,6 +98,10 @@ pub struct BackupArgs {
     /// Page size of a files: source.
     #[arg(long, default_value = "8K", value_parser = page_size)]
     pub page_size: u64,
+    /// Adaptive readers: raise the reads in flight (up to 4x --readers x --read-depth)
+    /// while reads are small or slow, as with many small files.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub adaptive_readers: String,
     /// Read with O_DIRECT where the filesystem allows (bypasses the page cache).
     #[arg(long, default_value = "off", value_parser = ["on", "off"])]
     pub direct_io: String,
@@ -357,6 +361,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         codec,
         direct_io: a.direct_io == "on",
         page_size: page_size as usize,
+        adaptive: a.adaptive_readers == "on",
     };
     let pool_bytes = (buffer_count * params.buffer_size()) as u64;
     let hint = device::CreateHint {
@@ -724,6 +729,14 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             println!("Backup set {} on {} stripe(s).", manifest.set_id, stripes);
         }
         out.waits.print();
+        if out.adaptive_raises > 0 {
+            println!(
+                "Adaptive readers: reads were small or slow, so reads in flight were raised {} time(s), up to {} per volume (base {}).",
+                out.adaptive_raises,
+                out.peak_in_flight,
+                params.in_flight().0
+            );
+        }
         super::print_retries();
     }
     let mut summary = json!({
@@ -749,6 +762,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         "extra": manifest.extra,
         "warnings": warnings,
         "waits": out.waits,
+        "adaptive_readers": {"enabled": params.adaptive, "raises": out.adaptive_raises, "peak_in_flight": out.peak_in_flight},
         "object_store": super::retries_json(),
     });
     if let (Some(path), Some(series)) = (&a.report, series) {

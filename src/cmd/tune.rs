@@ -251,6 +251,8 @@ impl Trial<'_> {
             codec: CodecSpec::parse(&p.codec)?,
             direct_io: false,
             page_size: self.page_size,
+            // The grid sets the reads in flight itself.
+            adaptive: false,
         };
         let need = self.volumes * p.readers * p.read_depth + 2 * p.threads + 2 * p.stripes;
         params.buffer_count = need * p.buffer_factor;

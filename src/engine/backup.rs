@@ -1,6 +1,7 @@
 //! Backup pipeline: readers (per volume) -> pool buffers -> compressors -> one
 //! writer per stripe. Frames go to whichever stripe writer is free first.
 
+use super::adapt::Adapt;
 use super::codec::{CodecSpec, Compressor};
 use super::pool::{self, Buf, Pool};
 use super::stats::{summarize, Progress, WaitStats};
@@ -62,6 +63,21 @@ pub struct Params {
     pub direct_io: bool,
     /// Page size, for differential page selection.
     pub page_size: usize,
+    /// Adaptive readers: up to 4x the reads in flight when reads get small or slow.
+    pub adaptive: bool,
+}
+
+impl Params {
+    /// Reads in flight per volume: (base, most).
+    pub fn in_flight(&self) -> (usize, usize) {
+        let base = self.readers_per_volume * self.read_depth;
+        let max = if self.adaptive {
+            (base * 4).clamp(base, 64.max(base))
+        } else {
+            base
+        };
+        (base, max)
+    }
 }
 
 impl Params {
@@ -93,6 +109,9 @@ pub struct Outcome {
     pub wall: Duration,
     pub waits: WaitStats,
     pub pool_bytes: u64,
+    /// Adaptive readers: times a volume got more reads in flight, and the most any had.
+    pub adaptive_raises: u64,
+    pub peak_in_flight: usize,
 }
 
 /// A stripe writer's sink, frames written and offset reached.
@@ -296,19 +315,32 @@ pub fn run(
     let seq = AtomicU64::new(0);
     let stored_total = AtomicU64::new(0);
     let zero_frames = AtomicU64::new(0);
+    let adapts: Vec<Adapt> = (0..volumes)
+        .map(|_| {
+            let (base, max) = p.in_flight();
+            Adapt::new(base, max)
+        })
+        .collect();
     let readers = volumes * p.readers_per_volume * p.read_depth;
 
     let stripe_results: Vec<Option<WriterEnd>> = std::thread::scope(|s| {
-        for (vol, lane) in cursors.iter().zip(&read_lanes) {
-            for _ in 0..p.readers_per_volume * p.read_depth {
+        for ((vol, lane), adapt) in cursors.iter().zip(&read_lanes).zip(&adapts) {
+            lane.in_flight.store(adapt.base as u64, Relaxed);
+            for k in 0..adapt.threads() {
                 let ctx = ctx.clone();
                 let (pool, abort, state, read_st) = (&pool, &abort, &state, &read_st);
                 s.spawn(move || {
                     while !abort.aborted() {
+                        if !adapt.admit(k, abort) {
+                            break;
+                        }
                         let next = vol.lock().unwrap().next(plan, state, t, p.direct_io);
                         let chunk = match next {
                             Ok(Some(c)) => c,
-                            Ok(None) => break,
+                            Ok(None) => {
+                                adapt.finish();
+                                break;
+                            }
                             Err(e) => return abort.fail(e),
                         };
                         let Some((mut buf, waited)) = pool.get(abort) else {
@@ -351,6 +383,11 @@ pub fn run(
                         read_st.busy(took);
                         read_st.op(chunk.len as u64);
                         lane.op(chunk.len as u64, took);
+                        adapt.tick(
+                            lane,
+                            t,
+                            (live.pool_in_use.load(Relaxed) as usize) + 2 < p.buffer_count,
+                        );
                         progress.done.fetch_add(chunk.len as u64, Relaxed);
                         let item = Item {
                             file: chunk.file,
@@ -582,6 +619,12 @@ pub fn run(
         wall,
         waits,
         pool_bytes: pool.bytes() + (p.threads * pool.buf_size) as u64,
+        adaptive_raises: adapts.iter().map(|a| a.raised.load(Relaxed)).sum(),
+        peak_in_flight: adapts
+            .iter()
+            .map(|a| a.peak.load(Relaxed))
+            .max()
+            .unwrap_or(0),
     })
 }
 

@@ -1,6 +1,7 @@
 //! The pipeline: buffer pool, readers, compressors, stripe writers and their
 //! statistics. It knows frames and buffers, not databases or stores.
 
+pub mod adapt;
 pub mod backup;
 pub mod codec;
 pub mod pool;

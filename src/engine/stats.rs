@@ -46,6 +46,8 @@ pub struct Lane {
     pub ops: AtomicU64,
     /// Time the operations took, summed.
     pub ns: AtomicU64,
+    /// Reads allowed in flight now (adaptive readers); 0 for write lanes.
+    pub in_flight: AtomicU64,
 }
 
 impl Lane {
@@ -85,6 +87,8 @@ pub struct Counts {
     pub ns: u64,
     pub wait_in_ns: u64,
     pub wait_out_ns: u64,
+    /// A gauge, not a sum: reads allowed in flight at the instant.
+    pub in_flight: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -117,6 +121,7 @@ impl Live {
             bytes: l.bytes.load(Relaxed),
             ops: l.ops.load(Relaxed),
             ns: l.ns.load(Relaxed),
+            in_flight: l.in_flight.load(Relaxed),
             ..Counts::default()
         };
         let mut stages: Vec<(&'static str, Counts)> = vec![];
