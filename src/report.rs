@@ -990,7 +990,7 @@ mod tests {
         });
         assert_eq!(
             html.matches("class=\"valley\"").count(),
-            8,
+            9,
             "shaded in every chart"
         );
         assert!(html.contains("<b>Valley</b> from 1.00 s to 1.50 s"));
