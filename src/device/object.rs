@@ -39,6 +39,18 @@ const MAX_PARTS_IN_FLIGHT: usize = 8;
 const READ_CHUNK: u64 = 8 << 20;
 const READ_AHEAD: u64 = 4;
 
+/// Ranged GETs in flight ahead of a stripe's reader (PAGEVAULT_READ_AHEAD overrides).
+fn read_ahead() -> u64 {
+    static N: OnceLock<u64> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("PAGEVAULT_READ_AHEAD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| (1..=64).contains(&n))
+            .unwrap_or(READ_AHEAD)
+    })
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Kind {
     S3,
@@ -874,7 +886,7 @@ impl StripeSource for ObjectSource {
         // Chunks behind the reader are done with.
         st.ready.retain(|&c, _| c >= first);
         let chunks = self.len.div_ceil(READ_CHUNK);
-        for c in first..(last + 1 + READ_AHEAD).min(chunks) {
+        for c in first..(last + 1 + read_ahead()).min(chunks) {
             if !st.ready.contains_key(&c) && !st.chunks.contains_key(&c) {
                 let s = c * READ_CHUNK;
                 let h = self.fetch(s, (s + READ_CHUNK).min(self.len));
