@@ -168,6 +168,34 @@ fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
 }
 
 impl Cursor {
+    /// Up to `n` chunks that follow `after` in the file being read, if it still is.
+    fn more_of(
+        &mut self,
+        after: &Chunk,
+        plan: &[ReadFile],
+        transfer: usize,
+        n: usize,
+    ) -> Vec<Chunk> {
+        let mut out = vec![];
+        if let Some((id, handle, offset)) = &mut self.current {
+            if *id != after.file || *offset != after.offset + after.len as u64 {
+                return out;
+            }
+            let size = plan[*id as usize].size;
+            while out.len() < n && *offset < size {
+                let len = (size - *offset).min(transfer as u64) as usize;
+                out.push(Chunk {
+                    file: *id,
+                    handle: handle.clone(),
+                    offset: *offset,
+                    len,
+                });
+                *offset += len as u64;
+            }
+        }
+        out
+    }
+
     fn next(
         &mut self,
         plan: &[ReadFile],
@@ -322,6 +350,12 @@ pub fn run(
         })
         .collect();
     let readers = volumes * p.readers_per_volume * p.read_depth;
+    // Transfers under 1 MiB are merged up to 1 MiB per read when adaptive.
+    let merge = if p.adaptive {
+        ((1usize << 20) / t).clamp(1, 16)
+    } else {
+        1
+    };
 
     let stripe_results: Vec<Option<WriterEnd>> = std::thread::scope(|s| {
         for ((vol, lane), adapt) in cursors.iter().zip(&read_lanes).zip(&adapts) {
@@ -343,61 +377,84 @@ pub fn run(
                             }
                             Err(e) => return abort.fail(e),
                         };
-                        let Some((mut buf, waited)) = pool.get(abort) else {
+                        let Some((buf, waited)) = pool.get(abort) else {
                             break;
                         };
                         read_st.wait_in(waited);
-                        let t0 = Instant::now();
-                        let read = read_chunk(&chunk, &mut buf).or_else(|e| {
-                            // Some filesystems refuse O_DIRECT reads they accepted at open.
-                            if e.raw_os_error() == Some(libc::EINVAL) {
-                                let f = &plan[chunk.file as usize];
-                                let h = Arc::new(open_for_read(&f.path, false)?);
-                                read_chunk(
-                                    &Chunk {
-                                        handle: h,
-                                        ..chunk_clone(&chunk)
-                                    },
-                                    &mut buf,
-                                )
-                            } else {
-                                Err(e)
+                        // Adjacent ranges of the file, while buffers are free: one
+                        // vectored read instead of several small ones.
+                        let mut run = vec![(chunk, buf)];
+                        if merge > 1 && run[0].0.len == t {
+                            let mut extra = vec![];
+                            while extra.len() + 1 < merge {
+                                match pool.try_get() {
+                                    Some(b) => extra.push(b),
+                                    None => break,
+                                }
                             }
-                        });
+                            if !extra.is_empty() {
+                                let more =
+                                    vol.lock().unwrap().more_of(&run[0].0, plan, t, extra.len());
+                                for c in more {
+                                    run.push((c, extra.pop().unwrap()));
+                                }
+                                extra.into_iter().for_each(|b| pool.put(b));
+                            }
+                        }
+                        let t0 = Instant::now();
+                        let bytes: usize = run.iter().map(|(c, _)| c.len).sum();
+                        let read = if run.len() > 1 {
+                            read_run(plan, &mut run)
+                        } else {
+                            let (c, b) = &mut run[0];
+                            read_one(plan, c, b).map(|s| vec![s])
+                        };
                         match read {
-                            Ok(short) => {
-                                if short {
-                                    state[chunk.file as usize].shrank.store(true, Relaxed);
+                            Ok(shorts) => {
+                                for ((c, _), short) in run.iter().zip(shorts) {
+                                    if short {
+                                        state[c.file as usize].shrank.store(true, Relaxed);
+                                    }
                                 }
                             }
                             Err(e) => {
-                                let f = &plan[chunk.file as usize];
+                                let c = &run[0].0;
+                                let f = &plan[c.file as usize];
                                 return abort.fail(anyhow!(
                                     "read of '{}' at offset {} failed: {e}",
                                     f.path.display(),
-                                    chunk.offset
+                                    c.offset
                                 ));
                             }
                         }
                         let took = t0.elapsed();
                         read_st.busy(took);
-                        read_st.op(chunk.len as u64);
-                        lane.op(chunk.len as u64, took);
+                        lane.op(bytes as u64, took);
                         adapt.tick(
                             lane,
                             t,
                             (live.pool_in_use.load(Relaxed) as usize) + 2 < p.buffer_count,
                         );
-                        progress.done.fetch_add(chunk.len as u64, Relaxed);
-                        let item = Item {
-                            file: chunk.file,
-                            offset: chunk.offset,
-                            buf,
-                            frame_len: 0,
-                        };
-                        match pool::send(&ctx, item, abort) {
-                            Some(w) => read_st.wait_out(w),
-                            None => break,
+                        progress.done.fetch_add(bytes as u64, Relaxed);
+                        let mut stopped = false;
+                        for (c, buf) in run {
+                            read_st.op(c.len as u64);
+                            let item = Item {
+                                file: c.file,
+                                offset: c.offset,
+                                buf,
+                                frame_len: 0,
+                            };
+                            match pool::send(&ctx, item, abort) {
+                                Some(w) => read_st.wait_out(w),
+                                None => {
+                                    stopped = true;
+                                    break;
+                                }
+                            }
+                        }
+                        if stopped {
+                            break;
                         }
                     }
                 });
@@ -626,6 +683,64 @@ pub fn run(
             .max()
             .unwrap_or(0),
     })
+}
+
+/// Reads one chunk; retries without O_DIRECT where a filesystem refuses it late.
+fn read_one(plan: &[ReadFile], c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
+    read_chunk(c, buf).or_else(|e| {
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            let f = &plan[c.file as usize];
+            let h = Arc::new(open_for_read(&f.path, false)?);
+            read_chunk(
+                &Chunk {
+                    handle: h,
+                    ..chunk_clone(c)
+                },
+                buf,
+            )
+        } else {
+            Err(e)
+        }
+    })
+}
+
+/// Reads adjacent chunks of one file with one preadv; a chunk the call did not fill
+/// (end of file, a short read, a refusal) is read on its own.
+fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<Vec<bool>> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&*run[0].0.handle);
+    let offset = run[0].0.offset;
+    let last = run.len() - 1;
+    let mut iov: Vec<libc::iovec> = run
+        .iter_mut()
+        .enumerate()
+        .map(|(i, (c, b))| {
+            let space = b.space();
+            // O_DIRECT wants whole sectors; only the last chunk can be short.
+            let len = if i == last {
+                c.len.next_multiple_of(pool::ALIGN).min(space.len())
+            } else {
+                c.len
+            };
+            libc::iovec {
+                iov_base: space.as_mut_ptr() as *mut libc::c_void,
+                iov_len: len,
+            }
+        })
+        .collect();
+    let n = unsafe { libc::preadv(fd, iov.as_mut_ptr(), iov.len() as i32, offset as i64) };
+    let mut got = if n < 0 { 0 } else { n as usize };
+    let mut shorts = vec![];
+    for (c, b) in run.iter_mut() {
+        let filled = got.min(c.len);
+        got -= filled.min(got);
+        if filled == c.len {
+            b.len = c.len;
+            shorts.push(false);
+        } else {
+            shorts.push(read_one(plan, c, b)?);
+        }
+    }
+    Ok(shorts)
 }
 
 fn chunk_clone(c: &Chunk) -> Chunk {

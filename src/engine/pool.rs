@@ -108,6 +108,14 @@ impl Pool {
         }
     }
 
+    /// A free buffer if one is free now (for merged reads, which never wait for more).
+    pub fn try_get(&self) -> Option<Buf> {
+        let mut b = self.rx.try_recv().ok()?;
+        b.len = 0;
+        self.in_use.fetch_add(1, Relaxed);
+        Some(b)
+    }
+
     pub fn put(&self, b: Buf) {
         self.in_use.fetch_sub(1, Relaxed);
         let _ = self.tx.send(b);
