@@ -388,7 +388,7 @@ fn server_killed_mid_upload_retries_or_fails_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     std::fs::create_dir(&src).unwrap();
-    std::fs::write(src.join("data"), bytes(11, 200 << 20, false)).unwrap();
+    std::fs::write(src.join("data"), bytes(11, 320 << 20, false)).unwrap();
     let repo_of = |name: &str| format!("s3://crash/{name}");
 
     // Down for a second: the retries carry the backup through.

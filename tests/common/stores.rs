@@ -49,10 +49,12 @@ fn wait_port(port: u16, what: &str) {
     panic!("{what} did not listen on port {port} within 60 s");
 }
 
-/// Starts `cmd` under a shell that kills it when this test process is gone.
+/// Starts `cmd` under a shell that kills it when this test process is gone; the
+/// server's pid goes to `LOG.pid`.
 fn watched(cmd: &str, env: &[(&str, String)], log: &std::path::Path) -> Child {
     let script = format!(
-        "{cmd} >>'{}' 2>&1 & c=$!; trap 'kill -9 $c 2>/dev/null; exit' TERM; while kill -0 {} 2>/dev/null && kill -0 $c 2>/dev/null; do sleep 1; done; kill -9 $c 2>/dev/null",
+        "{cmd} >>'{}' 2>&1 & c=$!; echo $c > '{}.pid'; trap 'kill -9 $c 2>/dev/null; exit' TERM; while kill -0 {} 2>/dev/null && kill -0 $c 2>/dev/null; do sleep 1; done; kill -9 $c 2>/dev/null",
+        log.display(),
         log.display(),
         std::process::id()
     );
@@ -137,6 +139,9 @@ impl Minio {
 
     /// Kills the server at once (as a crash would) and waits until the port is free.
     pub fn kill(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("log.pid")) {
+            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+        }
         if let Some(c) = self.child.take() {
             stop(c);
         }
