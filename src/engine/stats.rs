@@ -200,7 +200,7 @@ pub fn summarize(
         .expect("at least one stage");
     let explanation = match top.stage {
         "read" => "the source storage: reads took most of the time; more readers or a faster volume help, compression and devices were waiting".to_string(),
-        "compress" => "the CPU: compression kept its threads busiest; a lighter codec or more --threads help".to_string(),
+        "compress" => "the CPU: compression and checksums kept their threads busiest; more --threads help, and a lighter codec when compressing".to_string(),
         "write" => "the destination: device writes took most of the time; more stripes or faster devices help".to_string(),
         "decompress" => "the CPU: decompression and checksums kept the threads busiest".to_string(),
         other => format!("the {other} stage"),
