@@ -4,7 +4,7 @@
 //! the bad inputs (credentials, bucket, damaged or missing stripe objects).
 
 mod common;
-use common::pg::{amcheck, give_to_postgres, pgbench, postgres_dir, Pg};
+use common::pg::{amcheck, give_to_postgres, postgres_dir, Pg};
 use common::stores::{shared, unique, Minio, AZ_KEY, S3_SECRET};
 use common::*;
 use std::time::{Duration, Instant};
@@ -210,11 +210,7 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
         st.minio.endpoint()
     );
     let pg = Pg::start(true, Some(&archive));
-    assert!(pgbench(&pg, &["-i", "-s", "2", "-q"])
-        .output()
-        .unwrap()
-        .status
-        .success());
+    pg.pgbench_init(2);
     pg.sql("CREATE TABLE marks(id int PRIMARY KEY)");
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
     let mut full = vec![

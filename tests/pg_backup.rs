@@ -9,11 +9,7 @@ use std::time::Duration;
 #[test]
 fn hot_backup_under_pgbench_restores_and_starts_consistent() {
     let pg = Pg::start(true, None);
-    assert!(pgbench(&pg, &["-i", "-s", "8", "-q"])
-        .output()
-        .unwrap()
-        .status
-        .success());
+    pg.pgbench_init(8);
     let work = postgres_dir("hot");
     let mut load = pgbench(&pg, &["-T", "12", "-c", "2", "-n"])
         .stdout(std::process::Stdio::null())
@@ -401,11 +397,7 @@ fn tablespaces_are_read_on_their_own_volume_and_restored() {
 #[test]
 fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
     let pg = Pg::start(true, None);
-    assert!(pgbench(&pg, &["-i", "-s", "10", "-q"])
-        .output()
-        .unwrap()
-        .status
-        .success());
+    pg.pgbench_init(10);
     let repo = postgres_dir("diff-repo");
     let repo_s = s(&repo);
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));

@@ -321,24 +321,11 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
                 .ok_or_else(|| anyhow!("--until-lsn '{l}' is not an LSN like 0/3000148"))
         })
         .transpose()?;
-    let usable = catalog
+    let chosen = catalog
         .iter()
         .rev()
-        .filter(|c| c.backup_type == "full" && !c.damaged);
-    let mut usable = usable;
-    let chosen = usable
-        .find(|c| match (&a.until, until_lsn) {
-            (Some(t), _) => chrono::DateTime::parse_from_rfc3339(&c.finished)
-                .ok()
-                .zip(parse_time(t))
-                .is_none_or(|(f, t)| f <= t),
-            (_, Some(l)) => c
-                .stop_lsn
-                .as_deref()
-                .and_then(crate::repo::wal::parse_lsn)
-                .is_none_or(|s| s <= l),
-            _ => true,
-        })
+        .filter(|c| c.backup_type == "full" && !c.damaged)
+        .find(|c| ends_before(c, a.until.as_deref(), until_lsn))
         .cloned();
     chosen.ok_or_else(|| match catalog.is_empty() {
         true => anyhow!("the repository holds no backup sets"),

@@ -352,7 +352,7 @@ pub fn run(
     let readers = volumes * p.readers_per_volume * p.read_depth;
     // Transfers under 1 MiB are merged up to 1 MiB per read when adaptive.
     let merge = if p.adaptive {
-        ((1usize << 20) / t).clamp(1, 16)
+        ((1usize << 20) / t).clamp(1, MAX_MERGE)
     } else {
         1
     };
@@ -364,6 +364,9 @@ pub fn run(
                 let ctx = ctx.clone();
                 let (pool, abort, state, read_st) = (&pool, &abort, &state, &read_st);
                 s.spawn(move || {
+                    // Reused for every read: no allocation per read.
+                    let mut run: Vec<(Chunk, Buf)> = Vec::with_capacity(merge);
+                    let mut extra: Vec<Buf> = Vec::with_capacity(merge);
                     while !abort.aborted() {
                         if !adapt.admit(k, abort) {
                             break;
@@ -383,9 +386,8 @@ pub fn run(
                         read_st.wait_in(waited);
                         // Adjacent ranges of the file, while buffers are free: one
                         // vectored read instead of several small ones.
-                        let mut run = vec![(chunk, buf)];
+                        run.push((chunk, buf));
                         if merge > 1 && run[0].0.len == t {
-                            let mut extra = vec![];
                             while extra.len() + 1 < merge {
                                 match pool.try_get() {
                                     Some(b) => extra.push(b),
@@ -398,7 +400,7 @@ pub fn run(
                                 for c in more {
                                     run.push((c, extra.pop().unwrap()));
                                 }
-                                extra.into_iter().for_each(|b| pool.put(b));
+                                extra.drain(..).for_each(|b| pool.put(b));
                             }
                         }
                         let t0 = Instant::now();
@@ -407,12 +409,12 @@ pub fn run(
                             read_run(plan, &mut run)
                         } else {
                             let (c, b) = &mut run[0];
-                            read_one(plan, c, b).map(|s| vec![s])
+                            read_one(plan, c, b).map(u32::from)
                         };
                         match read {
                             Ok(shorts) => {
-                                for ((c, _), short) in run.iter().zip(shorts) {
-                                    if short {
+                                for (i, (c, _)) in run.iter().enumerate() {
+                                    if shorts & (1 << i) != 0 {
                                         state[c.file as usize].shrank.store(true, Relaxed);
                                     }
                                 }
@@ -437,7 +439,7 @@ pub fn run(
                         );
                         progress.done.fetch_add(bytes as u64, Relaxed);
                         let mut stopped = false;
-                        for (c, buf) in run {
+                        for (c, buf) in run.drain(..) {
                             read_st.op(c.len as u64);
                             let item = Item {
                                 file: c.file,
@@ -704,40 +706,43 @@ fn read_one(plan: &[ReadFile], c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
     })
 }
 
+/// Most chunks one merged read takes.
+const MAX_MERGE: usize = 16;
+
 /// Reads adjacent chunks of one file with one preadv; a chunk the call did not fill
-/// (end of file, a short read, a refusal) is read on its own.
-fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<Vec<bool>> {
+/// (end of file, a short read, a refusal) is read on its own. Bit i of the result:
+/// chunk i was short.
+fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&*run[0].0.handle);
     let offset = run[0].0.offset;
     let last = run.len() - 1;
-    let mut iov: Vec<libc::iovec> = run
-        .iter_mut()
-        .enumerate()
-        .map(|(i, (c, b))| {
-            let space = b.space();
-            // O_DIRECT wants whole sectors; only the last chunk can be short.
-            let len = if i == last {
-                c.len.next_multiple_of(pool::ALIGN).min(space.len())
-            } else {
-                c.len
-            };
-            libc::iovec {
-                iov_base: space.as_mut_ptr() as *mut libc::c_void,
-                iov_len: len,
-            }
-        })
-        .collect();
-    let n = unsafe { libc::preadv(fd, iov.as_mut_ptr(), iov.len() as i32, offset as i64) };
-    let mut got = if n < 0 { 0 } else { n as usize };
-    let mut shorts = vec![];
-    for (c, b) in run.iter_mut() {
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_MERGE];
+    for (i, (c, b)) in run.iter_mut().enumerate() {
+        let space = b.space();
+        // O_DIRECT wants whole sectors; only the last chunk can be short.
+        let len = if i == last {
+            c.len.next_multiple_of(pool::ALIGN).min(space.len())
+        } else {
+            c.len
+        };
+        iov[i] = libc::iovec {
+            iov_base: space.as_mut_ptr() as *mut libc::c_void,
+            iov_len: len,
+        };
+    }
+    let n = unsafe { libc::preadv(fd, iov.as_ptr(), run.len() as i32, offset as i64) };
+    let mut got = n.max(0) as usize;
+    let mut shorts = 0u32;
+    for (i, (c, b)) in run.iter_mut().enumerate() {
         let filled = got.min(c.len);
-        got -= filled.min(got);
+        got -= filled;
         if filled == c.len {
             b.len = c.len;
-            shorts.push(false);
-        } else {
-            shorts.push(read_one(plan, c, b)?);
+        } else if read_one(plan, c, b)? {
+            shorts |= 1 << i;
         }
     }
     Ok(shorts)

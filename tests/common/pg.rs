@@ -170,6 +170,18 @@ impl Pg {
         }
     }
 
+    /// `pgbench -i -s SCALE`, insisting on success.
+    pub fn pgbench_init(&self, scale: u32) {
+        let out = pgbench(self, &["-i", "-s", &scale.to_string(), "-q"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pgbench -i: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
