@@ -110,7 +110,10 @@ impl Target {
 
 impl FrameSink for Target {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file(file)?.write_all_at(data, offset)
+        let f = self.file(file)?;
+        f.write_all_at(data, offset)?;
+        crate::device::disk::start_writeback(&f, offset, data.len() as u64);
+        Ok(())
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
         if self.overlay {
