@@ -32,6 +32,9 @@ const S3_MAX_PART: usize = 5 << 30;
 /// Azure takes up to 50,000 blocks of up to 4000 MiB.
 const AZ_MAX_PARTS: u64 = 50_000;
 const AZ_MAX_PART: usize = 4000 << 20;
+/// Azure's blocks are at least this large (the store takes any size): a quarter of the
+/// requests of 4 MiB blocks, and Azurite used 20-35% less CPU per byte with them.
+const AZ_PART: usize = 16 << 20;
 /// Upload memory per stripe: parts in flight are limited to this much.
 const UPLOAD_BUDGET: usize = 64 << 20;
 const MAX_PARTS_IN_FLIGHT: usize = 8;
@@ -473,7 +476,10 @@ fn build_s3(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
     if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
         bail!("s3://{bucket}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
     }
-    b.with_client_options(client_options(allow_http, Kind::S3)?)
+    // No SHA-256 of every part on both ends: TLS guards the transfer, and every frame
+    // carries its own CRC32C and BLAKE3, checked on restore.
+    b.with_unsigned_payload(true)
+        .with_client_options(client_options(allow_http, Kind::S3)?)
         .with_retry(retry_config())
         .build()
         .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
@@ -607,7 +613,7 @@ impl ObjectDevice {
 pub fn part_plan(kind: Kind, transfer: usize, expected: u64) -> (usize, u64) {
     let (min, max_parts) = match kind {
         Kind::S3 => (S3_MIN_PART, S3_MAX_PARTS),
-        Kind::Azure => (4 << 20, AZ_MAX_PARTS),
+        Kind::Azure => (AZ_PART, AZ_MAX_PARTS),
     };
     let step = max_parts / 10;
     let need = expected.div_ceil(step) as usize;
