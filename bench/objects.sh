@@ -643,7 +643,9 @@ for k in keys:
             p = max(pool) if pool else None
             parts.append(f"{st['rss'] / 1024:,.0f}" + (f" ({p / MIB:,.0f})" if p else ""))
             if p:
-                mem.append((store, codec, stripes, phase, st["rss"] * 1024, p, int(stripes)))
+                # Backups report their upload buffers (all stripes) as device_buffer_memory.
+                dev = jget(st, "device_buffer_memory") if phase == "backup" else []
+                mem.append((store, codec, stripes, phase, st["rss"] * 1024, p, int(stripes), max(dev) if dev else None))
         rss = " / ".join(parts)
         retries = [int(x) for x in jget(b, "object_store", "retries") + jget(r, "object_store", "retries")]
         if retries and max(retries):
@@ -685,14 +687,14 @@ if mem:
     UP, DOWN, PROC = 64 * MIB, 48 * MIB, 32 * MIB
     print()
     print("Memory (pagevault): peak RSS against the buffer pool (`pool_bytes`) plus the object store buffers "
-          "(backup: at most 64 MiB of upload parts in flight per stripe; restore: 6 read-ahead chunks of 8 MiB per stripe) "
+          "(backup: the upload parts it reports as `device_buffer_memory`, at most 64 MiB per stripe; restore: 6 read-ahead chunks of 8 MiB per stripe) "
           "plus 32 MiB for the process itself (code, runtime, TLS and HTTP clients):")
     print()
     print("| store | codec | stripes | phase | peak RSS MiB | pool MiB | store buffers MiB | bound MiB | RSS - bound | within |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---|")
     nin = 0
-    for store, codec, stripes, phase, rss, pool, n in mem:
-        buf = (UP if phase == "backup" else DOWN) * n
+    for store, codec, stripes, phase, rss, pool, n, dev in mem:
+        buf = dev or (UP if phase == "backup" else DOWN) * n
         bound = pool + buf + PROC
         nin += rss <= bound
         print(f"| {STORE_NAME[store]} | {codec} | {stripes} | {phase} | {rss / MIB:,.0f} | {pool / MIB:,.0f} | "

@@ -65,6 +65,32 @@ fn flip(path: &str, at: u64) {
     fs::write(path, b).unwrap();
 }
 
+/// The first frame of a stripe with at least 64 stored bytes, and a byte in the middle of
+/// them: small files' frames end early, and bytes in a frame's padding carry no content.
+/// Frames go to whichever writer is free, so a stripe may hold only small ones.
+fn payload_byte(path: &str) -> Option<(u64, u64)> {
+    let b = fs::read(path).unwrap();
+    let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as u64;
+    let block = u32_at(12);
+    let mut at = block;
+    while &b[at as usize..at as usize + 4] == b"PVFR" {
+        let stored = u32_at(at as usize + 12);
+        if stored >= 64 {
+            return Some((at, at + 80 + stored / 2));
+        }
+        at += (80 + stored).div_ceil(block) * block;
+    }
+    None
+}
+
+/// A stripe of `set` with a frame worth damaging, that frame's offset and a byte in it.
+fn damageable(set: &Set) -> (&str, u64, u64) {
+    [&set.b, &set.a]
+        .into_iter()
+        .find_map(|p| payload_byte(p).map(|(f, b)| (p.as_str(), f, b)))
+        .expect("no frame of 64 bytes or more in either stripe")
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
@@ -121,17 +147,19 @@ fn truncated_stripe_is_incomplete() {
 #[test]
 fn flipped_payload_byte_names_stripe_and_offset() {
     let set = two_stripes("none");
-    // The first frame starts after the 4 KiB header block; its payload after 80 bytes.
-    flip(&set.b, 4096 + 80 + 1000);
-    let e = both_fail(&set, "frame at offset 4096");
-    assert!(e.contains("b.pv") && e.contains("damaged"), "{e}");
+    let (stripe, frame, byte) = damageable(&set);
+    flip(stripe, byte);
+    let e = both_fail(&set, &format!("frame at offset {frame}"));
+    assert!(e.contains(stripe) && e.contains("damaged"), "{e}");
 }
 
 #[test]
 fn flipped_compressed_byte_is_caught() {
     let set = two_stripes("zstd");
-    flip(&set.a, 4096 + 80 + 10);
-    both_fail(&set, "damaged");
+    let (stripe, frame, byte) = damageable(&set);
+    flip(stripe, byte);
+    let e = both_fail(&set, &format!("frame at offset {frame}"));
+    assert!(e.contains("damaged"), "{e}");
 }
 
 #[test]

@@ -127,7 +127,11 @@ pub fn run(
                     let fail =
                         |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
                     let stored = item.buf.payload();
-                    let crc = crc32c::crc32c(stored);
+                    // Uncompressed, the stored bytes are the raw bytes: BLAKE3 below checks them.
+                    let crc = match h.codec {
+                        Codec::None => h.stored_crc,
+                        _ => crc32c::crc32c(stored),
+                    };
                     if crc != h.stored_crc {
                         return abort.fail(fail(format!(
                             "stored bytes are damaged (CRC32C {crc:08x}, expected {:08x})",
@@ -173,9 +177,13 @@ pub fn run(
                     };
                     let digest = *blake3::hash(raw).as_bytes();
                     if digest != h.raw_hash {
-                        return abort.fail(fail(
-                            "restored content does not match its BLAKE3 digest".into(),
-                        ));
+                        return abort.fail(fail(match h.codec {
+                            Codec::None => {
+                                "stored bytes are damaged (their BLAKE3 digest does not match)"
+                                    .into()
+                            }
+                            _ => "restored content does not match its BLAKE3 digest".into(),
+                        }));
                     }
                     {
                         let mut d = digests[fi].lock().unwrap();
