@@ -196,10 +196,22 @@ fn prepare_target(dir: &Path, replace: bool) -> Result<()> {
 }
 
 fn set_mtime(p: &Path, mtime: i64) {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime.max(0) as u64);
-    if let Ok(f) = File::open(p) {
-        let _ = f.set_modified(t);
-    }
+    use std::os::unix::ffi::OsStrExt;
+    // By path: one syscall per file, where open + futimens + close took three.
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return;
+    };
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: mtime.max(0),
+            tv_nsec: 0,
+        },
+    ];
+    unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
 }
 
 /// Creates the directories and the pre-sized files of a manifest; returns where each
