@@ -97,10 +97,18 @@ pub fn make_tree(root: &Path) {
     use std::os::unix::fs::FileExt;
     sparse.write_all_at(b"middle", 2 << 20).unwrap();
     fs::set_permissions(root.join("one_byte"), fs::Permissions::from_mode(0o600)).unwrap();
+    // An old mtime, which a restore must bring back.
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    fs::File::options()
+        .write(true)
+        .open(root.join("base/random"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
     std::os::unix::fs::symlink("base/random", root.join("link")).unwrap();
 }
 
-/// Asserts two trees hold the same entries, bytes, modes and link targets.
+/// Asserts two trees hold the same entries, bytes, modes, file mtimes and link targets.
 pub fn assert_same_tree(a: &Path, b: &Path) {
     let list = |r: &Path| -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = walk(r)
@@ -141,6 +149,15 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
                 fs::read(&pa).unwrap() == fs::read(&pb).unwrap(),
                 "content of {rel:?} differs"
             );
+            // The manifest keeps whole seconds.
+            let secs = |m: &fs::Metadata| {
+                m.modified()
+                    .unwrap()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs()
+            };
+            assert_eq!(secs(&ma), secs(&mb), "mtime of {rel:?}");
         }
     }
 }
