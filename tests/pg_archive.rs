@@ -171,14 +171,6 @@ impl Drop for Cleanup {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn live_cluster_archives_and_recovers_through_archive_get() {
     let _g = lock();
@@ -542,31 +534,10 @@ fn pgbench_load_does_not_pile_up_wal() {
             samples
         })
     };
-    let pgbench = |args: &[&str]| {
-        let out = Command::new("/usr/lib/postgresql/15/bin/pgbench")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &pg.port.to_string(),
-                "-U",
-                "postgres",
-            ])
-            .args(args)
-            .arg("postgres")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pgbench {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
     let lsn0 = pg.sql("SELECT pg_current_wal_lsn()");
-    pgbench(&["-i", "-s", "5", "-q"]);
+    pg.pgbench_init(5);
     let max_init = max_ready.load(Ordering::Relaxed);
-    let report = pgbench(&["-T", "10", "-c", "2"]);
+    let report = pg.pgbench_ok(&["-T", "10", "-c", "2"]);
     let wal_bytes: u64 = pg
         .sql(&format!(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn0}')::bigint"

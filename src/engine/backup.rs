@@ -168,32 +168,37 @@ fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
 }
 
 impl Cursor {
-    /// Up to `n` chunks that follow `after` in the file being read, if it still is.
+    /// Hands `add` up to `n` chunks of `file` from `end` on, if that is where the file
+    /// being read stands (called per read: nothing allocated).
     fn more_of(
         &mut self,
-        after: &Chunk,
+        file: u32,
+        end: u64,
         plan: &[ReadFile],
         transfer: usize,
         n: usize,
-    ) -> Vec<Chunk> {
-        let mut out = vec![];
-        if let Some((id, handle, offset)) = &mut self.current {
-            if *id != after.file || *offset != after.offset + after.len as u64 {
-                return out;
-            }
-            let size = plan[*id as usize].size;
-            while out.len() < n && *offset < size {
-                let len = (size - *offset).min(transfer as u64) as usize;
-                out.push(Chunk {
-                    file: *id,
-                    handle: handle.clone(),
-                    offset: *offset,
-                    len,
-                });
-                *offset += len as u64;
-            }
+        mut add: impl FnMut(Chunk),
+    ) {
+        let Some((id, handle, offset)) = &mut self.current else {
+            return;
+        };
+        if *id != file || *offset != end {
+            return;
         }
-        out
+        let size = plan[*id as usize].size;
+        for _ in 0..n {
+            if *offset >= size {
+                break;
+            }
+            let len = (size - *offset).min(transfer as u64) as usize;
+            add(Chunk {
+                file: *id,
+                handle: handle.clone(),
+                offset: *offset,
+                len,
+            });
+            *offset += len as u64;
+        }
     }
 
     fn next(
@@ -395,11 +400,12 @@ pub fn run(
                                 }
                             }
                             if !extra.is_empty() {
-                                let more =
-                                    vol.lock().unwrap().more_of(&run[0].0, plan, t, extra.len());
-                                for c in more {
-                                    run.push((c, extra.pop().unwrap()));
-                                }
+                                let (file, end) = (run[0].0.file, run[0].0.offset + t as u64);
+                                vol.lock()
+                                    .unwrap()
+                                    .more_of(file, end, plan, t, extra.len(), |c| {
+                                        run.push((c, extra.pop().unwrap()))
+                                    });
                                 extra.drain(..).for_each(|b| pool.put(b));
                             }
                         }

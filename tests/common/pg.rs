@@ -2,6 +2,7 @@
 //! user on 127.0.0.1 on a free port, stopped and removed on drop.
 #![allow(dead_code)]
 
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -15,14 +16,6 @@ pub struct Pg {
     /// Options for a cluster whose postgresql.conf names another port (a restored copy).
     opts: Option<String>,
     owns_dir: bool,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Runs a command as the postgres user and insists on success.
@@ -172,14 +165,18 @@ impl Pg {
 
     /// `pgbench -i -s SCALE`, insisting on success.
     pub fn pgbench_init(&self, scale: u32) {
-        let out = pgbench(self, &["-i", "-s", &scale.to_string(), "-q"])
-            .output()
-            .unwrap();
+        self.pgbench_ok(&["-i", "-s", &scale.to_string(), "-q"]);
+    }
+
+    /// Runs pgbench with `args`, insisting on success; returns its report.
+    pub fn pgbench_ok(&self, args: &[&str]) -> String {
+        let out = pgbench(self, args).output().unwrap();
         assert!(
             out.status.success(),
-            "pgbench -i: {}",
+            "pgbench {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     pub fn url(&self) -> String {

@@ -3,6 +3,7 @@
 //! process ends. scripts/setup.sh installs both under /var/tmp/pagevault-tools.
 #![allow(dead_code)]
 
+use super::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -28,14 +29,6 @@ fn need(p: PathBuf) -> PathBuf {
         p.display()
     );
     p
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn wait_port(port: u16, what: &str) {
