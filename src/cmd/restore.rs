@@ -110,16 +110,26 @@ impl Target {
 
 impl FrameSink for Target {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        let f = self.file(file)?;
-        f.write_all_at(data, offset)?;
-        crate::device::disk::start_writeback(&f, offset, data.len() as u64);
-        Ok(())
+        self.file(file)?.write_all_at(data, offset)
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
         if self.overlay {
-            self.write(file, offset, &vec![0u8; len])?;
+            static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+            let f = self.file(file)?;
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(ZEROS.len());
+                f.write_all_at(&ZEROS[..n], offset + done as u64)?;
+                done += n;
+            }
         }
         Ok(())
+    }
+    fn written(&self, file: u32, offset: u64, len: u64) {
+        // Once per frame, not per page of a differential's frame.
+        if let Ok(f) = self.file(file) {
+            crate::device::disk::start_writeback(&f, offset, len);
+        }
     }
 }
 

@@ -24,6 +24,8 @@ pub trait FrameSink: Sync {
     fn write_zeros(&self, _file: u32, _offset: u64, _len: usize) -> io::Result<()> {
         Ok(())
     }
+    /// A frame's range of `file` is written (by one write, or page by page).
+    fn written(&self, _file: u32, _offset: u64, _len: u64) {}
 }
 
 pub struct StripeIn {
@@ -215,6 +217,7 @@ pub fn run(
                                 h.offset
                             ));
                         }
+                        sink.written(h.file_id, h.offset, expect);
                         let took = t1.elapsed();
                         write_st.busy(took);
                         write_st.op(h.raw_len as u64);
