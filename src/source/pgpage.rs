@@ -15,26 +15,35 @@ const BASE_OFFSETS: [u32; N_SUMS] = [
     0x783125BB, 0x6CA8EAA2, 0xE407EAC6, 0x4B5CFC3E, 0x9FBF8C76, 0x15CA20BE, 0xF2CA9FD3, 0x959BD756,
 ];
 
-#[inline]
+#[inline(always)]
 fn comp(sum: &mut u32, value: u32) {
     let t = *sum ^ value;
     *sum = t.wrapping_mul(FNV_PRIME) ^ (t >> 17);
 }
 
-/// The checksum PostgreSQL stores in pd_checksum for `page` at block `blkno`.
-pub fn checksum(page: &[u8], blkno: u32) -> u16 {
-    debug_assert_eq!(page.len(), BLCKSZ);
+/// One 128-byte row of the page into the 32 lanes. Fixed-size arrays so that the
+/// compiler turns the lanes into vector registers.
+#[inline(always)]
+fn comp_row(sums: &mut [u32; N_SUMS], row: &[u8; 4 * N_SUMS]) {
+    let mut vals = [0u32; N_SUMS];
+    for (v, b) in vals.iter_mut().zip(row.chunks_exact(4)) {
+        *v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    for (sum, v) in sums.iter_mut().zip(vals) {
+        comp(sum, v);
+    }
+}
+
+#[inline(always)]
+fn checksum_lanes(page: &[u8], blkno: u32) -> u16 {
+    let page: &[u8; BLCKSZ] = page.try_into().expect("a page is BLCKSZ bytes");
     let mut sums = BASE_OFFSETS;
-    let rows = BLCKSZ / (4 * N_SUMS);
-    for i in 0..rows {
-        for (j, sum) in sums.iter_mut().enumerate() {
-            let at = (i * N_SUMS + j) * 4;
-            let mut v = u32::from_le_bytes(page[at..at + 4].try_into().unwrap());
-            if at == 8 {
-                v &= 0xFFFF_0000; // pd_checksum (bytes 8..10) counts as zero
-            }
-            comp(sum, v);
-        }
+    // pd_checksum (bytes 8..10) counts as zero.
+    let mut first: [u8; 4 * N_SUMS] = page[..4 * N_SUMS].try_into().unwrap();
+    first[8..10].fill(0);
+    comp_row(&mut sums, &first);
+    for row in page[4 * N_SUMS..].chunks_exact(4 * N_SUMS) {
+        comp_row(&mut sums, row.try_into().unwrap());
     }
     for _ in 0..2 {
         for sum in sums.iter_mut() {
@@ -43,6 +52,24 @@ pub fn checksum(page: &[u8], blkno: u32) -> u16 {
     }
     let folded = sums.iter().fold(0u32, |a, s| a ^ s) ^ blkno;
     ((folded % 65535) + 1) as u16
+}
+
+/// The same code built for AVX2: 32-bit lane multiplies need more than the SSE2 that
+/// x86-64 builds assume, and the scalar loop was 40% of a backup's CPU.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn checksum_avx2(page: &[u8], blkno: u32) -> u16 {
+    checksum_lanes(page, blkno)
+}
+
+/// The checksum PostgreSQL stores in pd_checksum for `page` at block `blkno`.
+pub fn checksum(page: &[u8], blkno: u32) -> u16 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { checksum_avx2(page, blkno) };
+    }
+    checksum_lanes(page, blkno)
 }
 
 pub fn stored_checksum(page: &[u8]) -> u16 {
@@ -121,6 +148,48 @@ mod tests {
             assert!(!is_relation_file(p), "{p}");
         }
         assert_eq!(segment_number("base/1/1259.12"), 12);
+    }
+
+    /// PostgreSQL's loop as written in checksum_impl.h, word by word.
+    fn reference(page: &[u8], blkno: u32) -> u16 {
+        let mut sums = BASE_OFFSETS;
+        for i in 0..BLCKSZ / (4 * N_SUMS) {
+            for (j, sum) in sums.iter_mut().enumerate() {
+                let at = (i * N_SUMS + j) * 4;
+                let mut v = u32::from_le_bytes(page[at..at + 4].try_into().unwrap());
+                if at == 8 {
+                    v &= 0xFFFF_0000;
+                }
+                comp(sum, v);
+            }
+        }
+        for _ in 0..2 {
+            for sum in sums.iter_mut() {
+                comp(sum, 0);
+            }
+        }
+        let folded = sums.iter().fold(0u32, |a, s| a ^ s) ^ blkno;
+        ((folded % 65535) + 1) as u16
+    }
+
+    #[test]
+    fn fast_checksum_matches_the_reference_loop() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut page = vec![0u8; BLCKSZ];
+        for blkno in 0..200u32 {
+            for b in page.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            assert_eq!(
+                checksum(&page, blkno),
+                reference(&page, blkno),
+                "block {blkno}"
+            );
+            assert_eq!(checksum_lanes(&page, blkno), reference(&page, blkno));
+        }
     }
 
     #[test]
