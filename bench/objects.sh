@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/objects.sh: pagevault beside pgBackRest backing up the same PostgreSQL 15 pgbench database
-# to the same object stores (issue 4).
+# bench/objects.sh: pagevault beside pgBackRest (and WAL-G, where it builds) backing up the same
+# PostgreSQL 15 pgbench database to the same object stores (issue 4).
 #
 # Starts MinIO (S3) and Azurite (Azure Blob) on 127.0.0.1 with TLS (a private CA made with openssl;
 # pgBackRest's S3 and Azure repositories need HTTPS), builds (once, then reuses) a pgbench cluster
@@ -10,20 +10,25 @@
 #     --compress none|lz4|zstd (2 compression threads: one per core), and its restore
 #   - pgbackrest backup --type=full to a repository on the same store (process-max=2,
 #     compress-type none|lz4|zst), and its restore (process-max=2)
-# A restore is timed until its files are durable (sync -f of the target, for both tools).
+#   - wal-g backup-push to s3://bench/walg-RUN (WALG_UPLOAD_CONCURRENCY=2, compression
+#     none|lz4|zstd), and backup-fetch LATEST (WALG_DOWNLOAD_CONCURRENCY=2); informational, S3 only
+#     (WAL-G reaches Azure only as ACCOUNT.blob.SUFFIX, not Azurite's path-style endpoint). Built
+#     once into PAGEVAULT_TOOLS/bin/wal-g; when it cannot be built the report says why and skips it.
+# A restore is timed until its files are durable (sync -f of the target, for every tool).
 # Prints one markdown table (seconds best and median, MB/s of the database size, stored size,
 # pagevault's speed over pgBackRest's, peak RSS against pagevault's buffer pool, CPU of the tool
 # and of the store server) and the verdicts of the issue's goal: pagevault >= 2x pgBackRest to the
-# same store with the same codec and cores, backup and restore. Everything is kept under
-# WORK/results/objects-DATE/.
+# same store with the same codec and cores, backup and restore; pagevault over WAL-G is informational.
+# Everything is kept under WORK/results/objects-DATE/.
 #
 # Usage: bench/objects.sh [--work DIR] [--scale N] [--reps N] [--stores s3,azure]
 #                         [--codecs none,lz4,zstd] [--stripes 1,3] [--keep-stores]
 #                         (or positionally: bench/objects.sh [SCALE])
 # Environment: WORK_DIR, SCALE, REPS, STORES, CODECS, STRIPES, QUIET_BUDGET, PAGEVAULT (binary),
-#              PAGEVAULT_TOOLS (default /var/tmp/pagevault-tools), PG_BIN, KEEP_STORES=1
+#              PAGEVAULT_TOOLS (default /var/tmp/pagevault-tools), PG_BIN, KEEP_STORES=1,
+#              WALG (binary; default PAGEVAULT_TOOLS/bin/wal-g), WALG_VERSION (what to build), NO_WALG=1
 # Quick check: bench/objects.sh --scale 5 --reps 1. The issue's size (about 2 GB): --scale 140.
-# Needs root (runs PostgreSQL and pgBackRest as the postgres user) and the tools of
+# Needs root (runs PostgreSQL, pgBackRest and WAL-G as the postgres user) and the tools of
 # `PAGEVAULT_BENCH=1 scripts/setup.sh`. See bench/README.md.
 set -euo pipefail
 # One block that bash reads whole before running it: editing the file while it runs changes nothing.
@@ -41,6 +46,10 @@ KEEP_STORES=${KEEP_STORES:-0}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 TOOLS=${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}
 PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
+WALG=${WALG:-$TOOLS/bin/wal-g}
+# WAL-G's release tags (v3.x) are no Go module versions (its module path has no /v3): pin a commit,
+# master of 2026-09-13 (needs Go >= 1.27).
+WALG_VERSION=${WALG_VERSION:-v1.1.3-rc-with-build.0.20260913163159-ae2b1dfb71ed}
 DATA_VERSION=1            # bump when the cluster's making changes: forces a new cluster
 
 pos=()
@@ -114,6 +123,49 @@ if [ ! -x "$PV" ]; then
     (cd "$ROOT" && cargo build --release -q) >&2 || die "cargo build --release failed"
 fi
 "$PV" --version >/dev/null || die "$PV does not run"
+
+# WAL-G is optional: WALG_NOT says why it is left out ("" = measured). A failed build is remembered
+# per version in TOOLS/wal-g.failed (delete it to try again); the build log is TOOLS/wal-g-build.log.
+WALG_NOT=""
+GO=$(command -v go || echo /usr/local/go/bin/go)
+walg_build() {
+    local failed=$TOOLS/wal-g.failed blog=$TOOLS/wal-g-build.log gobin
+    if [ -f "$failed" ] && [ "$(head -1 "$failed")" = "$WALG_VERSION" ]; then
+        WALG_NOT="not built ($(tail -n +2 "$failed"))"; return
+    fi
+    [ -x "$GO" ] || { WALG_NOT="not built (no Go to build it)"; return; }
+    mkdir -p "$(dirname "$WALG")"
+    gobin=$(mktemp -d)
+    log "building WAL-G $WALG_VERSION into $WALG (once; nice -n 19, one package at a time: a few minutes)"
+    # No cgo compressor tags (brotli, lzo, libsodium): lz4, zstd and none are built in.
+    if GOBIN=$gobin GOFLAGS=-p=1 GOTOOLCHAIN=local nice -n 19 "$GO" install "github.com/wal-g/wal-g/main/pg@$WALG_VERSION" \
+        > "$blog" 2>&1 && [ -x "$gobin/pg" ]; then
+        install -m 755 "$gobin/pg" "$WALG"
+    else
+        # The reason: go's first two lines after its downloads, without URLs and module@version prefixes.
+        WALG_NOT="go install github.com/wal-g/wal-g/main/pg@$WALG_VERSION failed: $(grep -v '^go: downloading' "$blog" |
+            head -2 | tr '\n\t' '  ' | sed -E 's#reading https?://[^ ]+ ##g; s#[^ ]+@[^ ]+: ##g; s/^go: //; s/ +/ /g; s/ $//' |
+            cut -c1-200); log: $blog"
+        printf '%s\n%s\n' "$WALG_VERSION" "$WALG_NOT" > "$failed"
+        WALG_NOT="not built ($WALG_NOT)"
+    fi
+    rm -rf "$gobin"
+}
+if [ "${NO_WALG:-0}" = 1 ]; then
+    WALG_NOT="skipped (NO_WALG=1)"
+elif [ ! -x "$WALG" ]; then
+    walg_build
+fi
+if [ -z "$WALG_NOT" ]; then
+    "$WALG" --version > /dev/null 2>&1 || WALG_NOT="$WALG does not run"
+fi
+[ -z "$WALG_NOT" ] || log "WAL-G: $WALG_NOT"
+walg_version() { # the module version go embeds, else what wal-g says
+    local v
+    v=$("$GO" version -m "$WALG" 2>/dev/null | awk '$1 == "mod" {print $3; exit}') || true
+    [ -n "$v" ] && [ "$v" != "(devel)" ] || v=$("$WALG" --version 2>/dev/null | head -1 | cut -f1 | sed 's/^wal-g version //') || true
+    echo "${v:-(unknown version)}"
+}
 
 # ------------------------------------------------------------ processes ----
 as_pg() { runuser -u postgres -- "$@"; }
@@ -516,13 +568,53 @@ case_pgbr() { # case_pgbr STORE CODEC (pagevault's name: zstd = pgBackRest's zst
     fresh_scratch
 }
 
+# WAL-G runs as postgres, like pgBackRest, with 2 uploads/downloads at a time (process-max=2 there),
+# and connects to the cluster over TCP. S3 only: see WALG_SKIPS.
+case_walg() { # case_walg STORE CODEC (same codec names in WAL-G)
+    local store=$1 codec=$2 prefix="walg-$STAMP-r$REP-$2"
+    fresh_scratch
+    local wg=(runuser -u postgres -- env WALG_S3_PREFIX="s3://$BUCKET/$prefix" WALG_COMPRESSION_METHOD="$codec"
+        WALG_UPLOAD_CONCURRENCY=2 WALG_DOWNLOAD_CONCURRENCY=2 AWS_ENDPOINT="https://127.0.0.1:$S3_PORT"
+        AWS_S3_FORCE_PATH_STYLE=true AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID="$S3_USER" AWS_SECRET_ACCESS_KEY="$S3_SECRET"
+        WALG_S3_CA_CERT_FILE="$TLS/ca.pem" PGHOST=127.0.0.1 PGPORT="$PG_PORT" PGUSER=postgres "$WALG")
+    if run_timed backup "$store" "$codec" wal-g - "" "${wg[@]}" backup-push "$DATA"; then
+        record_stored "$store" "$prefix/"
+        install -d -m 700 -o postgres -g postgres "$SCRATCH/restore"
+        if run_timed restore "$store" "$codec" wal-g - "$SCRATCH" "${wg[@]}" backup-fetch "$SCRATCH/restore" LATEST; then
+            check_restore "$SCRATCH/restore" "WAL-G $store $codec"
+        fi
+    fi
+    prefix_do "$store" rm "$BUCKET" "$prefix/" > /dev/null 2>>"$RUNDIR/prefix.log" || log "    warning: could not delete $prefix"
+    fresh_scratch
+}
+
+# What WAL-G leaves out, one line each for the report. Its Azure client always addresses
+# https://ACCOUNT.blob.SUFFIX/CONTAINER (AZURE_ENDPOINT_SUFFIX sets only SUFFIX), which cannot be
+# Azurite's path-style https://127.0.0.1:PORT/ACCOUNT without a hosts entry for the account's name.
+WALG_SKIPS=()
+walg_wants() { # walg_wants STORE CODEC: whether WAL-G runs this case
+    [ -z "$WALG_NOT" ] || return 1
+    [ "$1" = s3 ] || return 1
+    # The none method came with WAL-G 3.0.8; a Go binary names its packages.
+    [ "$2" != none ] || grep -q 'wal-g/internal/compression/none' "$WALG"
+}
+
 CASE_LIST=()
 for st in "${STORE_LIST[@]}"; do
     for c in "${CODEC_LIST[@]}"; do
         for n in "${STRIPE_LIST[@]}"; do CASE_LIST+=("pv $st $c $n"); done
         CASE_LIST+=("pgbr $st $c")
+        if walg_wants "$st" "$c"; then CASE_LIST+=("walg $st $c"); fi
     done
 done
+if [ -z "$WALG_NOT" ]; then
+    if [[ " ${STORE_LIST[*]} " == *" azure "* ]]; then
+        WALG_SKIPS+=("Azure skipped: WAL-G addresses https://ACCOUNT.blob.SUFFIX/CONTAINER only, not Azurite's path-style endpoint")
+    fi
+    if [[ " ${CODEC_LIST[*]} " == *" none "* ]] && ! walg_wants s3 none; then
+        WALG_SKIPS+=("none codec skipped: this WAL-G has no uncompressed method (WALG_COMPRESSION_METHOD=none came with 3.0.8)")
+    fi
+fi
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 for ((REP = 1; REP <= REPS; REP++)); do
@@ -537,6 +629,7 @@ for ((REP = 1; REP <= REPS; REP++)); do
         case ${w[0]} in
             pv) case_pv "${w[1]}" "${w[2]}" "${w[3]}" ;;
             pgbr) case_pgbr "${w[1]}" "${w[2]}" ;;
+            walg) case_walg "${w[1]}" "${w[2]}" ;;
         esac
     done
 done
@@ -545,7 +638,9 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 pg_stop "$DATA"; PG_RUNNING=""
 
 # ------------------------------------------------------------ 5. the table ----
-export RESULTS RUNDIR HZ NCPU DB_BYTES
+WALG_NOTE="WAL-G ${WALG_NOT:-skipped these stores and codecs}"
+WALG_NOTE="${WALG_NOTE%% (*}, see above"
+export RESULTS RUNDIR HZ NCPU DB_BYTES WALG_NOTE
 python3 > "$RUNDIR/table.md" <<'PY'
 import csv, json, os, statistics
 MIB = 1048576.0
@@ -554,6 +649,7 @@ rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
 STORE_ORDER = {"s3": 0, "azure": 1}
 CODEC_ORDER = {"none": 0, "lz4": 1, "zstd": 2}
 STORE_NAME = {"s3": "MinIO (S3)", "azure": "Azurite (Azure)"}
+PAR = {"pgbackrest": "- (process-max=2)", "wal-g": "- (concurrency 2)"}
 keys, runs = [], {}
 for r in rows:
     k = (r["store"], r["codec"], r["tool"], r["stripes"])
@@ -606,7 +702,7 @@ out = ["| store | codec | tool | stripes | backup s best (median) | backup MB/s 
        "| restore MB/s | pagevault ÷ pgBackRest: backup | pagevault ÷ pgBackRest: restore | peak RSS MiB backup / restore "
        "(pagevault: buffer pool MiB) | CPU s backup / restore: tool + store server | other CPU % | notes |",
        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-goals, mem = [], []
+goals, mem, walg = [], [], []
 for k in keys:
     store, codec, tool, stripes = k
     b, bf = stat(k, "backup")
@@ -630,6 +726,12 @@ for k in keys:
             rb = f"{pb['sec'] / b['sec']:.2f}x"
         if r and pr:
             rr = f"{pr['sec'] / r['sec']:.2f}x"
+        wk = (store, codec, "wal-g", "-")
+        wb, _ = stat(wk, "backup")
+        wr, _ = stat(wk, "restore")
+        for phase, me, peer in (("backup", b, wb), ("restore", r, wr)):
+            if wk + ("backup",) in runs:   # WAL-G ran here (it skips Azure, and none where it lacks it)
+                walg.append((store, codec, stripes, phase, me["sec"] if me else None, peer["sec"] if peer else None))
         for phase, me, peer in (("backup", b, pb), ("restore", r, pr)):
             # A failed pagevault run fails its goal; without a pgBackRest run there is nothing to compare.
             if peer or me:
@@ -651,14 +753,14 @@ for k in keys:
         if retries and max(retries):
             notes.append(f"object store retries: up to {max(retries)}")
     else:
-        rb = rr = "reference"
+        rb = rr = "reference" if tool == "pgbackrest" else "-"
         rss = " / ".join("-" if st is None else f"{st['rss'] / 1024:,.0f}" for st in (b, r)) + " (largest process)"
     def cpu(st):
         if st is None or st["cpu"] is None:
             return "-"
         return f"{st['cpu']:.1f} + {st['store_cpu'] or 0:.1f}"
     others = max(b["others"] if b else 0.0, r["others"] if r else 0.0)
-    out.append(f"| {STORE_NAME[store]} | {codec} | {tool} | {stripes if tool == 'pagevault' else '- (process-max=2)'} | "
+    out.append(f"| {STORE_NAME[store]} | {codec} | {tool} | {stripes if tool == 'pagevault' else PAR[tool]} | "
                f"{secs(b)} | {mbps(b)} | {size} | {secs(r) if b else '-'} | {mbps(r)} | {rb} | {rr} | {rss} | "
                f"{cpu(b)} / {cpu(r)} | {others:.0f} | {'; '.join(notes)} |")
 print("\n".join(out))
@@ -681,6 +783,19 @@ for store, codec, stripes, phase, pv, peer in goals:
     print(f"| {STORE_NAME[store]} | {codec} | {stripes} | {phase} | {pv:.2f} | {peer:.2f} | {peer / pv:.2f}x | {'PASS' if ok else 'FAIL'} |")
 print()
 print(f"{npass} of {len(goals)} goals pass.")
+print()
+print("Informational, not a goal: pagevault over WAL-G to the same store with the same codec (best seconds of each side):")
+print()
+if walg:
+    walg.sort(key=lambda g: (STORE_ORDER[g[0]], CODEC_ORDER[g[1]], g[2], g[3]))
+    print("| store | codec | pagevault stripes | phase | pagevault s | WAL-G s | pagevault ÷ WAL-G |")
+    print("|---|---|---:|---|---:|---:|---:|")
+    for store, codec, stripes, phase, pv, peer in walg:
+        ratio = f"{peer / pv:.2f}x" if pv and peer else "-"
+        print(f"| {STORE_NAME[store]} | {codec} | {stripes} | {phase} | {'FAILED' if pv is None else f'{pv:.2f}'} | "
+              f"{'FAILED' if peer is None else f'{peer:.2f}'} | {ratio} |")
+else:
+    print("- no WAL-G runs: " + (os.environ.get("WALG_NOTE") or "see the header"))
 if mem:
     # src/device/object.rs: UPLOAD_BUDGET (64 MiB of parts in flight per stripe, backup);
     # READ_CHUNK x (READ_AHEAD + 1), plus one chunk a read may straddle (6 x 8 MiB per stripe, restore).
@@ -704,19 +819,26 @@ if mem:
 PY
 
 {
-    echo "### pagevault against pgBackRest on object stores, PostgreSQL 15 ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo "### pagevault against pgBackRest (and WAL-G) on object stores, PostgreSQL 15 ($(date -u '+%Y-%m-%d %H:%M UTC'))"
     echo
     echo "- database: pgbench scale $SCALE, $((DB_BYTES / 1048576)) MiB in the data directory without pg_wal (the MB of MB/s), data checksums"
     echo "- stores on this machine, TLS on 127.0.0.1: MinIO $("$MINIO" --version 2>/dev/null | head -1 | awk '{print $3}') (one drive under $STORE_DIR),"
     echo "  Azurite $("$AZURITE" --version 2>/dev/null | head -1) (disk persistence); both share the $(nproc) cores with the tools"
     echo "- pagevault $commit$dirty (binary built $PV_BUILT): --repo s3://|azure://, --stripes ${STRIPE_LIST[*]}, 2 compression threads (one per core);"
     echo "  $(pgbackrest version): process-max=2, start-fast=y, archive-check=n (archive_mode is off: its backups hold no WAL)"
-    echo "- codecs: none, lz4 (pgBackRest lz4 level 1), zstd (level 3 both); warm page cache only (the data directory read before each repetition)"
+    if [ -n "$WALG_NOT" ]; then
+        echo "- WAL-G: $WALG_NOT"
+    else
+        echo "- WAL-G $(walg_version) (informational): backup-push (fast checkpoint, no WAL) and backup-fetch LATEST, as postgres,"
+        echo "  WALG_UPLOAD_CONCURRENCY=2, WALG_DOWNLOAD_CONCURRENCY=2 (as process-max=2), WALG_COMPRESSION_METHOD = the codec"
+        for w in "${WALG_SKIPS[@]}"; do echo "  - $w"; done
+    fi
+    echo "- codecs: none, lz4 (pgBackRest lz4 level 1), zstd (level 3 all); warm page cache only (the data directory read before each repetition)"
     echo "- $REPS repetition(s), round-robin, every other one in reverse order; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements"
     echo "  (${QUIET_WAITED} s of it waiting for other CPU load); load average $LOAD_START at start, $LOAD_END at end"
     echo "- seconds: wall time of the command (restores: plus \`sync -f\` of the target); best of the repetitions, median in brackets;"
     echo "  MB/s = database size / best seconds (MB = 1,048,576 bytes); stored = bytes listed under the backup's prefix in the store"
-    echo "  (pgBackRest: repository with manifest and backup.info); CPU s = user + system of the tool's processes + of the store server;"
+    echo "  (pgBackRest: repository with manifest and backup.info; WAL-G: basebackups_005/); CPU s = user + system of the tool's processes + of the store server;"
     echo "  other CPU % = the rest of the machine's busy CPU during the row's runs (max, % of all cores): high values mean a disturbed row."
     echo
     cat "$RUNDIR/table.md"
