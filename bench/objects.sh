@@ -144,7 +144,7 @@ walg_build() {
     else
         # The reason: go's first two lines after its downloads, without URLs and module@version prefixes.
         WALG_NOT="go install github.com/wal-g/wal-g/main/pg@$WALG_VERSION failed: $(grep -v '^go: downloading' "$blog" |
-            head -2 | tr '\n\t' '  ' | sed -E 's#reading https?://[^ ]+ ##g; s#[^ ]+@[^ ]+: ##g; s/^go: //; s/ +/ /g; s/ $//' |
+            head -2 | tr '\t' ' ' | paste -sd, | sed -E 's#reading https?://[^ ]+ ##g; s#[^ ]+@[^ ]+: ##g; s/^go: //; s/ +/ /g; s/[ .]+$//' |
             cut -c1-200); log: $blog"
         printf '%s\n%s\n' "$WALG_VERSION" "$WALG_NOT" > "$failed"
         WALG_NOT="not built ($WALG_NOT)"
