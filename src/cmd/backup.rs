@@ -100,11 +100,11 @@ pub struct BackupArgs {
     pub page_size: u64,
     /// Adaptive readers: raise the reads in flight (up to 4x --readers x --read-depth)
     /// while reads are small or slow, as with many small files.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub adaptive_readers: String,
+    #[arg(long, value_enum, default_value = "on")]
+    pub adaptive_readers: super::Switch,
     /// Read with O_DIRECT where the filesystem allows (bypasses the page cache).
-    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
-    pub direct_io: String,
+    #[arg(long, value_enum, default_value = "off")]
+    pub direct_io: super::Switch,
     /// Where the SQLite source puts its snapshot copy (default: beside the database).
     #[arg(long)]
     pub spool: Option<PathBuf>,
@@ -359,9 +359,9 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         read_depth: a.read_depth as usize,
         threads,
         codec,
-        direct_io: a.direct_io == "on",
+        direct_io: a.direct_io.on(),
         page_size: page_size as usize,
-        adaptive: a.adaptive_readers == "on",
+        adaptive: a.adaptive_readers.on(),
     };
     let pool_bytes = (buffer_count * params.buffer_size()) as u64;
     let hint = device::CreateHint {

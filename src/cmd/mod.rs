@@ -109,6 +109,19 @@ impl Drop for Reporter {
     }
 }
 
+/// An on/off option (`--direct-io on`), listed as such in `--help`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+impl Switch {
+    pub fn on(self) -> bool {
+        self == Switch::On
+    }
+}
+
 pub fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())

@@ -232,30 +232,56 @@ fn lay_out(
     overlay: bool,
 ) -> Result<HashMap<u32, PathBuf>> {
     let mut paths = HashMap::new();
+    // Files by directory: one directory's creations queue on its lock, different
+    // directories' go in parallel.
+    let mut dirs: HashMap<PathBuf, Vec<(PathBuf, u64)>> = HashMap::new();
     for f in &m.files {
         let p = place(&f.path);
         match f.kind {
             EntryKind::Dir => fs::create_dir_all(&p)?,
             EntryKind::File => {
-                if let Some(parent) = p.parent() {
-                    fs::create_dir_all(parent)?;
+                let parent = p.parent().map(Path::to_path_buf).unwrap_or_default();
+                if !dirs.contains_key(&parent) {
+                    fs::create_dir_all(&parent)?;
                 }
-                let mut o = OpenOptions::new();
-                o.write(true);
-                if overlay {
-                    o.create(true).truncate(false);
-                } else {
-                    o.create_new(true);
-                }
-                let file = o
-                    .open(&p)
-                    .with_context(|| format!("cannot create '{}'", p.display()))?;
-                file.set_len(f.size)?;
+                dirs.entry(parent).or_default().push((p.clone(), f.size));
                 paths.insert(f.id, p);
             }
             EntryKind::Link => {}
         }
     }
+    // Creating a file costs 40-400 us of CPU here (ext4 inode allocation): thousands of
+    // them were a quarter of a cluster's restore when done one by one.
+    let mut groups: Vec<Vec<(PathBuf, u64)>> = dirs.into_values().collect();
+    groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+    let mut lanes: Vec<Vec<(PathBuf, u64)>> = vec![vec![]; super::default_threads().min(8)];
+    for g in groups {
+        let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
+        lane.extend(g);
+    }
+    let create = |files: &[(PathBuf, u64)]| -> Result<()> {
+        for (p, size) in files {
+            let mut o = OpenOptions::new();
+            o.write(true);
+            if overlay {
+                o.create(true).truncate(false);
+            } else {
+                o.create_new(true);
+            }
+            let file = o
+                .open(p)
+                .with_context(|| format!("cannot create '{}'", p.display()))?;
+            file.set_len(*size)
+                .with_context(|| format!("cannot size '{}'", p.display()))?;
+        }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let running: Vec<_> = lanes.iter().map(|l| s.spawn(|| create(l))).collect();
+        running
+            .into_iter()
+            .try_for_each(|h| h.join().expect("file creation panicked"))
+    })?;
     Ok(paths)
 }
 

@@ -97,11 +97,7 @@ impl Pool {
         let t = Instant::now();
         loop {
             match self.rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(mut b) => {
-                    b.len = 0;
-                    self.in_use.fetch_add(1, Relaxed);
-                    return Some((b, t.elapsed()));
-                }
+                Ok(b) => return Some((self.take(b), t.elapsed())),
                 Err(RecvTimeoutError::Timeout) if !abort.aborted() => continue,
                 Err(_) => return None,
             }
@@ -110,10 +106,14 @@ impl Pool {
 
     /// A free buffer if one is free now (for merged reads, which never wait for more).
     pub fn try_get(&self) -> Option<Buf> {
-        let mut b = self.rx.try_recv().ok()?;
+        self.rx.try_recv().ok().map(|b| self.take(b))
+    }
+
+    /// An empty buffer, counted in use.
+    fn take(&self, mut b: Buf) -> Buf {
         b.len = 0;
         self.in_use.fetch_add(1, Relaxed);
-        Some(b)
+        b
     }
 
     pub fn put(&self, b: Buf) {
