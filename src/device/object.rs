@@ -9,7 +9,6 @@
 
 use super::{Device, StripeSink, StripeSource};
 use anyhow::{anyhow, bail, Result};
-use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
@@ -817,48 +816,15 @@ impl ObjectSink {
     }
 }
 
-/// One ranged GET's body as the HTTP client handed it over: copying the parts out once,
-/// into the reader's pool buffer, instead of into a chunk buffer first, saves a copy of
-/// every byte restored.
-#[derive(Default)]
-struct Chunk {
-    parts: Vec<Bytes>,
-    /// Offset of each part in the chunk.
-    starts: Vec<usize>,
-    len: usize,
-}
-
-impl Chunk {
-    fn push(&mut self, b: Bytes) {
-        self.starts.push(self.len);
-        self.len += b.len();
-        self.parts.push(b);
-    }
-
-    /// Copies from `at` into all of `out` (the caller checks the bounds).
-    fn copy_to(&self, mut at: usize, out: &mut [u8]) {
-        if out.is_empty() {
-            return;
-        }
-        let mut i = self.starts.partition_point(|&s| s <= at) - 1;
-        let mut done = 0;
-        while done < out.len() {
-            let p = &self.parts[i][at - self.starts[i]..];
-            let n = p.len().min(out.len() - done);
-            out[done..done + n].copy_from_slice(&p[..n]);
-            (done, at, i) = (done + n, at + n, i + 1);
-        }
-    }
-}
-
-type Fetch = JoinHandle<object_store::Result<Chunk>>;
-
 #[derive(Default)]
 struct ReadState {
     /// Where the last read ended: a read starting there is sequential.
     last_end: u64,
-    chunks: BTreeMap<u64, Fetch>,
-    ready: BTreeMap<u64, Chunk>,
+    chunks: BTreeMap<u64, JoinHandle<object_store::Result<Vec<u8>>>>,
+    ready: BTreeMap<u64, Vec<u8>>,
+    /// Chunk buffers done with, for the next GETs: fresh 8 MiB buffers are mapped and
+    /// faulted in page by page, a fifth of a restore's CPU.
+    free: Vec<Vec<u8>>,
 }
 
 struct ObjectSource {
@@ -868,8 +834,13 @@ struct ObjectSource {
 }
 
 impl ObjectSource {
-    /// GETs `start..end`, keeping the body's parts as they come.
-    fn fetch(&self, start: u64, end: u64) -> Fetch {
+    /// GETs `start..end` into `buf`, streaming the body (no second copy of it).
+    fn fetch(
+        &self,
+        start: u64,
+        end: u64,
+        mut buf: Vec<u8>,
+    ) -> JoinHandle<object_store::Result<Vec<u8>>> {
         let store = self.loc.store.clone();
         let path = self.loc.path();
         rt().spawn(async move {
@@ -878,32 +849,32 @@ impl ObjectSource {
                 ..Default::default()
             };
             let mut body = store.get_opts(&path, opts).await?.into_stream();
-            let mut c = Chunk::default();
+            buf.clear();
             while let Some(part) = body.try_next().await? {
-                c.push(part);
+                buf.extend_from_slice(&part);
             }
-            Ok(c)
+            Ok(buf)
         })
     }
 
-    fn wait(&self, h: Fetch, want: u64) -> io::Result<Chunk> {
-        let c = rt()
+    fn wait(&self, h: JoinHandle<object_store::Result<Vec<u8>>>, want: u64) -> io::Result<Vec<u8>> {
+        let b = rt()
             .block_on(h)
             .map_err(|e| io::Error::other(format!("read task failed: {e}")))?
             .map_err(|e| {
                 io::Error::other(format!("{:#}", self.loc.err("cannot read stripe", e)))
             })?;
-        if c.len as u64 != want {
+        if b.len() as u64 != want {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
                     "'{}': the store sent {} bytes of a {want}-byte range",
                     self.loc.describe(),
-                    c.len
+                    b.len()
                 ),
             ));
         }
-        Ok(c)
+        Ok(b)
     }
 
     fn chunk_range(&self, c: u64) -> (u64, u64) {
@@ -919,7 +890,7 @@ impl ObjectSource {
         let (s, e) = self.chunk_range(c);
         let h = match st.chunks.remove(&c) {
             Some(h) => h,
-            None => self.fetch(s, e),
+            None => self.fetch(s, e, st.free.pop().unwrap_or_default()),
         };
         let b = self.wait(h, e - s)?;
         st.ready.insert(c, b);
@@ -951,18 +922,26 @@ impl StripeSource for ObjectSource {
         if !sequential {
             // Header, tail, manifest: exactly the bytes asked for.
             drop(st);
-            self.wait(self.fetch(offset, end), end - offset)?
-                .copy_to(0, buf);
+            let b = self.wait(self.fetch(offset, end, Vec::new()), end - offset)?;
+            buf.copy_from_slice(&b);
             return Ok(());
         }
         let (first, last) = (offset / READ_CHUNK, (end - 1) / READ_CHUNK);
-        // Chunks behind the reader are done with.
-        st.ready.retain(|&c, _| c >= first);
+        // Chunks behind the reader are done with: their buffers serve the next GETs.
+        while let Some(e) = st.ready.first_entry() {
+            if *e.key() >= first {
+                break;
+            }
+            let b = e.remove();
+            st.free.push(b);
+        }
         let chunks = self.len.div_ceil(READ_CHUNK);
         for c in first..(last + 1 + read_ahead()).min(chunks) {
             if !st.ready.contains_key(&c) && !st.chunks.contains_key(&c) {
                 let (s, e) = self.chunk_range(c);
-                st.chunks.insert(c, self.fetch(s, e));
+                let b = st.free.pop().unwrap_or_default();
+                let h = self.fetch(s, e, b);
+                st.chunks.insert(c, h);
             }
         }
         let mut at = 0usize;
@@ -970,8 +949,8 @@ impl StripeSource for ObjectSource {
             self.chunk(&mut st, c)?;
             let b = &st.ready[&c];
             let from = (offset + at as u64 - c * READ_CHUNK) as usize;
-            let take = (buf.len() - at).min(b.len - from);
-            b.copy_to(from, &mut buf[at..at + take]);
+            let take = (buf.len() - at).min(b.len() - from);
+            buf[at..at + take].copy_from_slice(&b[from..from + take]);
             at += take;
         }
         Ok(())
@@ -1010,29 +989,6 @@ mod tests {
                     assert!(base >= S3_MIN_PART);
                 }
             }
-        }
-    }
-
-    #[test]
-    fn chunk_copies_across_parts() {
-        let mut c = Chunk::default();
-        let data: Vec<u8> = (0..=255).collect();
-        for piece in [&data[..1], &data[1..100], &data[100..101], &data[101..]] {
-            c.push(Bytes::copy_from_slice(piece));
-        }
-        assert_eq!(c.len, 256);
-        for (at, n) in [
-            (0, 256),
-            (0, 1),
-            (1, 99),
-            (50, 100),
-            (99, 3),
-            (255, 1),
-            (256, 0),
-        ] {
-            let mut out = vec![0u8; n];
-            c.copy_to(at, &mut out);
-            assert_eq!(out, &data[at..at + n], "at {at} n {n}");
         }
     }
 
