@@ -224,12 +224,14 @@ fn set_mtime(p: &Path, mtime: i64) {
     unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
 }
 
-/// Creates the directories and the pre-sized files of a manifest; returns where each
-/// file id goes. `overlay` keeps what a file already holds (applying a differential).
+/// Creates the directories and the pre-sized files of a manifest, `threads` at a time;
+/// returns where each file id goes. `overlay` keeps what a file already holds (applying
+/// a differential).
 fn lay_out(
     m: &Manifest,
     place: &dyn Fn(&str) -> PathBuf,
     overlay: bool,
+    threads: usize,
 ) -> Result<HashMap<u32, PathBuf>> {
     let mut paths = HashMap::new();
     // Files by directory: one directory's creations queue on its lock, different
@@ -254,7 +256,7 @@ fn lay_out(
     // them were a quarter of a cluster's restore when done one by one.
     let mut groups: Vec<Vec<(PathBuf, u64)>> = dirs.into_values().collect();
     groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
-    let mut lanes: Vec<Vec<(PathBuf, u64)>> = vec![vec![]; super::default_threads().min(8)];
+    let mut lanes: Vec<Vec<(PathBuf, u64)>> = vec![vec![]; threads.max(1)];
     for g in groups {
         let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
         lane.extend(g);
@@ -297,7 +299,8 @@ fn apply_diff(
     live: &Arc<Live>,
 ) -> Result<restore::Outcome> {
     let dm = &ds.manifest;
-    let paths = lay_out(dm, place, true)?;
+    let params = engine_params(read, ds);
+    let paths = lay_out(dm, place, true, params.threads)?;
     let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
     for f in base
         .files
@@ -317,13 +320,7 @@ fn apply_diff(
         ..Progress::default()
     });
     let reporter = Reporter::start(progress.clone(), stats, json, "restore diff");
-    let out = restore::run(
-        &ds.stripes,
-        &ids,
-        &engine_params(read, ds),
-        Some(&target),
-        &progress,
-    );
+    let out = restore::run(&ds.stripes, &ids, &params, Some(&target), &progress);
     reporter.finish();
     let out = out?;
     check_checksums(dm, &ids, &out.checksums)?;
@@ -550,13 +547,13 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     File::create(&marker)
         .with_context(|| format!("cannot write in target '{}'", a.to.display()))?;
 
-    let paths = lay_out(m, &place, false)?;
+    let params = engine_params(&a.read, &set);
+    let paths = lay_out(m, &place, false, params.threads)?;
     let target = Target {
         paths,
         overlay: false,
         open: Mutex::new(HashMap::new()),
     };
-    let params = engine_params(&a.read, &set);
     let ids = regular_files(m);
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "restore");
     let out = restore::run(&set.stripes, &ids, &params, Some(&target), &progress);
