@@ -15,7 +15,8 @@
 #     (untar, decompressing with lz4/zstd)
 #   - the device floor (fio, in the same round-robin): writing the data directory's size
 #     sequentially, O_DIRECT, 2 writers with 8 writes of 1 MiB in flight each (warm), the same
-#     while reading a file of that size (cold): what an uncompressed restore needs of the disk
+#     while reading a file of that size (cold): what an uncompressed restore needs of the disk;
+#     and with a cold cache, reading that file alone: what any cold backup needs of the disk
 # Every timed command includes making its output durable (sync -f of the target afterwards).
 # Prints one markdown table (seconds, MB/s of the database size, backup size, restore seconds,
 # pagevault's speed over each peer with the same codec) and the verdicts of the goals:
@@ -506,6 +507,10 @@ case_floor() {
             { log "    fio cannot lay out $src"; return 0; }
     fi
     fresh_scratch
+    if [ "$CACHE" = cold ]; then
+        run_timed backup device none "" "" fio --output-format=json --ioengine=libaio --direct=1 --bs=1M \
+            --iodepth=16 --name=read --filename="$src" --rw=read --size="$DBB" || true
+    fi
     mkdir -p "$SCRATCH/restore"
     jobs=(--output-format=json --ioengine=libaio --direct=1 --bs=1M --iodepth=8
           --name=write --directory="$SCRATCH/restore" --rw=write --size=$((DBB / 2)) --numjobs=2 --fallocate=none)
@@ -677,9 +682,11 @@ for k in order:
     notes = []
     if tool == "device":
         if r:
-            what = "write the data size, O_DIRECT" + (", reading as much" if cache == "cold" else "")
-            out.append(f"| {s} | {cache} | device floor (fio) | {variant} | - | - | - | - | {secs(r)} | "
-                       f"{mbps(db, r['sec'])} | - | - | - | {r['others']:.0f} | {what} |")
+            what = "restore: write the data size, O_DIRECT" + (", reading as much" if cache == "cold" else "")
+            if b:
+                what = "backup: read the data size, O_DIRECT; " + what
+            out.append(f"| {s} | {cache} | device floor (fio) | {variant} | {secs(b)} | {mbps(db, b['sec']) if b else '-'} "
+                       f"| - | - | {secs(r)} | {mbps(db, r['sec'])} | - | - | - | {r['others']:.0f} | {what} |")
         continue
     if bf or rf:
         notes.append(f"FAILED runs: {bf} backup, {rf} restore")
@@ -745,8 +752,9 @@ for s in set_order:
                 if b and (best is None or b["sec"] < best[1]["sec"]):
                     best = (k[2], b)
         if fb and best:
+            floor, _ = stat((s, "device", "none", cache), "backup")
             goals.append((s, cache, f"backup >= 1.5x pg_basebackup's fastest ({fb[0]} vs pagevault {best[0]})",
-                          best[1]["sec"], fb[1]["sec"], fb[1]["sec"] / best[1]["sec"], 1.5, None))
+                          best[1]["sec"], fb[1]["sec"], fb[1]["sec"] / best[1]["sec"], 1.5, floor))
 
 print("\n".join(out))
 print()
@@ -761,12 +769,14 @@ for s, cache, goal, pv, peer, ratio, need, floor in sorted(goals, key=lambda g: 
     fl, verdict = "-", "PASS" if ok else "FAIL"
     if floor:
         fl = f"{floor['sec']:.2f} ({peer / floor['sec']:.2f}x)"
-        if not ok and peer / floor["sec"] < need:
+        # fio is no strict floor: pagevault at or under fio's time runs at the disk's speed.
+        if not ok and peer / min(floor["sec"], pv) < need:
             nbound += 1
-            verdict = "FAIL (device-bound: the disk alone allows at most that)"
+            verdict = ("FAIL (device-bound: pagevault is at fio's speed for these bytes)" if pv <= floor["sec"] * 1.1
+                       else "FAIL (device-bound: the peer is within the goal of fio's time)")
     print(f"| {s} | {cache} | {goal} | {pv:.2f} | {peer:.2f} | {ratio:.2f}x | {fl} | {verdict} |")
 print()
-print(f"{npass} of {len(goals)} goals pass" + (f"; {nbound} of the others cannot on this disk (peer ÷ device floor under the goal)." if nbound else "."))
+print(f"{npass} of {len(goals)} goals pass" + (f"; {nbound} of the others are device-bound (peer ÷ the lesser of fio's and pagevault's time under the goal)." if nbound else "."))
 PY
 
 {
@@ -788,8 +798,10 @@ PY
     echo "  other CPU % = the rest of the machine's busy CPU during the row's runs (max), in % of all cores: high values mean a disturbed row."
     echo "  pagevault ÷ this = this tool's seconds / pagevault's seconds with the same codec (pagevault's disk rows; the NUL rows only show the pipeline)."
     echo "  pgBackRest runs with archive-check=n (archive_mode is off here): its restores are timed, not started. pg_basebackup restore = untar (lz4 -d / zstd -d | tar -x)."
-    echo "  device floor = fio writing the data directory's size, O_DIRECT, 2 writers x 8 MiB in flight (cold: while reading a file that size from the disk);"
-    echo "  peer ÷ floor = the most any tool could beat that peer by on this disk at that moment: under the goal, the goal is out of the disk's reach."
+    echo "  device floor = restore: fio writing the data directory's size, O_DIRECT, 2 writers x 8 MiB in flight (cold: while reading a file that size from the disk);"
+    echo "  backup (cold only): fio reading a file that size, O_DIRECT, 16 MiB in flight. Beside the cold pg_basebackup goal: any cold backup reads that much."
+    echo "  peer ÷ floor = about the most any tool could beat that peer by on this disk at that moment. A goal is called device-bound when the peer's time"
+    echo "  over the lesser of fio's and pagevault's is under the goal: fio is no strict floor (pagevault's buffered I/O sometimes beats it)."
     echo
     cat "$RUNDIR/table.md"
     echo
