@@ -499,7 +499,8 @@ case_pgbb() { # case_pgbb none|client-lz4|server-lz4|server-zstd
 
 # case_floor: what the disk alone takes for the bytes of an uncompressed restore, at its best
 # (O_DIRECT, deep queues). Warm: write the data directory's size. Cold: the same while reading a
-# file of that size from the disk, as a cold restore reads its set.
+# file of that size from the disk, as a cold restore reads its set; and before, that read alone,
+# as any cold backup reads the data directory.
 case_floor() {
     local src=$PGW/floor-$SET.src jobs=()
     if [ "$CACHE" = cold ] && [ "$(stat -c %s "$src" 2>/dev/null || echo 0)" != "$DBB" ]; then
