@@ -753,7 +753,10 @@ for s in set_order:
                 if b and (best is None or b["sec"] < best[1]["sec"]):
                     best = (k[2], b)
         if fb and best:
-            floor, _ = stat((s, "device", "none", cache), "backup")
+            # An uncompressed backup moves what an uncompressed restore does; others read the data.
+            floor = None
+            if best[0] == "none" or cache == "cold":
+                floor, _ = stat((s, "device", "none", cache), "restore" if best[0] == "none" else "backup")
             goals.append((s, cache, f"backup >= 1.5x pg_basebackup's fastest ({fb[0]} vs pagevault {best[0]})",
                           best[1]["sec"], fb[1]["sec"], fb[1]["sec"] / best[1]["sec"], 1.5, floor))
 
