@@ -51,8 +51,8 @@ impl CodecSpec {
 
     /// The most bytes compressing `n` bytes can produce.
     pub fn bound(n: usize) -> usize {
-        // LZ4_compressBound: n + n/255 + 16.
-        zstd::zstd_safe::compress_bound(n).max(n + n / 255 + 16)
+        let lz4 = lz4::block::compress_bound(n).expect("frames are far below lz4's 2 GB limit");
+        zstd::zstd_safe::compress_bound(n).max(lz4)
     }
 }
 

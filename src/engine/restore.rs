@@ -208,25 +208,8 @@ pub fn run(
                         pool.put(item.buf);
                         continue;
                     };
-                    if h.kind == FrameKind::Zero {
-                        let t1 = Instant::now();
-                        if let Err(e) = sink.write_zeros(h.file_id, h.offset, h.raw_len as usize) {
-                            return abort.fail(anyhow!(
-                                "write of file {} at offset {} failed: {e}",
-                                h.file_id,
-                                h.offset
-                            ));
-                        }
-                        sink.written(h.file_id, h.offset, expect);
-                        let took = t1.elapsed();
-                        write_st.busy(took);
-                        write_st.op(h.raw_len as u64);
-                        target_lane.op(h.raw_len as u64, took);
-                        pool.put(item.buf);
-                        continue;
-                    }
                     let mut buf = item.buf;
-                    if h.codec != Codec::None {
+                    if h.codec != Codec::None && h.kind != FrameKind::Zero {
                         // The decompressed bytes go to the write; the input buffer becomes scratch.
                         scratch.len = h.raw_len as usize;
                         std::mem::swap(&mut scratch, &mut buf);
@@ -236,6 +219,7 @@ pub fn run(
                         file: h.file_id,
                         offset: h.offset,
                         expect,
+                        raw_len: h.raw_len as u64,
                         buf,
                     });
                     {
@@ -257,8 +241,8 @@ pub fn run(
                         }
                         let took = t1.elapsed();
                         write_st.busy(took);
-                        write_st.op(w.buf.len as u64);
-                        target_lane.op(w.buf.len as u64, took);
+                        write_st.op(w.raw_len);
+                        target_lane.op(w.raw_len, took);
                         pool.put(w.buf);
                         let mut slot = slots[fi].lock().unwrap();
                         next = slot.queue.pop_front();
@@ -321,13 +305,14 @@ struct Slot {
     queue: VecDeque<FrameWrite>,
 }
 
-/// A verified frame to write: its raw bytes are `buf`'s payload.
+/// A verified frame to write: its raw bytes are `buf`'s payload (none for a Zero frame).
 struct FrameWrite {
     kind: FrameKind,
     file: u32,
     offset: u64,
     /// The file range the frame covers.
     expect: u64,
+    raw_len: u64,
     buf: Buf,
 }
 
@@ -336,7 +321,8 @@ impl FrameWrite {
         let raw = self.buf.payload();
         match self.kind {
             FrameKind::Pages => write_pages(sink, self.file, self.offset, self.expect, page, raw)?,
-            _ => sink.write(self.file, self.offset, raw)?,
+            FrameKind::Zero => sink.write_zeros(self.file, self.offset, self.raw_len as usize)?,
+            FrameKind::Data => sink.write(self.file, self.offset, raw)?,
         }
         sink.written(self.file, self.offset, self.expect);
         Ok(())
