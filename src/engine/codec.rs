@@ -95,10 +95,8 @@ impl Decompressor {
     /// Decompresses into `dst`; returns the raw length.
     pub fn decompress(&mut self, codec: Codec, src: &[u8], dst: &mut [u8]) -> io::Result<usize> {
         match codec {
-            Codec::None => {
-                dst[..src.len()].copy_from_slice(src);
-                Ok(src.len())
-            }
+            // Restore and verify use uncompressed stored bytes where they lie.
+            Codec::None => unreachable!("no decompressor for codec none"),
             // liblz4 (LZ4_decompress_safe): 6x lz4_flex on pgbench pages, whose long
             // runs of one byte lz4_flex copies byte by byte.
             Codec::Lz4 => {
