@@ -2,6 +2,7 @@
 
 use super::{print_json, set};
 use crate::format::manifest::EntryKind;
+use crate::format::ContentHash;
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
@@ -63,6 +64,14 @@ pub fn run_header(a: InfoArgs) -> Result<()> {
         ("BackupFinishDate", m.finished.clone()),
         ("Seconds", format!("{:.3}", m.seconds)),
         ("Codec", m.codec.clone()),
+        (
+            "FormatVersion",
+            format!(
+                "{} (frame digests: {})",
+                m.format_version,
+                ContentHash::of_version(m.format_version).name()
+            ),
+        ),
         (
             "BackupSize",
             format!(

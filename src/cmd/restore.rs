@@ -4,6 +4,7 @@ use super::{default_threads, print_json, set, Reporter};
 use crate::engine::restore::{self, FrameSink};
 use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{EntryKind, Manifest};
+use crate::format::ContentHash;
 use crate::repo::wal;
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
@@ -166,6 +167,7 @@ fn engine_params(a: &ReadArgs, set: &set::OpenSet) -> restore::Params {
             .map(|b| b as usize)
             .unwrap_or(set.stripes.len() * 4 + threads * 2),
         threads,
+        hash: ContentHash::of_version(set.manifest.format_version),
     }
 }
 

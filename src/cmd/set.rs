@@ -63,6 +63,13 @@ fn open_one(spec: &str) -> Result<Opened> {
             hex::encode(header.set_id)
         );
     }
+    if manifest.format_version != header.version {
+        bail!(
+            "stripe '{name}': header says format version {}, manifest {}",
+            header.version,
+            manifest.format_version
+        );
+    }
     if manifest.stripes.len() != header.stripe_count as usize {
         bail!(
             "stripe '{name}': header says {} stripes, manifest {}",

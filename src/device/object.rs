@@ -476,7 +476,7 @@ fn build_s3(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
         bail!("s3://{bucket}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
     }
     // No SHA-256 of every part on both ends: TLS guards the transfer, and every frame
-    // carries its own CRC32C and BLAKE3, checked on restore.
+    // carries its own CRC32C and content digest, checked on restore.
     b.with_unsigned_payload(true)
         .with_client_options(client_options(allow_http, Kind::S3)?)
         .with_retry(retry_config())

@@ -9,7 +9,7 @@ use super::Abort;
 use crate::device::StripeSink;
 use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::manifest::file_checksum;
-use crate::format::{pad_to, Codec};
+use crate::format::{pad_to, Codec, ContentHash, FORMAT_VERSION};
 use anyhow::{anyhow, Context, Result};
 use crossbeam_channel::bounded;
 use std::fs::{File, OpenOptions};
@@ -504,7 +504,7 @@ pub fn run(
                     }
                     let raw_len = item.buf.len;
                     let raw = item.buf.payload();
-                    let digest = *blake3::hash(raw).as_bytes();
+                    let digest = ContentHash::of_version(FORMAT_VERSION).digest(raw);
                     let zero = pages.is_none() && is_zero(raw);
                     {
                         let fs = &state[item.file as usize];

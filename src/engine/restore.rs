@@ -8,7 +8,7 @@ use super::Abort;
 use crate::device::StripeSource;
 use crate::format::frame::{bitmap_len, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::manifest::file_checksum;
-use crate::format::{pad_to, Codec};
+use crate::format::{pad_to, Codec, ContentHash};
 use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::bounded;
 use std::collections::{HashMap, VecDeque};
@@ -42,6 +42,8 @@ pub struct Params {
     pub block_size: usize,
     pub buffer_count: usize,
     pub threads: usize,
+    /// How the set digests frames (its format version).
+    pub hash: ContentHash,
 }
 
 pub struct Outcome {
@@ -132,7 +134,7 @@ pub fn run(
                     let fail =
                         |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
                     let stored = item.buf.payload();
-                    // Uncompressed, the stored bytes are the raw bytes: BLAKE3 below checks them.
+                    // Uncompressed, the stored bytes are the raw bytes: the content digest below checks them.
                     let crc = match h.codec {
                         Codec::None => h.stored_crc,
                         _ => crc32c::crc32c(stored),
@@ -180,14 +182,16 @@ pub fn run(
                             Err(e) => return abort.fail(fail(format!("cannot decompress: {e}"))),
                         },
                     };
-                    let digest = *blake3::hash(raw).as_bytes();
+                    let digest = p.hash.digest(raw);
                     if digest != h.raw_hash {
+                        let name = p.hash.name();
                         return abort.fail(fail(match h.codec {
                             Codec::None => {
-                                "stored bytes are damaged (their BLAKE3 digest does not match)"
-                                    .into()
+                                format!(
+                                    "stored bytes are damaged (their {name} digest does not match)"
+                                )
                             }
-                            _ => "restored content does not match its BLAKE3 digest".into(),
+                            _ => format!("restored content does not match its {name} digest"),
                         }));
                     }
                     {

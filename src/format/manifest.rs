@@ -79,7 +79,7 @@ pub struct FileEntry {
     pub mode: u32,
     pub mtime: i64,
     pub pages: u64,
-    /// BLAKE3 over the BLAKE3 digests of the file's frames in offset order (hex).
+    /// BLAKE3 over the digests of the file's frames in offset order (hex).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub checksum: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +127,9 @@ impl Manifest {
 
     pub fn validate(&self) -> Result<(), FormatError> {
         let bad = |s: String| Err(FormatError::Manifest(s));
+        if !(super::OLDEST_VERSION..=super::FORMAT_VERSION).contains(&self.format_version) {
+            return Err(FormatError::Version(self.format_version));
+        }
         if self.transfer_size < 64 << 10 || self.transfer_size > 16 << 20 {
             return bad(format!("transfer size {} out of range", self.transfer_size));
         }

@@ -19,7 +19,7 @@
 
 use super::{
     get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, Codec, FormatError,
-    FORMAT_VERSION,
+    FORMAT_VERSION, OLDEST_VERSION,
 };
 
 pub const MEDIA_MAGIC: &[u8; 8] = b"PAGEVLT1";
@@ -81,7 +81,7 @@ impl MediaHeader {
             });
         }
         let version = get_u16(b, 8);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::Version(version));
         }
         let block_size = get_u32(b, 12);

@@ -7,8 +7,47 @@ pub mod media;
 
 use thiserror::Error;
 
-/// Version of the on-media format written by this build.
-pub const FORMAT_VERSION: u16 = 1;
+/// Version of the on-media format written by this build. Version 1 (still read) digested
+/// frames with BLAKE3; version 2 with XXH3-128, five times cheaper on the restore's hot path.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_VERSION: u16 = 1;
+
+/// The digest of a frame's raw bytes, as the set's format version defines it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentHash {
+    Blake3,
+    Xxh3,
+}
+
+impl ContentHash {
+    pub fn of_version(version: u16) -> ContentHash {
+        if version == 1 {
+            ContentHash::Blake3
+        } else {
+            ContentHash::Xxh3
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ContentHash::Blake3 => "BLAKE3",
+            ContentHash::Xxh3 => "XXH3-128",
+        }
+    }
+
+    /// 32 bytes either way: XXH3-128 fills the first 16 (little-endian), the rest stay zero.
+    pub fn digest(self, raw: &[u8]) -> [u8; 32] {
+        match self {
+            ContentHash::Blake3 => *blake3::hash(raw).as_bytes(),
+            ContentHash::Xxh3 => {
+                let mut d = [0; 32];
+                d[..16].copy_from_slice(&twox_hash::XxHash3_128::oneshot(raw).to_le_bytes());
+                d
+            }
+        }
+    }
+}
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum FormatError {
@@ -18,7 +57,7 @@ pub enum FormatError {
         expected: &'static str,
         found: String,
     },
-    #[error("unsupported format version {0} (this build reads version {FORMAT_VERSION})")]
+    #[error("unsupported format version {0} (this build reads versions {OLDEST_VERSION} to {FORMAT_VERSION}; a newer pagevault wrote it)")]
     Version(u16),
     #[error(
         "{what} checksum mismatch at offset {offset}: stored {stored:08x}, computed {computed:08x}"
