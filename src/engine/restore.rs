@@ -86,13 +86,15 @@ pub fn run(
     let (read_st, dec_st) = (live.stage("read"), live.stage("decompress"));
     let write_st = live.stage("write");
     let index: HashMap<u32, usize> = files.iter().enumerate().map(|(i, f)| (f.0, i)).collect();
-    let digests: Vec<Mutex<Vec<Option<[u8; 32]>>>> = files
+    let state: Vec<Mutex<FileState>> = files
         .iter()
-        .map(|f| Mutex::new(vec![None; f.1.div_ceil(t) as usize]))
+        .map(|f| {
+            Mutex::new(FileState {
+                digests: vec![None; f.1.div_ceil(t) as usize],
+                ..FileState::default()
+            })
+        })
         .collect();
-    // One writer per file at a time: a second one would spin on the file's inode lock in
-    // the kernel (7% of an uncompressed restore's CPU); it queues its frame here instead.
-    let slots: Vec<Mutex<Slot>> = files.iter().map(|_| Mutex::default()).collect();
     let stored_total = AtomicU64::new(0);
     progress.total.store(
         stripes.iter().map(|s| s.body_end - s.body_start).sum(),
@@ -117,7 +119,7 @@ pub fn run(
         for _ in 0..p.threads {
             let rx = rx.clone();
             let (pool, abort, dec_st, write_st) = (&pool, &abort, &dec_st, &write_st);
-            let (digests, stored_total, index, slots) = (&digests, &stored_total, &index, &slots);
+            let (state, stored_total, index) = (&state, &stored_total, &index);
             s.spawn(move || {
                 let mut dec = match Decompressor::new() {
                     Ok(d) => d,
@@ -194,9 +196,26 @@ pub fn run(
                             _ => format!("restored content does not match its {name} digest"),
                         }));
                     }
+                    dec_st.busy(t0.elapsed());
+                    dec_st.op(h.raw_len as u64);
+                    stored_total.fetch_add(h.stored_len as u64, Relaxed);
+                    let mut buf = item.buf;
+                    if sink.is_some() && h.codec != Codec::None && h.kind != FrameKind::Zero {
+                        // The decompressed bytes go to the write; the input buffer becomes scratch.
+                        scratch.len = h.raw_len as usize;
+                        std::mem::swap(&mut scratch, &mut buf);
+                    }
+                    let w = FrameWrite {
+                        kind: h.kind,
+                        file: h.file_id,
+                        offset: h.offset,
+                        expect,
+                        raw_len: h.raw_len as u64,
+                        buf,
+                    };
                     {
-                        let mut d = digests[fi].lock().unwrap();
-                        let slot = &mut d[(h.offset / t) as usize];
+                        let mut f = state[fi].lock().unwrap();
+                        let slot = &mut f.digests[(h.offset / t) as usize];
                         if slot.is_some() {
                             return abort.fail(fail(format!(
                                 "file {} offset {} is stored twice",
@@ -204,36 +223,17 @@ pub fn run(
                             )));
                         }
                         *slot = Some(digest);
-                    }
-                    dec_st.busy(t0.elapsed());
-                    dec_st.op(h.raw_len as u64);
-                    stored_total.fetch_add(h.stored_len as u64, Relaxed);
-                    let Some(sink) = sink else {
-                        pool.put(item.buf);
-                        continue;
-                    };
-                    let mut buf = item.buf;
-                    if h.codec != Codec::None && h.kind != FrameKind::Zero {
-                        // The decompressed bytes go to the write; the input buffer becomes scratch.
-                        scratch.len = h.raw_len as usize;
-                        std::mem::swap(&mut scratch, &mut buf);
-                    }
-                    let mut next = Some(FrameWrite {
-                        kind: h.kind,
-                        file: h.file_id,
-                        offset: h.offset,
-                        expect,
-                        raw_len: h.raw_len as u64,
-                        buf,
-                    });
-                    {
-                        let mut slot = slots[fi].lock().unwrap();
-                        if slot.busy {
-                            slot.queue.push_back(next.take().unwrap());
+                        if sink.is_some() && f.busy {
+                            f.queue.push_back(w);
                             continue;
                         }
-                        slot.busy = true;
+                        f.busy = sink.is_some();
                     }
+                    let Some(sink) = sink else {
+                        pool.put(w.buf);
+                        continue;
+                    };
+                    let mut next = Some(w);
                     while let Some(w) = next {
                         let t1 = Instant::now();
                         if let Err(e) = w.put(sink, p.page_size) {
@@ -248,9 +248,9 @@ pub fn run(
                         write_st.op(w.raw_len);
                         target_lane.op(w.raw_len, took);
                         pool.put(w.buf);
-                        let mut slot = slots[fi].lock().unwrap();
-                        next = slot.queue.pop_front();
-                        slot.busy = next.is_some();
+                        let mut f = state[fi].lock().unwrap();
+                        next = f.queue.pop_front();
+                        f.busy = next.is_some();
                     }
                 }
             });
@@ -262,9 +262,9 @@ pub fn run(
     let wall = started.elapsed();
     let checksums = files
         .iter()
-        .zip(digests)
-        .map(|(&(_, size), d)| {
-            let d = d.into_inner().unwrap();
+        .zip(state)
+        .map(|(&(_, size), f)| {
+            let d = f.into_inner().unwrap().digests;
             match d.iter().position(Option::is_none) {
                 Some(missing) => Err(format!("no frame holds offset {}", missing as u64 * t)),
                 None => Ok(file_checksum(size, d.iter().map(|x| x.as_ref().unwrap()))),
@@ -302,9 +302,12 @@ pub fn run(
     })
 }
 
-/// A file's writer: whether a thread is writing it, and the frames queued for that thread.
+/// One file of the restore: the digests of its frames checked so far, and its writer.
+/// One thread writes a file at a time: a second would spin on the file's inode lock in
+/// the kernel (7% of an uncompressed restore's CPU), so it queues its frame for the first.
 #[derive(Default)]
-struct Slot {
+struct FileState {
+    digests: Vec<Option<[u8; 32]>>,
     busy: bool,
     queue: VecDeque<FrameWrite>,
 }
