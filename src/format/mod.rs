@@ -57,7 +57,7 @@ pub enum FormatError {
         expected: &'static str,
         found: String,
     },
-    #[error("unsupported format version {0} (this build reads versions {OLDEST_VERSION} to {FORMAT_VERSION}; a newer pagevault wrote it)")]
+    #[error("unsupported format version {0}: this build reads versions {OLDEST_VERSION} to {FORMAT_VERSION} (a set of a later version needs a newer pagevault)")]
     Version(u16),
     #[error(
         "{what} checksum mismatch at offset {offset}: stored {stored:08x}, computed {computed:08x}"
