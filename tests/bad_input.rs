@@ -339,3 +339,83 @@ fn format_versions_are_checked_and_choose_the_digest() {
     }
     both_fail(&set, "their BLAKE3 digest does not match");
 }
+
+/// Rewrites a one-stripe set's body, as a forger would: `dup` repeats the first frame at
+/// the end of the body, otherwise the last frame is dropped. Tail and manifest follow.
+fn splice_frame(path: &str, dup: bool) {
+    let b = fs::read(path).unwrap();
+    let block = u32::from_le_bytes(b[12..16].try_into().unwrap()) as u64;
+    let mut tail = b[b.len() - 64..].to_vec();
+    let (frames, body_end) = (u64_at(&tail, 32), u64_at(&tail, 40));
+    // Frame offsets, walking the headers (stored length at 12, padded to the block).
+    let mut at = block;
+    let mut starts = vec![];
+    while at < body_end {
+        starts.push(at);
+        let stored = u32::from_le_bytes(b[at as usize + 12..at as usize + 16].try_into().unwrap());
+        at += (80 + stored as u64).div_ceil(block) * block;
+    }
+    assert_eq!(starts.len() as u64, frames);
+    let (first, last) = (starts[0] as usize, *starts.last().unwrap() as usize);
+    let (body, rest) = b[..b.len() - 64].split_at(body_end as usize);
+    let mut out;
+    let delta: i64;
+    if dup {
+        let len = starts.get(1).map_or(body_end as usize, |&s| s as usize) - first;
+        out = body.to_vec();
+        out.extend_from_slice(&b[first..first + len]);
+        delta = len as i64;
+    } else {
+        out = body[..last].to_vec();
+        delta = last as i64 - body_end as i64;
+    }
+    out.extend_from_slice(rest);
+    let shift = |at: usize, by: i64| {
+        let v = (u64_at(&tail, at) as i64 + by) as u64;
+        v.to_le_bytes()
+    };
+    let (m, f, e) = (
+        shift(8, delta),
+        shift(32, if dup { 1 } else { -1 }),
+        shift(40, delta),
+    );
+    tail[8..16].copy_from_slice(&m);
+    tail[32..40].copy_from_slice(&f);
+    tail[40..48].copy_from_slice(&e);
+    let c = crc32c::crc32c(&tail[..60]);
+    tail[60..64].copy_from_slice(&c.to_le_bytes());
+    out.extend_from_slice(&tail);
+    fs::write(path, out).unwrap();
+    let (frames, body_end) = (u64_at(&tail, 32), u64_at(&tail, 40));
+    rewrite_manifest(path, |v| {
+        v["stripes"][0]["frames"] = frames.into();
+        v["stripes"][0]["body_end"] = body_end.into();
+    });
+}
+
+#[test]
+fn duplicated_and_missing_frames_are_caught() {
+    for (dup, needle) in [(true, "is stored twice"), (false, "no frame holds offset")] {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        make_tree(&src);
+        let p = s(&dir.path().join("a.pv"));
+        ok(&[
+            "backup",
+            "--source",
+            &format!("files:{}", s(&src)),
+            "--to",
+            &p,
+            "--max-transfer-size",
+            "64K",
+        ]);
+        splice_frame(&p, dup);
+        let e = fails(&["verify", "--from", &p], 1);
+        no_panic(&e);
+        assert!(e.contains(needle), "verify: expected '{needle}' in: {e}");
+        let out = dir.path().join("out");
+        let e = fails(&["restore", "--from", &p, "--to", &s(&out)], 1);
+        no_panic(&e);
+        assert!(e.contains(needle), "restore: expected '{needle}' in: {e}");
+    }
+}
