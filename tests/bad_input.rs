@@ -12,24 +12,26 @@ struct Set {
     b: String,
 }
 
-fn two_stripes(codec: &str) -> Set {
+/// A backup of `make_tree` in 64K transfers, striped over the files named `names`.
+fn tree_set(codec: &str, names: &[&str]) -> (tempfile::TempDir, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     make_tree(&src);
-    let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
-    ok(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&src)),
-        "--to",
-        &a,
-        "--to",
-        &b,
-        "--compress",
-        codec,
-        "--max-transfer-size",
-        "64K",
-    ]);
+    let paths: Vec<String> = names.iter().map(|n| s(&dir.path().join(n))).collect();
+    let source = format!("files:{}", s(&src));
+    let mut args = vec!["backup", "--source", &source];
+    for p in &paths {
+        args.extend(["--to", p.as_str()]);
+    }
+    args.extend(["--compress", codec, "--max-transfer-size", "64K"]);
+    ok(&args);
+    (dir, paths)
+}
+
+fn two_stripes(codec: &str) -> Set {
+    let (dir, mut p) = tree_set(codec, &["a.pv", "b.pv"]);
+    let b = p.pop().unwrap();
+    let a = p.pop().unwrap();
     Set { dir, a, b }
 }
 
@@ -396,25 +398,14 @@ fn splice_frame(path: &str, dup: bool) {
 #[test]
 fn duplicated_and_missing_frames_are_caught() {
     for (dup, needle) in [(true, "is stored twice"), (false, "no frame holds offset")] {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("src");
-        make_tree(&src);
-        let p = s(&dir.path().join("a.pv"));
-        ok(&[
-            "backup",
-            "--source",
-            &format!("files:{}", s(&src)),
-            "--to",
-            &p,
-            "--max-transfer-size",
-            "64K",
-        ]);
-        splice_frame(&p, dup);
-        let e = fails(&["verify", "--from", &p], 1);
+        let (dir, p) = tree_set("none", &["a.pv"]);
+        let p = &p[0];
+        splice_frame(p, dup);
+        let e = fails(&["verify", "--from", p], 1);
         no_panic(&e);
         assert!(e.contains(needle), "verify: expected '{needle}' in: {e}");
         let out = dir.path().join("out");
-        let e = fails(&["restore", "--from", &p, "--to", &s(&out)], 1);
+        let e = fails(&["restore", "--from", p, "--to", &s(&out)], 1);
         no_panic(&e);
         assert!(e.contains(needle), "restore: expected '{needle}' in: {e}");
     }
