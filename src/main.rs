@@ -4,6 +4,7 @@ mod cmd;
 mod device;
 mod engine;
 mod format;
+mod interrupt;
 mod repo;
 mod report;
 mod source;
@@ -103,7 +104,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            // As a shell reports a process ended by the signal: 128 + its number.
+            ExitCode::from(interrupt::received().map_or(1, |sig| 128 + sig as u8))
         }
     }
 }

@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::time::Duration;
 
@@ -72,6 +73,105 @@ fn killed_backup_leaves_only_partial_stripes_that_are_rejected() {
         1,
     );
     assert!(e.contains("incomplete"), "{e}");
+}
+
+/// Sends `sig` to `child` once `ready` holds; returns its exit code and stderr.
+fn signal_when(
+    mut child: std::process::Child,
+    sig: &str,
+    ready: impl Fn() -> bool,
+) -> (i32, String) {
+    let t0 = std::time::Instant::now();
+    while !ready() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "never ready");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before the signal"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let st = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status();
+    assert!(st.unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), err)
+}
+
+#[test]
+fn signals_stop_backup_and_restore_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = big_source(dir.path());
+    let spawn = |args: &[&str]| {
+        Command::new(bin())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let src_spec = format!("files:{}", s(&src));
+
+    // Ctrl-C mid-backup: the partial stripes go, and the exit code says which signal.
+    let (a, b) = (dir.path().join("a.pv"), dir.path().join("b.pv"));
+    let partial = dir.path().join("a.pv.partial");
+    let child = spawn(&[
+        "backup",
+        "--source",
+        &src_spec,
+        "--to",
+        &s(&a),
+        "--to",
+        &s(&b),
+        "--compress",
+        "zstd:19",
+        "--threads",
+        "1",
+    ]);
+    let (code, err) = signal_when(child, "-INT", || {
+        std::fs::metadata(&partial).is_ok_and(|m| m.len() > 4096)
+    });
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("interrupted by SIGINT"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".pv") || n.ends_with(".partial"))
+        .collect();
+    assert!(left.is_empty(), "an interrupted backup left {left:?}");
+
+    // SIGTERM mid-restore: the target keeps its incomplete marker and says so. One
+    // file of 1 GiB is written by one thread at a time: the restore lasts about a second.
+    let one = dir.path().join("one");
+    std::fs::create_dir(&one).unwrap();
+    std::fs::write(one.join("f0"), bytes(9, 1 << 30, false)).unwrap();
+    let one_spec = format!("files:{}", s(&one));
+    ok(&[
+        "backup",
+        "--source",
+        &one_spec,
+        "--to",
+        &s(&a),
+        "--compress",
+        "none",
+    ]);
+    let out = dir.path().join("out");
+    let child = spawn(&[
+        "restore",
+        "--from",
+        &s(&a),
+        "--to",
+        &s(&out),
+        "--threads",
+        "1",
+    ]);
+    let started = || std::fs::metadata(out.join("f0")).is_ok_and(|m| m.blocks() > 0);
+    let (code, err) = signal_when(child, "-TERM", started);
+    assert_eq!(code, 143, "{err}");
+    assert!(err.contains("interrupted by SIGTERM"), "{err}");
+    assert!(err.contains("is incomplete"), "{err}");
+    assert!(out.join(".pagevault-restore-incomplete").exists());
 }
 
 #[test]

@@ -433,3 +433,103 @@ fn server_killed_mid_upload_retries_or_fails_cleanly() {
     }
     let _ = give_to_postgres;
 }
+
+/// Sends `sig` to a running pagevault once `ready` holds, and collects how it ended.
+fn signal_when(mut child: std::process::Child, sig: &str, ready: impl Fn() -> bool) -> Run {
+    let t0 = Instant::now();
+    while !ready() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the moment to interrupt never came"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before the signal"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    let st = std::process::Command::new("kill")
+        .args([sig, pid.as_str()])
+        .status();
+    assert!(st.unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn interrupted_backups_abort_their_uploads_and_record_nothing() {
+    let st = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // Incompressible, at zstd:19 on one thread: the upload lasts well past the signal.
+    std::fs::write(src.join("data"), bytes(21, 192 << 20, false)).unwrap();
+    let p = unique("sig");
+    let spawn = |to: &[&str]| {
+        let mut c = std::process::Command::new(bin());
+        c.args(["backup", "--source", &format!("files:{}", s(&src))])
+            .args(to)
+            .args(["--compress", "zstd:19", "--threads", "1"]);
+        c.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mine = |listing: String| listing.lines().any(|l| l.starts_with(&p));
+
+    // Ctrl-C during a backup into an S3 repository of 2 stripes, once a part is stored.
+    let repo = format!("s3://pvtest/{p}/repo");
+    let child = spawn(&["--repo", &repo, "--stripes", "2"]);
+    let parts_stored =
+        || st.minio.staging_files() > 0 && mine(st.minio.admin(&["uploads", "pvtest"]));
+    let r = signal_when(child, "-INT", parts_stored);
+    assert_eq!(r.code, 130, "128 + SIGINT\n{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("interrupted by SIGINT"), "{}", r.stderr);
+    assert!(r.stderr.contains("no set was recorded"), "{}", r.stderr);
+    assert!(
+        !mine(st.minio.admin(&["uploads", "pvtest"])),
+        "orphaned multipart uploads"
+    );
+    let left = st
+        .minio
+        .admin(&["ls", "pvtest", &format!("{p}/repo/sets/")]);
+    assert_eq!(left, "", "no stripe object may be left: {left}");
+    let h = run(&["history", "--repo", &repo, "--json"]);
+    if h.code == 0 {
+        let v: serde_json::Value = serde_json::from_str(&h.stdout).unwrap();
+        assert_eq!(v["sets"].as_array().map(Vec::len), Some(0), "{v}");
+    }
+
+    // SIGTERM (a service manager stopping us) during a block upload to Azure.
+    let blob = format!("azure://pvtest/{p}/x.pv");
+    let child = spawn(&["--to", &blob]);
+    let blocks_staged = || mine(st.azurite.admin(&["uploads", "pvtest"]));
+    let r = signal_when(child, "-TERM", blocks_staged);
+    assert_eq!(r.code, 143, "128 + SIGTERM\n{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("interrupted by SIGTERM"), "{}", r.stderr);
+    assert!(!mine(st.azurite.admin(&["uploads", "pvtest"])));
+    assert!(!mine(st.azurite.admin(&["ls", "pvtest", &p])));
+
+    // An interrupted backup over an earlier one of the same name leaves the earlier one.
+    let small = tmp.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    std::fs::write(small.join("a"), bytes(3, 100_000, true)).unwrap();
+    let kept = format!("azure://pvtest/{p}/kept.pv");
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&small)),
+        "--to",
+        &kept,
+    ]);
+    let child = spawn(&["--to", &kept]);
+    let r = signal_when(child, "-INT", blocks_staged);
+    assert_eq!(r.code, 130, "{}", r.stderr);
+    let v = ok(&["verify", "--from", &kept]);
+    assert!(v.contains("is valid"), "{v}");
+}

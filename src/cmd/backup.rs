@@ -463,7 +463,9 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         Err(e) => {
             reporter.finish();
             let _ = src.finish(false);
-            return Err(e);
+            return Err(e.context(
+                "backup stopped: its partial stripes were removed (uploads aborted) and no set was recorded",
+            ));
         }
     };
     let problems = filter.map(|f| f.problems()).unwrap_or_default();

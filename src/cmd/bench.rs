@@ -24,7 +24,6 @@ use std::io::{self, IsTerminal};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// The profile names, in the order they run.
@@ -467,30 +466,12 @@ struct Measured {
 // ---------------------------------------------------------------------------------------
 // The test file: aligned buffers, O_DIRECT where allowed, removal on every way out.
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    INTERRUPTED.store(true, Relaxed);
-    // A second Ctrl-C ends the process at once (signal() is async-signal-safe).
-    // SAFETY: restoring the default disposition of the signal being handled.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-    }
-}
-
-fn catch_signals() {
-    let handler: extern "C" fn(libc::c_int) = on_signal;
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            libc::signal(sig, handler as libc::sighandler_t);
-        }
-    }
-}
-
 fn check_interrupt() -> Result<()> {
-    if INTERRUPTED.load(Relaxed) {
-        bail!("interrupted by a signal; the test file was removed");
+    if let Some(sig) = crate::interrupt::received() {
+        bail!(
+            "interrupted by {}; the test file was removed",
+            crate::interrupt::name(sig)
+        );
     }
     Ok(())
 }
@@ -975,7 +956,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let fs = filesystem(dir);
     let chatty = !a.json && std::io::stderr().is_terminal();
 
-    catch_signals();
+    let _signals = crate::interrupt::catch();
     let mut guard: Option<Removal> = None;
     if chatty {
         eprintln!(

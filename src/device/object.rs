@@ -659,6 +659,7 @@ impl Device for ObjectDevice {
         let (base, step) = part_plan(self.loc.kind, hint.transfer_size, hint.expected_bytes);
         Ok(Box::new(ObjectSink {
             name: self.loc.describe(),
+            loc: self.loc.clone(),
             kind: self.loc.kind,
             upload: Some(upload),
             buf: Vec::with_capacity(base),
@@ -693,6 +694,7 @@ impl Device for ObjectDevice {
 
 struct ObjectSink {
     name: String,
+    loc: Location,
     kind: Kind,
     upload: Option<Box<dyn MultipartUpload>>,
     buf: Vec<u8>,
@@ -798,8 +800,16 @@ impl ObjectSink {
             // so no parts are left behind once it is back.
             let t0 = std::time::Instant::now();
             let limit = Duration::from_secs(30).max(2 * retry_config().retry_timeout);
+            let discard = self.kind == Kind::Azure && self.parts > 0;
             loop {
-                match rt().block_on(up.abort()) {
+                let r = rt().block_on(async {
+                    up.abort().await?;
+                    if discard {
+                        discard_blocks(&self.loc).await?;
+                    }
+                    Ok::<_, object_store::Error>(())
+                });
+                match r {
                     Ok(()) => break,
                     Err(e) if t0.elapsed() > limit => {
                         eprintln!(
@@ -814,6 +824,19 @@ impl ObjectSink {
             }
         }
     }
+}
+
+/// Azure has no abort for a block upload: its staged blocks stay in the account, unseen
+/// and billed, for 7 days. Committing an empty block list drops them; the empty blob
+/// that makes is deleted. A blob already there (an earlier backup of that name) stays.
+async fn discard_blocks(loc: &Location) -> object_store::Result<()> {
+    let path = loc.path();
+    match loc.store.head(&path).await {
+        Err(object_store::Error::NotFound { .. }) => {}
+        other => return other.map(|_| ()),
+    }
+    loc.store.put_multipart(&path).await?.complete().await?;
+    loc.store.delete(&path).await
 }
 
 #[derive(Default)]

@@ -338,6 +338,7 @@ pub fn run(
     live.pool_size.store(p.buffer_count as u64, Relaxed);
     let (read_lanes, write_lanes) = (live.read_lanes(volumes), live.write_lanes(sinks.len()));
     let abort = Abort::default();
+    let _signals = crate::interrupt::catch();
     let (read_st, comp_st, write_st) = (
         live.stage("read"),
         live.stage("compress"),

@@ -20,7 +20,7 @@ pub struct Abort {
 
 impl Abort {
     pub fn aborted(&self) -> bool {
-        self.flag.load(Ordering::Relaxed)
+        self.flag.load(Ordering::Relaxed) || crate::interrupt::received().is_some()
     }
     pub fn fail(&self, e: anyhow::Error) {
         let mut first = self.first.lock().unwrap();
@@ -29,7 +29,9 @@ impl Abort {
         }
         self.flag.store(true, Ordering::Relaxed);
     }
+    /// The first error; a signal counts as one, so a stopped run never looks finished.
     pub fn take(&self) -> Option<anyhow::Error> {
-        self.first.lock().unwrap().take()
+        let first = self.first.lock().unwrap().take();
+        first.or_else(|| crate::interrupt::received().map(crate::interrupt::error))
     }
 }

@@ -83,6 +83,7 @@ pub fn run(
     // One write lane: the target directory.
     let target_lane = &live.write_lanes(1)[0];
     let abort = Abort::default();
+    let _signals = crate::interrupt::catch();
     let (read_st, dec_st) = (live.stage("read"), live.stage("decompress"));
     let write_st = live.stage("write");
     let index: HashMap<u32, usize> = files.iter().enumerate().map(|(i, f)| (f.0, i)).collect();
