@@ -40,7 +40,14 @@ pub fn catch() -> Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        let ours = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         for &(sig, old) in &self.before {
+            // An outer Guard's handler comes back only while no signal has come.
+            let old = if old == ours && received().is_some() {
+                libc::SIG_DFL
+            } else {
+                old
+            };
             // SAFETY: restores the disposition catch() replaced.
             unsafe { libc::signal(sig, old) };
         }

@@ -494,3 +494,65 @@ fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
     let _ = std::fs::remove_dir_all(target.parent().unwrap());
     let _ = std::fs::remove_dir_all(&repo);
 }
+
+#[test]
+fn stuck_wal_archiving_times_out_or_is_interrupted_cleanly() {
+    // archive_command always fails: pg_backup_stop waits for a segment that never lands.
+    let pg = Pg::start(true, Some("false"));
+    let work = postgres_dir("stuck");
+    let repo = s(&work.join("repo"));
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let backup = ["backup", "--source", &url, "--repo", &repo];
+    let no_set_left = || {
+        let h = json(&["history", "--repo", &repo]);
+        assert_eq!(h["sets"].as_array().map(Vec::len), Some(0), "{h}");
+        let mut stack = vec![work.join("repo")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                assert!(!s(&p).ends_with(".partial"), "left behind: {}", p.display());
+                if p.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+    };
+
+    let mut args = backup.to_vec();
+    args.extend(["--archive-timeout", "2"]);
+    let e = fails(&args, 1);
+    assert!(e.contains("archive_command is failing"), "{e}");
+    no_set_left();
+
+    // Ctrl-C while it waits: the wait is cancelled at once, not after the timeout.
+    let child = std::process::Command::new(bin())
+        .args(backup)
+        .args(["--archive-timeout", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%FROM pg_backup_stop%' AND pid <> pg_backend_pid()";
+    let t0 = std::time::Instant::now();
+    while pg.sql(waiting) != "1" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "never reached pg_backup_stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t1 = std::time::Instant::now();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    assert!(kill.unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(t1.elapsed() < Duration::from_secs(10), "{:?}", t1.elapsed());
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted by SIGINT"), "{err}");
+    no_set_left();
+    // The server's backup ended with the session: nothing is waiting any more.
+    assert_eq!(pg.sql(waiting), "0");
+    let _ = std::fs::remove_dir_all(&work);
+}

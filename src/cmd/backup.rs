@@ -417,6 +417,8 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         );
     }
 
+    // From the first stripe on, a signal ends the backup through its failure path.
+    let _signals = crate::interrupt::catch();
     let mut sinks = vec![];
     for d in &devices {
         match d.create(&hint) {
@@ -616,6 +618,9 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
     let mut stripes_out = vec![];
     let mut failed = None;
     for s in out.stripes {
+        if failed.is_none() {
+            failed = crate::interrupt::received().map(crate::interrupt::error);
+        }
         if failed.is_some() {
             s.sink.abort();
             continue;

@@ -380,10 +380,31 @@ impl Source for Postgres {
         // would make it wait forever.
         let limit = self.archive_timeout;
         client.batch_execute(&format!("SET statement_timeout = '{limit}s'"))?;
-        let row = client
-            .query_one("SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(true)", &[])
+        // The wait can be long: a signal cancels it, and the backup fails as it would.
+        let token = client.cancel_token();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let row = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if crate::interrupt::received().is_some() {
+                        let _ = token.cancel_query(postgres::NoTls);
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            });
+            let r = client.query_one(
+                "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(true)",
+                &[],
+            );
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            r
+        });
+        let row = row
             .map_err(|e| {
-                if e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) {
+                if let Some(sig) = crate::interrupt::received() {
+                    crate::interrupt::error(sig)
+                } else if e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) {
                     anyhow!("pg_backup_stop waited {limit} s for the WAL to be archived: archive_command is failing or too slow (see pg_stat_archiver and the server log); the backup is not valid")
                 } else {
                     anyhow!("pg_backup_stop failed: {}", pg_err(&e))
