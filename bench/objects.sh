@@ -5,7 +5,8 @@
 # Starts MinIO (S3) and Azurite (Azure Blob) on 127.0.0.1 with TLS (a private CA made with openssl;
 # pgBackRest's S3 and Azure repositories need HTTPS), builds (once, then reuses) a pgbench cluster
 # at scale SCALE with data checksums under WORK/pg, and times, REPS times (round-robin, the order
-# reversed every other repetition), warm page cache, for each store and codec:
+# reversed every other repetition, each store warmed up by an untimed 256 MiB upload and
+# read-back first), warm page cache, for each store and codec:
 #   - pagevault backup --repo s3://bench/pv-RUN (or azure://bench/pv-RUN) --stripes 1 and 3,
 #     --compress none|lz4|zstd (2 compression threads: one per core), and its restore
 #   - pgbackrest backup --type=full to a repository on the same store (process-max=2,
@@ -453,6 +454,19 @@ wait_quiet() {   # while something else keeps the CPUs over 25% busy, wait (QUIE
 }
 fresh_scratch() { rm -rf "$SCRATCH"; mkdir -p "$SCRATCH"; chown postgres: "$SCRATCH"; }
 warm_up() { find "$DATA" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true; }
+# warm_stores: an untimed 256 MiB upload and read-back per store before each repetition.
+# Azurite (node) is slow while its heap grows, in its first minute most: without this, the
+# first case on a store after minutes of the other paid for it, whichever tool it was.
+warm_stores() {
+    local st p=warm-$STAMP-r$REP f=$WORK/warm.bin
+    [ -s "$f" ] || head -c 268435456 /dev/urandom > "$f"
+    for st in "${STORE_LIST[@]}"; do
+        { "$PV" backup --source "files:$f" --to "$st://$BUCKET/$p/w.pv" --compress none &&
+            "$PV" verify --from "$st://$BUCKET/$p/w.pv"; } > /dev/null 2>>"$RUNDIR/warm.log" ||
+            log "    warning: warming $st up failed (see warm.log)"
+        prefix_do "$st" rm "$BUCKET" "$p/" > /dev/null 2>>"$RUNDIR/prefix.log" || true
+    done
+}
 proc_ticks() { # proc_ticks PID [children too]: utime + stime (+ cutime + cstime) of one process
     local f
     f=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
@@ -624,6 +638,7 @@ for ((REP = 1; REP <= REPS; REP++)); do
     fi
     log "repetition $REP of $REPS (${#order[@]} cases, warm cache)"
     warm_up
+    warm_stores
     for c in "${order[@]}"; do
         read -r -a w <<< "$c"
         case ${w[0]} in
@@ -834,7 +849,7 @@ PY
         for w in "${WALG_SKIPS[@]}"; do echo "  - $w"; done
     fi
     echo "- codecs: none, lz4 (pgBackRest lz4 level 1), zstd (level 3 all); warm page cache only (the data directory read before each repetition)"
-    echo "- $REPS repetition(s), round-robin, every other one in reverse order; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements"
+    echo "- $REPS repetition(s), round-robin, every other one in reverse order, each store warmed up first by an untimed 256 MiB upload and read-back; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements"
     echo "  (${QUIET_WAITED} s of it waiting for other CPU load); load average $LOAD_START at start, $LOAD_END at end"
     echo "- seconds: wall time of the command (restores: plus \`sync -f\` of the target); best of the repetitions, median in brackets;"
     echo "  MB/s = database size / best seconds (MB = 1,048,576 bytes); stored = bytes listed under the backup's prefix in the store"
