@@ -809,7 +809,7 @@ fn interrupt_removes_the_test_file() {
         t0.elapsed() < Duration::from_secs(20),
         "not stopped by SIGINT"
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(130), "128 + SIGINT");
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("interrupted"), "{e}");
     assert!(out.stdout.is_empty(), "no figures from an interrupted run");

@@ -35,6 +35,9 @@ fn page_size(s: &str) -> Result<u64, String> {
     units::parse_in_range(s, 512, 1 << 20, "page size", true)
 }
 
+/// What a backup that fails before its stripes are committed leaves: nothing.
+const STOPPED: &str =
+    "backup stopped: its partial stripes were removed (uploads aborted) and no set was recorded";
 #[derive(Args, Clone)]
 pub struct BackupArgs {
     /// What to back up: files:PATH (a file or directory tree), sqlite:PATH (a live database) or postgres://USER@HOST:PORT/DB?pgdata=DIR (a running cluster).
@@ -465,9 +468,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         Err(e) => {
             reporter.finish();
             let _ = src.finish(false);
-            return Err(e.context(
-                "backup stopped: its partial stripes were removed (uploads aborted) and no set was recorded",
-            ));
+            return Err(e.context(STOPPED));
         }
     };
     let problems = filter.map(|f| f.problems()).unwrap_or_default();
@@ -476,7 +477,7 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
         Err(e) => {
             reporter.finish();
             out.stripes.into_iter().for_each(|s| s.sink.abort());
-            return Err(e);
+            return Err(e.context(STOPPED));
         }
     };
     if !fin.late.is_empty() {
@@ -500,7 +501,9 @@ fn backup_set(a: &BackupArgs, set_id: [u8; 16]) -> Result<serde_json::Value> {
             Ok(m) => m,
             Err(e) => {
                 reporter.finish();
-                return Err(e.context("copying the WAL written during the backup failed"));
+                return Err(e
+                    .context("copying the WAL written during the backup failed")
+                    .context(STOPPED));
             }
         };
         out.stripes = more
