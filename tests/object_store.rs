@@ -516,7 +516,7 @@ fn interrupted_backups_abort_their_uploads_and_record_nothing() {
     }
 
     // SIGTERM (a service manager stopping us) during a block upload to Azure.
-    let staged = || st.azurite.admin(&["uploads", "sigtest"]) != "";
+    let staged = || !st.azurite.admin(&["uploads", "sigtest"]).is_empty();
     let child = spawn(&["--to", "azure://sigtest/x.pv"]);
     let r = signal_when(child, "-TERM", staged);
     assert_eq!(r.code, 143, "128 + SIGTERM\n{}\n{}", r.stdout, r.stderr);
