@@ -349,10 +349,17 @@ fn backup_with_server_killed(
     let t0 = Instant::now();
     while m.staging_files() > 0 {
         // Slower when other tests load the machine (seen once at 30 s).
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "staging never cleared"
-        );
+        if t0.elapsed() > Duration::from_secs(90) {
+            let left = std::process::Command::new("find")
+                .arg(m.dir.join("data/.minio.sys/multipart"))
+                .args(["-type", "f", "-printf", "%p %s %TT\\n"])
+                .output()
+                .unwrap();
+            panic!(
+                "staging never cleared:\n{}",
+                String::from_utf8_lossy(&left.stdout)
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     let child = std::process::Command::new(bin())
