@@ -379,7 +379,7 @@ fn backup_with_server_killed(
         .spawn()
         .unwrap();
     let t0 = Instant::now();
-    while m.staging_files() == 0 {
+    while m.staging_parts() == 0 {
         assert!(t0.elapsed() < Duration::from_secs(60), "no upload started");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -498,7 +498,7 @@ fn interrupted_backups_abort_their_uploads_and_record_nothing() {
     // Ctrl-C during a backup into an S3 repository of 2 stripes, once a part is stored.
     let repo = "s3://sig/repo";
     let child = spawn(&["--repo", repo, "--stripes", "2"]);
-    let r = signal_when(child, "-INT", || m.staging_files() > 0);
+    let r = signal_when(child, "-INT", || m.staging_parts() > 0);
     assert_eq!(r.code, 130, "128 + SIGINT\n{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("interrupted by SIGINT"), "{}", r.stderr);
     assert!(r.stderr.contains("no set was recorded"), "{}", r.stderr);

@@ -5,6 +5,34 @@ pub mod pg;
 pub mod stores;
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now.
+/// Removes the scratch directories (`TMP/PREFIX-PID-...`) of test runs that ended over an
+/// hour ago (a failed run's stay a while for a look). The shared servers are statics,
+/// never dropped: each run left its MinIO, Azurite and PostgreSQL data, 12 GB in days.
+pub fn sweep_ended_runs(prefix: &str) {
+    let Ok(dir) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix('-'))
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ended = !Path::new(&format!("/proc/{pid}")).exists();
+        let idle = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > std::time::Duration::from_secs(3600));
+        if ended && idle {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -37,6 +37,8 @@ pub fn as_postgres(cmd: &str, args: &[&str]) -> String {
 
 /// A fresh directory the postgres user owns.
 pub fn postgres_dir(name: &str) -> PathBuf {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| super::sweep_ended_runs("pagevault-test"));
     let dir = PathBuf::from(format!(
         "/tmp/pagevault-test-{}-{name}-{}",
         std::process::id(),

@@ -68,6 +68,8 @@ fn stop(mut c: Child) {
 }
 
 fn scratch(name: &str) -> PathBuf {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| super::sweep_ended_runs("pagevault-store"));
     let d = std::env::temp_dir().join(format!(
         "pagevault-store-{}-{name}-{}",
         std::process::id(),
@@ -151,25 +153,36 @@ impl Minio {
         self.run();
     }
 
-    /// Multipart uploads in progress (MinIO keeps them under .minio.sys/multipart).
+    /// Files of multipart uploads in progress (MinIO keeps them under .minio.sys/multipart).
     pub fn staging_files(&self) -> usize {
-        fn count(p: &std::path::Path) -> usize {
+        self.staged(|_| true)
+    }
+
+    /// Parts stored by uploads in progress. An upload's xl.meta comes first, before
+    /// CreateMultipartUpload answers: a kill then can lose the answer, and the client's
+    /// retry starts a second upload, leaving the first where nobody knows its id.
+    pub fn staging_parts(&self) -> usize {
+        self.staged(|name| name.starts_with("part."))
+    }
+
+    fn staged(&self, pick: impl Fn(&str) -> bool + Copy) -> usize {
+        fn count(p: &std::path::Path, pick: impl Fn(&str) -> bool + Copy) -> usize {
             std::fs::read_dir(p)
                 .map(|rd| {
                     rd.flatten()
                         .map(|e| {
                             let p = e.path();
                             if p.is_dir() {
-                                count(&p)
+                                count(&p, pick)
                             } else {
-                                1
+                                pick(&e.file_name().to_string_lossy()) as usize
                             }
                         })
                         .sum()
                 })
                 .unwrap_or(0)
         }
-        count(&self.dir.join("data/.minio.sys/multipart"))
+        count(&self.dir.join("data/.minio.sys/multipart"), pick)
     }
 
     fn admin_try(&self, args: &[&str]) -> Result<String, String> {
