@@ -382,22 +382,25 @@ impl Source for Postgres {
         client.batch_execute(&format!("SET statement_timeout = '{limit}s'"))?;
         // The wait can be long: a signal cancels it, and the backup fails as it would.
         let token = client.cancel_token();
-        let done = std::sync::atomic::AtomicBool::new(false);
+        let (done, finished) = crossbeam_channel::bounded::<()>(1);
         let row = std::thread::scope(|s| {
-            s.spawn(|| {
-                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            s.spawn(move || {
+                // Wakes at once when the query returns, else every 50 ms to look.
+                let tick = std::time::Duration::from_millis(50);
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    finished.recv_timeout(tick)
+                {
                     if crate::interrupt::received().is_some() {
                         let _ = token.cancel_query(postgres::NoTls);
                         return;
                     }
-                    std::thread::sleep(std::time::Duration::from_millis(50));
                 }
             });
             let r = client.query_one(
                 "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(true)",
                 &[],
             );
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            drop(done);
             r
         });
         let row = row
