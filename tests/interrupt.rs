@@ -75,30 +75,6 @@ fn killed_backup_leaves_only_partial_stripes_that_are_rejected() {
     assert!(e.contains("incomplete"), "{e}");
 }
 
-/// Sends `sig` to `child` once `ready` holds; returns its exit code and stderr.
-fn signal_when(
-    mut child: std::process::Child,
-    sig: &str,
-    ready: impl Fn() -> bool,
-) -> (i32, String) {
-    let t0 = std::time::Instant::now();
-    while !ready() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "never ready");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "ended before the signal"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let st = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status();
-    assert!(st.unwrap().success());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().unwrap_or(-1), err)
-}
-
 #[test]
 fn signals_stop_backup_and_restore_cleanly() {
     let dir = tempfile::tempdir().unwrap();
@@ -129,9 +105,10 @@ fn signals_stop_backup_and_restore_cleanly() {
         "--threads",
         "1",
     ]);
-    let (code, err) = signal_when(child, "-INT", || {
+    let (r, _) = signal_when(child, "-INT", || {
         std::fs::metadata(&partial).is_ok_and(|m| m.len() > 4096)
     });
+    let (code, err) = (r.code, r.stderr);
     assert_eq!(code, 130, "{err}");
     assert!(err.contains("interrupted by SIGINT"), "{err}");
     let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -167,7 +144,8 @@ fn signals_stop_backup_and_restore_cleanly() {
         "1",
     ]);
     let started = || std::fs::metadata(out.join("f0")).is_ok_and(|m| m.blocks() > 0);
-    let (code, err) = signal_when(child, "-TERM", started);
+    let (r, _) = signal_when(child, "-TERM", started);
+    let (code, err) = (r.code, r.stderr);
     assert_eq!(code, 143, "{err}");
     assert!(err.contains("interrupted by SIGTERM"), "{err}");
     assert!(err.contains("is incomplete"), "{err}");

@@ -442,33 +442,6 @@ fn server_killed_mid_upload_retries_or_fails_cleanly() {
     let _ = give_to_postgres;
 }
 
-/// Sends `sig` to a running pagevault once `ready` holds, and collects how it ended.
-fn signal_when(mut child: std::process::Child, sig: &str, ready: impl Fn() -> bool) -> Run {
-    let t0 = Instant::now();
-    while !ready() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the moment to interrupt never came"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "ended before the signal"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pid = child.id().to_string();
-    let st = std::process::Command::new("kill")
-        .args([sig, pid.as_str()])
-        .status();
-    assert!(st.unwrap().success());
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 #[test]
 fn interrupted_backups_abort_their_uploads_and_record_nothing() {
     let st = shared();
@@ -498,7 +471,7 @@ fn interrupted_backups_abort_their_uploads_and_record_nothing() {
     // Ctrl-C during a backup into an S3 repository of 2 stripes, once a part is stored.
     let repo = "s3://sig/repo";
     let child = spawn(&["--repo", repo, "--stripes", "2"]);
-    let r = signal_when(child, "-INT", || m.staging_parts() > 0);
+    let (r, _) = signal_when(child, "-INT", || m.staging_parts() > 0);
     assert_eq!(r.code, 130, "128 + SIGINT\n{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("interrupted by SIGINT"), "{}", r.stderr);
     assert!(r.stderr.contains("no set was recorded"), "{}", r.stderr);
@@ -525,7 +498,7 @@ fn interrupted_backups_abort_their_uploads_and_record_nothing() {
     // SIGTERM (a service manager stopping us) during a block upload to Azure.
     let staged = || !st.azurite.admin(&["uploads", "sigtest"]).is_empty();
     let child = spawn(&["--to", "azure://sigtest/x.pv"]);
-    let r = signal_when(child, "-TERM", staged);
+    let (r, _) = signal_when(child, "-TERM", staged);
     assert_eq!(r.code, 143, "128 + SIGTERM\n{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("interrupted by SIGTERM"), "{}", r.stderr);
     assert_eq!(
@@ -548,7 +521,7 @@ fn interrupted_backups_abort_their_uploads_and_record_nothing() {
         kept,
     ]);
     let child = spawn(&["--to", kept]);
-    let r = signal_when(child, "-INT", staged);
+    let (r, _) = signal_when(child, "-INT", staged);
     assert_eq!(r.code, 130, "{}", r.stderr);
     let v = ok(&["verify", "--from", kept]);
     assert!(v.contains("is valid"), "{v}");

@@ -533,24 +533,10 @@ fn stuck_wal_archiving_times_out_or_is_interrupted_cleanly() {
         .spawn()
         .unwrap();
     let waiting = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%FROM pg_backup_stop%' AND pid <> pg_backend_pid()";
-    let t0 = std::time::Instant::now();
-    while pg.sql(waiting) != "1" {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "never reached pg_backup_stop"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let t1 = std::time::Instant::now();
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
-    assert!(kill.unwrap().success());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(t1.elapsed() < Duration::from_secs(10), "{:?}", t1.elapsed());
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(err.contains("interrupted by SIGINT"), "{err}");
+    let (r, took) = signal_when(child, "-INT", || pg.sql(waiting) == "1");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(r.code, 130, "{}", r.stderr);
+    assert!(r.stderr.contains("interrupted by SIGINT"), "{}", r.stderr);
     no_set_left();
     // The server's backup ended with the session: nothing is waiting any more.
     assert_eq!(pg.sql(waiting), "0");

@@ -4,7 +4,6 @@
 pub mod pg;
 pub mod stores;
 
-/// A TCP port on 127.0.0.1 that nothing listens on right now.
 /// Removes the scratch directories (`TMP/PREFIX-PID-...`) of test runs that ended over an
 /// hour ago (a failed run's stay a while for a look). The shared servers are statics,
 /// never dropped: each run left its MinIO, Azurite and PostgreSQL data, 12 GB in days.
@@ -33,6 +32,7 @@ pub fn sweep_ended_runs(prefix: &str) {
     }
 }
 
+/// A TCP port on 127.0.0.1 that nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -54,6 +54,39 @@ pub struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
+}
+
+/// Sends `sig` (as `kill` takes it: -INT, -TERM) to a running pagevault once `ready`
+/// holds; returns how it ended and how long it took after the signal.
+pub fn signal_when(
+    mut child: std::process::Child,
+    sig: &str,
+    ready: impl Fn() -> bool,
+) -> (Run, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "the moment to signal never came"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before the signal"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let sent = std::time::Instant::now();
+    let st = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status();
+    assert!(st.unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    (run, sent.elapsed())
 }
 
 pub fn run(args: &[&str]) -> Run {
