@@ -15,29 +15,29 @@ fn big_source(dir: &std::path::Path) -> std::path::PathBuf {
     src
 }
 
+/// A backup of `src` over two stripes, stderr piped: zstd:19 on one thread is slow
+/// enough that a kill or signal lands mid-backup.
+fn slow_backup(
+    src: &std::path::Path,
+    a: &std::path::Path,
+    b: &std::path::Path,
+) -> std::process::Child {
+    Command::new(bin())
+        .args(["backup", "--source", &format!("files:{}", s(src))])
+        .args(["--to", &s(a), "--to", &s(b)])
+        .args(["--compress", "zstd:19", "--threads", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn killed_backup_leaves_only_partial_stripes_that_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let src = big_source(dir.path());
     let (a, b) = (dir.path().join("a.pv"), dir.path().join("b.pv"));
-    // zstd:19 is slow enough that the kill lands mid-backup.
-    let mut child = Command::new(bin())
-        .args([
-            "backup",
-            "--source",
-            &format!("files:{}", s(&src)),
-            "--to",
-            &s(&a),
-            "--to",
-            &s(&b),
-            "--compress",
-            "zstd:19",
-            "--threads",
-            "1",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = slow_backup(&src, &a, &b);
     let partial = dir.path().join("a.pv.partial");
     for _ in 0..200 {
         if std::fs::metadata(&partial)
@@ -87,24 +87,11 @@ fn signals_stop_backup_and_restore_cleanly() {
             .spawn()
             .unwrap()
     };
-    let src_spec = format!("files:{}", s(&src));
 
     // Ctrl-C mid-backup: the partial stripes go, and the exit code says which signal.
     let (a, b) = (dir.path().join("a.pv"), dir.path().join("b.pv"));
     let partial = dir.path().join("a.pv.partial");
-    let child = spawn(&[
-        "backup",
-        "--source",
-        &src_spec,
-        "--to",
-        &s(&a),
-        "--to",
-        &s(&b),
-        "--compress",
-        "zstd:19",
-        "--threads",
-        "1",
-    ]);
+    let child = slow_backup(&src, &a, &b);
     let (r, _) = signal_when(child, "-INT", || {
         std::fs::metadata(&partial).is_ok_and(|m| m.len() > 4096)
     });

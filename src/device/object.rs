@@ -658,9 +658,7 @@ impl Device for ObjectDevice {
             .map_err(|e| self.loc.err("cannot start the upload of", e))?;
         let (base, step) = part_plan(self.loc.kind, hint.transfer_size, hint.expected_bytes);
         Ok(Box::new(ObjectSink {
-            name: self.loc.describe(),
             loc: self.loc.clone(),
-            kind: self.loc.kind,
             upload: Some(upload),
             buf: Vec::with_capacity(base),
             base,
@@ -693,9 +691,7 @@ impl Device for ObjectDevice {
 }
 
 struct ObjectSink {
-    name: String,
     loc: Location,
-    kind: Kind,
     upload: Option<Box<dyn MultipartUpload>>,
     buf: Vec<u8>,
     base: usize,
@@ -706,7 +702,7 @@ struct ObjectSink {
 
 impl ObjectSink {
     fn current_part_size(&self) -> usize {
-        part_size(self.kind, self.base, self.step, self.parts)
+        part_size(self.loc.kind, self.base, self.step, self.parts)
     }
 
     fn max_in_flight(&self) -> usize {
@@ -720,8 +716,8 @@ impl ObjectSink {
                 Ok(Err(e)) => {
                     return Err(io::Error::other(format!(
                         "upload of a part of '{}' failed: {:#}",
-                        self.name,
-                        explain(&self.name, "cannot write", e)
+                        self.loc.describe(),
+                        explain(&self.loc.describe(), "cannot write", e)
                     )))
                 }
                 Err(e) => return Err(io::Error::other(format!("upload task failed: {e}"))),
@@ -774,7 +770,11 @@ impl StripeSink for ObjectSink {
                 Ok(_) => Ok(()),
                 Err(e) => {
                     self.upload = Some(up);
-                    Err(explain(&self.name, "cannot complete the upload of", e))
+                    Err(explain(
+                        &self.loc.describe(),
+                        "cannot complete the upload of",
+                        e,
+                    ))
                 }
             }
         })();
@@ -800,7 +800,7 @@ impl ObjectSink {
             // so no parts are left behind once it is back.
             let t0 = std::time::Instant::now();
             let limit = Duration::from_secs(30).max(2 * retry_config().retry_timeout);
-            let discard = self.kind == Kind::Azure && self.parts > 0;
+            let discard = self.loc.kind == Kind::Azure && self.parts > 0;
             loop {
                 let r = rt().block_on(async {
                     up.abort().await?;
@@ -814,7 +814,7 @@ impl ObjectSink {
                     Err(e) if t0.elapsed() > limit => {
                         eprintln!(
                             "Warning: the unfinished upload of '{}' could not be aborted ({}); its parts stay in the store until a lifecycle rule removes them",
-                            self.name,
+                            self.loc.describe(),
                             compact(&redact(&e.to_string()))
                         );
                         break;
