@@ -726,8 +726,9 @@ for k in order:
             for phase, p, me in (("backup", pb, b), ("restore", pr, r)):
                 if p and me:
                     ratio = me["sec"] / p["sec"]
+                    # Uncompressed, a backup moves the bytes a restore does (cold: reads and writes them).
                     floor = None
-                    if phase == "restore" and variant == "none":
+                    if variant == "none":
                         floor, _ = stat((s, "device", "none", cache), "restore")
                     goals.append((s, cache, f"{phase} >= 2x pgBackRest ({variant} vs pagevault {pvk[2]})",
                                   p["sec"], me["sec"], ratio, 2.0, floor))
@@ -804,6 +805,7 @@ PY
     echo "  pgBackRest runs with archive-check=n (archive_mode is off here): its restores are timed, not started. pg_basebackup restore = untar (lz4 -d / zstd -d | tar -x)."
     echo "  device floor = restore: fio writing the data directory's size, O_DIRECT, 2 writers x 8 MiB in flight (cold: while reading a file that size from the disk);"
     echo "  backup (cold only): fio reading a file that size, O_DIRECT, 16 MiB in flight. Beside the cold pg_basebackup goal: any cold backup reads that much."
+    echo "  An uncompressed backup's goals use the restore floor: it writes the data size too (cold: while reading it), as an uncompressed restore does."
     echo "  peer ÷ floor = about the most any tool could beat that peer by on this disk at that moment. A goal is called device-bound when the peer's time"
     echo "  over the lesser of fio's and pagevault's is under the goal: fio is no strict floor (pagevault's buffered I/O sometimes beats it)."
     echo
