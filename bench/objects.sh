@@ -750,7 +750,11 @@ for k in keys:
         for phase, me, peer in (("backup", b, pb), ("restore", r, pr)):
             # A failed pagevault run fails its goal; without a pgBackRest run there is nothing to compare.
             if peer or me:
-                goals.append((store, codec, stripes, phase, me["sec"] if me else None, peer["sec"] if peer else None))
+                # The share of the cores pagevault and the store server kept busy (medians).
+                busy = None
+                if me and me["cpu"] is not None:
+                    busy = (me["cpu"] + (me["store_cpu"] or 0)) / (NCPU * me["med"])
+                goals.append((store, codec, stripes, phase, me["sec"] if me else None, peer["sec"] if peer else None, busy))
         pools = [jget(b, "pool_bytes"), jget(r, "pool_bytes")]
         parts = []
         for st, pool, phase in ((b, pools[0], "backup"), (r, pools[1], "restore")):
@@ -785,9 +789,9 @@ print("Goal (issue 4): pagevault at least 2x as fast as pgBackRest to the same s
 print()
 print("| store | codec | pagevault stripes | phase | pagevault s | pgBackRest s | pagevault ÷ pgBackRest | verdict |")
 print("|---|---|---:|---|---:|---:|---:|---|")
-npass = 0
+npass = ncpubound = 0
 goals.sort(key=lambda g: (STORE_ORDER[g[0]], CODEC_ORDER[g[1]], g[2], g[3]))
-for store, codec, stripes, phase, pv, peer in goals:
+for store, codec, stripes, phase, pv, peer, busy in goals:
     if pv is None or peer is None:
         verdict = "FAIL (pagevault failed)" if pv is None else "no verdict (pgBackRest failed)"
         print(f"| {STORE_NAME[store]} | {codec} | {stripes} | {phase} | {'FAILED' if pv is None else f'{pv:.2f}'} | "
@@ -795,9 +799,14 @@ for store, codec, stripes, phase, pv, peer in goals:
         continue
     ok = peer / pv >= 2.0
     npass += ok
-    print(f"| {STORE_NAME[store]} | {codec} | {stripes} | {phase} | {pv:.2f} | {peer:.2f} | {peer / pv:.2f}x | {'PASS' if ok else 'FAIL'} |")
+    verdict = "PASS" if ok else "FAIL"
+    if not ok and busy is not None and busy >= 0.9:
+        ncpubound += 1
+        verdict += f" (CPU-bound: pagevault and the store server kept {busy:.0%} of the {NCPU} cores busy)"
+    print(f"| {STORE_NAME[store]} | {codec} | {stripes} | {phase} | {pv:.2f} | {peer:.2f} | {peer / pv:.2f}x | {verdict} |")
 print()
-print(f"{npass} of {len(goals)} goals pass.")
+print(f"{npass} of {len(goals)} goals pass" + (f"; {ncpubound} of the others ran with the store server on the same cores, "
+      "both busy: a store on its own machine leaves pagevault the cores." if ncpubound else "."))
 print()
 print("Informational, not a goal: pagevault over WAL-G to the same store with the same codec (best seconds of each side):")
 print()
