@@ -158,3 +158,52 @@ fn merged_adjacent_reads_restore_the_same_bytes_as_single_reads() {
         assert_same_tree(&src, &target);
     }
 }
+
+/// Drops a file's pages from the page cache, as after a reboot.
+fn evict(path: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+}
+
+#[test]
+fn direct_writes_restore_every_byte_and_auto_follows_where_the_set_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    // Many frames per file: the writers take frames of one file side by side.
+    let st = s(&dir.path().join("x.pv"));
+    let src_arg = format!("files:{}", s(&src));
+    let backup = [
+        "backup",
+        "--source",
+        &src_arg,
+        "--to",
+        &st,
+        "--compress",
+        "zstd",
+        "--max-transfer-size",
+        "64K",
+    ];
+    ok(&backup);
+    let restore = |name: &str, mode: &str| {
+        let out = dir.path().join(name);
+        let j = json(&["restore", "--from", &st, "--to", &s(&out), "--direct-io", mode]);
+        assert_same_tree(&src, &out);
+        j
+    };
+    let on = restore("on", "on");
+    assert_eq!(on["writes"], "direct (O_DIRECT)");
+    assert_eq!(on["writers"], 4);
+    let off = restore("off", "off");
+    assert_eq!(off["writes"], "buffered");
+    assert_eq!(off["writers"], 0);
+    // A set on the target's disk and not in memory: reads and writes share the disk.
+    evict(std::path::Path::new(&st));
+    assert_eq!(restore("cold", "auto")["writes"], "buffered");
+    // Read once, the set is in memory: its reads leave the disk to the writes.
+    std::fs::read(&st).unwrap();
+    assert_eq!(restore("warm", "auto")["writes"], "direct (O_DIRECT)");
+}
