@@ -134,7 +134,6 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
         target.display()
     );
     run_restore(RestoreArgs {
-        direct_io: super::restore::DirectIo::Auto,
         read: read(Some(10)),
         to: target.clone(),
         replace: true,

@@ -67,12 +67,6 @@ pub struct RestoreArgs {
     /// PostgreSQL: recover up to this restore point (recovery_target_name).
     #[arg(long, group = "target")]
     pub until_name: Option<String>,
-    /// Write with O_DIRECT (no page-cache copy; 4 writer threads keep the disk busy
-    /// while the decompressors go on). auto: on when reading the set will not use the
-    /// target's disk (the set is in memory or on another filesystem), off when reads
-    /// and writes share one disk (buffered writes let the kernel interleave them).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub direct_io: DirectIo,
     /// Give the restored files to this user (restoring as root for a server that runs as another).
     #[arg(long)]
     pub owner: Option<String>,
@@ -90,13 +84,6 @@ pub struct VerifyArgs {
     pub read: ReadArgs,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DirectIo {
-    Auto,
-    On,
-    Off,
-}
-
 const MARKER: &str = ".pagevault-restore-incomplete";
 
 /// Writes frames into the restored files, opened lazily and kept open while they last.
@@ -105,117 +92,26 @@ struct Target {
     /// Writing over earlier content (a differential): zero ranges must be written.
     overlay: bool,
     open: Mutex<HashMap<u32, Arc<File>>>,
-    /// Whole aligned frames go through O_DIRECT descriptors, until the filesystem refuses.
-    direct: Option<Direct>,
-}
-
-#[derive(Default)]
-struct Direct {
-    open: Mutex<HashMap<u32, Arc<File>>>,
-    refused: std::sync::atomic::AtomicBool,
 }
 
 impl Target {
-    fn new(paths: HashMap<u32, PathBuf>, overlay: bool, direct: bool) -> Target {
-        Target {
-            paths,
-            overlay,
-            open: Mutex::default(),
-            direct: direct.then(Direct::default),
-        }
-    }
-
     fn file(&self, id: u32) -> io::Result<Arc<File>> {
-        cached_open(&self.open, id, &self.paths[&id], 0)
-    }
-
-    /// How the frames were written, for the summary.
-    fn writes(&self) -> &'static str {
-        match &self.direct {
-            None => "buffered",
-            Some(d) if d.refused.load(std::sync::atomic::Ordering::Relaxed) => {
-                "buffered (the filesystem refused O_DIRECT)"
-            }
-            Some(_) => "direct (O_DIRECT)",
+        let mut open = self.open.lock().unwrap();
+        if let Some(f) = open.get(&id) {
+            return Ok(f.clone());
         }
-    }
-
-    /// An O_DIRECT write of `data` if it is whole aligned blocks; None to write buffered.
-    fn write_direct(&self, file: u32, offset: u64, data: &[u8]) -> Option<io::Result<()>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let d = self.direct.as_ref()?;
-        let a = crate::engine::pool::ALIGN;
-        if d.refused.load(Relaxed)
-            || !offset.is_multiple_of(a as u64)
-            || !data.len().is_multiple_of(a)
-            || !(data.as_ptr() as usize).is_multiple_of(a)
-        {
-            return None;
+        if open.len() >= 256 {
+            open.clear(); // in-flight writers keep their Arc
         }
-        let r = cached_open(&d.open, file, &self.paths[&file], libc::O_DIRECT).and_then(|f| {
-            // Allocated first, the range is an overwrite, which ext4 and XFS let
-            // direct writes to one file do side by side; holes elsewhere stay holes.
-            use std::os::fd::AsRawFd;
-            // SAFETY: fallocate within the file's size on a descriptor we own.
-            let r = unsafe {
-                libc::fallocate(
-                    f.as_raw_fd(),
-                    libc::FALLOC_FL_KEEP_SIZE,
-                    offset as libc::off_t,
-                    data.len() as libc::off_t,
-                )
-            };
-            let e = io::Error::last_os_error();
-            if r != 0 && e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                return Err(e);
-            }
-            f.write_all_at(data, offset)
-        });
-        match r {
-            // The filesystem does not take O_DIRECT (or not this alignment): buffered from now on.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                d.refused.store(true, Relaxed);
-                None
-            }
-            r => Some(r),
-        }
+        let f = Arc::new(OpenOptions::new().write(true).open(&self.paths[&id])?);
+        open.insert(id, f.clone());
+        Ok(f)
     }
-}
-
-/// File `id` at `path` opened for writing (with `flags`), from `open` or opened and kept.
-fn cached_open(
-    open: &Mutex<HashMap<u32, Arc<File>>>,
-    id: u32,
-    path: &Path,
-    flags: i32,
-) -> io::Result<Arc<File>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut open = open.lock().unwrap();
-    if let Some(f) = open.get(&id) {
-        return Ok(f.clone());
-    }
-    if open.len() >= 256 {
-        open.clear(); // in-flight writers keep their Arc
-    }
-    let f = Arc::new(
-        OpenOptions::new()
-            .write(true)
-            .custom_flags(flags)
-            .open(path)?,
-    );
-    open.insert(id, f.clone());
-    Ok(f)
 }
 
 impl FrameSink for Target {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        if let Some(r) = self.write_direct(file, offset, data) {
-            return r;
-        }
         self.file(file)?.write_all_at(data, offset)
-    }
-    fn concurrent(&self) -> bool {
-        self.direct.is_some()
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
         if self.overlay {
@@ -257,15 +153,11 @@ fn check_checksums(m: &Manifest, ids: &[(u32, u64)], got: &[Result<String, Strin
     Ok(())
 }
 
-/// Writer threads for direct writes: requests in flight that keep a disk busy.
-const DIRECT_WRITERS: usize = 4;
-
-fn engine_params(a: &ReadArgs, set: &set::OpenSet, direct: bool) -> restore::Params {
+fn engine_params(a: &ReadArgs, set: &set::OpenSet) -> restore::Params {
     let threads = a
         .threads
         .map(|t| t as usize)
         .unwrap_or_else(default_threads);
-    let writers = if direct { DIRECT_WRITERS } else { 0 };
     restore::Params {
         transfer_size: set.manifest.transfer_size as usize,
         page_size: set.manifest.page_size as usize,
@@ -273,23 +165,10 @@ fn engine_params(a: &ReadArgs, set: &set::OpenSet, direct: bool) -> restore::Par
         buffer_count: a
             .buffer_count
             .map(|b| b as usize)
-            .unwrap_or(set.stripes.len() * 4 + threads * 2 + writers),
+            .unwrap_or(set.stripes.len() * 4 + threads * 2),
         threads,
-        writers,
         hash: ContentHash::of_version(set.manifest.format_version),
     }
-}
-
-/// Whether reading `set` will leave the disk of `target` free for direct writes: every
-/// stripe is a local file in memory or on another filesystem.
-fn reads_spare_target_disk(set: &set::OpenSet, target: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(dev) = fs::metadata(target).map(|m| m.dev()) else {
-        return false;
-    };
-    set.stripes
-        .iter()
-        .all(|s| s.source.reads_disk(dev) == Some(false))
 }
 
 fn regular_files(m: &Manifest) -> Vec<(u32, u64)> {
@@ -409,7 +288,7 @@ fn apply_diff(
     live: &Arc<Live>,
 ) -> Result<restore::Outcome> {
     let dm = &ds.manifest;
-    let params = engine_params(read, ds, false);
+    let params = engine_params(read, ds);
     let paths = lay_out(dm, place, true, params.threads)?;
     let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
     for f in base
@@ -419,7 +298,11 @@ fn apply_diff(
     {
         let _ = fs::remove_file(place(&f.path));
     }
-    let target = Target::new(paths, true, false);
+    let target = Target {
+        paths,
+        overlay: true,
+        open: Mutex::new(HashMap::new()),
+    };
     let ids = regular_files(dm);
     let progress = Arc::new(Progress {
         live: live.clone(),
@@ -653,14 +536,13 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     File::create(&marker)
         .with_context(|| format!("cannot write in target '{}'", a.to.display()))?;
 
-    let direct = match a.direct_io {
-        DirectIo::On => true,
-        DirectIo::Off => false,
-        DirectIo::Auto => reads_spare_target_disk(&set, &a.to),
-    };
-    let params = engine_params(&a.read, &set, direct);
+    let params = engine_params(&a.read, &set);
     let paths = lay_out(m, &place, false, params.threads)?;
-    let target = Target::new(paths, false, direct);
+    let target = Target {
+        paths,
+        overlay: false,
+        open: Mutex::new(HashMap::new()),
+    };
     let ids = regular_files(m);
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "restore");
     let out = restore::run(&set.stripes, &ids, &params, Some(&target), &progress);
@@ -671,7 +553,6 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             a.to.display()
         )
     })?;
-    let writes = target.writes();
     drop(target);
     check_checksums(m, &ids, &out.checksums).with_context(|| {
         format!(
@@ -783,9 +664,6 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         "seconds": secs,
         "mb_per_sec": rate,
         "pool_bytes": out.pool_bytes,
-        "writes": writes,
-        "threads": params.threads,
-        "writers": params.writers,
         "set": chosen.as_ref().map(|(_, c)| c.set_id.clone()),
         "postgres": notes,
         "waits": out.waits,
@@ -828,16 +706,6 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             ids.len()
         );
         println!("RESTORE DATABASE successfully processed {} pages in {secs:.3} seconds ({rate:.3} MB/sec).", m.totals.pages);
-        match params.writers {
-            0 => println!(
-                "Writes: {writes}, by the {} decompression threads.",
-                params.threads
-            ),
-            w => println!(
-                "Writes: {writes}, by {w} writer threads beside {} decompression threads.",
-                params.threads
-            ),
-        }
         for n in &notes {
             println!("PostgreSQL: {n}.");
         }
@@ -858,7 +726,7 @@ pub fn run_verify(a: VerifyArgs) -> Result<()> {
     })?;
     let set = set::open(&from)?;
     let m = &set.manifest;
-    let params = engine_params(&a.read, &set, false);
+    let params = engine_params(&a.read, &set);
     let ids = regular_files(m);
     let progress = Arc::new(Progress::default());
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "verify");

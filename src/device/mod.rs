@@ -49,11 +49,6 @@ pub trait StripeSource: Send + Sync {
     fn len(&self) -> u64;
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
-    /// Whether reading this stripe keeps the disk of filesystem `dev` busy: a local
-    /// file there that is not in memory. None when the stripe is not a local file.
-    fn reads_disk(&self, _dev: u64) -> Option<bool> {
-        None
-    }
 }
 
 /// Parses a DEVICE argument: `NUL`, `nul:`, `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB`,

@@ -26,11 +26,6 @@ pub trait FrameSink: Sync {
     }
     /// A frame's range of `file` is written (by one write, or page by page).
     fn written(&self, _file: u32, _offset: u64, _len: u64) {}
-    /// Whether whole-frame writes to one file may run at once (direct I/O: the disk
-    /// wants requests in flight). Otherwise one thread writes a file at a time.
-    fn concurrent(&self) -> bool {
-        false
-    }
 }
 
 pub struct StripeIn {
@@ -47,10 +42,6 @@ pub struct Params {
     pub block_size: usize,
     pub buffer_count: usize,
     pub threads: usize,
-    /// Threads that only write frames a concurrent sink takes at once (direct I/O waits
-    /// for the disk; they keep requests in flight while the decompressors go on). 0: the
-    /// decompressors write.
-    pub writers: usize,
     /// How the set digests frames (its format version).
     pub hash: ContentHash,
 }
@@ -111,11 +102,6 @@ pub fn run(
         Relaxed,
     );
     let (tx, rx) = bounded::<Item>(p.buffer_count);
-    let writers = match sink {
-        Some(s) if s.concurrent() => p.writers,
-        _ => 0,
-    };
-    let (wtx, wrx) = bounded::<FrameWrite>(p.buffer_count);
 
     std::thread::scope(|s| {
         for (si, st) in stripes.iter().enumerate() {
@@ -131,30 +117,8 @@ pub fn run(
             });
         }
         drop(tx);
-        for _ in 0..writers {
-            let (wrx, pool, abort, write_st) = (wrx.clone(), &pool, &abort, &write_st);
-            let sink = sink.unwrap();
-            s.spawn(move || {
-                while let Some((w, _)) = pool::recv(&wrx, abort) {
-                    let t1 = Instant::now();
-                    if let Err(e) = w.put(sink, p.page_size) {
-                        return abort.fail(anyhow!(
-                            "write of file {} at offset {} failed: {e}",
-                            w.file,
-                            w.offset
-                        ));
-                    }
-                    let took = t1.elapsed();
-                    write_st.busy(took);
-                    write_st.op(w.raw_len);
-                    target_lane.op(w.raw_len, took);
-                    pool.put(w.buf);
-                }
-            });
-        }
-        drop(wrx);
         for _ in 0..p.threads {
-            let (rx, wtx) = (rx.clone(), (writers > 0).then(|| wtx.clone()));
+            let rx = rx.clone();
             let (pool, abort, dec_st, write_st) = (&pool, &abort, &dec_st, &write_st);
             let (state, stored_total, index) = (&state, &stored_total, &index);
             s.spawn(move || {
@@ -250,8 +214,6 @@ pub fn run(
                         raw_len: h.raw_len as u64,
                         buf,
                     };
-                    let serial =
-                        sink.is_some_and(|s| !(s.concurrent() && h.kind == FrameKind::Data));
                     {
                         let mut f = state[fi].lock().unwrap();
                         let slot = &mut f.digests[(h.offset / t) as usize];
@@ -262,22 +224,16 @@ pub fn run(
                             )));
                         }
                         *slot = Some(digest);
-                        if serial && f.busy {
+                        if sink.is_some() && f.busy {
                             f.queue.push_back(w);
                             continue;
                         }
-                        f.busy = serial;
+                        f.busy = sink.is_some();
                     }
                     let Some(sink) = sink else {
                         pool.put(w.buf);
                         continue;
                     };
-                    if let (false, Some(wtx)) = (serial, &wtx) {
-                        match pool::send(wtx, w, abort) {
-                            Some(_) => continue,
-                            None => return,
-                        }
-                    }
                     let mut next = Some(w);
                     while let Some(w) = next {
                         let t1 = Instant::now();
@@ -293,9 +249,6 @@ pub fn run(
                         write_st.op(w.raw_len);
                         target_lane.op(w.raw_len, took);
                         pool.put(w.buf);
-                        if !serial {
-                            break;
-                        }
                         let mut f = state[fi].lock().unwrap();
                         next = f.queue.pop_front();
                         f.busy = next.is_some();
@@ -303,8 +256,6 @@ pub fn run(
                 }
             });
         }
-        // The writers stop once the decompressors' senders are gone.
-        drop(wtx);
     });
     if let Some(e) = abort.take() {
         return Err(e);
@@ -335,7 +286,7 @@ pub fn run(
         stages.push((
             "write",
             &*write_st,
-            if writers > 0 { writers } else { p.threads },
+            p.threads,
             "a checked frame",
             "the target",
         ));
