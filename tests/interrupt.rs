@@ -95,8 +95,8 @@ fn signals_stop_backup_and_restore_cleanly() {
     let (r, _) = signal_when(child, "-INT", || {
         std::fs::metadata(&partial).is_ok_and(|m| m.len() > 4096)
     });
-    let (code, err) = (r.code, r.stderr);
-    assert_eq!(code, 130, "{err}");
+    let err = r.stderr;
+    assert_eq!(r.code, 130, "{err}");
     assert!(err.contains("interrupted by SIGINT"), "{err}");
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -132,8 +132,8 @@ fn signals_stop_backup_and_restore_cleanly() {
     ]);
     let started = || std::fs::metadata(out.join("f0")).is_ok_and(|m| m.blocks() > 0);
     let (r, _) = signal_when(child, "-TERM", started);
-    let (code, err) = (r.code, r.stderr);
-    assert_eq!(code, 143, "{err}");
+    let err = r.stderr;
+    assert_eq!(r.code, 143, "{err}");
     assert!(err.contains("interrupted by SIGTERM"), "{err}");
     assert!(err.contains("is incomplete"), "{err}");
     assert!(out.join(".pagevault-restore-incomplete").exists());

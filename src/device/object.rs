@@ -715,9 +715,8 @@ impl ObjectSink {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     return Err(io::Error::other(format!(
-                        "upload of a part of '{}' failed: {:#}",
-                        self.loc.describe(),
-                        explain(&self.loc.describe(), "cannot write", e)
+                        "{:#}",
+                        self.loc.err("cannot upload a part of", e)
                     )))
                 }
                 Err(e) => return Err(io::Error::other(format!("upload task failed: {e}"))),
