@@ -692,6 +692,7 @@ def stat(k, phase):
                   - float(r["server_cpu_s"] or 0)) / (NCPU * float(r["seconds"])) * 100 for r in ok if r["busy_ticks"]]
     return {"sec": min(secs), "med": statistics.median(secs), "max": max(secs), "n": len(ok),
             "rss": max(int(r["rss_kib"]) for r in ok), "cpu": med("cpu_s"), "store_cpu": med("store_cpu_s"),
+            "server_cpu": med("server_cpu_s"),
             "stored": med("stored_bytes"), "objects": med("objects"), "json": js,
             "others": max(others) if others else 0.0}, len(rs) - len(ok)
 
@@ -750,10 +751,10 @@ for k in keys:
         for phase, me, peer in (("backup", b, pb), ("restore", r, pr)):
             # A failed pagevault run fails its goal; without a pgBackRest run there is nothing to compare.
             if peer or me:
-                # The share of the cores pagevault and the store server kept busy (medians).
+                # The share of the cores pagevault, the store server and PostgreSQL kept busy (medians).
                 busy = None
                 if me and me["cpu"] is not None:
-                    busy = (me["cpu"] + (me["store_cpu"] or 0)) / (NCPU * me["med"])
+                    busy = (me["cpu"] + (me["store_cpu"] or 0) + (me["server_cpu"] or 0)) / (NCPU * me["med"])
                 goals.append((store, codec, stripes, phase, me["sec"] if me else None, peer["sec"] if peer else None, busy))
         pools = [jget(b, "pool_bytes"), jget(r, "pool_bytes")]
         parts = []
@@ -802,7 +803,7 @@ for store, codec, stripes, phase, pv, peer, busy in goals:
     verdict = "PASS" if ok else "FAIL"
     if not ok and busy is not None and busy >= 0.9:
         ncpubound += 1
-        verdict += f" (CPU-bound: pagevault and the store server kept {busy:.0%} of the {NCPU} cores busy)"
+        verdict += f" (CPU-bound: pagevault, the store server and PostgreSQL kept {busy:.0%} of the {NCPU} cores busy)"
     print(f"| {STORE_NAME[store]} | {codec} | {stripes} | {phase} | {pv:.2f} | {peer:.2f} | {peer / pv:.2f}x | {verdict} |")
 print()
 print(f"{npass} of {len(goals)} goals pass" + (f"; {ncpubound} of the others ran with the store server on the same cores, "
