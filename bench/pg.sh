@@ -8,8 +8,8 @@
 # then times on each cluster, one case after another, REPS times (round-robin, the order
 # reversed every other repetition), with a warm and a cold page cache
 # (sync; echo 3 > /proc/sys/vm/drop_caches before every cold backup and every cold restore;
-# a warm run drops the page cache too, then reads its input back, so that the files the case
-# before deleted cost it nothing: see rewarm):
+# on a VM that hands freed memory back to its host, that is stopped while measuring: see
+# bench/vm-memory.sh):
 #   - pagevault backup (none, lz4, zstd) to a file in the work dir, and its restore
 #   - pagevault backup (none, lz4, zstd) to NUL
 #   - pgbackrest backup --type=full, process-max=2 (compress-type none, lz4, zst), and its restore
@@ -135,6 +135,7 @@ fi
 "$PV" --version >/dev/null || die "$PV does not run"
 
 # ------------------------------------------------------------ page cache ----
+source "$ROOT/bench/vm-memory.sh"
 COLD_OK=0
 if (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then COLD_OK=1; fi
 drop_caches() { sync; if [ "$COLD_OK" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi; }
@@ -190,6 +191,7 @@ cleanup() {
     done
     rm -rf "$SCRATCH"
     rm -f "$RUNDIR/pagevault"
+    release_guest_memory
 }
 trap cleanup EXIT
 trap 'log "error: exit $? at line $LINENO: $BASH_COMMAND"' ERR
@@ -347,22 +349,6 @@ warm_up() {      # read the data directory into the page cache
     find "${DATA[$SET]}" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true
 }
 
-# rewarm PHASE: a warm run's input in the page cache, and none of the filesystem's metadata.
-# On ext4 without a journal (this machine's), creating a file skips every inode freed in the
-# last 60 s whose inode-table block is still cached; after a case deleted thousands of files,
-# the next restore (or pgBackRest backup) spent 0.3-0.6 s more on creates, the same for every
-# tool. Journaled ext4 and xfs have no such cost, and cold runs drop it already. So: drop the
-# page cache, then read the run's input back (the data directory, or the set under SCRATCH).
-rewarm() {
-    [ "$COLD_OK" = 1 ] || return 0
-    echo 1 > /proc/sys/vm/drop_caches
-    if [ "$1" = backup ]; then
-        warm_up
-    else
-        find "$SCRATCH" -path "$SCRATCH/restore" -prune -o -type f -print0 | xargs -0 -r cat > /dev/null 2>&1 || true
-    fi
-}
-
 # CPU of the server: the postmaster and its children, with those it has reaped (ticks).
 server_ticks() {
     local pid
@@ -381,7 +367,6 @@ run_timed() {
     tag=${tag// /_}
     local out=$RUNDIR/$tag.out err=$RUNDIR/$tag.err t0 t1 b0 b1 c0 c1 s0 s1 rc=0 bytes=""
     sync
-    if [ "$CACHE" = warm ]; then rewarm "$phase"; fi
     wait_quiet
     if [ "$CACHE" = cold ]; then drop_caches; fi
     s0=$(server_ticks)
@@ -556,6 +541,9 @@ run_case() {
     esac
 }
 
+log "holding the guest's memory (bench/vm-memory.sh)"
+hold_guest_memory
+log "  $VM_MEMORY_NOTE"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 T_MEASURE=0
@@ -813,7 +801,7 @@ PY
     done < "$RUNDIR/sets.tsv"
     echo "- pagevault $commit$dirty (binary built $PV_BUILT) $build_note ($PV_DEST destination: $([ "$PV_DEST" = file ] && echo '--to FILE' || echo '--repo DIR')); $(pgbackrest version) (process-max=2, archive-check=n, start-fast=y);"
     echo "  $("$PG_BIN/pg_basebackup" --version) (-Ft -X stream -c fast); pagevault threads: one per core"
-    echo "- $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, device $(df -P "$PGW" | awk 'NR==2 {print $1}'); load average $LOAD_START at start, $LOAD_END at end"
+    echo "- $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, device $(df -P "$PGW" | awk 'NR==2 {print $1}'); load average $LOAD_START at start, $LOAD_END at end; $VM_MEMORY_NOTE"
     echo "- $REPS repetition(s) of every case per cache state (${CACHE_LIST[*]}), round-robin, every other repetition in reverse order;"
     echo "  $((T_MEASURE / 60)) min $((T_MEASURE % 60)) s of measurements (${QUIET_WAITED} s of it waiting for other CPU load), $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s in all"
     echo "- seconds: wall time of the command plus \`sync -f\` of what it wrote (backup and restore alike); the best of the repetitions"
