@@ -77,6 +77,11 @@ if [ ! -f "$SRC_U/.done" ]; then
   sync; touch "$SRC_U/.done"
 fi
 
+source "$ROOT/bench/vm-memory.sh"
+trap release_guest_memory EXIT
+log "holding the guest's memory (bench/vm-memory.sh)"
+hold_guest_memory
+log "  $VM_MEMORY_NOTE"
 echo -e "source\tadaptive\trep\tseconds\tmbps\traises\tpeak" > "$OUT/runs.tsv"
 run() { # source-name dir adaptive rep
   sync; echo 3 > /proc/sys/vm/drop_caches
@@ -99,6 +104,8 @@ done
 
 {
   echo "## Adaptive readers, cold cache, backup to NUL ($REPS repetitions, $(nproc) cores)"
+  echo
+  echo "$VM_MEMORY_NOTE"
   echo
   echo "| source | adaptive | MB/s best | MB/s median | raises | peak reads in flight | on/off (median) |"
   echo "|---|---|---:|---:|---:|---:|---:|"

@@ -59,7 +59,8 @@ RESULTS=$RUNDIR/runs.tsv
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-cleanup() { rm -rf "$STRIPES" "$RESTORE"; }
+source "$ROOT/bench/vm-memory.sh"
+cleanup() { rm -rf "$STRIPES" "$RESTORE"; release_guest_memory; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -265,6 +266,9 @@ run_pv() {
 
 "$PV" --version >/dev/null || die "$PV does not run"
 
+log "holding the guest's memory (bench/vm-memory.sh)"
+hold_guest_memory
+log "  $VM_MEMORY_NOTE"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 SOURCE="files:$SRC"
@@ -416,7 +420,7 @@ PY
     echo
     echo "- source: \`files:$SRC\`, $NFILES files, $((SIZE_BYTES / 1048576)) MiB (db-like pages, random, base64 text); device $dev"
     echo "- $cache"
-    echo "- pagevault $commit$dirty $build_note; $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; load average $LOAD_START at start, $LOAD_END at end; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements, ${QUIET_WAITED} s of it waiting for other CPU load to pass"
+    echo "- pagevault $commit$dirty $build_note; $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM; load average $LOAD_START at start, $LOAD_END at end; $VM_MEMORY_NOTE; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements, ${QUIET_WAITED} s of it waiting for other CPU load to pass"
     echo "- $REPS repetition(s) per case, run round-robin (every case once, then again); MB = 1,048,576 bytes. MB/s is measured by this script around the whole"
     echo "  command (raw bytes / wall seconds; disk backups include their fsync, restores include a \`sync -f\` of the target)."
     echo "  'pagevault-reported' is the mb_per_sec of its --json output. fio reads the same files in order with 1 MiB blocks."

@@ -225,7 +225,9 @@ cleanup() {
     rm -rf "$SCRATCH"
     [ "$KEEP_STORES" = 1 ] || rm -rf "$STORE_DIR/minio" "$STORE_DIR/azurite"
     rm -f "$RUNDIR/pagevault"
+    release_guest_memory
 }
+source "$ROOT/bench/vm-memory.sh"
 trap cleanup EXIT
 trap 'log "error: exit $? at line $LINENO: $BASH_COMMAND"' ERR
 trap 'log "interrupted (SIGINT)"; exit 130' INT
@@ -629,6 +631,9 @@ if [ -z "$WALG_NOT" ]; then
         WALG_SKIPS+=("none codec skipped: this WAL-G has no uncompressed method (WALG_COMPRESSION_METHOD=none came with 3.0.8)")
     fi
 fi
+log "holding the guest's memory (bench/vm-memory.sh)"
+hold_guest_memory
+log "  $VM_MEMORY_NOTE"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 for ((REP = 1; REP <= REPS; REP++)); do
@@ -861,6 +866,7 @@ PY
     echo "- codecs: none, lz4 (pgBackRest lz4 level 1), zstd (level 3 all); warm page cache only (the data directory read before each repetition)"
     echo "- $REPS repetition(s), round-robin, every other one in reverse order, each store warmed up first by an untimed 256 MiB upload and read-back; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements"
     echo "  (${QUIET_WAITED} s of it waiting for other CPU load); load average $LOAD_START at start, $LOAD_END at end"
+    echo "- $VM_MEMORY_NOTE"
     echo "- seconds: wall time of the command (restores: plus \`sync -f\` of the target); best of the repetitions, median in brackets;"
     echo "  MB/s = database size / best seconds (MB = 1,048,576 bytes); stored = bytes listed under the backup's prefix in the store"
     echo "  (pgBackRest: repository with manifest and backup.info; WAL-G: basebackups_005/); CPU s = user + system of the tool's processes + of the store server;"

@@ -64,7 +64,8 @@ die() { log "error: $*"; exit 1; }
 [ -d "$DIR" ] || die "$DIR is not a directory"
 TMP=$(mktemp -d)
 FIOFILE="$DIR/pagevault-storage-fio.$$.tmp"
-cleanup() { rm -f "$FIOFILE"; rm -rf "$TMP"; }
+source "$ROOT/bench/vm-memory.sh"
+cleanup() { rm -f "$FIOFILE"; rm -rf "$TMP"; release_guest_memory; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -117,6 +118,9 @@ IFS=, read -r -a plist <<< "$PROFILES"
 # The patterns, as pagevault describes them (a short run on a small file).
 "$PV" bench --path "$DIR" --size 16M --duration 0.05 --profile "$PROFILES" --json > "$TMP/spec.json" ||
     die "pagevault bench cannot run in $DIR"
+log "holding the guest's memory (bench/vm-memory.sh)"
+hold_guest_memory
+log "  $VM_MEMORY_NOTE"
 for ((rep = 1; rep <= REPS; rep++)); do
 for p in "${plist[@]}"; do
     pvj=$TMP/pv-$p-$rep.json
