@@ -410,3 +410,40 @@ fn duplicated_and_missing_frames_are_caught() {
         assert!(e.contains(needle), "restore: expected '{needle}' in: {e}");
     }
 }
+
+/// Files are created while frames are written: one that cannot be made fails the restore
+/// with its path and the reason, and the target stays marked incomplete.
+#[test]
+fn a_file_that_cannot_be_created_fails_the_restore_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let long = format!("base/16384/{}", "f".repeat(70));
+    fs::write(src.join(&long), b"a file with a long name").unwrap();
+    let set = s(&dir.path().join("a.pv"));
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--to",
+        &set,
+    ]);
+    // A target path so long that the other paths fit under PATH_MAX (4096) and `long` does not.
+    let mut to = dir.path().to_path_buf();
+    let want = 4040;
+    while to.as_os_str().len() + 201 < want {
+        to.push("d".repeat(200));
+    }
+    let rest = want - to.as_os_str().len() - 1;
+    to.push("e".repeat(rest));
+    assert_eq!(to.as_os_str().len(), want);
+    fs::create_dir_all(&to).unwrap();
+    let e = fails(&["restore", "--from", &set, "--to", &s(&to)], 1);
+    assert!(
+        e.contains("cannot create '") && e.contains(&long) && e.contains("too long"),
+        "{e}"
+    );
+    assert!(to.join(".pagevault-restore-incomplete").exists());
+    // What could be created is there; nothing was written outside the target.
+    assert!(to.join("one_byte").exists());
+}

@@ -286,3 +286,58 @@ fn sql_statements_map_to_the_engine() {
     let e = fails(&["sql", "SELECT 1"], 1);
     assert!(e.contains("only BACKUP and RESTORE"), "{e}");
 }
+
+#[test]
+fn restore_says_where_its_time_went_outside_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let set = s(&dir.path().join("a.pv"));
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--to",
+        &set,
+    ]);
+    let to = s(&dir.path().join("r1"));
+    let j = json(&["restore", "--from", &set, "--to", &to]);
+    let phases = j["phases"].as_array().expect("phases in the summary");
+    let names: Vec<&str> = phases
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "prepare target",
+            "create directories",
+            "create files, read, check and write",
+            "links, modes, times",
+            "sync to disk",
+            "recovery settings, owner"
+        ]
+    );
+    // The phases split the command's seconds: together they are all of it.
+    let sum: f64 = phases.iter().map(|p| p["seconds"].as_f64().unwrap()).sum();
+    let secs = j["seconds"].as_f64().unwrap();
+    assert!(
+        sum <= secs && sum >= secs * 0.95 - 0.001,
+        "phases {sum} s of {secs} s"
+    );
+    let text = ok(&[
+        "restore",
+        "--from",
+        &set,
+        "--to",
+        &s(&dir.path().join("r2")),
+    ]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Where the time went: prepare target "))
+        .unwrap_or_else(|| panic!("no phase line in\n{text}"));
+    assert!(
+        line.contains(", create directories ") && line.contains(", sync to disk "),
+        "{line}"
+    );
+}
