@@ -311,8 +311,8 @@ fn restore_says_where_its_time_went_outside_the_pipeline() {
         names,
         [
             "prepare target",
-            "create directories",
-            "create files, read, check and write",
+            "create files",
+            "read, check and write",
             "links, modes, times",
             "sync to disk",
             "recovery settings, owner"
@@ -337,7 +337,7 @@ fn restore_says_where_its_time_went_outside_the_pipeline() {
         .find(|l| l.starts_with("Where the time went: prepare target "))
         .unwrap_or_else(|| panic!("no phase line in\n{text}"));
     assert!(
-        line.contains(", create directories ") && line.contains(", sync to disk "),
+        line.contains(", create files ") && line.contains(", sync to disk "),
         "{line}"
     );
 }

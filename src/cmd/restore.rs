@@ -18,8 +18,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 #[derive(Args)]
 pub struct ReadArgs {
@@ -89,8 +88,9 @@ const MARKER: &str = ".pagevault-restore-incomplete";
 
 /// Writes frames into the restored files, opened lazily and kept open while they last.
 struct Target {
-    /// With `files.overlay` (a differential), zero ranges must be written.
-    files: Files,
+    paths: HashMap<u32, PathBuf>,
+    /// Writing over earlier content (a differential): zero ranges must be written.
+    overlay: bool,
     open: Mutex<HashMap<u32, Arc<File>>>,
 }
 
@@ -103,8 +103,7 @@ impl Target {
         if open.len() >= 256 {
             open.clear(); // in-flight writers keep their Arc
         }
-        let path = self.files.ensure(id)?;
-        let f = Arc::new(OpenOptions::new().write(true).open(path)?);
+        let f = Arc::new(OpenOptions::new().write(true).open(&self.paths[&id])?);
         open.insert(id, f.clone());
         Ok(f)
     }
@@ -115,7 +114,7 @@ impl FrameSink for Target {
         self.file(file)?.write_all_at(data, offset)
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
-        if self.files.overlay {
+        if self.overlay {
             static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
             let f = self.file(file)?;
             let mut done = 0;
@@ -214,111 +213,67 @@ fn set_mtime(p: &Path, mtime: i64) {
     let _ = filetime::set_file_mtime(p, filetime::FileTime::from_unix_time(mtime.max(0), 0));
 }
 
-/// The regular files of a restore. Each is created at its size once, by `create_all`
-/// (in the order of the manifest, alongside the pipeline) or by the first frame that
-/// needs it, whichever comes first: creating a file costs 40-400 us of CPU here (ext4
-/// inode allocation), and thousands of them, made before the first write, left the
-/// disk idle for up to a third of a restore.
-struct Files {
-    list: Vec<(PathBuf, u64)>,
-    index: HashMap<u32, usize>,
-    made: Vec<OnceLock<Result<(), String>>>,
-    /// Keep what a file already holds (applying a differential).
+/// Creates the directories and the pre-sized files of a manifest, `threads` at a time;
+/// returns where each file id goes. `overlay` keeps what a file already holds (applying
+/// a differential).
+fn lay_out(
+    m: &Manifest,
+    place: &dyn Fn(&str) -> PathBuf,
     overlay: bool,
-}
-
-impl Files {
-    /// Where file `id` goes, once it exists at its size.
-    fn ensure(&self, id: u32) -> io::Result<&Path> {
-        let i = *self
-            .index
-            .get(&id)
-            .ok_or_else(|| io::Error::other(format!("file {id} is not in the manifest")))?;
-        self.make(i)?;
-        Ok(&self.list[i].0)
-    }
-
-    fn make(&self, i: usize) -> io::Result<()> {
-        let (p, size) = &self.list[i];
-        let made = self.made[i].get_or_init(|| {
-            let mut o = OpenOptions::new();
-            o.write(true);
-            if self.overlay {
-                o.create(true).truncate(false);
-            } else {
-                o.create_new(true);
-            }
-            let r = o.open(p).and_then(|f| f.set_len(*size));
-            r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
-        });
-        made.as_ref().map_err(|e| io::Error::other(e.clone()))?;
-        Ok(())
-    }
-
-    /// Creates every file not yet created, in order; stops early when `stop` is set.
-    fn create_all(&self, stop: &AtomicBool) -> Result<()> {
-        for i in 0..self.list.len() {
-            if stop.load(Relaxed) {
-                break;
-            }
-            self.make(i)?;
-        }
-        Ok(())
-    }
-}
-
-/// Creates the directories of a manifest and returns its regular files, not yet created.
-fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> Result<Files> {
-    let (mut list, mut index) = (vec![], HashMap::new());
-    let mut made_dirs = std::collections::HashSet::new();
+    threads: usize,
+) -> Result<HashMap<u32, PathBuf>> {
+    let mut paths = HashMap::new();
+    // Files by directory: one directory's creations queue on its lock, different
+    // directories' go in parallel.
+    let mut dirs: HashMap<PathBuf, Vec<(PathBuf, u64)>> = HashMap::new();
     for f in &m.files {
         let p = place(&f.path);
         match f.kind {
-            EntryKind::Dir => {
-                fs::create_dir_all(&p)?;
-                made_dirs.insert(p);
-            }
+            EntryKind::Dir => fs::create_dir_all(&p)?,
             EntryKind::File => {
-                if let Some(parent) = p.parent() {
-                    if made_dirs.insert(parent.to_path_buf()) {
-                        fs::create_dir_all(parent)?;
-                    }
+                let parent = p.parent().map(Path::to_path_buf).unwrap_or_default();
+                if !dirs.contains_key(&parent) {
+                    fs::create_dir_all(&parent)?;
                 }
-                index.insert(f.id, list.len());
-                list.push((p, f.size));
+                dirs.entry(parent).or_default().push((p.clone(), f.size));
+                paths.insert(f.id, p);
             }
             EntryKind::Link => {}
         }
     }
-    let made = (0..list.len()).map(|_| Default::default()).collect();
-    Ok(Files {
-        list,
-        index,
-        made,
-        overlay,
-    })
-}
-
-/// Runs the restore pipeline into `target` while its files are created alongside.
-fn run_with_files(
-    stripes: &[restore::StripeIn],
-    ids: &[(u32, u64)],
-    params: &restore::Params,
-    target: &Target,
-    progress: &Progress,
-) -> Result<restore::Outcome> {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let creator = s.spawn(|| target.files.create_all(&stop));
-        let out = restore::run(stripes, ids, params, Some(target), progress);
-        if out.is_err() {
-            stop.store(true, Relaxed);
+    // Creating a file costs 40-400 us of CPU here (ext4 inode allocation): thousands of
+    // them were a quarter of a cluster's restore when done one by one.
+    let mut groups: Vec<Vec<(PathBuf, u64)>> = dirs.into_values().collect();
+    groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+    let mut lanes: Vec<Vec<(PathBuf, u64)>> = vec![vec![]; threads.max(1)];
+    for g in groups {
+        let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
+        lane.extend(g);
+    }
+    let create = |files: &[(PathBuf, u64)]| -> Result<()> {
+        for (p, size) in files {
+            let mut o = OpenOptions::new();
+            o.write(true);
+            if overlay {
+                o.create(true).truncate(false);
+            } else {
+                o.create_new(true);
+            }
+            let file = o
+                .open(p)
+                .with_context(|| format!("cannot create '{}'", p.display()))?;
+            file.set_len(*size)
+                .with_context(|| format!("cannot size '{}'", p.display()))?;
         }
-        let made = creator.join().expect("file creation panicked");
-        let out = out?;
-        made?;
-        Ok(out)
-    })
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let running: Vec<_> = lanes.iter().map(|l| s.spawn(|| create(l))).collect();
+        running
+            .into_iter()
+            .try_for_each(|h| h.join().expect("file creation panicked"))
+    })?;
+    Ok(paths)
 }
 
 /// Writes a differential set over a restored full set: changed pages in place,
@@ -334,7 +289,7 @@ fn apply_diff(
 ) -> Result<restore::Outcome> {
     let dm = &ds.manifest;
     let params = engine_params(read, ds);
-    let files = lay_out(dm, place, true)?;
+    let paths = lay_out(dm, place, true, params.threads)?;
     let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
     for f in base
         .files
@@ -344,7 +299,8 @@ fn apply_diff(
         let _ = fs::remove_file(place(&f.path));
     }
     let target = Target {
-        files,
+        paths,
+        overlay: true,
         open: Mutex::new(HashMap::new()),
     };
     let ids = regular_files(dm);
@@ -353,7 +309,7 @@ fn apply_diff(
         ..Progress::default()
     });
     let reporter = Reporter::start(progress.clone(), stats, json, "restore diff");
-    let out = run_with_files(&ds.stripes, &ids, &params, &target, &progress);
+    let out = restore::run(&ds.stripes, &ids, &params, Some(&target), &progress);
     reporter.finish();
     let out = out?;
     check_checksums(dm, &ids, &out.checksums)?;
@@ -583,15 +539,16 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
 
     phases.mark("prepare target");
     let params = engine_params(&a.read, &set);
-    let files = lay_out(m, &place, false)?;
-    phases.mark("create directories");
+    let paths = lay_out(m, &place, false, params.threads)?;
+    phases.mark("create files");
     let target = Target {
-        files,
+        paths,
+        overlay: false,
         open: Mutex::new(HashMap::new()),
     };
     let ids = regular_files(m);
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "restore");
-    let out = run_with_files(&set.stripes, &ids, &params, &target, &progress);
+    let out = restore::run(&set.stripes, &ids, &params, Some(&target), &progress);
     reporter.finish();
     let out = out.with_context(|| {
         format!(
@@ -606,7 +563,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             a.to.display()
         )
     })?;
-    phases.mark("create files, read, check and write");
+    phases.mark("read, check and write");
     let mut out = out;
     if let Some(ds) = &diff_set {
         let d = apply_diff(
