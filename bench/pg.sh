@@ -17,7 +17,8 @@
 #     (untar, decompressing with lz4/zstd)
 #   - the device floor (fio, in the same round-robin): writing the data directory's size
 #     sequentially, O_DIRECT, 2 writers with 8 writes of 1 MiB in flight each (warm), the same
-#     while reading a file of that size (cold): what an uncompressed restore needs of the disk;
+#     while reading a file of that size (cold): what an uncompressed restore needs of the disk
+#     (cold, also while reading only the size of pagevault's lz4 and zstd sets: compressed restores);
 #     and with a cold cache, reading that file alone: what any cold backup needs of the disk
 # Every timed command includes making its output durable (sync -f of the target afterwards).
 # Prints one markdown table (seconds, MB/s of the database size, backup size, restore seconds,
@@ -521,6 +522,20 @@ case_floor() {
           --name=write --directory="$SCRATCH/restore" --rw=write --size=$((DBB / 2)) --numjobs=2 --fallocate=none)
     [ "$CACHE" = cold ] && jobs+=(--name=read --filename="$src" --rw=read --size="$DBB" --numjobs=1)
     run_timed restore device none "$SCRATCH/restore" "$SCRATCH" fio "${jobs[@]}" || true
+    # A compressed cold restore reads only its set: the same writes while reading the size of
+    # pagevault's latest set of that codec (none yet in the first repetition's first cases).
+    if [ "$CACHE" = cold ]; then
+        local codec stored
+        for codec in lz4 zstd; do
+            stored=$(awk -F'\t' -v s="$SET" -v c="$codec" '$1 == s && $2 == "pagevault" && $3 == c &&
+                $6 == "backup" && $9 == "ok" && $8 != "" {b = $8} END {print b}' "$RESULTS")
+            [ -n "$stored" ] || continue
+            fresh_scratch
+            mkdir -p "$SCRATCH/restore"
+            jobs[-2]=--size="$stored"
+            run_timed restore device "$codec" "$SCRATCH/restore" "$SCRATCH" fio "${jobs[@]}" || true
+        done
+    fi
     fresh_scratch
 }
 
@@ -691,6 +706,8 @@ for k in order:
     if tool == "device":
         if r:
             what = "restore: write the data size, O_DIRECT" + (", reading as much" if cache == "cold" else "")
+            if variant != "none":
+                what = f"restore: write the data size, O_DIRECT, reading the size of pagevault's {variant} set"
             if b:
                 what = "backup: read the data size, O_DIRECT; " + what
             out.append(f"| {s} | {cache} | device floor (fio) | {variant} | {secs(b)} | {mbps(db, b['sec']) if b else '-'} "
@@ -738,6 +755,8 @@ for k in order:
                     floor = None
                     if variant == "none" or (phase == "restore" and cache == "warm"):
                         floor, _ = stat((s, "device", "none", cache), "restore")
+                    elif phase == "restore":
+                        floor, _ = stat((s, "device", pvk[2], cache), "restore")
                     goals.append((s, cache, f"{phase} >= 2x pgBackRest ({variant} vs pagevault {pvk[2]})",
                                   p["sec"], me["sec"], ratio, 2.0, floor))
         if tool == "pg_basebackup":
