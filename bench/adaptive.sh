@@ -79,9 +79,7 @@ fi
 
 source "$ROOT/bench/vm-memory.sh"
 trap release_guest_memory EXIT
-log "holding the guest's memory (bench/vm-memory.sh)"
 hold_guest_memory
-log "  $VM_MEMORY_NOTE"
 echo -e "source\tadaptive\trep\tseconds\tmbps\traises\tpeak" > "$OUT/runs.tsv"
 run() { # source-name dir adaptive rep
   sync; echo 3 > /proc/sys/vm/drop_caches

@@ -266,9 +266,7 @@ run_pv() {
 
 "$PV" --version >/dev/null || die "$PV does not run"
 
-log "holding the guest's memory (bench/vm-memory.sh)"
 hold_guest_memory
-log "  $VM_MEMORY_NOTE"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 SOURCE="files:$SRC"

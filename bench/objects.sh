@@ -631,9 +631,7 @@ if [ -z "$WALG_NOT" ]; then
         WALG_SKIPS+=("none codec skipped: this WAL-G has no uncompressed method (WALG_COMPRESSION_METHOD=none came with 3.0.8)")
     fi
 fi
-log "holding the guest's memory (bench/vm-memory.sh)"
 hold_guest_memory
-log "  $VM_MEMORY_NOTE"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 for ((REP = 1; REP <= REPS; REP++)); do

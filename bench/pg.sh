@@ -556,9 +556,7 @@ run_case() {
     esac
 }
 
-log "holding the guest's memory (bench/vm-memory.sh)"
 hold_guest_memory
-log "  $VM_MEMORY_NOTE"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 T_MEASURE=0

@@ -118,9 +118,7 @@ IFS=, read -r -a plist <<< "$PROFILES"
 # The patterns, as pagevault describes them (a short run on a small file).
 "$PV" bench --path "$DIR" --size 16M --duration 0.05 --profile "$PROFILES" --json > "$TMP/spec.json" ||
     die "pagevault bench cannot run in $DIR"
-log "holding the guest's memory (bench/vm-memory.sh)"
 hold_guest_memory
-log "  $VM_MEMORY_NOTE"
 for ((rep = 1; rep <= REPS; rep++)); do
 for p in "${plist[@]}"; do
     pvj=$TMP/pv-$p-$rep.json

@@ -4,12 +4,18 @@
 # delete or drop_caches paid it or not depending on the run before, whatever the tool (sys time
 # 1.0 s or 4.6 s for the same 1.1 GB restore). hold_guest_memory stops the reporting and touches
 # the free memory once, so every run meets memory the host already backs;
-# release_guest_memory (call it from the EXIT trap) puts the setting back.
+# release_guest_memory (call it from the EXIT trap) puts the setting back. Both log to stderr;
+# VM_MEMORY_NOTE says what was done, for a report's header.
 VM_REPORTING=/sys/module/page_reporting/parameters/page_reporting_order
 VM_REPORTING_OLD=""
 VM_MEMORY_NOTE="free page reporting: none found (memory stays with the guest)"
 
 hold_guest_memory() {
+    _hold_guest_memory
+    printf '[%s] %s\n' "$(date +%T)" "$VM_MEMORY_NOTE" >&2
+}
+
+_hold_guest_memory() {
     [ -e "$VM_REPORTING" ] || return 0
     if ! VM_REPORTING_OLD=$(cat "$VM_REPORTING") || ! echo 11 > "$VM_REPORTING" 2>/dev/null; then
         VM_REPORTING_OLD=""

@@ -421,13 +421,7 @@ fn a_file_that_cannot_be_created_fails_the_restore_by_name() {
     let long = format!("base/16384/{}", "f".repeat(70));
     fs::write(src.join(&long), b"a file with a long name").unwrap();
     let set = s(&dir.path().join("a.pv"));
-    ok(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&src)),
-        "--to",
-        &set,
-    ]);
+    backup_files(&src, &set, &[]);
     // A target path so long that the other paths fit under PATH_MAX (4096) and `long` does not.
     let mut to = dir.path().to_path_buf();
     let want = 4040;

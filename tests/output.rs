@@ -201,13 +201,7 @@ fn restore_refuses_a_non_empty_target_without_replace() {
     let src = dir.path().join("src");
     make_tree(&src);
     let st = s(&dir.path().join("x.pv"));
-    ok(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&src)),
-        "--to",
-        &st,
-    ]);
+    backup_files(&src, &st, &[]);
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     std::fs::write(out.join("keep.txt"), b"precious").unwrap();
@@ -293,13 +287,7 @@ fn restore_says_where_its_time_went_outside_the_pipeline() {
     let src = dir.path().join("src");
     make_tree(&src);
     let set = s(&dir.path().join("a.pv"));
-    ok(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&src)),
-        "--to",
-        &set,
-    ]);
+    backup_files(&src, &set, &[]);
     let to = s(&dir.path().join("r1"));
     let j = json(&["restore", "--from", &set, "--to", &to]);
     let phases = j["phases"].as_array().expect("phases in the summary");

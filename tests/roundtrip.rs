@@ -84,17 +84,7 @@ fn single_file_source_and_direct_io_off() {
     let f = dir.path().join("data.bin");
     std::fs::write(&f, bytes(9, 3_000_000, true)).unwrap();
     let st = s(&dir.path().join("x.pv"));
-    ok(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&f)),
-        "--to",
-        &st,
-        "--direct-io",
-        "off",
-        "--compress",
-        "lz4",
-    ]);
+    backup_files(&f, &st, &["--direct-io", "off", "--compress", "lz4"]);
     let out = dir.path().join("out");
     ok(&["restore", "--from", &st, "--to", &s(&out)]);
     assert_eq!(

@@ -173,6 +173,11 @@ impl Phases {
         }
     }
 
+    /// Seconds from `start` to the last mark.
+    pub fn total(&self) -> f64 {
+        self.list.iter().map(|(_, s)| s).sum()
+    }
+
     pub fn json(&self) -> serde_json::Value {
         self.list
             .iter()

@@ -524,7 +524,6 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         HashMap::new()
     };
     let place = |rel: &str| place(&a.to, rel, &spaces);
-    let started = std::time::Instant::now();
     let mut phases = super::Phases::start();
     let progress = Arc::new(Progress::default());
     // The timeline spans what the summary's seconds count.
@@ -658,7 +657,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     fs::remove_file(&marker)?;
     let series = sampler.map(report::Sampler::finish);
     phases.mark("recovery settings, owner");
-    let secs = started.elapsed().as_secs_f64();
+    let secs = phases.total();
     let rate = mb_per_sec(out.raw_bytes, secs);
     let mut summary = json!({
         "command": "restore",

@@ -129,6 +129,15 @@ pub fn fails(args: &[&str], code: i32) -> String {
     r.stderr
 }
 
+/// Backs up `src` (a directory or one file) to the stripe file `set` with `extra` options;
+/// insists on success.
+pub fn backup_files(src: &Path, set: &str, extra: &[&str]) -> String {
+    let source = format!("files:{}", s(src));
+    let mut a = vec!["backup", "--source", &source, "--to", set];
+    a.extend_from_slice(extra);
+    ok(&a)
+}
+
 pub fn json(args: &[&str]) -> serde_json::Value {
     let mut a = args.to_vec();
     a.push("--json");
