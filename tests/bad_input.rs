@@ -412,7 +412,8 @@ fn duplicated_and_missing_frames_are_caught() {
 }
 
 /// A file that cannot be made fails the restore with its path and the reason, and the
-/// target stays marked incomplete.
+/// target stays marked incomplete: created alongside the pipeline (a set stored without
+/// compression) or before it (a compressed set).
 #[test]
 fn a_file_that_cannot_be_created_fails_the_restore_by_name() {
     let dir = tempfile::tempdir().unwrap();
@@ -420,22 +421,24 @@ fn a_file_that_cannot_be_created_fails_the_restore_by_name() {
     make_tree(&src);
     let long = format!("base/16384/{}", "f".repeat(70));
     fs::write(src.join(&long), b"a file with a long name").unwrap();
-    let set = s(&dir.path().join("a.pv"));
-    backup_files(&src, &set, &[]);
-    // A target path so long that the other paths fit under PATH_MAX (4096) and `long` does not.
-    let mut to = dir.path().to_path_buf();
-    let want = 4040;
-    while to.as_os_str().len() + 201 < want {
-        to.push("d".repeat(200));
+    for codec in ["none", "lz4"] {
+        let set = s(&dir.path().join(format!("{codec}.pv")));
+        backup_files(&src, &set, &["--compress", codec]);
+        // A target path so long that the other paths fit under PATH_MAX (4096) and `long` does not.
+        let mut to = dir.path().join(codec);
+        let want = 4040;
+        while to.as_os_str().len() + 201 < want {
+            to.push("d".repeat(200));
+        }
+        let rest = want - to.as_os_str().len() - 1;
+        to.push("e".repeat(rest));
+        assert_eq!(to.as_os_str().len(), want);
+        fs::create_dir_all(&to).unwrap();
+        let e = fails(&["restore", "--from", &set, "--to", &s(&to)], 1);
+        assert!(
+            e.contains("cannot create '") && e.contains(&long) && e.contains("too long"),
+            "{codec}: {e}"
+        );
+        assert!(to.join(".pagevault-restore-incomplete").exists(), "{codec}");
     }
-    let rest = want - to.as_os_str().len() - 1;
-    to.push("e".repeat(rest));
-    assert_eq!(to.as_os_str().len(), want);
-    fs::create_dir_all(&to).unwrap();
-    let e = fails(&["restore", "--from", &set, "--to", &s(&to)], 1);
-    assert!(
-        e.contains("cannot create '") && e.contains(&long) && e.contains("too long"),
-        "{e}"
-    );
-    assert!(to.join(".pagevault-restore-incomplete").exists());
 }

@@ -286,46 +286,47 @@ fn restore_says_where_its_time_went_outside_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     make_tree(&src);
-    let set = s(&dir.path().join("a.pv"));
-    backup_files(&src, &set, &[]);
-    let to = s(&dir.path().join("r1"));
-    let j = json(&["restore", "--from", &set, "--to", &to]);
-    let phases = j["phases"].as_array().expect("phases in the summary");
-    let names: Vec<&str> = phases
-        .iter()
-        .map(|p| p["phase"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "prepare target",
-            "create files",
-            "read, check and write",
+    // Without compression files are created alongside the pipeline; with it, before.
+    for (codec, creation) in [
+        (
+            "none",
+            ["create directories", "create files, read, check and write"],
+        ),
+        ("lz4", ["create files", "read, check and write"]),
+    ] {
+        let set = s(&dir.path().join(format!("{codec}.pv")));
+        backup_files(&src, &set, &["--compress", codec]);
+        let to = s(&dir.path().join(format!("{codec}-1")));
+        let j = json(&["restore", "--from", &set, "--to", &to]);
+        let phases = j["phases"].as_array().expect("phases in the summary");
+        let names: Vec<&str> = phases
+            .iter()
+            .map(|p| p["phase"].as_str().unwrap())
+            .collect();
+        let mut want = vec!["prepare target"];
+        want.extend(creation);
+        want.extend([
             "links, modes, times",
             "sync to disk",
-            "recovery settings, owner"
-        ]
-    );
-    // The phases split the command's seconds: together they are all of it (to rounding).
-    let sum: f64 = phases.iter().map(|p| p["seconds"].as_f64().unwrap()).sum();
-    let secs = j["seconds"].as_f64().unwrap();
-    assert!(
-        sum <= secs + 1e-9 && sum >= secs * 0.95 - 0.001,
-        "phases {sum} s of {secs} s"
-    );
-    let text = ok(&[
-        "restore",
-        "--from",
-        &set,
-        "--to",
-        &s(&dir.path().join("r2")),
-    ]);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("Where the time went: prepare target "))
-        .unwrap_or_else(|| panic!("no phase line in\n{text}"));
-    assert!(
-        line.contains(", create files ") && line.contains(", sync to disk "),
-        "{line}"
-    );
+            "recovery settings, owner",
+        ]);
+        assert_eq!(names, want, "{codec}");
+        // The phases split the command's seconds: together they are all of it (to rounding).
+        let sum: f64 = phases.iter().map(|p| p["seconds"].as_f64().unwrap()).sum();
+        let secs = j["seconds"].as_f64().unwrap();
+        assert!(
+            sum <= secs + 1e-9 && sum >= secs * 0.95 - 0.001,
+            "{codec}: phases {sum} s of {secs} s"
+        );
+        let to = s(&dir.path().join(format!("{codec}-2")));
+        let text = ok(&["restore", "--from", &set, "--to", &to]);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Where the time went: prepare target "))
+            .unwrap_or_else(|| panic!("no phase line in\n{text}"));
+        assert!(
+            line.contains(&format!(", {} ", creation[0])) && line.contains(", sync to disk "),
+            "{line}"
+        );
+    }
 }

@@ -18,7 +18,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Args)]
 pub struct ReadArgs {
@@ -88,9 +89,8 @@ const MARKER: &str = ".pagevault-restore-incomplete";
 
 /// Writes frames into the restored files, opened lazily and kept open while they last.
 struct Target {
-    paths: HashMap<u32, PathBuf>,
-    /// Writing over earlier content (a differential): zero ranges must be written.
-    overlay: bool,
+    /// With `files.overlay` (a differential), zero ranges must be written.
+    files: Files,
     open: Mutex<HashMap<u32, Arc<File>>>,
 }
 
@@ -103,7 +103,8 @@ impl Target {
         if open.len() >= 256 {
             open.clear(); // in-flight writers keep their Arc
         }
-        let f = Arc::new(OpenOptions::new().write(true).open(&self.paths[&id])?);
+        let path = self.files.ensure(id)?;
+        let f = Arc::new(OpenOptions::new().write(true).open(path)?);
         open.insert(id, f.clone());
         Ok(f)
     }
@@ -114,7 +115,7 @@ impl FrameSink for Target {
         self.file(file)?.write_all_at(data, offset)
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
-        if self.overlay {
+        if self.files.overlay {
             static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
             let f = self.file(file)?;
             let mut done = 0;
@@ -213,67 +214,148 @@ fn set_mtime(p: &Path, mtime: i64) {
     let _ = filetime::set_file_mtime(p, filetime::FileTime::from_unix_time(mtime.max(0), 0));
 }
 
-/// Creates the directories and the pre-sized files of a manifest, `threads` at a time;
-/// returns where each file id goes. `overlay` keeps what a file already holds (applying
-/// a differential).
-fn lay_out(
-    m: &Manifest,
-    place: &dyn Fn(&str) -> PathBuf,
+/// The regular files of a restore, each created at its size exactly once: by
+/// `create_first` before the pipeline, by `create_all` alongside it, or by the first
+/// frame that needs it. Creating a file costs 40-400 us of CPU here (ext4 inode
+/// allocation skips every recently deleted inode), so thousands of them matter.
+struct Files {
+    list: Vec<(PathBuf, u64)>,
+    index: HashMap<u32, usize>,
+    made: Vec<OnceLock<Result<(), String>>>,
+    /// Keep what a file already holds (applying a differential).
     overlay: bool,
-    threads: usize,
-) -> Result<HashMap<u32, PathBuf>> {
-    let mut paths = HashMap::new();
-    // Files by directory: one directory's creations queue on its lock, different
-    // directories' go in parallel.
-    let mut dirs: HashMap<PathBuf, Vec<(PathBuf, u64)>> = HashMap::new();
-    for f in &m.files {
-        let p = place(&f.path);
-        match f.kind {
-            EntryKind::Dir => fs::create_dir_all(&p)?,
-            EntryKind::File => {
-                let parent = p.parent().map(Path::to_path_buf).unwrap_or_default();
-                if !dirs.contains_key(&parent) {
-                    fs::create_dir_all(&parent)?;
-                }
-                dirs.entry(parent).or_default().push((p.clone(), f.size));
-                paths.insert(f.id, p);
-            }
-            EntryKind::Link => {}
-        }
+}
+
+impl Files {
+    /// Where file `id` goes, once it exists at its size.
+    fn ensure(&self, id: u32) -> io::Result<&Path> {
+        let i = *self
+            .index
+            .get(&id)
+            .ok_or_else(|| io::Error::other(format!("file {id} is not in the manifest")))?;
+        self.make(i).map_err(io::Error::other)?;
+        Ok(&self.list[i].0)
     }
-    // Creating a file costs 40-400 us of CPU here (ext4 inode allocation): thousands of
-    // them were a quarter of a cluster's restore when done one by one.
-    let mut groups: Vec<Vec<(PathBuf, u64)>> = dirs.into_values().collect();
-    groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
-    let mut lanes: Vec<Vec<(PathBuf, u64)>> = vec![vec![]; threads.max(1)];
-    for g in groups {
-        let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
-        lane.extend(g);
-    }
-    let create = |files: &[(PathBuf, u64)]| -> Result<()> {
-        for (p, size) in files {
+
+    fn make(&self, i: usize) -> Result<(), String> {
+        let (p, size) = &self.list[i];
+        let made = self.made[i].get_or_init(|| {
             let mut o = OpenOptions::new();
             o.write(true);
-            if overlay {
+            if self.overlay {
                 o.create(true).truncate(false);
             } else {
                 o.create_new(true);
             }
-            let file = o
-                .open(p)
-                .with_context(|| format!("cannot create '{}'", p.display()))?;
-            file.set_len(*size)
-                .with_context(|| format!("cannot size '{}'", p.display()))?;
+            let r = o.open(p).and_then(|f| f.set_len(*size));
+            r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
+        });
+        made.clone()
+    }
+
+    /// Creates every file, `threads` at a time, one directory per lane: a directory's
+    /// creations queue on its lock, different directories' go in parallel.
+    fn create_first(&self, threads: usize) -> Result<()> {
+        let mut dirs: HashMap<&Path, Vec<usize>> = HashMap::new();
+        for (i, (p, _)) in self.list.iter().enumerate() {
+            dirs.entry(p.parent().unwrap_or(p)).or_default().push(i);
         }
-        Ok(())
-    };
+        let mut groups: Vec<Vec<usize>> = dirs.into_values().collect();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+        let mut lanes: Vec<Vec<usize>> = vec![vec![]; threads.max(1)];
+        for g in groups {
+            let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
+            lane.extend(g);
+        }
+        std::thread::scope(|s| {
+            let running: Vec<_> = lanes
+                .iter()
+                .map(|l| s.spawn(|| l.iter().try_for_each(|&i| self.make(i))))
+                .collect();
+            running
+                .into_iter()
+                .try_for_each(|h| h.join().expect("file creation panicked"))
+        })
+        .map_err(|e| anyhow!(e))
+    }
+
+    /// Creates every file not yet created, in the manifest's order, until `stop` is set.
+    fn create_all(&self, stop: &AtomicBool) -> Result<(), String> {
+        (0..self.list.len())
+            .take_while(|_| !stop.load(Relaxed))
+            .try_for_each(|i| self.make(i))
+    }
+}
+
+/// Creates the directories of a manifest and returns its regular files, not yet created.
+fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> Result<Files> {
+    let (mut list, mut index) = (vec![], HashMap::new());
+    let mut made_dirs = std::collections::HashSet::new();
+    for f in &m.files {
+        let p = place(&f.path);
+        match f.kind {
+            EntryKind::Dir => {
+                fs::create_dir_all(&p)?;
+                made_dirs.insert(p);
+            }
+            EntryKind::File => {
+                if let Some(parent) = p.parent() {
+                    if made_dirs.insert(parent.to_path_buf()) {
+                        fs::create_dir_all(parent)?;
+                    }
+                }
+                index.insert(f.id, list.len());
+                list.push((p, f.size));
+            }
+            EntryKind::Link => {}
+        }
+    }
+    let made = (0..list.len()).map(|_| OnceLock::new()).collect();
+    Ok(Files {
+        list,
+        index,
+        made,
+        overlay,
+    })
+}
+
+/// Whether a set's files are best created alongside its pipeline. A set stored without
+/// compression leaves the CPU idle while its writes wait for the disk, and creating
+/// files before them left the disk idle: bench/pg.sh measured 0.1-0.4 s less for such
+/// restores. With decompression the CPU is the limit, and creating files alongside
+/// cost 0.15-0.5 s more, so those files are created first.
+fn create_alongside(m: &Manifest) -> bool {
+    m.codec == "none"
+}
+
+/// Runs the restore pipeline into `target`, its files created alongside or first;
+/// `phases` marks what comes before the pipeline.
+fn run_into(
+    set: &set::OpenSet,
+    ids: &[(u32, u64)],
+    params: &restore::Params,
+    target: &Target,
+    progress: &Progress,
+    phases: &mut super::Phases,
+) -> Result<restore::Outcome> {
+    if !create_alongside(&set.manifest) {
+        target.files.create_first(params.threads)?;
+        phases.mark("create files");
+        return restore::run(&set.stripes, ids, params, Some(target), progress);
+    }
+    phases.mark("create directories");
+    let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let running: Vec<_> = lanes.iter().map(|l| s.spawn(|| create(l))).collect();
-        running
-            .into_iter()
-            .try_for_each(|h| h.join().expect("file creation panicked"))
-    })?;
-    Ok(paths)
+        let creator = s.spawn(|| target.files.create_all(&stop));
+        let out = restore::run(&set.stripes, ids, params, Some(target), progress);
+        if out.is_err() {
+            stop.store(true, Relaxed);
+        }
+        let made = creator.join().expect("file creation panicked");
+        let out = out?;
+        made.map_err(|e| anyhow!(e))?;
+        Ok(out)
+    })
 }
 
 /// Writes a differential set over a restored full set: changed pages in place,
@@ -289,7 +371,7 @@ fn apply_diff(
 ) -> Result<restore::Outcome> {
     let dm = &ds.manifest;
     let params = engine_params(read, ds);
-    let paths = lay_out(dm, place, true, params.threads)?;
+    let files = lay_out(dm, place, true)?;
     let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
     for f in base
         .files
@@ -299,8 +381,7 @@ fn apply_diff(
         let _ = fs::remove_file(place(&f.path));
     }
     let target = Target {
-        paths,
-        overlay: true,
+        files,
         open: Mutex::new(HashMap::new()),
     };
     let ids = regular_files(dm);
@@ -309,7 +390,9 @@ fn apply_diff(
         ..Progress::default()
     });
     let reporter = Reporter::start(progress.clone(), stats, json, "restore diff");
-    let out = restore::run(&ds.stripes, &ids, &params, Some(&target), &progress);
+    // The differential is one phase of the restore's report.
+    let mut phases = super::Phases::start();
+    let out = run_into(ds, &ids, &params, &target, &progress, &mut phases);
     reporter.finish();
     let out = out?;
     check_checksums(dm, &ids, &out.checksums)?;
@@ -538,16 +621,14 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
 
     phases.mark("prepare target");
     let params = engine_params(&a.read, &set);
-    let paths = lay_out(m, &place, false, params.threads)?;
-    phases.mark("create files");
+    let files = lay_out(m, &place, false)?;
     let target = Target {
-        paths,
-        overlay: false,
+        files,
         open: Mutex::new(HashMap::new()),
     };
     let ids = regular_files(m);
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "restore");
-    let out = restore::run(&set.stripes, &ids, &params, Some(&target), &progress);
+    let out = run_into(&set, &ids, &params, &target, &progress, &mut phases);
     reporter.finish();
     let out = out.with_context(|| {
         format!(
@@ -562,7 +643,11 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             a.to.display()
         )
     })?;
-    phases.mark("read, check and write");
+    phases.mark(if create_alongside(m) {
+        "create files, read, check and write"
+    } else {
+        "read, check and write"
+    });
     let mut out = out;
     if let Some(ds) = &diff_set {
         let d = apply_diff(
