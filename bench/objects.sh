@@ -83,7 +83,8 @@ mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 cd /                          # the postgres user runs commands too: a directory everyone can enter
 PGW=$WORK/pg                  # the cluster
-SCRATCH=$WORK/scratch         # the restore of the case running; emptied after every case
+SCRATCH_ROOT=$WORK/scratch    # holds SCRATCH; emptied after every case
+SCRATCH=$SCRATCH_ROOT/case-0  # the restore of the case running (bench/scratch.sh)
 STORE_DIR=$WORK/stores        # MinIO's and Azurite's data, TLS files; new for every run
 STAMP=$(date +%Y%m%d-%H%M%S)
 RUNDIR=$WORK/results/objects-$STAMP
@@ -222,12 +223,13 @@ cleanup() {
     stop_pid "$MINIO_PID"
     stop_pid "$AZURITE_PID"
     [ -z "$PG_RUNNING" ] || pg_stop "$PG_RUNNING"
-    rm -rf "$SCRATCH"
+    rm -rf "$SCRATCH_ROOT"
     [ "$KEEP_STORES" = 1 ] || rm -rf "$STORE_DIR/minio" "$STORE_DIR/azurite"
     rm -f "$RUNDIR/pagevault"
     release_guest_memory
 }
 source "$ROOT/bench/vm-memory.sh"
+source "$ROOT/bench/scratch.sh"
 trap cleanup EXIT
 trap 'log "error: exit $? at line $LINENO: $BASH_COMMAND"' ERR
 trap 'log "interrupted (SIGINT)"; exit 130' INT
@@ -454,7 +456,6 @@ wait_quiet() {   # while something else keeps the CPUs over 25% busy, wait (QUIE
         QUIET_WAITED=$((QUIET_WAITED + 2))
     done
 }
-fresh_scratch() { rm -rf "$SCRATCH"; mkdir -p "$SCRATCH"; chown postgres: "$SCRATCH"; }
 warm_up() { find "$DATA" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true; }
 # warm_stores: an untimed 256 MiB upload and read-back per store before each repetition.
 # Azurite (node) is slow while its heap grows, in its first minute most: without this, the
@@ -864,7 +865,7 @@ PY
     echo "- codecs: none, lz4 (pgBackRest lz4 level 1), zstd (level 3 all); warm page cache only (the data directory read before each repetition)"
     echo "- $REPS repetition(s), round-robin, every other one in reverse order, each store warmed up first by an untimed 256 MiB upload and read-back; $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s of measurements"
     echo "  (${QUIET_WAITED} s of it waiting for other CPU load); load average $LOAD_START at start, $LOAD_END at end"
-    echo "- $VM_MEMORY_NOTE"
+    echo "- $VM_MEMORY_NOTE; every case restores into a new directory that ext4 places away from the inodes the last cases freed (bench/scratch.sh)"
     echo "- seconds: wall time of the command (restores: plus \`sync -f\` of the target); best of the repetitions, median in brackets;"
     echo "  MB/s = database size / best seconds (MB = 1,048,576 bytes); stored = bytes listed under the backup's prefix in the store"
     echo "  (pgBackRest: repository with manifest and backup.info; WAL-G: basebackups_005/); CPU s = user + system of the tool's processes + of the store server;"

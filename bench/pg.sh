@@ -88,8 +88,7 @@ WORK=$(cd "$WORK" && pwd)
 cd /                          # the postgres user runs commands too: a directory everyone can enter
 PGW=$WORK/pg                  # clusters, pgBackRest settings
 SCRATCH_ROOT=$PGW/scratch     # holds SCRATCH; emptied after every case
-SCRATCH=$SCRATCH_ROOT/case-0  # the backup and restore of the case running (fresh_scratch)
-CASE_NO=0
+SCRATCH=$SCRATCH_ROOT/case-0  # the backup and restore of the case running (bench/scratch.sh)
 STAMP=$(date +%Y%m%d-%H%M%S)
 RUNDIR=$WORK/results/pg-$STAMP
 RESULTS=$RUNDIR/runs.tsv
@@ -139,6 +138,7 @@ fi
 
 # ------------------------------------------------------------ page cache ----
 source "$ROOT/bench/vm-memory.sh"
+source "$ROOT/bench/scratch.sh"
 COLD_OK=0
 if (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then COLD_OK=1; fi
 drop_caches() { sync; if [ "$COLD_OK" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi; }
@@ -346,22 +346,6 @@ wait_quiet() {   # while something else keeps the CPUs over 25% busy, wait (QUIE
         sleep 1.5
         QUIET_WAITED=$((QUIET_WAITED + 2))
     done
-}
-# fresh_scratch: removes the last case's directory and makes a new one with a new name.
-# On a journal-less ext4 (this VM's), every file created skips, one by one, each inode of
-# its block group freed in the last 60-360 s: after the last case's tree was removed, any
-# tool paid 0.1-0.5 s of CPU to create the 1,300 files of a restore, more the more trees
-# had gone in the minutes before. The root is the top of a directory hierarchy (chattr
-# +T), so ext4 places each case's directory by its name in a group where nothing was
-# just freed, as on a fresh volume. With a journal (or on XFS) there is no such cost.
-fresh_scratch() {
-    rm -rf "$SCRATCH_ROOT"
-    mkdir -p "$SCRATCH_ROOT"
-    chattr +T "$SCRATCH_ROOT" 2>/dev/null || true
-    CASE_NO=$((CASE_NO + 1))
-    SCRATCH=$SCRATCH_ROOT/case-$CASE_NO
-    mkdir "$SCRATCH"
-    chown postgres: "$SCRATCH_ROOT" "$SCRATCH"
 }
 warm_up() {      # read the data directory into the page cache
     find "${DATA[$SET]}" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true
@@ -836,7 +820,7 @@ PY
     echo "- pagevault $commit$dirty (binary built $PV_BUILT) $build_note ($PV_DEST destination: $([ "$PV_DEST" = file ] && echo '--to FILE' || echo '--repo DIR')); $(pgbackrest version) (process-max=2, archive-check=n, start-fast=y);"
     echo "  $("$PG_BIN/pg_basebackup" --version) (-Ft -X stream -c fast); pagevault threads: one per core"
     echo "- $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, device $(df -P "$PGW" | awk 'NR==2 {print $1}'); load average $LOAD_START at start, $LOAD_END at end; $VM_MEMORY_NOTE;"
-    echo "  every case in a new directory that ext4 places away from the inodes the last cases freed (see fresh_scratch)"
+    echo "  every case in a new directory that ext4 places away from the inodes the last cases freed (bench/scratch.sh)"
     echo "- $REPS repetition(s) of every case per cache state (${CACHE_LIST[*]}), round-robin, every other repetition in reverse order;"
     echo "  $((T_MEASURE / 60)) min $((T_MEASURE % 60)) s of measurements (${QUIET_WAITED} s of it waiting for other CPU load), $(((T_END - T_START) / 60)) min $(((T_END - T_START) % 60)) s in all"
     echo "- seconds: wall time of the command plus \`sync -f\` of what it wrote (backup and restore alike); the best of the repetitions"

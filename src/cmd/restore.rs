@@ -216,8 +216,9 @@ fn set_mtime(p: &Path, mtime: i64) {
 
 /// The regular files of a restore, each created at its size exactly once: by
 /// `create_first` before the pipeline, by `create_all` alongside it, or by the first
-/// frame that needs it. Creating a file costs 40-400 us of CPU here (ext4 inode
-/// allocation skips every recently deleted inode), so thousands of them matter.
+/// frame that needs it. Creating a file costs about 15 us of CPU here, up to 400 us
+/// where many inodes were just freed (ext4 without a journal skips each of them), so a
+/// cluster's thousands of files matter.
 struct Files {
     list: Vec<(PathBuf, u64)>,
     index: HashMap<u32, usize>,
@@ -321,9 +322,9 @@ fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> Resu
 
 /// Whether a set's files are best created alongside its pipeline. A set stored without
 /// compression leaves the CPU idle while its writes wait for the disk, and creating
-/// files before them left the disk idle: bench/pg.sh measured 0.1-0.4 s less for such
-/// restores. With decompression the CPU is the limit, and creating files alongside
-/// cost 0.15-0.5 s more, so those files are created first.
+/// files before them left the disk idle: 0.1-0.4 s less for such restores in bench/pg.sh
+/// while creation was slow. With decompression the CPU is the limit, and creating files
+/// alongside cost 0.15-0.5 s more, so those files are created first.
 fn create_alongside(m: &Manifest) -> bool {
     m.codec == "none"
 }
