@@ -329,8 +329,8 @@ fn create_alongside(m: &Manifest) -> bool {
     m.codec == "none"
 }
 
-/// Runs the restore pipeline into `target`, its files created alongside or first;
-/// `phases` marks what comes before the pipeline.
+/// Runs the restore pipeline into `target`, its files created alongside or first, and
+/// marks the phases that took.
 fn run_into(
     set: &set::OpenSet,
     ids: &[(u32, u64)],
@@ -342,11 +342,13 @@ fn run_into(
     if !create_alongside(&set.manifest) {
         target.files.create_first(params.threads)?;
         phases.mark("create files");
-        return restore::run(&set.stripes, ids, params, Some(target), progress);
+        let out = restore::run(&set.stripes, ids, params, Some(target), progress);
+        phases.mark("read, check and write");
+        return out;
     }
     phases.mark("create directories");
     let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
+    let out = std::thread::scope(|s| {
         let creator = s.spawn(|| target.files.create_all(&stop));
         let out = restore::run(&set.stripes, ids, params, Some(target), progress);
         if out.is_err() {
@@ -356,7 +358,9 @@ fn run_into(
         let out = out?;
         made.map_err(|e| anyhow!(e))?;
         Ok(out)
-    })
+    });
+    phases.mark("create files, read, check and write");
+    out
 }
 
 /// Writes a differential set over a restored full set: changed pages in place,
@@ -644,11 +648,6 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             a.to.display()
         )
     })?;
-    phases.mark(if create_alongside(m) {
-        "create files, read, check and write"
-    } else {
-        "read, check and write"
-    });
     let mut out = out;
     if let Some(ds) = &diff_set {
         let d = apply_diff(
