@@ -4,7 +4,7 @@ use super::{default_threads, print_json, set, Reporter};
 use crate::engine::restore::{self, FrameSink};
 use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{EntryKind, Manifest};
-use crate::format::ContentHash;
+use crate::format::{Codec, ContentHash};
 use crate::repo::wal;
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
@@ -326,7 +326,7 @@ fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> Resu
 /// while creation was slow. With decompression the CPU is the limit, and creating files
 /// alongside cost 0.15-0.5 s more, so those files are created first.
 fn create_alongside(m: &Manifest) -> bool {
-    m.codec == "none"
+    m.codec == Codec::None.name()
 }
 
 /// Runs the restore pipeline into `target`, its files created alongside or first, and
