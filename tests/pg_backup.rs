@@ -542,3 +542,39 @@ fn stuck_wal_archiving_times_out_or_is_interrupted_cleanly() {
     assert_eq!(pg.sql(waiting), "0");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A server that dies while files are read fails the backup within a second or two,
+/// saying the server went away (not 30 s later at pg_backup_stop with "Broken pipe").
+#[test]
+fn a_server_that_dies_during_the_backup_fails_it_by_name() {
+    let pg = Pg::start(true, None);
+    pg.pgbench_init(10);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    // zstd level 19 on one thread: reading the cluster would take half a minute.
+    let child = std::process::Command::new(bin())
+        .args(["backup", "--source", &url, "--to", "NUL"])
+        .args(["--compress", "zstd:19", "--threads", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    common::pg::as_postgres(
+        &pg.tool("pg_ctl"),
+        &["-D", &s(&pg.data), "-m", "immediate", "-w", "stop"],
+    );
+    let killed = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = killed.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("went away during the backup") && err.contains("not valid"),
+        "{err}"
+    );
+    eprintln!("the backup failed {took:?} after the server died: {err}");
+    assert!(
+        took < Duration::from_secs(10),
+        "noticed after {took:?}: {err}"
+    );
+}

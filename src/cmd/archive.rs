@@ -7,9 +7,12 @@
 //! ```
 //!
 //! Exit 0 only when the file is durable in the repository (push) or complete at its
-//! destination (get). Any failure is exit 1 with one line on stderr; for archive-get
-//! that includes "not in the archive", which PostgreSQL expects for files that may not
-//! exist (e.g. the next timeline's history file).
+//! destination (get). archive-push fails with exit 1 (PostgreSQL retries it).
+//! archive-get exits 1 only when the archive does not hold the file, which PostgreSQL
+//! reads as "the end of the archive" (expected for files that may not exist, such as
+//! the next timeline's history file). A file that is there but damaged, or an archive
+//! that cannot be read, exits 126: PostgreSQL treats a status above 125 as fatal and
+//! stops recovery with an error, instead of ending it early and promoting.
 
 use crate::repo::{wal, Repo};
 use crate::units::human;
@@ -60,8 +63,24 @@ pub fn run_push(a: PushArgs) -> Result<()> {
     Ok(())
 }
 
+/// archive-get's status for a file that is there but cannot be used: above 125.
+pub const GET_FATAL: u8 = 126;
+
 pub fn run_get(a: GetArgs) -> Result<()> {
-    let repo = Repo::open(&a.repo, false)?;
-    wal::fetch(&repo, &a.name, &a.dest)?;
-    Ok(())
+    let fetched = Repo::open(&a.repo, false).and_then(|repo| wal::fetch(&repo, &a.name, &a.dest));
+    match fetched {
+        Ok(_) => Ok(()),
+        Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => {
+            Err(e.context("exit 1: PostgreSQL takes this as the end of the archive"))
+        }
+        Err(e) => Err(super::Exit {
+            code: GET_FATAL,
+            error: e.context(format!(
+                "{} could not be restored, and recovery must not end here: exit {GET_FATAL} stops \
+                 it with an error (fix the archive or its access, then start the server again)",
+                a.name
+            )),
+        }
+        .into()),
+    }
 }

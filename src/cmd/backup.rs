@@ -227,7 +227,7 @@ fn diff_base(
     let start_lsn = base
         .start_lsn
         .as_deref()
-        .and_then(crate::repo::wal::parse_lsn)
+        .and_then(crate::pg::parse_lsn)
         .ok_or_else(|| anyhow::anyhow!("base set {} records no start LSN", base.set_id))?;
     let first = repo.stripe_path(&base.stripes[0]);
     let manifest = super::set::open_any(&first)

@@ -143,6 +143,8 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
         until_name: None,
         owner: None,
         tablespace_map: vec![],
+        timeline: None,
+        no_verify_wal: false,
         report: None,
     })?;
 

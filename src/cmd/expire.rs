@@ -3,7 +3,8 @@
 //! the oldest kept set's start on; removes the rest.
 
 use super::print_json;
-use crate::repo::wal::{self, parse_name, Kind};
+use crate::pg::{parse_name, Kind};
+use crate::repo::wal;
 use crate::repo::{CatalogEntry, Repo};
 use crate::units::human;
 use anyhow::{bail, Result};

@@ -14,6 +14,21 @@ pub mod sql;
 pub mod tune;
 
 use crate::engine::stats::Progress;
+
+/// A failure that must end the process with a status of its own (not 1).
+#[derive(Debug)]
+pub struct Exit {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for Exit {}
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;

@@ -5,7 +5,8 @@ use crate::engine::restore::{self, FrameSink};
 use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::{Codec, ContentHash};
-use crate::repo::wal;
+use crate::pg;
+use crate::repo::walchain;
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
 use crate::source::postgres;
@@ -68,6 +69,14 @@ pub struct RestoreArgs {
     /// PostgreSQL: recover up to this restore point (recovery_target_name).
     #[arg(long, group = "target")]
     pub until_name: Option<String>,
+    /// PostgreSQL: the timeline to recover along (recovery_target_timeline; default: the
+    /// newest one the archive holds a history file for, as PostgreSQL picks it).
+    #[arg(long, value_name = "TLI", value_parser = clap::value_parser!(u32).range(1..))]
+    pub timeline: Option<u32>,
+    /// PostgreSQL: check only that every WAL file recovery needs is in the archive, not
+    /// that each is intact (by default each is read and checked before anything is written).
+    #[arg(long)]
+    pub no_verify_wal: bool,
     /// Give the restored files to this user (restoring as root for a server that runs as another).
     #[arg(long)]
     pub owner: Option<String>,
@@ -442,7 +451,7 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
         .until_lsn
         .as_deref()
         .map(|l| {
-            crate::repo::wal::parse_lsn(l)
+            crate::pg::parse_lsn(l)
                 .ok_or_else(|| anyhow!("--until-lsn '{l}' is not an LSN like 0/3000148"))
         })
         .transpose()?;
@@ -458,51 +467,83 @@ fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> 
     })
 }
 
-/// Finds a broken log chain before anything is written: every segment after the
-/// set's own WAL, up to the target LSN (or to the newest archived one), must be there.
+/// Finds a broken or damaged log chain before anything is written: every WAL file
+/// recovery will fetch after the set, on every timeline up to the target, must be in
+/// the archive (and intact, unless --no-verify-wal). Returns what it found, for output.
 fn check_wal_chain(
     repo: &Repo,
     entry: &CatalogEntry,
     extra: &std::collections::BTreeMap<String, serde_json::Value>,
-    until_lsn: Option<&str>,
-) -> Result<()> {
+    a: &RestoreArgs,
+) -> Result<Option<WalCheck>> {
     let (Some(tli), Some(stop)) = (
         entry.timeline,
-        entry.stop_lsn.as_deref().and_then(wal::parse_lsn),
+        entry.stop_lsn.as_deref().and_then(pg::parse_lsn),
     ) else {
-        return Ok(());
+        return Ok(None);
     };
-    let seg = extra
+    let seg_size = extra
         .get("wal_segment_size")
         .and_then(|v| v.as_u64())
         .unwrap_or(16 << 20);
-    let first_needed = (stop / seg + 1) * seg; // the set holds the WAL up to its stop segment
-    let end = match until_lsn.and_then(wal::parse_lsn) {
-        Some(l) => l,
-        None => match wal::list(repo, tli)?
-            .last()
-            .and_then(|n| wal::parse_segment_name(n, seg))
-        {
-            Some((_, segno)) => segno * seg,
-            None => return Ok(()),
-        },
+    let end = match a.until_lsn.as_deref().and_then(pg::parse_lsn) {
+        Some(l) => walchain::End::Lsn(l),
+        None => walchain::End::Latest,
     };
-    if end < first_needed {
-        return Ok(());
+    let from = walchain::From {
+        set_id: &entry.set_id,
+        tli,
+        stop_lsn: stop,
+        seg_size,
+    };
+    let chain = walchain::plan(repo, &from, end, a.timeline)?;
+    let verified = match a.no_verify_wal {
+        true => None,
+        false => {
+            let threads = match repo.object("wal") {
+                Some(_) => 8,
+                None => default_threads(),
+            };
+            Some(walchain::verify(repo, &chain, threads)?)
+        }
+    };
+    Ok(Some(WalCheck { chain, verified }))
+}
+
+/// The log chain a restore checked.
+struct WalCheck {
+    chain: walchain::WalChain,
+    /// How long reading and checking every file took (None: --no-verify-wal).
+    verified: Option<std::time::Duration>,
+}
+
+impl WalCheck {
+    fn note(&self) -> String {
+        let how = match self.verified {
+            Some(d) => format!(
+                "all {} files read and checked in {:.3} s",
+                self.chain.files.len(),
+                d.as_secs_f64()
+            ),
+            None => format!(
+                "{} files present, their content NOT checked (--no-verify-wal): archive-get checks \
+                 each as recovery fetches it and stops recovery on a damaged one",
+                self.chain.files.len()
+            ),
+        };
+        format!(
+            "recovery will replay from the archive {} up to timeline {}; {how}",
+            self.chain.describe(),
+            self.chain.target_tli
+        )
     }
-    let missing = wal::missing_segments(repo, tli, first_needed, end, seg)?;
-    if !missing.is_empty() {
-        let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-        bail!(
-            "the log chain is broken: WAL segment(s) {}{} are missing from the archive of '{}', and recovery from set {} needs them; nothing was written (restore to an LSN before {} with --until-lsn, or bring the segments back)",
-            shown.join(", "),
-            if missing.len() > 5 { format!(" and {} more", missing.len() - 5) } else { String::new() },
-            repo.describe(),
-            entry.set_id,
-            wal::format_lsn(wal::parse_segment_name(&missing[0], seg).map(|(_, s)| s * seg).unwrap_or(0))
-        );
+
+    fn json(&self) -> serde_json::Value {
+        let mut j = self.chain.json();
+        j["verified"] = json!(self.verified.is_some());
+        j["verify_seconds"] = json!(self.verified.map(|d| d.as_secs_f64()));
+        j
     }
-    Ok(())
 }
 
 fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
@@ -531,7 +572,7 @@ fn chain(
     if a.read.set.is_some() {
         return Ok((Some((repo, entry)), None));
     }
-    let until_lsn = a.until_lsn.as_deref().and_then(wal::parse_lsn);
+    let until_lsn = a.until_lsn.as_deref().and_then(pg::parse_lsn);
     let diff = catalog
         .iter()
         .rev()
@@ -555,7 +596,7 @@ fn ends_before(c: &CatalogEntry, until: Option<&str>, until_lsn: Option<u64>) ->
         (_, Some(l)) => c
             .stop_lsn
             .as_deref()
-            .and_then(wal::parse_lsn)
+            .and_then(pg::parse_lsn)
             .is_none_or(|s| s <= l),
         _ => true,
     }
@@ -583,26 +624,26 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         bail!("set {} is a differential: it holds only changed pages; restore it with --repo (and --set {}) so its base full set is restored first", m.set_id, m.set_id);
     }
     let is_pg = m.source.kind == "postgres";
+    let mut wal_check = None;
     if !is_pg
         && (a.until.is_some()
+            || a.timeline.is_some()
             || a.until_lsn.is_some()
             || a.until_xid.is_some()
             || a.until_name.is_some())
     {
         bail!(
-            "recovery targets (--until*) apply to PostgreSQL sets only; this set is of a {} source",
+            "recovery targets (--until*, --timeline) apply to PostgreSQL sets only; this set is of a {} source",
             m.source.kind
         );
     }
     if is_pg {
         postgres::check_not_running(&a.to)?;
         if let Some((repo, entry)) = &chosen {
-            match (&diff, &diff_set) {
-                (Some(d), Some(ds)) => {
-                    check_wal_chain(repo, d, &ds.manifest.extra, a.until_lsn.as_deref())?
-                }
-                _ => check_wal_chain(repo, entry, &m.extra, a.until_lsn.as_deref())?,
-            }
+            wal_check = match (&diff, &diff_set) {
+                (Some(d), Some(ds)) => check_wal_chain(repo, d, &ds.manifest.extra, &a)?,
+                _ => check_wal_chain(repo, entry, &m.extra, &a)?,
+            };
         }
     }
     let owner = a.owner.as_deref().map(lookup_user).transpose()?;
@@ -727,8 +768,12 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
                 .or(a.until_lsn.clone().map(|l| ("lsn", l)))
                 .or(a.until_xid.clone().map(|x| ("xid", x)))
                 .or(a.until_name.clone().map(|n| ("name", n))),
+            timeline: a.timeline,
         };
         notes = postgres::finish_restore(&a.to, &last.extra, &rec)?;
+        if let Some(w) = &wal_check {
+            notes.push(w.note());
+        }
         if let Some(d) = &diff {
             notes.push(format!(
                 "differential {} applied over full {}",
@@ -761,6 +806,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         "waits": out.waits,
         "phases": phases.json(),
         "object_store": super::retries_json(),
+        "wal": wal_check.as_ref().map(WalCheck::json),
     });
     if let (Some(path), Some(series)) = (&a.report, series) {
         let mut read_names: Vec<String> = set.stripes.iter().map(|s| s.name.clone()).collect();

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod wal;
+pub mod walchain;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};

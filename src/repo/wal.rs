@@ -37,6 +37,9 @@
 //! leaves a half file or overwrites an archived one), then fsyncs the directory.
 
 use super::Repo;
+use crate::pg::{
+    format_lsn, parse_name, segment_name, segment_name_for, valid_seg_size, Kind, WalName,
+};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -60,174 +63,11 @@ const NAME_MAX: usize = 64;
 const SMALL_MAX: u64 = 16 << 20;
 const SYSID_FILE: &str = "system_identifier";
 
-/// `XLOG_PAGE_MAGIC` of the PostgreSQL releases whose WAL we accept.
-const PAGE_MAGICS: [(u16, u32); 6] = [
-    (0xD101, 12),
-    (0xD106, 13),
-    (0xD10D, 14),
-    (0xD110, 15),
-    (0xD113, 16),
-    (0xD116, 17),
-];
 const XLP_LONG_HEADER: u16 = 0x0002;
 const XLP_ALL_FLAGS: u16 = 0x0007;
 /// sizeof(XLogPageHeaderData) after MAXALIGN, and of the long variant.
 const SHORT_PHD: usize = 24;
 const LONG_PHD: usize = 40;
-
-/// What kind of file PostgreSQL archives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// `TTTTTTTTLLLLLLLLSSSSSSSS`: a complete WAL segment.
-    Segment,
-    /// `...SSSSSSSS.partial`: the last, incomplete segment of a timeline left at promotion.
-    Partial,
-    /// `TTTTTTTT.history`: a timeline history file.
-    History,
-    /// `...SSSSSSSS.OOOOOOOO.backup`: a backup history file written by pg_backup_stop.
-    Backup,
-}
-
-impl Kind {
-    fn code(self) -> u8 {
-        match self {
-            Kind::Segment => 1,
-            Kind::Partial => 2,
-            Kind::History => 3,
-            Kind::Backup => 4,
-        }
-    }
-    fn from_code(c: u8) -> Option<Kind> {
-        Some(match c {
-            1 => Kind::Segment,
-            2 => Kind::Partial,
-            3 => Kind::History,
-            4 => Kind::Backup,
-            _ => return None,
-        })
-    }
-    fn is_segment(self) -> bool {
-        matches!(self, Kind::Segment | Kind::Partial)
-    }
-}
-
-/// A parsed WAL file name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WalName {
-    pub kind: Kind,
-    pub tli: u32,
-    /// The "log" and "seg" parts of a segment name (0 for history files).
-    pub log: u32,
-    pub seg: u32,
-}
-
-fn hex_upper(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
-}
-
-fn hex32(s: &str) -> u32 {
-    u32::from_str_radix(s, 16).unwrap_or(0)
-}
-
-/// Parses a name PostgreSQL gives to files it archives (upper-case hex, as it writes them).
-pub fn parse_name(name: &str) -> Option<WalName> {
-    let segment = |s: &str, kind| -> Option<WalName> {
-        if s.len() != 24 || !hex_upper(s) {
-            return None;
-        }
-        let tli = hex32(&s[0..8]);
-        (tli != 0).then(|| WalName {
-            kind,
-            tli,
-            log: hex32(&s[8..16]),
-            seg: hex32(&s[16..24]),
-        })
-    };
-    if !name.is_ascii() {
-        return None;
-    }
-    match name.len() {
-        24 => segment(name, Kind::Segment),
-        32 => segment(name.strip_suffix(".partial")?, Kind::Partial),
-        16 => {
-            let t = name.strip_suffix(".history")?;
-            if !hex_upper(t) || t.len() != 8 || hex32(t) == 0 {
-                return None;
-            }
-            Some(WalName {
-                kind: Kind::History,
-                tli: hex32(t),
-                log: 0,
-                seg: 0,
-            })
-        }
-        40 => {
-            let rest = name.strip_suffix(".backup")?;
-            let (seg, off) = (&rest[..24], &rest[24..]);
-            let off = off.strip_prefix('.')?;
-            if off.len() != 8 || !hex_upper(off) {
-                return None;
-            }
-            segment(seg, Kind::Backup)
-        }
-        _ => None,
-    }
-}
-
-/// The name of the WAL segment holding `lsn` on timeline `tli` (PostgreSQL's
-/// XLByteToSeg + XLogFileName). `seg_size` is the cluster's WAL segment size
-/// (16 MiB by default), a power of two.
-pub fn segment_name(tli: u32, lsn: u64, seg_size: u64) -> String {
-    assert!(seg_size.is_power_of_two(), "WAL segment size {seg_size}");
-    segment_name_for(tli, lsn / seg_size, seg_size)
-}
-
-/// The name of segment number `segno` (XLogFileName).
-pub fn segment_name_for(tli: u32, segno: u64, seg_size: u64) -> String {
-    let per_id = 0x1_0000_0000 / seg_size;
-    format!(
-        "{tli:08X}{:08X}{:08X}",
-        (segno / per_id) as u32,
-        (segno % per_id) as u32
-    )
-}
-
-/// Timeline and segment number of a segment name (XLogFromFileName), or None when it
-/// is not a name PostgreSQL would give a segment of `seg_size` bytes.
-#[allow(dead_code)] // API for restore and verify (issue 3)
-pub fn parse_segment_name(name: &str, seg_size: u64) -> Option<(u32, u64)> {
-    let n = parse_name(name)?;
-    if !n.kind.is_segment() || !valid_seg_size(seg_size) {
-        return None;
-    }
-    let per_id = 0x1_0000_0000 / seg_size;
-    if n.seg as u64 >= per_id {
-        return None;
-    }
-    Some((n.tli, n.log as u64 * per_id + n.seg as u64))
-}
-
-/// Parses an LSN as PostgreSQL prints it (`16/B374D848`).
-#[allow(dead_code)] // API for restore and verify (issue 3)
-pub fn parse_lsn(s: &str) -> Option<u64> {
-    let (hi, lo) = s.trim().split_once('/')?;
-    if hi.is_empty() || lo.is_empty() || hi.len() > 8 || lo.len() > 8 {
-        return None;
-    }
-    let hi = u32::from_str_radix(hi, 16).ok()?;
-    let lo = u32::from_str_radix(lo, 16).ok()?;
-    Some(((hi as u64) << 32) | lo as u64)
-}
-
-/// Formats an LSN as PostgreSQL does.
-pub fn format_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn as u32)
-}
-
-fn valid_seg_size(s: u64) -> bool {
-    s.is_power_of_two() && (1 << 20..=1 << 30).contains(&s)
-}
 
 fn tli_dir(repo: &Repo, tli: u32) -> PathBuf {
     repo.wal_dir().join(format!("{tli:08X}"))
@@ -509,11 +349,8 @@ fn check_first_page(name: &str, n: &WalName, len: u64, page: &[u8]) -> Result<Se
         ));
     }
     let magic = le_u16(page, 0);
-    if !PAGE_MAGICS.iter().any(|&(m, _)| m == magic) {
-        return Err(format!(
-            "its first page has magic 0x{magic:04X}, not a PostgreSQL 12-17 WAL page magic \
-             (PostgreSQL 15 writes 0xD110)"
-        ));
+    if crate::pg::version_of_wal_magic(magic).is_none() {
+        return Err(crate::pg::unknown_wal_magic(magic));
     }
     let info = le_u16(page, 2);
     if info & !XLP_ALL_FLAGS != 0 || info & XLP_LONG_HEADER == 0 {
@@ -1100,6 +937,20 @@ fn decode_to(path: &Path, name: &str, out: &mut dyn Write) -> Result<Header> {
     if hdr.name != name {
         return Err(damaged(path, &format!("it holds {}, not {name}", hdr.name)));
     }
+    let limit = if hdr.kind.is_segment() {
+        1 << 30
+    } else {
+        SMALL_MAX
+    };
+    if hdr.raw > limit {
+        return Err(damaged(
+            path,
+            &format!(
+                "its header gives {} bytes, over the {limit} a {:?} file may hold",
+                hdr.raw, hdr.kind
+            ),
+        ));
+    }
     if flen != HDR_LEN as u64 + hdr.stored {
         return Err(damaged(
             path,
@@ -1205,12 +1056,20 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
         };
         path = t.path.clone();
         downloaded = Some((t, o.describe()));
-    } else if !path.is_file() {
-        return Err(NotArchived(format!(
-            "{name} is not in the WAL archive of '{}'",
-            repo.describe()
-        ))
-        .into());
+    } else {
+        match fs::metadata(&path) {
+            Ok(m) if m.is_file() => {}
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("cannot read '{}'", path.display()));
+            }
+            _ => {
+                return Err(NotArchived(format!(
+                    "{name} is not in the WAL archive of '{}'",
+                    repo.describe()
+                ))
+                .into())
+            }
+        }
     }
     let (tmp, mut out) = temp_beside(&dir, dest_name)?;
     let hdr = match &downloaded {
@@ -1220,6 +1079,33 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
     drop(out);
     fs::rename(&tmp.path, dest).with_context(|| format!("cannot create '{}'", dest.display()))?;
     Ok(hdr.raw)
+}
+
+/// The text of an archived timeline history file, checked as fetch checks it;
+/// None when the archive does not hold it.
+pub fn read_history(repo: &Repo, tli: u32) -> Result<Option<String>> {
+    let name = format!("{tli:08X}.history");
+    let mut text = vec![];
+    let decoded = match archived_rel(&name).and_then(|r| repo.object(&r)) {
+        Some(o) => match download(&o, &std::env::temp_dir(), &name)? {
+            Some(t) => {
+                decode_to(&t.path, &name, &mut text).map_err(|e| relabel(e, &t.path, &o.describe()))
+            }
+            None => return Ok(None),
+        },
+        None => {
+            let p = archived_path(repo, &name).expect("a history file name");
+            match fs::metadata(&p) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
+                Ok(_) => decode_to(&p, &name, &mut text),
+            }
+        }
+    };
+    decoded?;
+    String::from_utf8(text)
+        .map(Some)
+        .map_err(|_| anyhow!("archived {name} is not text"))
 }
 
 /// Checks an archived file as fetch would, writing nothing.
@@ -1241,16 +1127,17 @@ pub fn verify(repo: &Repo, name: &str) -> Result<u64> {
     Ok(decode_to(&path, name, &mut io::sink())?.raw)
 }
 
+/// Synthetic WAL for unit tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
 
-    const SEG: u64 = 16 << 20;
-    const BLK: usize = 8192;
+    pub const SEG: u64 = 16 << 20;
+    pub const BLK: usize = 8192;
 
     /// A synthetic 16 MiB PostgreSQL 15 segment: a long header on page 0, short headers
     /// on the pages that hold WAL, zeroed pages after a "switch".
-    fn segment(tli: u32, segno: u64, sysid: u64, used_pages: usize) -> Vec<u8> {
+    pub fn segment(tli: u32, segno: u64, sysid: u64, used_pages: usize) -> Vec<u8> {
         let mut v = vec![0u8; SEG as usize];
         let start = segno * SEG;
         for p in 0..used_pages {
@@ -1272,74 +1159,24 @@ mod tests {
         v
     }
 
+    /// Pushes a synthetic segment of cluster 5 into `repo`.
+    pub fn push_segment(repo: &Repo, dir: &Path, tli: u32, segno: u64) {
+        let p = dir.join(segment_name_for(tli, segno, SEG));
+        fs::write(&p, segment(tli, segno, 5, 3)).unwrap();
+        push(repo, &p).unwrap();
+        fs::remove_file(p).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
     fn repo() -> (tempfile::TempDir, Repo) {
         let d = tempfile::tempdir().unwrap();
         let r = Repo::open(d.path().join("r").to_str().unwrap(), true).unwrap();
         (d, r)
-    }
-
-    #[test]
-    fn names() {
-        assert_eq!(
-            segment_name(1, 0x0300_0028, SEG),
-            "000000010000000000000003"
-        );
-        assert_eq!(
-            segment_name(1, 0x1_0000_0000, SEG),
-            "000000010000000100000000"
-        );
-        assert_eq!(
-            segment_name(2, 0x1_FF00_0000, SEG),
-            "0000000200000001000000FF"
-        );
-        assert_eq!(
-            segment_name(0x1A, 0x16_B374_D848, SEG),
-            "0000001A00000016000000B3"
-        );
-        // 64 MiB segments: 64 per "log" id.
-        assert_eq!(
-            segment_name(1, 0x1_4000_0000, 64 << 20),
-            "000000010000000100000010"
-        );
-        assert_eq!(segment_name(3, 0, 1 << 30), "000000030000000000000000");
-        for lsn in [
-            0u64,
-            0x0300_0028,
-            0x1_0000_0000,
-            0x16_B374_D848,
-            u64::MAX >> 1,
-        ] {
-            for ss in [1u64 << 20, SEG, 64 << 20, 1 << 30] {
-                let n = segment_name(7, lsn, ss);
-                assert_eq!(parse_segment_name(&n, ss), Some((7, lsn / ss)));
-            }
-        }
-        assert_eq!(parse_segment_name("000000010000000000000100", SEG), None);
-        assert_eq!(parse_segment_name("00000001000000000000000a", SEG), None);
-        assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
-        assert_eq!(parse_lsn("0/3000028"), Some(0x0300_0028));
-        assert_eq!(parse_lsn("0/"), None);
-        assert_eq!(parse_lsn("x/1"), None);
-        assert_eq!(format_lsn(0x16_B374_D848), "16/B374D848");
-        let k = |n: &str| parse_name(n).map(|w| w.kind);
-        assert_eq!(k("000000010000000000000003"), Some(Kind::Segment));
-        assert_eq!(k("000000010000000000000003.partial"), Some(Kind::Partial));
-        assert_eq!(k("00000002.history"), Some(Kind::History));
-        assert_eq!(
-            k("000000010000000000000002.00000028.backup"),
-            Some(Kind::Backup)
-        );
-        for bad in [
-            "",
-            "00000000.history",
-            "000000000000000000000003",
-            "000000010000000000000003.zst",
-            "../../etc/passwd",
-            "0000000100000000000000g3",
-            "000000010000000000000002.0000002.backup",
-        ] {
-            assert_eq!(parse_name(bad), None, "{bad}");
-        }
     }
 
     #[test]

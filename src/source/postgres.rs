@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub struct Postgres {
     url: String,
@@ -31,6 +31,54 @@ pub struct Postgres {
     /// Set for a differential backup.
     pub base: Option<DiffBase>,
     label: String,
+    /// Holds the connection while files are read, and says when the server went away.
+    watcher: Option<Watcher>,
+    /// Why the backup cannot be valid any more (the server went away), once known.
+    gone: Arc<OnceLock<String>>,
+}
+
+/// Owns the backup's connection while the files are read and asks the server every
+/// half second whether it is still there: a server that dies fails the backup within
+/// a second, not at pg_backup_stop.
+struct Watcher {
+    stop: crossbeam_channel::Sender<()>,
+    thread: std::thread::JoinHandle<postgres::Client>,
+}
+
+impl Watcher {
+    fn start(
+        mut client: postgres::Client,
+        gone: Arc<OnceLock<String>>,
+        location: String,
+    ) -> Watcher {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::spawn(move || {
+            let tick = std::time::Duration::from_millis(500);
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick)
+            {
+                if let Err(e) = client.is_valid(std::time::Duration::from_secs(10)) {
+                    let _ = gone.set(went_away(&location, &e));
+                    break;
+                }
+            }
+            client
+        });
+        Watcher { stop, thread }
+    }
+
+    /// Stops watching and hands the connection back.
+    fn stop(self) -> Option<postgres::Client> {
+        drop(self.stop);
+        self.thread.join().ok()
+    }
+}
+
+fn went_away(location: &str, e: &postgres::Error) -> String {
+    format!(
+        "the PostgreSQL server at {location} went away during the backup ({}); the backup is \
+         not valid: check the server log, start the server and back up again",
+        pg_err(e)
+    )
 }
 
 /// The server's own words for an error (the driver's Display says only "db error").
@@ -130,6 +178,8 @@ impl Postgres {
             archive_timeout: 300,
             base: None,
             label,
+            watcher: None,
+            gone: Arc::new(OnceLock::new()),
         })
     }
 
@@ -309,11 +359,7 @@ impl Source for Postgres {
         })?;
         self.client = Some(client);
         let version = self.query_one_text("SELECT current_setting('server_version_num')")?;
-        if !version.starts_with("15") && version.as_str() < "150000" {
-            bail!(
-                "PostgreSQL server version {version} is not supported: pagevault needs 15 or later"
-            );
-        }
+        crate::pg::check_backup_server(&version).map_err(|m| anyhow!("{m}"))?;
         let sysid =
             self.query_one_text("SELECT system_identifier::text FROM pg_control_system()")?;
         if self.pgdata.is_none() {
@@ -342,7 +388,7 @@ impl Source for Postgres {
             )
             .map_err(|e| anyhow!("pg_backup_start failed: {}", pg_err(&e)))?;
         let start: String = row.get(0);
-        self.start_lsn = crate::repo::wal::parse_lsn(&start)
+        self.start_lsn = crate::pg::parse_lsn(&start)
             .ok_or_else(|| anyhow!("server returned a bad LSN '{start}'"))?;
         let start_wal: String = self
             .client()
@@ -364,17 +410,30 @@ impl Source for Postgres {
         );
         let mut out = vec![];
         self.walk(&pgdata, "", &mut out)?;
+        let client = self.client.take().expect("connected");
+        self.watcher = Some(Watcher::start(
+            client,
+            self.gone.clone(),
+            self.location.clone(),
+        ));
         Ok(out)
     }
 
     fn finish(&mut self, ok: bool) -> Result<Finish> {
-        let Some(mut client) = self.client.take() else {
+        let client = match self.watcher.take() {
+            Some(w) => w.stop(),
+            None => self.client.take(),
+        };
+        let Some(mut client) = client else {
             return Ok(Finish::default());
         };
         if !ok {
             // Closing the session aborts a non-exclusive backup.
             drop(client);
             return Ok(Finish::default());
+        }
+        if let Some(m) = self.gone.get() {
+            bail!("{m}");
         }
         // pg_backup_stop waits for the WAL to be archived; a broken archive_command
         // would make it wait forever.
@@ -407,6 +466,8 @@ impl Source for Postgres {
             .map_err(|e| {
                 if let Some(sig) = crate::interrupt::received() {
                     crate::interrupt::error(sig)
+                } else if e.as_db_error().is_none() {
+                    anyhow!("{}", went_away(&self.location, &e))
                 } else if e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) {
                     anyhow!("pg_backup_stop waited {limit} s for the WAL to be archived: archive_command is failing or too slow (see pg_stat_archiver and the server log); the backup is not valid")
                 } else {
@@ -441,7 +502,8 @@ impl Source for Postgres {
             })
             .collect();
         names.sort();
-        let expected = wal_range(&start_wal, &stop_wal);
+        let seg_size = self.facts["wal_segment_size"].as_u64().unwrap_or(16 << 20);
+        let expected = wal_range(&start_wal, &stop_wal, seg_size)?;
         for name in &expected {
             if !names.contains(name) {
                 bail!("WAL segment {name} left pg_wal before it could be copied; set wal_keep_size or archive with archive-push");
@@ -467,9 +529,6 @@ impl Source for Postgres {
     }
 
     fn filter(&self, entries: &[SourceFile]) -> Option<Box<dyn ChunkFilter>> {
-        if !self.checksums && self.base.is_none() {
-            return None;
-        }
         let relations = entries
             .iter()
             .enumerate()
@@ -500,20 +559,22 @@ impl Source for Postgres {
             diff_ids,
             continue_after_error: self.continue_after_error,
             failures: Mutex::new(vec![]),
+            gone: self.gone.clone(),
         }))
     }
 }
 
-/// Segment names from `first` to `last` (same timeline, 16 MiB segments).
-fn wal_range(first: &str, last: &str) -> Vec<String> {
-    let tli = &first[..8];
-    let segno = |n: &str| {
-        u64::from_str_radix(&n[8..16], 16).unwrap_or(0) * 256
-            + u64::from_str_radix(&n[16..24], 16).unwrap_or(0)
+/// Segment names from `first` to `last` (same timeline) for segments of `seg_size`.
+fn wal_range(first: &str, last: &str, seg_size: u64) -> Result<Vec<String>> {
+    let parse = |n: &str| {
+        crate::pg::parse_segment_name(n, seg_size).ok_or_else(|| {
+            anyhow!("the server named WAL file '{n}', not a segment of {seg_size} bytes")
+        })
     };
-    (segno(first)..=segno(last).max(segno(first)))
-        .map(|s| format!("{tli}{:08X}{:08X}", s / 256, s % 256))
-        .collect()
+    let ((tli, a), (_, b)) = (parse(first)?, parse(last)?);
+    Ok((a..=b.max(a))
+        .map(|s| crate::pg::segment_name_for(tli, s, seg_size))
+        .collect())
 }
 
 /// Verifies page checksums of relation files as chunks pass through the pipeline.
@@ -527,6 +588,8 @@ pub struct PageChecker {
     diff_ids: HashSet<u32>,
     continue_after_error: bool,
     pub failures: Mutex<Vec<String>>,
+    /// Set when the server went away: the next chunk fails the backup.
+    gone: Arc<OnceLock<String>>,
 }
 
 impl ChunkFilter for PageChecker {
@@ -546,6 +609,9 @@ impl ChunkFilter for PageChecker {
     }
 
     fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
+        if let Some(m) = self.gone.get() {
+            return Err(m.clone());
+        }
         if !self.verify {
             return Ok(());
         }
@@ -600,6 +666,8 @@ pub struct Recovery {
     pub restore_command: Option<String>,
     /// `recovery_target_*` setting name and value (time, lsn, xid, name).
     pub target: Option<(&'static str, String)>,
+    /// `recovery_target_timeline` (None: PostgreSQL's default, the latest).
+    pub timeline: Option<u32>,
 }
 
 /// Refuses a restore target that a running server is using.
@@ -643,7 +711,7 @@ pub fn finish_restore(
     {
         std::fs::create_dir_all(target.join(d))?;
     }
-    if rec.restore_command.is_some() || rec.target.is_some() {
+    if rec.restore_command.is_some() || rec.target.is_some() || rec.timeline.is_some() {
         let mut conf = String::from("\n# Added by pagevault restore\n");
         if let Some(cmd) = &rec.restore_command {
             conf.push_str(&format!(
@@ -654,6 +722,10 @@ pub fn finish_restore(
         if let Some((name, value)) = &rec.target {
             conf.push_str(&format!("recovery_target_{name} = '{}'\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", value.replace('\'', "''")));
             notes.push(format!("recovery stops before {name} {value}"));
+        }
+        if let Some(t) = rec.timeline {
+            conf.push_str(&format!("recovery_target_timeline = '{t}'\n"));
+            notes.push(format!("recovery follows timeline {t}"));
         }
         let auto = target.join("postgresql.auto.conf");
         let mut text = std::fs::read_to_string(&auto).unwrap_or_default();
@@ -674,11 +746,14 @@ mod tests {
 
     #[test]
     fn wal_ranges() {
+        const SEG: u64 = 16 << 20;
         assert_eq!(
-            wal_range("000000010000000000000003", "000000010000000000000003").len(),
+            wal_range("000000010000000000000003", "000000010000000000000003", SEG)
+                .unwrap()
+                .len(),
             1
         );
-        let r = wal_range("0000000100000000000000FE", "000000010000000100000001");
+        let r = wal_range("0000000100000000000000FE", "000000010000000100000001", SEG).unwrap();
         assert_eq!(
             r,
             [
@@ -688,6 +763,42 @@ mod tests {
                 "000000010000000100000001"
             ]
         );
+        // 1 MiB segments: 4096 per log id, so 0xFF is followed by 0x100.
+        let r = wal_range(
+            "0000000100000000000000FF",
+            "000000010000000000000101",
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(
+            r,
+            [
+                "0000000100000000000000FF",
+                "000000010000000000000100",
+                "000000010000000000000101"
+            ]
+        );
+        let r = wal_range(
+            "000000010000000000000FFF",
+            "000000010000000100000000",
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(r.len(), 2);
+        // 64 MiB segments: 64 per log id.
+        let r = wal_range(
+            "00000001000000000000003F",
+            "000000010000000100000000",
+            64 << 20,
+        )
+        .unwrap();
+        assert_eq!(r, ["00000001000000000000003F", "000000010000000100000000"]);
+        assert!(wal_range(
+            "000000010000000000000040",
+            "000000010000000000000040",
+            64 << 20
+        )
+        .is_err());
     }
 
     #[test]

@@ -1,17 +1,74 @@
-//! A real PostgreSQL 15 cluster for tests: initdb'd and started as the `postgres`
-//! user on 127.0.0.1 on a free port, stopped and removed on drop.
+//! A real PostgreSQL cluster for tests: initdb'd and started as the `postgres`
+//! user on 127.0.0.1 on a free port, stopped and removed on drop. Debian's 15 by
+//! default; 17 and 18 from the PyPI wheels scripts/setup.sh unpacks under the tools
+//! directory ($PAGEVAULT_TOOLS, else /var/tmp/pagevault-tools) as pgMAJOR/.
 #![allow(dead_code)]
 
 use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// Debian's PostgreSQL 15, the default server and the client [`sql_at`] uses.
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// Where scripts/setup.sh caches the test tools.
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("PAGEVAULT_TOOLS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/pagevault-tools"))
+}
+
+/// The bin/ directory of PostgreSQL `major`: Debian's for 15, scripts/setup.sh's
+/// `TOOLS/pgMAJOR/bin` for the others. Panics when that server is not installed.
+pub fn bin_dir(major: u32) -> PathBuf {
+    let dir = if major == 15 {
+        PathBuf::from(BIN)
+    } else {
+        tools_dir().join(format!("pg{major}")).join("bin")
+    };
+    assert!(
+        dir.join("postgres").is_file(),
+        "PostgreSQL {major} is not installed: no {}/postgres (scripts/setup.sh installs it)",
+        dir.display()
+    );
+    dir
+}
+
+/// How [`Pg::start_with`] makes a cluster.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// The PostgreSQL major version (see [`bin_dir`]).
+    pub major: u32,
+    /// initdb --data-checksums (else none, also on 18, whose initdb turns them on by default).
+    pub checksums: bool,
+    /// The archive_command to set, if any (archive_mode on).
+    pub archive: Option<String>,
+    /// initdb --wal-segsize, in MB (a power of two, 1 to 1024); else the default 16.
+    pub wal_segsize_mb: Option<u32>,
+    /// Lines appended to postgresql.conf after the tests' own settings (so they win).
+    pub extra_conf: String,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            major: 15,
+            checksums: false,
+            archive: None,
+            wal_segsize_mb: None,
+            extra_conf: String::new(),
+        }
+    }
+}
 
 pub struct Pg {
     pub dir: PathBuf,
     pub data: PathBuf,
     pub port: u16,
+    /// The major version and bin/ directory of the server (and of the tools run for it).
+    pub major: u32,
+    pub bin: PathBuf,
     running: bool,
     /// Options for a cluster whose postgresql.conf names another port (a restored copy).
     opts: Option<String>,
@@ -54,32 +111,52 @@ pub fn postgres_dir(name: &str) -> PathBuf {
 }
 
 impl Pg {
-    /// initdb (with or without data checksums) and start. `archive` is the
-    /// archive_command to set, if any (archive_mode on).
+    /// initdb (with or without data checksums) and start PostgreSQL 15. `archive` is
+    /// the archive_command to set, if any (archive_mode on).
     pub fn start(checksums: bool, archive: Option<&str>) -> Pg {
+        Pg::start_with(&PgOptions {
+            checksums,
+            archive: archive.map(str::to_string),
+            ..PgOptions::default()
+        })
+    }
+
+    /// initdb and start a cluster as `o` says.
+    pub fn start_with(o: &PgOptions) -> Pg {
+        let bin = bin_dir(o.major);
         let dir = postgres_dir("pg");
         let data = dir.join("data");
         let mut init = vec![
-            "-D",
-            data.to_str().unwrap(),
-            "--auth=trust",
-            "-U",
-            "postgres",
-            "--no-sync",
+            "-D".to_string(),
+            data.display().to_string(),
+            "--auth=trust".to_string(),
+            "-U".to_string(),
+            "postgres".to_string(),
+            "--no-sync".to_string(),
         ];
-        if checksums {
-            init.push("--data-checksums");
+        if o.checksums {
+            init.push("--data-checksums".to_string());
+        } else if o.major >= 18 {
+            init.push("--no-data-checksums".to_string());
         }
-        as_postgres(&format!("{BIN}/initdb"), &init);
+        if let Some(mb) = o.wal_segsize_mb {
+            init.push(format!("--wal-segsize={mb}"));
+        }
+        let init: Vec<&str> = init.iter().map(String::as_str).collect();
+        as_postgres(&bin.join("initdb").display().to_string(), &init);
         let port = free_port();
         let mut conf = format!(
             "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\nwal_level = replica\nmax_wal_senders = 4\nfsync = off\nshared_buffers = 64MB\n",
             dir.display()
         );
-        if let Some(cmd) = archive {
+        if let Some(cmd) = &o.archive {
             conf.push_str(&format!(
                 "archive_mode = on\narchive_command = '{cmd}'\narchive_timeout = 0\n"
             ));
+        }
+        if !o.extra_conf.is_empty() {
+            conf.push_str(&o.extra_conf);
+            conf.push('\n');
         }
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -90,6 +167,8 @@ impl Pg {
             dir,
             data,
             port,
+            major: o.major,
+            bin,
             running: false,
             opts: None,
             owns_dir: true,
@@ -98,15 +177,40 @@ impl Pg {
         pg
     }
 
-    /// Starts a restored data directory on a free port.
+    /// Starts a restored data directory of PostgreSQL 15 on a free port.
     pub fn adopt(data: &Path) -> Pg {
+        Pg::adopt_with(data, 15)
+    }
+
+    /// Starts a restored data directory on a free port with PostgreSQL `major`.
+    pub fn adopt_with(data: &Path, major: u32) -> Pg {
+        Pg::adopt_conf(data, major, "-c archive_mode=off")
+    }
+
+    /// Starts a restored data directory that archives with `archive_command` (a
+    /// promoted copy writing a new timeline into the same repository).
+    pub fn adopt_archiving(data: &Path, archive_command: &str) -> Pg {
+        let auto = data.join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&auto).unwrap();
+        text.push_str(&format!(
+            "archive_mode = on\narchive_command = '{}'\n",
+            archive_command.replace('\'', "''")
+        ));
+        std::fs::write(&auto, text).unwrap();
+        Pg::adopt_conf(data, 15, "")
+    }
+
+    fn adopt_conf(data: &Path, major: u32, extra: &str) -> Pg {
+        let bin = bin_dir(major);
         let port = free_port();
         let dir = data.parent().unwrap().to_path_buf();
-        let opts = format!("-p {port} -c unix_socket_directories=/tmp -c archive_mode=off");
+        let opts = format!("-p {port} -c unix_socket_directories=/tmp {extra}");
         let mut pg = Pg {
             dir,
             data: data.to_path_buf(),
             port,
+            major,
+            bin,
             running: false,
             opts: Some(opts),
             owns_dir: false,
@@ -141,7 +245,7 @@ impl Pg {
             args.extend(["-o", o.as_str()]);
         }
         args.push("start");
-        as_postgres(&format!("{BIN}/pg_ctl"), &args);
+        as_postgres(&self.tool("pg_ctl"), &args);
         self.running = true;
     }
 
@@ -152,7 +256,7 @@ impl Pg {
                     "-u",
                     "postgres",
                     "--",
-                    &format!("{BIN}/pg_ctl"),
+                    &self.tool("pg_ctl"),
                     "-D",
                     self.data.to_str().unwrap(),
                     "-m",
@@ -185,9 +289,19 @@ impl Pg {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    /// Runs SQL with psql; returns unaligned, tuples-only output.
+    /// Runs SQL with psql in database postgres; returns unaligned, tuples-only output.
     pub fn sql(&self, sql: &str) -> String {
-        sql_at(self.port, "postgres", sql)
+        self.sql_db("postgres", sql)
+    }
+
+    /// Runs SQL with this server's psql in database `db`; returns unaligned, tuples-only output.
+    pub fn sql_db(&self, db: &str, sql: &str) -> String {
+        psql(&self.bin, self.port, db, sql)
+    }
+
+    /// The path of one of this server's programs (pg_ctl, pg_basebackup, ...).
+    pub fn tool(&self, name: &str) -> String {
+        self.bin.join(name).display().to_string()
     }
 
     fn log_path(&self) -> PathBuf {
@@ -199,8 +313,14 @@ impl Pg {
     }
 }
 
+/// Runs SQL with PostgreSQL 15's psql (which talks to 17 and 18 too) against the
+/// server on `port`; returns unaligned, tuples-only output.
 pub fn sql_at(port: u16, db: &str, sql: &str) -> String {
-    let out = Command::new(format!("{BIN}/psql"))
+    psql(Path::new(BIN), port, db, sql)
+}
+
+fn psql(bin: &Path, port: u16, db: &str, sql: &str) -> String {
+    let out = Command::new(bin.join("psql"))
         .args([
             "-h",
             "127.0.0.1",
@@ -243,9 +363,9 @@ pub fn give_to_postgres(p: &Path) {
         .unwrap();
 }
 
-/// A pgbench command against `pg` (add its options).
+/// A pgbench command against `pg`, its own version's (add its options).
 pub fn pgbench(pg: &Pg, args: &[&str]) -> Command {
-    let mut c = Command::new(format!("{BIN}/pgbench"));
+    let mut c = Command::new(pg.bin.join("pgbench"));
     c.args([
         "-h",
         "127.0.0.1",
@@ -274,7 +394,7 @@ pub fn assert_pgbench_consistent(pg: &Pg) {
 
 /// pg_amcheck --heapallindexed over every database: must be clean.
 pub fn amcheck(pg: &Pg) {
-    let out = Command::new(format!("{BIN}/pg_amcheck"))
+    let out = Command::new(pg.bin.join("pg_amcheck"))
         .args([
             "-h",
             "127.0.0.1",

@@ -2,7 +2,7 @@
 // start, with the vendors' own SDKs, for what pagevault itself never does
 // (create buckets, list incomplete uploads, damage objects).
 // Usage: node store.js s3|azure COMMAND BUCKET [KEY] [ARG]
-//   mkbucket B | ls B [PREFIX] | uploads B | rm B KEY | truncate B KEY BYTES
+//   mkbucket B | ls B [PREFIX] | uploads B | rm B KEY | truncate B KEY BYTES | flip B KEY OFFSET
 // Environment: AWS_* (with AWS_ENDPOINT_URL), AZURE_STORAGE_CONNECTION_STRING.
 const [kind, cmd, bucket, key, arg] = process.argv.slice(2);
 
@@ -40,6 +40,13 @@ async function s3() {
       await c.send(new s.PutObjectCommand({ Bucket: bucket, Key: key, Body: b.subarray(0, Number(arg)) }));
       return;
     }
+    case 'flip': {
+      const r = await c.send(new s.GetObjectCommand({ Bucket: bucket, Key: key }));
+      const b = Buffer.from(await r.Body.transformToByteArray());
+      b[Number(arg)] ^= 0x20;
+      await c.send(new s.PutObjectCommand({ Bucket: bucket, Key: key, Body: b }));
+      return;
+    }
   }
   throw new Error(`unknown command ${cmd}`);
 }
@@ -69,6 +76,13 @@ async function azure() {
       const bc = cc.getBlockBlobClient(key);
       const b = await bc.downloadToBuffer();
       await bc.upload(b.subarray(0, Number(arg)), Number(arg));
+      return;
+    }
+    case 'flip': {
+      const bc = cc.getBlockBlobClient(key);
+      const b = await bc.downloadToBuffer();
+      b[Number(arg)] ^= 0x20;
+      await bc.upload(b, b.length);
       return;
     }
   }

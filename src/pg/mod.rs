@@ -1,0 +1,131 @@
+//! PostgreSQL facts in one place: the versions pagevault knows and their WAL page
+//! magics, WAL file names and LSNs for any segment size, timeline history files.
+//! A leaf module: it knows nothing of repositories, devices or the pipeline.
+
+pub mod history;
+pub mod walname;
+
+pub use walname::*;
+
+/// A PostgreSQL major version pagevault reads WAL of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Version {
+    pub major: u32,
+    /// `XLOG_PAGE_MAGIC`: the first two bytes of every WAL page it writes.
+    pub wal_page_magic: u16,
+}
+
+/// Every version whose WAL `archive-push` accepts, oldest first. The newest entry is
+/// also the newest server `backup` accepts: a later release may change the WAL or
+/// the backup protocol, so it is refused by name until added here.
+pub const VERSIONS: [Version; 7] = [
+    Version {
+        major: 12,
+        wal_page_magic: 0xD101,
+    },
+    Version {
+        major: 13,
+        wal_page_magic: 0xD106,
+    },
+    Version {
+        major: 14,
+        wal_page_magic: 0xD10D,
+    },
+    Version {
+        major: 15,
+        wal_page_magic: 0xD110,
+    },
+    Version {
+        major: 16,
+        wal_page_magic: 0xD113,
+    },
+    Version {
+        major: 17,
+        wal_page_magic: 0xD116,
+    },
+    Version {
+        major: 18,
+        wal_page_magic: 0xD118,
+    },
+];
+
+/// The oldest server `backup` accepts (pg_backup_start/pg_backup_stop are 15's names).
+pub const BACKUP_MIN_MAJOR: u32 = 15;
+
+pub fn newest() -> Version {
+    VERSIONS[VERSIONS.len() - 1]
+}
+
+/// The version whose WAL pages carry `magic`.
+pub fn version_of_wal_magic(magic: u16) -> Option<Version> {
+    VERSIONS.iter().copied().find(|v| v.wal_page_magic == magic)
+}
+
+/// Why a WAL page magic is refused, for "'FILE' is not a valid WAL segment: ...".
+pub fn unknown_wal_magic(magic: u16) -> String {
+    let (first, last) = (VERSIONS[0], newest());
+    if magic > last.wal_page_magic && magic < 0xD200 {
+        format!(
+            "its first page has magic 0x{magic:04X}: WAL of a PostgreSQL release newer than {} \
+             (0x{:04X}), which this pagevault does not know; upgrade pagevault before archiving it",
+            last.major, last.wal_page_magic
+        )
+    } else {
+        format!(
+            "its first page has magic 0x{magic:04X}, not the WAL page magic of PostgreSQL {}-{} \
+             (PostgreSQL {} writes 0x{:04X})",
+            first.major, last.major, last.major, last.wal_page_magic
+        )
+    }
+}
+
+/// Checks `server_version_num` (e.g. 150004) for a backup; returns the major version.
+pub fn check_backup_server(version_num: &str) -> Result<u32, String> {
+    let num: u32 = version_num
+        .trim()
+        .parse()
+        .map_err(|_| format!("the server reports version '{version_num}', not a number"))?;
+    let major = num / 10000;
+    let newest = newest().major;
+    if major < BACKUP_MIN_MAJOR {
+        return Err(format!(
+            "PostgreSQL {major} (server_version_num {num}) is not supported: pagevault backs up \
+             PostgreSQL {BACKUP_MIN_MAJOR} to {newest}"
+        ));
+    }
+    if major > newest {
+        return Err(format!(
+            "PostgreSQL {major} (server_version_num {num}) is newer than this pagevault knows \
+             (PostgreSQL {BACKUP_MIN_MAJOR} to {newest}); nothing was backed up: upgrade pagevault"
+        ));
+    }
+    Ok(major)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert_eq!(check_backup_server("150004"), Ok(15));
+        assert_eq!(check_backup_server("180006"), Ok(18));
+        let e = check_backup_server("190000").unwrap_err();
+        assert!(e.contains("PostgreSQL 19") && e.contains("newer"), "{e}");
+        let e = check_backup_server("140010").unwrap_err();
+        assert!(
+            e.contains("PostgreSQL 14") && e.contains("not supported"),
+            "{e}"
+        );
+        assert!(check_backup_server("x").is_err());
+        assert_eq!(version_of_wal_magic(0xD118).map(|v| v.major), Some(18));
+        assert_eq!(version_of_wal_magic(0xD110).map(|v| v.major), Some(15));
+        assert!(version_of_wal_magic(0xD11A).is_none());
+        assert!(unknown_wal_magic(0xD11A).contains("newer than 18"));
+        assert!(unknown_wal_magic(0x1234).contains("not the WAL page magic"));
+        // Magics grow with releases.
+        assert!(VERSIONS
+            .windows(2)
+            .all(|w| w[0].wal_page_magic < w[1].wal_page_magic && w[0].major + 1 == w[1].major));
+    }
+}

@@ -1,0 +1,255 @@
+//! The PostgreSQL servers besides Debian's 15 that the tests can run: 18 from the
+//! PyPI wheel scripts/setup.sh unpacks, started with the same helpers as 15.
+
+mod common;
+use common::pg::{sql_at, Pg, PgOptions};
+
+#[test]
+fn postgres_18_starts_and_answers() {
+    let pg = Pg::start_with(&PgOptions {
+        major: 18,
+        ..PgOptions::default()
+    });
+    assert_eq!(pg.major, 18);
+    let version = pg.sql("SHOW server_version_num");
+    assert!(version.starts_with("18"), "server_version_num {version}");
+    // 18's initdb turns data checksums on unless told not to.
+    assert_eq!(pg.sql("SHOW data_checksums"), "off");
+    assert_eq!(
+        pg.sql_db("template1", "SELECT current_database()"),
+        "template1"
+    );
+    // 15's psql (the one sql_at runs) talks to 18 too.
+    assert_eq!(sql_at(pg.port, "postgres", "SELECT 1 + 1"), "2");
+}
+
+#[test]
+fn postgres_18_with_1mb_wal_segments_and_checksums() {
+    let pg = Pg::start_with(&PgOptions {
+        major: 18,
+        checksums: true,
+        wal_segsize_mb: Some(1),
+        extra_conf: "max_wal_size = 64MB".into(),
+        ..PgOptions::default()
+    });
+    assert_eq!(pg.sql("SHOW wal_segment_size"), "1MB");
+    assert_eq!(pg.sql("SHOW data_checksums"), "on");
+    assert_eq!(pg.sql("SHOW max_wal_size"), "64MB");
+    assert!(pg.sql("SHOW server_version_num").starts_with("18"));
+}
+
+fn push_cmd(repo: &std::path::Path) -> String {
+    format!(
+        "{} archive-push %p --repo {}",
+        common::bin(),
+        repo.display()
+    )
+}
+
+fn wait_archived(pg: &Pg, seg: &str) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver");
+        if last.len() == 24 && last.as_str() >= seg {
+            return;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "{seg} not archived (last {last}):\n{}",
+            pg.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn switch_and_wait(pg: &Pg) -> String {
+    let seg = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
+    pg.sql("SELECT pg_switch_wal()");
+    wait_archived(pg, &seg);
+    seg
+}
+
+/// `n` new WAL segments, each with one row in `marks`.
+fn segments(pg: &Pg, n: u32) {
+    pg.sql(&format!(
+        "DO $$ BEGIN FOR i IN 1..{n} LOOP INSERT INTO marks VALUES (default); \
+         PERFORM pg_switch_wal(); END LOOP; END $$"
+    ));
+}
+
+#[test]
+fn postgres_18_archives_backs_up_and_restores() {
+    let dir = common::pg::postgres_dir("pg18");
+    let repo = dir.join("repo");
+    let pg = Pg::start_with(&PgOptions {
+        major: 18,
+        checksums: true,
+        archive: Some(push_cmd(&repo)),
+        ..PgOptions::default()
+    });
+    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");
+    pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 1000) g");
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    let out = common::ok(&[
+        "backup",
+        "--source",
+        &url,
+        "--repo",
+        &common::s(&repo),
+        "--compress",
+        "lz4",
+    ]);
+    assert!(out.contains("BACKUP DATABASE successfully"), "{out}");
+    pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1001, 2000) g");
+    let lsn = pg.sql("SELECT pg_current_wal_insert_lsn()");
+    pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(2001, 3000) g");
+    let seg = switch_and_wait(&pg);
+    assert_eq!(
+        pg.sql("SELECT failed_count FROM pg_stat_archiver"),
+        "0",
+        "{}",
+        pg.log()
+    );
+    let target = common::pg::postgres_dir("pg18-restored").join("data");
+    let j = common::json(&[
+        "restore",
+        "--repo",
+        &common::s(&repo),
+        "--to",
+        &common::s(&target),
+        "--owner",
+        "postgres",
+        "--until-lsn",
+        &lsn,
+    ]);
+    assert_eq!(j["wal"]["verified"], true, "{j}");
+    let r = Pg::adopt_with(&target, 18);
+    r.wait_promoted();
+    assert_eq!(
+        r.sql("SELECT count(*) || ':' || max(id) FROM t"),
+        "2000:2000"
+    );
+    common::pg::amcheck(&r);
+    drop(r);
+
+    // WAL of a release newer than pagevault knows: refused by name, nothing archived.
+    let wal = pg.data.join("pg_wal").join(&seg);
+    let mut bytes = std::fs::read(&wal).unwrap();
+    assert_eq!(
+        &bytes[0..2],
+        &0xD118u16.to_le_bytes(),
+        "PostgreSQL 18's WAL page magic"
+    );
+    bytes[0..2].copy_from_slice(&0xD11Au16.to_le_bytes());
+    let fake = dir.join(&seg);
+    std::fs::write(&fake, &bytes).unwrap();
+    let other = dir.join("other-repo");
+    let err = common::fails(
+        &[
+            "archive-push",
+            &common::s(&fake),
+            "--repo",
+            &common::s(&other),
+        ],
+        1,
+    );
+    assert!(
+        err.contains("0xD11A")
+            && err.contains("newer than 18")
+            && err.contains("nothing was archived"),
+        "{err}"
+    );
+    let archived = walkdir_files(&other.join("wal"));
+    assert!(archived.is_empty(), "{archived:?}");
+}
+
+fn walkdir_files(p: &std::path::Path) -> Vec<String> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            if e.file_type().unwrap().is_dir() {
+                out.extend(walkdir_files(&e.path()));
+            } else {
+                out.push(e.path().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// 1 MiB segments: 4096 per log id, so segment 0xFF is followed by 0x100 (16 MiB
+/// arithmetic would ask for 000000010000000100000000, which never exists).
+#[test]
+fn one_mib_segments_back_up_across_0xff_and_restore_after_300_segments() {
+    let dir = common::pg::postgres_dir("seg1");
+    let repo = dir.join("repo");
+    let pg = Pg::start_with(&PgOptions {
+        checksums: true,
+        archive: Some(push_cmd(&repo)),
+        wal_segsize_mb: Some(1),
+        ..PgOptions::default()
+    });
+    pg.pgbench_init(2);
+    pg.sql("CREATE TABLE marks(id serial PRIMARY KEY)");
+    let segno = |pg: &Pg| {
+        let n = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
+        u64::from_str_radix(&n[8..16], 16).unwrap() * 4096
+            + u64::from_str_radix(&n[16..], 16).unwrap()
+    };
+    let now = segno(&pg);
+    assert!(now < 0xFE, "{now}");
+    segments(&pg, (0xFE - now) as u32);
+    assert_eq!(segno(&pg), 0xFE);
+    // A slow backup (zstd 19 on one thread) during which the WAL passes 0xFF.
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    let child = std::process::Command::new(common::bin())
+        .args(["backup", "--source", &url, "--repo", &common::s(&repo)])
+        .args(["--compress", "zstd:19", "--threads", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !walkdir_files(&repo).iter().any(|f| f.ends_with(".partial")) {
+        assert!(t0.elapsed().as_secs() < 60, "the backup wrote no stripe");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    segments(&pg, 3);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let h = common::json(&["history", "--repo", &common::s(&repo)]);
+    let set = &h["sets"][0];
+    let (start, stop) = (
+        set["start_wal"].as_str().unwrap(),
+        set["stop_wal"].as_str().unwrap(),
+    );
+    assert!(
+        start <= "0000000100000000000000FF" && stop >= "000000010000000000000100",
+        "the backup's WAL should cross 0xFF: {start} to {stop}"
+    );
+    // Over 300 segments of WAL in all, then a restore to the latest point.
+    segments(&pg, 300 - (segno(&pg) as u32).min(300) + 20);
+    assert!(segno(&pg) > 300);
+    let last = switch_and_wait(&pg);
+    let marks = pg.sql("SELECT count(*) FROM marks");
+    let target = common::pg::postgres_dir("seg1-restored").join("data");
+    let j = common::json(&[
+        "restore",
+        "--repo",
+        &common::s(&repo),
+        "--to",
+        &common::s(&target),
+        "--owner",
+        "postgres",
+    ]);
+    assert_eq!(j["wal"]["ranges"][0]["last"].as_str().unwrap(), last, "{j}");
+    let r = Pg::adopt(&target);
+    r.wait_promoted();
+    assert_eq!(r.sql("SELECT count(*) FROM marks"), marks);
+    common::pg::assert_pgbench_consistent(&r);
+}
