@@ -20,10 +20,12 @@ use std::process::ExitCode;
     name = "pagevault",
     version,
     about = "Back up and restore databases as fast as the storage allows",
-    long_about = "pagevault backs up a database (SQLite, plain files) through a bounded pipeline \
-(readers per volume, a pool of BUFFERCOUNT x MAXTRANSFERSIZE buffers, compression on every core, \
-one writer per stripe) to disk files or to NUL (a storage benchmark), and restores it at least \
-as fast. Every frame, page and file is checksummed and checked on restore.",
+    long_about = "pagevault backs up a database (a running PostgreSQL 15-18 cluster, SQLite, plain \
+files) through a bounded pipeline (readers per volume, a pool of BUFFERCOUNT x MAXTRANSFERSIZE \
+buffers, compression on every core, one writer per stripe) to disk files, NUL (a storage \
+benchmark), S3 or Azure Blob, and restores it at least as fast. PostgreSQL WAL is archived as log \
+backups (archive-push/archive-get) for point-in-time restores across timelines. Every frame, page \
+and file is checksummed and checked on restore.",
     after_help = "Examples:\n  pagevault demo\n  pagevault backup --source sqlite:app.db --to NUL --stats 10\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress zstd\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore"
 )]
 struct Cli {
