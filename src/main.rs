@@ -1,15 +1,6 @@
-//! pagevault: throughput-first backup and restore for page-based databases.
+//! pagevault's command line: parses the arguments and runs one command of the library.
 
-mod cmd;
-mod device;
-mod engine;
-mod format;
-mod interrupt;
-mod pg;
-mod repo;
-mod report;
-mod source;
-mod units;
+use pagevault::{cmd, device, interrupt};
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;

@@ -6,7 +6,7 @@ use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::{Codec, ContentHash};
 use crate::pg;
-use crate::repo::walchain;
+use crate::repo::{chain, walchain};
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
 use crate::source::postgres;
@@ -413,58 +413,30 @@ fn apply_diff(
     Ok(out)
 }
 
-/// A set picked from a repository's catalog.
-type Chosen = (Repo, CatalogEntry);
-
-/// The stripes to read: --from as given, or the chosen set of --repo.
-fn resolve(
-    a: &ReadArgs,
-    pick: impl Fn(&[CatalogEntry]) -> Result<CatalogEntry>,
-) -> Result<(Vec<String>, Option<Chosen>)> {
+/// The repository --repo names and its catalog (None with --from).
+fn open_repo(a: &ReadArgs) -> Result<Option<(Repo, Vec<CatalogEntry>)>> {
     let Some(r) = &a.repo else {
-        return Ok((a.from.clone(), None));
+        return Ok(None);
     };
     if !a.from.is_empty() {
         bail!("name either --from stripes or --repo, not both");
     }
     let repo = Repo::open(r, false)?;
     let catalog = repo.catalog()?;
-    let entry = match &a.set {
-        Some(id) => catalog
-            .iter()
-            .find(|c| c.set_id == *id || c.set_id.starts_with(id.as_str()))
-            .cloned()
-            .ok_or_else(|| {
-                anyhow!(
-                    "repository '{r}' has no set '{id}'; `pagevault history --repo {r}` lists them"
-                )
-            })?,
-        None => pick(&catalog)?,
-    };
-    let from = entry.stripes.iter().map(|s| repo.stripe_path(s)).collect();
-    Ok((from, Some((repo, entry))))
+    Ok(Some((repo, catalog)))
 }
 
-/// The newest full set that is not damaged and, for a time or LSN target, ended before it.
-fn pick_full(catalog: &[CatalogEntry], a: &RestoreArgs) -> Result<CatalogEntry> {
-    let until_lsn = a
-        .until_lsn
-        .as_deref()
-        .map(|l| {
-            crate::pg::parse_lsn(l)
-                .ok_or_else(|| anyhow!("--until-lsn '{l}' is not an LSN like 0/3000148"))
-        })
-        .transpose()?;
-    let chosen = catalog
-        .iter()
-        .rev()
-        .filter(|c| c.backup_type == "full" && !c.damaged)
-        .find(|c| ends_before(c, a.until.as_deref(), until_lsn))
-        .cloned();
-    chosen.ok_or_else(|| match catalog.is_empty() {
-        true => anyhow!("the repository holds no backup sets"),
-        false => anyhow!("no full backup set in the repository ended before the recovery target"),
-    })
+/// Says where the sets are listed when a named one is not found.
+fn with_history_hint(e: anyhow::Error, repo: &Repo) -> anyhow::Error {
+    anyhow!(
+        "{e:#}; `pagevault history --repo {}` lists them",
+        repo.describe()
+    )
+}
+
+/// The stripes of a recorded set, as device specs.
+fn stripes_of(repo: &Repo, e: &CatalogEntry) -> Vec<String> {
+    e.stripes.iter().map(|s| repo.stripe_path(s)).collect()
 }
 
 /// Finds a broken or damaged log chain before anything is written: every WAL file
@@ -546,76 +518,25 @@ impl WalCheck {
     }
 }
 
-fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
-    chrono::DateTime::parse_from_rfc3339(t)
-        .or_else(|_| chrono::DateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S%.f%#z"))
-        .ok()
-}
-
-/// With a repository: the full set to restore and the differential to apply over it.
-fn chain(
-    a: &RestoreArgs,
-    chosen: Option<Chosen>,
-) -> Result<(Option<Chosen>, Option<CatalogEntry>)> {
-    let Some((repo, entry)) = chosen else {
-        return Ok((None, None));
-    };
-    let catalog = repo.catalog()?;
-    if entry.backup_type == "diff" {
-        // --set named a differential: restore its base, then it.
-        let base_id = entry.base_set.clone().unwrap_or_default();
-        let Some(full) = catalog.iter().find(|c| c.set_id == base_id).cloned() else {
-            bail!("differential {} needs its base full set {base_id}, which is no longer in the repository", entry.set_id);
-        };
-        return Ok((Some((repo, full)), Some(entry)));
-    }
-    if a.read.set.is_some() {
-        return Ok((Some((repo, entry)), None));
-    }
-    let until_lsn = a.until_lsn.as_deref().and_then(pg::parse_lsn);
-    let diff = catalog
-        .iter()
-        .rev()
-        .filter(|c| {
-            c.backup_type == "diff"
-                && !c.damaged
-                && c.base_set.as_deref() == Some(entry.set_id.as_str())
-        })
-        .find(|c| ends_before(c, a.until.as_deref(), until_lsn))
-        .cloned();
-    Ok((Some((repo, entry)), diff))
-}
-
-/// Whether a set ended before the recovery target (always, without one).
-fn ends_before(c: &CatalogEntry, until: Option<&str>, until_lsn: Option<u64>) -> bool {
-    match (until, until_lsn) {
-        (Some(t), _) => chrono::DateTime::parse_from_rfc3339(&c.finished)
-            .ok()
-            .zip(parse_time(t))
-            .is_none_or(|(f, t)| f <= t),
-        (_, Some(l)) => c
-            .stop_lsn
-            .as_deref()
-            .and_then(pg::parse_lsn)
-            .is_none_or(|s| s <= l),
-        _ => true,
-    }
-}
-
 pub fn run_restore(a: RestoreArgs) -> Result<()> {
-    let (from, chosen) = resolve(&a.read, |c| pick_full(c, &a))?;
-    let (chosen, diff) = chain(&a, chosen)?;
+    let sel = chain::Selector::parse(
+        a.read.set.as_deref(),
+        a.until.as_deref(),
+        a.until_lsn.as_deref(),
+    )?;
+    let (chosen, diff) = match open_repo(&a.read)? {
+        Some((repo, catalog)) => {
+            let c = chain::select(&catalog, &sel).map_err(|e| with_history_hint(e, &repo))?;
+            (Some((repo, c.full)), c.diff)
+        }
+        None => (None, None),
+    };
     let from = match &chosen {
-        Some((repo, full)) => full.stripes.iter().map(|s| repo.stripe_path(s)).collect(),
-        None => from,
+        Some((repo, full)) => stripes_of(repo, full),
+        None => a.read.from.clone(),
     };
     let diff_set = match (&chosen, &diff) {
-        (Some((repo, _)), Some(d)) => Some(set::open(
-            &d.stripes
-                .iter()
-                .map(|s| repo.stripe_path(s))
-                .collect::<Vec<_>>(),
-        )?),
+        (Some((repo, _)), Some(d)) => Some(set::open(&stripes_of(repo, d))?),
         _ => None,
     };
     let set = set::open(&from)?;
@@ -859,11 +780,16 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
 }
 
 pub fn run_verify(a: VerifyArgs) -> Result<()> {
-    let (from, _) = resolve(&a.read, |c| {
-        c.last()
-            .cloned()
-            .ok_or_else(|| anyhow!("the repository holds no backup sets"))
-    })?;
+    let from = match open_repo(&a.read)? {
+        Some((repo, catalog)) => {
+            let e = match &a.read.set {
+                Some(id) => chain::find(&catalog, id),
+                None => chain::newest(&catalog),
+            };
+            stripes_of(&repo, e.map_err(|e| with_history_hint(e, &repo))?)
+        }
+        None => a.read.from.clone(),
+    };
     let set = set::open(&from)?;
     let m = &set.manifest;
     let params = engine_params(&a.read, &set);

@@ -47,6 +47,9 @@ pub trait StripeSink: Send {
 
 pub trait StripeSource: Send + Sync {
     fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 }

@@ -8,6 +8,7 @@
 //! REPO/wal/TIMELINE/SEGMENT  archived WAL segments (see wal.rs)
 //! ```
 
+pub mod chain;
 pub mod wal;
 pub mod walchain;
 

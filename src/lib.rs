@@ -1,0 +1,16 @@
+//! pagevault: throughput-first backup and restore for page-based databases.
+//!
+//! The library holds everything; `main.rs` only parses the command line and calls
+//! one command of [`cmd`]. The floors and what each may import are in
+//! docs/ARCHITECTURE.md.
+
+pub mod cmd;
+pub mod device;
+pub mod engine;
+pub mod format;
+pub mod interrupt;
+pub mod pg;
+pub mod repo;
+pub mod report;
+pub mod source;
+pub mod units;
