@@ -13,4 +13,5 @@ pub mod pg;
 pub mod repo;
 pub mod report;
 pub mod source;
+pub mod target;
 pub mod units;

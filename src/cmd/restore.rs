@@ -1,7 +1,7 @@
 //! `pagevault restore` and `pagevault verify`.
 
 use super::{default_threads, print_json, set, Reporter};
-use crate::engine::restore::{self, FrameSink};
+use crate::engine::restore;
 use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::{Codec, ContentHash};
@@ -10,17 +10,17 @@ use crate::repo::{chain, walchain};
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
 use crate::source::postgres;
+use crate::target::{self, Target};
 use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::fs::{self, File};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct ReadArgs {
@@ -96,54 +96,6 @@ pub struct VerifyArgs {
 
 const MARKER: &str = ".pagevault-restore-incomplete";
 
-/// Writes frames into the restored files, opened lazily and kept open while they last.
-struct Target {
-    /// With `files.overlay` (a differential), zero ranges must be written.
-    files: Files,
-    open: Mutex<HashMap<u32, Arc<File>>>,
-}
-
-impl Target {
-    fn file(&self, id: u32) -> io::Result<Arc<File>> {
-        let mut open = self.open.lock().unwrap();
-        if let Some(f) = open.get(&id) {
-            return Ok(f.clone());
-        }
-        if open.len() >= 256 {
-            open.clear(); // in-flight writers keep their Arc
-        }
-        let path = self.files.ensure(id)?;
-        let f = Arc::new(OpenOptions::new().write(true).open(path)?);
-        open.insert(id, f.clone());
-        Ok(f)
-    }
-}
-
-impl FrameSink for Target {
-    fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file(file)?.write_all_at(data, offset)
-    }
-    fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
-        if self.files.overlay {
-            static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
-            let f = self.file(file)?;
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(ZEROS.len());
-                f.write_all_at(&ZEROS[..n], offset + done as u64)?;
-                done += n;
-            }
-        }
-        Ok(())
-    }
-    fn written(&self, file: u32, offset: u64, len: u64) {
-        // Once per frame, not per page of a differential's frame.
-        if let Ok(f) = self.file(file) {
-            crate::device::disk::start_writeback(&f, offset, len);
-        }
-    }
-}
-
 fn check_checksums(m: &Manifest, ids: &[(u32, u64)], got: &[Result<String, String>]) -> Result<()> {
     let by_id: HashMap<u32, &crate::format::manifest::FileEntry> =
         m.files.iter().map(|f| (f.id, f)).collect();
@@ -187,146 +139,6 @@ fn regular_files(m: &Manifest) -> Vec<(u32, u64)> {
         .filter(|f| f.kind == EntryKind::File)
         .map(|f| (f.id, f.size))
         .collect()
-}
-
-fn prepare_target(dir: &Path, replace: bool) -> Result<()> {
-    match fs::read_dir(dir) {
-        Ok(mut it) => {
-            if it.next().is_some() {
-                if !replace {
-                    bail!(
-                        "target '{}' is not empty: restore into an empty directory, or add --replace to delete what it holds",
-                        dir.display()
-                    );
-                }
-                for e in fs::read_dir(dir)? {
-                    let p = e?.path();
-                    let r = if p.is_dir() && !p.is_symlink() {
-                        fs::remove_dir_all(&p)
-                    } else {
-                        fs::remove_file(&p)
-                    };
-                    r.with_context(|| format!("--replace: cannot remove '{}'", p.display()))?;
-                }
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create target '{}'", dir.display()))?,
-        Err(e) => return Err(e).with_context(|| format!("cannot read target '{}'", dir.display())),
-    }
-    Ok(())
-}
-
-fn set_mtime(p: &Path, mtime: i64) {
-    // By path (utimensat): one syscall per file, where open + futimens + close took three.
-    // A time that cannot be set is not worth failing a restore for.
-    let _ = filetime::set_file_mtime(p, filetime::FileTime::from_unix_time(mtime.max(0), 0));
-}
-
-/// The regular files of a restore, each created at its size exactly once: by
-/// `create_first` before the pipeline, by `create_all` alongside it, or by the first
-/// frame that needs it. Creating a file costs about 15 us of CPU here, up to 400 us
-/// where many inodes were just freed (ext4 without a journal skips each of them), so a
-/// cluster's thousands of files matter.
-struct Files {
-    list: Vec<(PathBuf, u64)>,
-    index: HashMap<u32, usize>,
-    made: Vec<OnceLock<Result<(), String>>>,
-    /// Keep what a file already holds (applying a differential).
-    overlay: bool,
-}
-
-impl Files {
-    /// Where file `id` goes, once it exists at its size.
-    fn ensure(&self, id: u32) -> io::Result<&Path> {
-        let i = *self
-            .index
-            .get(&id)
-            .ok_or_else(|| io::Error::other(format!("file {id} is not in the manifest")))?;
-        self.make(i).map_err(io::Error::other)?;
-        Ok(&self.list[i].0)
-    }
-
-    fn make(&self, i: usize) -> Result<(), String> {
-        let (p, size) = &self.list[i];
-        let made = self.made[i].get_or_init(|| {
-            let mut o = OpenOptions::new();
-            o.write(true);
-            if self.overlay {
-                o.create(true).truncate(false);
-            } else {
-                o.create_new(true);
-            }
-            let r = o.open(p).and_then(|f| f.set_len(*size));
-            r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
-        });
-        made.clone()
-    }
-
-    /// Creates every file, `threads` at a time, one directory per lane: a directory's
-    /// creations queue on its lock, different directories' go in parallel.
-    fn create_first(&self, threads: usize) -> Result<()> {
-        let mut dirs: HashMap<&Path, Vec<usize>> = HashMap::new();
-        for (i, (p, _)) in self.list.iter().enumerate() {
-            dirs.entry(p.parent().unwrap_or(p)).or_default().push(i);
-        }
-        let mut groups: Vec<Vec<usize>> = dirs.into_values().collect();
-        groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
-        let mut lanes: Vec<Vec<usize>> = vec![vec![]; threads.max(1)];
-        for g in groups {
-            let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
-            lane.extend(g);
-        }
-        std::thread::scope(|s| {
-            let running: Vec<_> = lanes
-                .iter()
-                .map(|l| s.spawn(|| l.iter().try_for_each(|&i| self.make(i))))
-                .collect();
-            running
-                .into_iter()
-                .try_for_each(|h| h.join().expect("file creation panicked"))
-        })
-        .map_err(|e| anyhow!(e))
-    }
-
-    /// Creates every file not yet created, in the manifest's order, until `stop` is set.
-    fn create_all(&self, stop: &AtomicBool) -> Result<(), String> {
-        (0..self.list.len())
-            .take_while(|_| !stop.load(Relaxed))
-            .try_for_each(|i| self.make(i))
-    }
-}
-
-/// Creates the directories of a manifest and returns its regular files, not yet created.
-fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> Result<Files> {
-    let (mut list, mut index) = (vec![], HashMap::new());
-    let mut made_dirs = std::collections::HashSet::new();
-    for f in &m.files {
-        let p = place(&f.path);
-        match f.kind {
-            EntryKind::Dir => {
-                fs::create_dir_all(&p)?;
-                made_dirs.insert(p);
-            }
-            EntryKind::File => {
-                if let Some(parent) = p.parent() {
-                    if made_dirs.insert(parent.to_path_buf()) {
-                        fs::create_dir_all(parent)?;
-                    }
-                }
-                index.insert(f.id, list.len());
-                list.push((p, f.size));
-            }
-            EntryKind::Link => {}
-        }
-    }
-    let made = (0..list.len()).map(|_| OnceLock::new()).collect();
-    Ok(Files {
-        list,
-        index,
-        made,
-        overlay,
-    })
 }
 
 /// Whether a set's files are best created alongside its pipeline. A set stored without
@@ -385,7 +197,7 @@ fn apply_diff(
 ) -> Result<restore::Outcome> {
     let dm = &ds.manifest;
     let params = engine_params(read, ds);
-    let files = lay_out(dm, place, true)?;
+    let files = target::lay_out(dm, place, true)?;
     let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
     for f in base
         .files
@@ -394,10 +206,7 @@ fn apply_diff(
     {
         let _ = fs::remove_file(place(&f.path));
     }
-    let target = Target {
-        files,
-        open: Mutex::new(HashMap::new()),
-    };
+    let target = Target::new(files);
     let ids = regular_files(dm);
     let progress = Arc::new(Progress {
         live: live.clone(),
@@ -567,7 +376,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
             };
         }
     }
-    let owner = a.owner.as_deref().map(lookup_user).transpose()?;
+    let owner = a.owner.as_deref().map(target::lookup_user).transpose()?;
     let spaces = if is_pg {
         tablespace_dirs(&m.extra, &a.tablespace_map)?
     } else {
@@ -581,18 +390,15 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         .report
         .as_ref()
         .map(|_| report::Sampler::start(progress.live.clone()));
-    prepare_target(&a.to, a.replace)?;
+    target::prepare(&a.to, a.replace)?;
     let marker = a.to.join(MARKER);
     File::create(&marker)
         .with_context(|| format!("cannot write in target '{}'", a.to.display()))?;
 
     phases.mark("prepare target");
     let params = engine_params(&a.read, &set);
-    let files = lay_out(m, &place, false)?;
-    let target = Target {
-        files,
-        open: Mutex::new(HashMap::new()),
-    };
+    let files = target::lay_out(m, &place, false)?;
+    let target = Target::new(files);
     let ids = regular_files(m);
     let reporter = Reporter::start(progress.clone(), a.read.stats, a.read.json, "restore");
     let out = run_into(&set, &ids, &params, &target, &progress, &mut phases);
@@ -636,20 +442,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
     // Facts of the newest set applied: its backup_label starts recovery.
     let last = diff_set.as_ref().map(|d| &d.manifest).unwrap_or(m);
 
-    // Links last (nothing is written through them), then modes and times, deepest first.
-    for f in m.files.iter().filter(|f| f.kind == EntryKind::Link) {
-        let p = place(&f.path);
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        std::os::unix::fs::symlink(f.link_target.as_deref().unwrap(), &p)
-            .with_context(|| format!("cannot create link '{}'", p.display()))?;
-    }
-    for f in m.files.iter().rev().filter(|f| f.kind != EntryKind::Link) {
-        let p = place(&f.path);
-        let _ = fs::set_permissions(&p, fs::Permissions::from_mode(f.mode));
-        set_mtime(&p, f.mtime);
-    }
+    target::finish_entries(m, &place)?;
     phases.mark("links, modes, times");
     // Each tablespace is linked from pg_tblspc as PostgreSQL expects.
     for (oid, dir) in &spaces {
@@ -658,16 +451,12 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         std::os::unix::fs::symlink(dir, a.to.join("pg_tblspc").join(oid))
             .with_context(|| format!("cannot link tablespace {oid} to '{}'", dir.display()))?;
         if let Some((uid, gid)) = owner {
-            chown_tree(dir, uid, gid)?;
+            target::chown_tree(dir, uid, gid)?;
         }
-        if let Ok(d) = File::open(dir) {
-            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) };
-        }
+        target::sync_fs(dir);
     }
     // One syncfs makes every restored file durable before we say so.
-    if let Ok(d) = File::open(&a.to) {
-        unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) };
-    }
+    target::sync_fs(&a.to);
     phases.mark("sync to disk");
     let mut notes = vec![];
     if is_pg {
@@ -703,7 +492,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
         }
     }
     if let Some((uid, gid)) = owner {
-        chown_tree(&a.to, uid, gid)?;
+        target::chown_tree(&a.to, uid, gid)?;
     }
     fs::remove_file(&marker)?;
     let series = sampler.map(report::Sampler::finish);
@@ -888,22 +677,4 @@ fn place(to: &Path, rel: &str, spaces: &HashMap<String, PathBuf>) -> PathBuf {
         }
     }
     to.join(rel)
-}
-
-fn lookup_user(name: &str) -> Result<(u32, u32)> {
-    let c = std::ffi::CString::new(name)?;
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        bail!("--owner: no user named '{name}'");
-    }
-    Ok(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
-}
-
-fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<()> {
-    for e in walkdir::WalkDir::new(root) {
-        let e = e?;
-        std::os::unix::fs::lchown(e.path(), Some(uid), Some(gid))
-            .with_context(|| format!("--owner: cannot chown '{}'", e.path().display()))?;
-    }
-    Ok(())
 }

@@ -3,6 +3,7 @@
 //! A leaf module: it knows nothing of repositories, devices or the pipeline.
 
 pub mod history;
+pub mod page;
 pub mod walname;
 
 pub use walname::*;

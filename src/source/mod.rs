@@ -2,7 +2,6 @@
 //! lives on) and brackets the read with whatever makes the copy consistent.
 
 pub mod files;
-pub mod pgpage;
 pub mod postgres;
 pub mod sqlite;
 

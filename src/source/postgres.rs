@@ -5,10 +5,10 @@
 //! pass; the WAL from the start to the stop segment is added to the set so the
 //! copy can be made consistent from the set alone.
 
-use super::pgpage;
 use super::{Finish, Source, SourceFile};
 use crate::engine::backup::{ChunkFilter, PageSet, ReadFile};
 use crate::format::manifest::{EntryKind, SourceInfo};
+use crate::pg::page as pgpage;
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};

@@ -1,0 +1,275 @@
+//! The directory a restore writes into: created or emptied, its directories laid out,
+//! its files created at their sizes once (before or alongside the pipeline), frames
+//! written in place, then links, modes and times, ownership and one syncfs.
+
+use crate::engine::restore::FrameSink;
+use crate::format::manifest::{EntryKind, Manifest};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Writes frames into the restored files, opened lazily and kept open while they last.
+pub struct Target {
+    /// With `files.overlay` (a differential), zero ranges must be written.
+    pub files: Files,
+    open: Mutex<HashMap<u32, Arc<File>>>,
+}
+
+impl Target {
+    pub fn new(files: Files) -> Target {
+        Target {
+            files,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn file(&self, id: u32) -> io::Result<Arc<File>> {
+        let mut open = self.open.lock().unwrap();
+        if let Some(f) = open.get(&id) {
+            return Ok(f.clone());
+        }
+        if open.len() >= 256 {
+            open.clear(); // in-flight writers keep their Arc
+        }
+        let path = self.files.ensure(id)?;
+        let f = Arc::new(OpenOptions::new().write(true).open(path)?);
+        open.insert(id, f.clone());
+        Ok(f)
+    }
+}
+
+impl FrameSink for Target {
+    fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.file(file)?.write_all_at(data, offset)
+    }
+    fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
+        if self.files.overlay {
+            static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+            let f = self.file(file)?;
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(ZEROS.len());
+                f.write_all_at(&ZEROS[..n], offset + done as u64)?;
+                done += n;
+            }
+        }
+        Ok(())
+    }
+    fn written(&self, file: u32, offset: u64, len: u64) {
+        // Once per frame, not per page of a differential's frame.
+        if let Ok(f) = self.file(file) {
+            crate::device::disk::start_writeback(&f, offset, len);
+        }
+    }
+}
+
+/// Makes `dir` an empty directory: created, or emptied with `replace`.
+pub fn prepare(dir: &Path, replace: bool) -> Result<()> {
+    match fs::read_dir(dir) {
+        Ok(mut it) => {
+            if it.next().is_some() {
+                if !replace {
+                    bail!(
+                        "target '{}' is not empty: restore into an empty directory, or add --replace to delete what it holds",
+                        dir.display()
+                    );
+                }
+                for e in fs::read_dir(dir)? {
+                    let p = e?.path();
+                    let r = if p.is_dir() && !p.is_symlink() {
+                        fs::remove_dir_all(&p)
+                    } else {
+                        fs::remove_file(&p)
+                    };
+                    r.with_context(|| format!("--replace: cannot remove '{}'", p.display()))?;
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create target '{}'", dir.display()))?,
+        Err(e) => return Err(e).with_context(|| format!("cannot read target '{}'", dir.display())),
+    }
+    Ok(())
+}
+
+pub fn set_mtime(p: &Path, mtime: i64) {
+    // By path (utimensat): one syscall per file, where open + futimens + close took three.
+    // A time that cannot be set is not worth failing a restore for.
+    let _ = filetime::set_file_mtime(p, filetime::FileTime::from_unix_time(mtime.max(0), 0));
+}
+
+/// The regular files of a restore, each created at its size exactly once: by
+/// `create_first` before the pipeline, by `create_all` alongside it, or by the first
+/// frame that needs it. Creating a file costs about 15 us of CPU here, up to 400 us
+/// where many inodes were just freed (ext4 without a journal skips each of them), so a
+/// cluster's thousands of files matter.
+pub struct Files {
+    list: Vec<(PathBuf, u64)>,
+    index: HashMap<u32, usize>,
+    made: Vec<OnceLock<Result<(), String>>>,
+    /// Keep what a file already holds (applying a differential).
+    overlay: bool,
+}
+
+impl Files {
+    /// Where file `id` goes, once it exists at its size.
+    fn ensure(&self, id: u32) -> io::Result<&Path> {
+        let i = *self
+            .index
+            .get(&id)
+            .ok_or_else(|| io::Error::other(format!("file {id} is not in the manifest")))?;
+        self.make(i).map_err(io::Error::other)?;
+        Ok(&self.list[i].0)
+    }
+
+    fn make(&self, i: usize) -> Result<(), String> {
+        let (p, size) = &self.list[i];
+        let made = self.made[i].get_or_init(|| {
+            let mut o = OpenOptions::new();
+            o.write(true);
+            if self.overlay {
+                o.create(true).truncate(false);
+            } else {
+                o.create_new(true);
+            }
+            let r = o.open(p).and_then(|f| f.set_len(*size));
+            r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
+        });
+        made.clone()
+    }
+
+    /// Creates every file, `threads` at a time, one directory per lane: a directory's
+    /// creations queue on its lock, different directories' go in parallel.
+    pub fn create_first(&self, threads: usize) -> Result<()> {
+        let mut dirs: HashMap<&Path, Vec<usize>> = HashMap::new();
+        for (i, (p, _)) in self.list.iter().enumerate() {
+            dirs.entry(p.parent().unwrap_or(p)).or_default().push(i);
+        }
+        let mut groups: Vec<Vec<usize>> = dirs.into_values().collect();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+        let mut lanes: Vec<Vec<usize>> = vec![vec![]; threads.max(1)];
+        for g in groups {
+            let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
+            lane.extend(g);
+        }
+        std::thread::scope(|s| {
+            let running: Vec<_> = lanes
+                .iter()
+                .map(|l| s.spawn(|| l.iter().try_for_each(|&i| self.make(i))))
+                .collect();
+            running
+                .into_iter()
+                .try_for_each(|h| h.join().expect("file creation panicked"))
+        })
+        .map_err(|e| anyhow!(e))
+    }
+
+    /// Creates every file not yet created, in the manifest's order, until `stop` is set.
+    pub fn create_all(&self, stop: &AtomicBool) -> Result<(), String> {
+        (0..self.list.len())
+            .take_while(|_| !stop.load(Relaxed))
+            .try_for_each(|i| self.make(i))
+    }
+}
+
+/// Creates the directories of a manifest and returns its regular files, not yet created.
+pub fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> Result<Files> {
+    let (mut list, mut index) = (vec![], HashMap::new());
+    let mut made_dirs = std::collections::HashSet::new();
+    for f in &m.files {
+        let p = place(&f.path);
+        match f.kind {
+            EntryKind::Dir => {
+                fs::create_dir_all(&p)?;
+                made_dirs.insert(p);
+            }
+            EntryKind::File => {
+                if let Some(parent) = p.parent() {
+                    if made_dirs.insert(parent.to_path_buf()) {
+                        fs::create_dir_all(parent)?;
+                    }
+                }
+                index.insert(f.id, list.len());
+                list.push((p, f.size));
+            }
+            EntryKind::Link => {}
+        }
+    }
+    let made = (0..list.len()).map(|_| OnceLock::new()).collect();
+    Ok(Files {
+        list,
+        index,
+        made,
+        overlay,
+    })
+}
+
+/// Links last (nothing is written through them), then modes and times, deepest first.
+pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf) -> Result<()> {
+    for f in m.files.iter().filter(|f| f.kind == EntryKind::Link) {
+        let p = place(&f.path);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        std::os::unix::fs::symlink(f.link_target.as_deref().unwrap_or(""), &p)
+            .with_context(|| format!("cannot create link '{}'", p.display()))?;
+    }
+    for f in m.files.iter().rev().filter(|f| f.kind != EntryKind::Link) {
+        let p = place(&f.path);
+        let _ = fs::set_permissions(&p, fs::Permissions::from_mode(f.mode));
+        set_mtime(&p, f.mtime);
+    }
+    Ok(())
+}
+
+/// Makes every file of the file system holding `dir` durable (one syncfs).
+pub fn sync_fs(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        // SAFETY: syncfs only reads the descriptor, which `d` keeps open.
+        unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) };
+    }
+}
+
+/// The uid and gid of user `name` (`--owner`).
+pub fn lookup_user(name: &str) -> Result<(u32, u32)> {
+    let c = std::ffi::CString::new(name)?;
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: `pwd` and `buf` outlive the call; getpwnam_r (unlike getpwnam) keeps its
+    // strings in `buf`, so other threads cannot overwrite them.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    let rc = unsafe {
+        libc::getpwnam_r(
+            c.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "--owner: cannot look up user '{name}': {}",
+            io::Error::from_raw_os_error(rc)
+        );
+    }
+    if found.is_null() {
+        bail!("--owner: no user named '{name}'");
+    }
+    Ok((pwd.pw_uid, pwd.pw_gid))
+}
+
+/// Gives `root` and everything under it to uid:gid, links included.
+pub fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<()> {
+    for e in walkdir::WalkDir::new(root) {
+        let e = e?;
+        std::os::unix::fs::lchown(e.path(), Some(uid), Some(gid))
+            .with_context(|| format!("--owner: cannot chown '{}'", e.path().display()))?;
+    }
+    Ok(())
+}
