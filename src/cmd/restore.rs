@@ -281,9 +281,10 @@ fn check_wal_chain(
     let verified = match a.no_verify_wal {
         true => None,
         false => {
-            let threads = match repo.object("wal") {
-                Some(_) => 8,
-                None => default_threads(),
+            // Objects are downloaded: more requests in flight than cores.
+            let threads = match repo.store().local_path("wal") {
+                Some(_) => default_threads(),
+                None => 8,
             };
             Some(walchain::verify(repo, &chain, threads)?)
         }

@@ -210,15 +210,23 @@ impl Location {
         explain(&self.describe(), what, e)
     }
 
-    /// Reads a whole object; None when it does not exist.
-    pub fn get(&self) -> Result<Option<Vec<u8>>> {
+    /// Reads a whole object of at most `max` bytes (a larger one is refused before its
+    /// bytes are read); None when it does not exist.
+    pub fn get(&self, max: u64) -> Result<Option<Vec<u8>>> {
         let p = self.path();
         let r = rt().block_on(async {
             let g = self.store.get(&p).await?;
-            g.bytes().await
+            if g.meta.size > max {
+                return Ok(Err(g.meta.size));
+            }
+            g.bytes().await.map(Ok)
         });
         match r {
-            Ok(b) => Ok(Some(b.to_vec())),
+            Ok(Ok(b)) => Ok(Some(b.to_vec())),
+            Ok(Err(size)) => bail!(
+                "'{}' is {size} bytes, more than the {max} it may hold",
+                self.describe()
+            ),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.err("cannot read", e)),
         }

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod chain;
+pub mod store;
 pub mod wal;
 pub mod walchain;
 
@@ -19,8 +20,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::device::object::Location;
+pub use store::{create_dir, inherit_owner};
+use store::{DirStore, ObjectStore, Store};
 
 const MARKER: &str = "pagevault.repo";
+/// A catalog record is a few KiB; refuse anything absurd.
+const RECORD_MAX: u64 = 16 << 20;
 
 /// One backup set as the catalog remembers it (msdb's backupset).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -52,45 +57,8 @@ pub struct CatalogEntry {
     pub stripes: Vec<String>,
 }
 
-/// Where a repository lives: a directory, or a prefix in an object store.
-pub enum Root {
-    Dir(PathBuf),
-    Object(Location),
-}
-
 pub struct Repo {
-    pub root: Root,
-}
-
-/// When root writes into a repository another user owns (the one PostgreSQL's
-/// archive_command runs as), what it creates is given to that user.
-pub fn inherit_owner(path: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    if unsafe { libc::geteuid() } != 0 {
-        return;
-    }
-    let Some(parent) = path.parent() else { return };
-    if let Ok(m) = fs::metadata(parent) {
-        if m.uid() != 0 {
-            let _ = std::os::unix::fs::lchown(path, Some(m.uid()), Some(m.gid()));
-        }
-    }
-}
-
-/// Creates a directory (and its parents) owned like the directory above it.
-pub fn create_dir(path: &Path) -> Result<()> {
-    if path.is_dir() {
-        return Ok(());
-    }
-    if let Some(p) = path.parent() {
-        create_dir(p)?;
-    }
-    match fs::create_dir(path) {
-        Ok(()) => inherit_owner(path),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot create '{}'", path.display())),
-    }
-    Ok(())
+    store: Box<dyn Store>,
 }
 
 /// Writes `bytes` to `path` so that it is either absent or complete and durable.
@@ -147,7 +115,7 @@ impl Repo {
             write_atomic(&marker, b"pagevault repository 1\n")?;
         }
         Ok(Repo {
-            root: Root::Dir(root),
+            store: Box::new(DirStore::new(root)),
         })
     }
 
@@ -169,111 +137,64 @@ impl Repo {
             marker.put_new(b"pagevault repository 1\n".to_vec())?;
         }
         Ok(Repo {
-            root: Root::Object(loc),
+            store: Box::new(ObjectStore::new(loc)),
         })
+    }
+
+    /// Where the repository's files live.
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
     }
 
     /// How the repository is shown to users (never with credentials).
     pub fn describe(&self) -> String {
-        match &self.root {
-            Root::Dir(p) => p.display().to_string(),
-            Root::Object(l) => l.describe(),
-        }
+        self.store.describe("")
     }
 
     /// The repository as a `--repo` argument for another process (archive-get).
     pub fn spec_for_command(&self) -> String {
-        match &self.root {
-            Root::Dir(p) => fs::canonicalize(p)
-                .unwrap_or_else(|_| p.clone())
-                .display()
-                .to_string(),
-            Root::Object(l) => l.describe(),
-        }
-    }
-
-    /// The object location of `rel` in an object-store repository.
-    pub fn object(&self, rel: &str) -> Option<Location> {
-        match &self.root {
-            Root::Dir(_) => None,
-            Root::Object(l) => Some(l.join(rel)),
+        match self.store.local_path("") {
+            Some(p) => fs::canonicalize(&p).unwrap_or(p).display().to_string(),
+            None => self.store.describe(""),
         }
     }
 
     /// The device spec of stripe `n` (1-based) of a set kept in the repository;
     /// creates its directory in a local repository.
     pub fn stripe_spec(&self, set_id: &str, n: usize) -> Result<String> {
-        let rel = format!("sets/{set_id}/{n}.pv");
-        match &self.root {
-            Root::Dir(p) => {
-                create_dir(&p.join("sets").join(set_id))?;
-                Ok(p.join(rel).display().to_string())
-            }
-            Root::Object(l) => Ok(l.join(&rel).describe()),
-        }
-    }
-
-    pub fn wal_dir(&self) -> PathBuf {
-        match &self.root {
-            Root::Dir(p) => p.join("wal"),
-            Root::Object(_) => PathBuf::from("wal"),
-        }
+        self.store.create_dir(&format!("sets/{set_id}"))?;
+        Ok(self.store.describe(&format!("sets/{set_id}/{n}.pv")))
     }
 
     /// Records a committed set. Called only after every stripe is durable.
     pub fn record(&self, e: &CatalogEntry) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(e)?;
-        let rel = format!("catalog/{}.json", e.set_id);
-        match &self.root {
-            Root::Dir(p) => write_atomic(&p.join(rel), &bytes),
-            Root::Object(l) => l.join(&rel).put(bytes),
-        }
+        self.store
+            .put(&format!("catalog/{}.json", e.set_id), &bytes)
     }
 
     /// Removes a set's catalog record (first, so a half-removed set is never listed).
     pub fn unrecord(&self, set_id: &str) -> Result<()> {
-        let rel = format!("catalog/{set_id}.json");
-        match &self.root {
-            Root::Dir(p) => match fs::remove_file(p.join(&rel)) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e).with_context(|| format!("cannot remove '{rel}'")),
-            },
-            Root::Object(l) => l.join(&rel).delete(),
-        }
+        self.store.delete(&format!("catalog/{set_id}.json"))
     }
 
     /// Every recorded set, oldest first.
     pub fn catalog(&self) -> Result<Vec<CatalogEntry>> {
         let mut out = vec![];
-        let parse = |b: &[u8], name: &str| -> Result<CatalogEntry> {
-            serde_json::from_slice(b).with_context(|| format!("catalog record '{name}' is damaged"))
-        };
-        match &self.root {
-            Root::Dir(root) => {
-                let dir = root.join("catalog");
-                for e in fs::read_dir(&dir)
-                    .with_context(|| format!("cannot read '{}'", dir.display()))?
-                {
-                    let p = e?.path();
-                    if p.extension().is_some_and(|x| x == "json") {
-                        out.push(parse(&fs::read(&p)?, &p.display().to_string())?);
-                    }
-                }
+        for (k, _) in self.store.list("catalog")? {
+            if !k.ends_with(".json") || k.contains('/') || k.starts_with('.') {
+                continue;
             }
-            Root::Object(l) => {
-                let cat = l.join("catalog");
-                for (k, _) in cat.list()? {
-                    if k.ends_with(".json") && !k.contains('/') {
-                        let o = cat.join(&k);
-                        if let Some(b) = o.get()? {
-                            out.push(parse(&b, &o.describe())?);
-                        }
-                    }
-                }
+            let rel = format!("catalog/{k}");
+            // A record removed meanwhile (expire) is simply not listed.
+            if let Some(b) = self.store.get(&rel, RECORD_MAX)? {
+                let e = serde_json::from_slice(&b).with_context(|| {
+                    format!("catalog record '{}' is damaged", self.store.describe(&rel))
+                })?;
+                out.push(e);
             }
         }
-        out.sort_by(|a, b| a.started.cmp(&b.started));
+        out.sort_by(|a: &CatalogEntry, b| a.started.cmp(&b.started));
         Ok(out)
     }
 
@@ -282,24 +203,14 @@ impl Repo {
         if recorded.contains("://") || Path::new(recorded).is_absolute() {
             return recorded.to_string();
         }
-        match &self.root {
-            Root::Dir(p) => p.join(recorded).display().to_string(),
-            Root::Object(l) => l.join(recorded).describe(),
-        }
+        self.store.describe(recorded)
     }
 
     /// How a stripe spec is recorded: relative when it is inside the repository.
     pub fn relative(&self, spec: &str) -> String {
-        match &self.root {
-            Root::Dir(p) => Path::new(spec)
-                .strip_prefix(p)
-                .map(|r| r.display().to_string())
-                .unwrap_or_else(|_| spec.to_string()),
-            Root::Object(l) => spec
-                .strip_prefix(&format!("{}/", l.describe()))
-                .map(str::to_string)
-                .unwrap_or_else(|| spec.to_string()),
-        }
+        self.store
+            .relative(spec)
+            .unwrap_or_else(|| spec.to_string())
     }
 
     /// Removes every stripe of a set kept inside the repository.
@@ -311,9 +222,7 @@ impl Repo {
                 crate::device::parse(&spec)?.remove()?;
             }
         }
-        if let Root::Dir(p) = &self.root {
-            let _ = fs::remove_dir(p.join("sets").join(&e.set_id));
-        }
+        self.store.remove_empty_dir(&format!("sets/{}", e.set_id));
         Ok(())
     }
 }

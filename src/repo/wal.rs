@@ -36,17 +36,17 @@
 //! final name only if that name is still free (so a crash or a concurrent push never
 //! leaves a half file or overwrites an archived one), then fsyncs the directory.
 
+use super::store::{temp_beside, Temp};
 use super::Repo;
 use crate::pg::{
     format_lsn, parse_name, segment_name, segment_name_for, valid_seg_size, Kind, WalName,
 };
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// zstd level for archived WAL: fastest useful level, so pg_wal never piles up.
@@ -62,6 +62,8 @@ const NAME_MAX: usize = 64;
 /// History and backup history files are small text files; refuse anything absurd.
 const SMALL_MAX: u64 = 16 << 20;
 const SYSID_FILE: &str = "system_identifier";
+/// A decimal u64 and a newline; more is damage.
+const SYSID_MAX: u64 = 64;
 
 const XLP_LONG_HEADER: u16 = 0x0002;
 const XLP_ALL_FLAGS: u16 = 0x0007;
@@ -69,30 +71,23 @@ const XLP_ALL_FLAGS: u16 = 0x0007;
 const SHORT_PHD: usize = 24;
 const LONG_PHD: usize = 40;
 
-fn tli_dir(repo: &Repo, tli: u32) -> PathBuf {
-    repo.wal_dir().join(format!("{tli:08X}"))
-}
-
-/// Where an archived file lives (whether or not it is there), or None for a name
-/// that is not a WAL file name.
-pub fn archived_path(repo: &Repo, name: &str) -> Option<PathBuf> {
-    let n = parse_name(name)?;
-    Some(tli_dir(repo, n.tli).join(format!("{name}.zst")))
-}
-
-/// Where an archived file lives relative to the repository.
+/// Where an archived file lives relative to the repository, or None for a name that
+/// is not a WAL file name.
 fn archived_rel(name: &str) -> Option<String> {
     let n = parse_name(name)?;
     Some(format!("wal/{:08X}/{name}.zst", n.tli))
 }
 
+/// The local path of an archived file (whether or not it is there).
+#[cfg(test)]
+pub fn archived_path(repo: &Repo, name: &str) -> Option<PathBuf> {
+    repo.store().local_path(&archived_rel(name)?)
+}
+
 /// Whether the archive holds `name` (a segment, or any other archived WAL file).
 #[allow(dead_code)] // API for restore and verify (issue 3)
 pub fn has_segment(repo: &Repo, name: &str) -> bool {
-    if let Some(o) = archived_rel(name).and_then(|r| repo.object(&r)) {
-        return o.exists().unwrap_or(false);
-    }
-    archived_path(repo, name).is_some_and(|p| p.is_file())
+    archived_rel(name).is_some_and(|r| repo.store().exists(&r).unwrap_or(false))
 }
 
 /// Errors about a downloaded copy name the object, not the temp file.
@@ -103,47 +98,36 @@ fn relabel(e: anyhow::Error, tmp: &Path, url: &str) -> anyhow::Error {
     )
 }
 
-/// Downloads an object-store archived file into a temp file in `dir`.
-fn download(o: &crate::device::object::Location, dir: &Path, name: &str) -> Result<Option<Temp>> {
-    let Some(bytes) = o.get()? else {
+/// Reads archived `rel` from a local file (the archived file itself, or a download
+/// into `dir`): `f` gets its path, and its errors name the archived file. None when
+/// the archive does not hold it.
+fn with_archived<T>(
+    repo: &Repo,
+    rel: &str,
+    dir: &Path,
+    f: impl FnOnce(&Path) -> Result<T>,
+) -> Result<Option<T>> {
+    let Some(local) = repo.store().fetch_to(rel, dir)? else {
         return Ok(None);
     };
-    let (tmp, mut f) = temp_beside(dir, &format!("{name}.dl"))?;
-    f.write_all(&bytes)
-        .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
-    Ok(Some(tmp))
+    let url = repo.store().describe(rel);
+    f(&local.path)
+        .map(Some)
+        .map_err(|e| relabel(e, &local.path, &url))
 }
 
 /// The complete segments archived for `timeline`, sorted (= in WAL order).
 #[allow(dead_code)] // API for restore and verify (issue 3)
 pub fn list(repo: &Repo, timeline: u32) -> Result<Vec<String>> {
-    if let Some(o) = repo.object(&format!("wal/{timeline:08X}")) {
-        let mut out: Vec<String> = o
-            .list()?
-            .into_iter()
-            .filter_map(|(k, _)| k.strip_suffix(".zst").map(str::to_string))
-            .filter(|stem| {
-                parse_name(stem).is_some_and(|n| n.kind == Kind::Segment && n.tli == timeline)
-            })
-            .collect();
-        out.sort();
-        return Ok(out);
-    }
-    let dir = tli_dir(repo, timeline);
-    let rd = match fs::read_dir(&dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", dir.display())),
-    };
-    let mut out = vec![];
-    for e in rd {
-        let e = e.with_context(|| format!("cannot read '{}'", dir.display()))?;
-        if let Some(stem) = e.file_name().to_str().and_then(|n| n.strip_suffix(".zst")) {
-            if parse_name(stem).is_some_and(|n| n.kind == Kind::Segment && n.tli == timeline) {
-                out.push(stem.to_string());
-            }
-        }
-    }
+    let mut out: Vec<String> = repo
+        .store()
+        .list(&format!("wal/{timeline:08X}"))?
+        .into_iter()
+        .filter_map(|(k, _)| k.strip_suffix(".zst").map(str::to_string))
+        .filter(|stem| {
+            parse_name(stem).is_some_and(|n| n.kind == Kind::Segment && n.tli == timeline)
+        })
+        .collect();
     out.sort();
     Ok(out)
 }
@@ -151,30 +135,11 @@ pub fn list(repo: &Repo, timeline: u32) -> Result<Vec<String>> {
 /// Every archived file of every timeline: (WAL file name, stored bytes).
 pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
     let mut out = vec![];
-    let keep = |rel: &str, size: u64, out: &mut Vec<(String, u64)>| {
-        let (dir, file) = rel.split_once('/').unwrap_or(("", rel));
+    for (rel, size) in repo.store().list("wal")? {
+        let (dir, file) = rel.split_once('/').unwrap_or(("", &rel));
         if let Some(stem) = file.strip_suffix(".zst") {
             if parse_name(stem).is_some_and(|n| format!("{:08X}", n.tli) == dir) {
                 out.push((stem.to_string(), size));
-            }
-        }
-    };
-    if let Some(o) = repo.object("wal") {
-        for (k, size) in o.list()? {
-            keep(&k, size, &mut out);
-        }
-    } else {
-        let wal = repo.wal_dir();
-        for d in fs::read_dir(&wal).with_context(|| format!("cannot read '{}'", wal.display()))? {
-            let d = d?;
-            if !d.file_type()?.is_dir() {
-                continue;
-            }
-            let dn = d.file_name().to_string_lossy().into_owned();
-            for e in fs::read_dir(d.path())? {
-                let e = e?;
-                let rel = format!("{dn}/{}", e.file_name().to_string_lossy());
-                keep(&rel, e.metadata()?.len(), &mut out);
             }
         }
     }
@@ -185,15 +150,7 @@ pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
 /// Removes one archived file (retention).
 pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
     let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
-    if let Some(o) = repo.object(&rel) {
-        return o.delete();
-    }
-    let p = archived_path(repo, name).expect("valid name");
-    match fs::remove_file(&p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot remove '{}'", p.display())),
-    }
+    repo.store().delete(&rel)
 }
 
 /// The segments of `timeline` from the one holding `start_lsn` to the one holding
@@ -221,24 +178,20 @@ pub fn missing_segments(
 /// The system identifier of the cluster whose WAL the repository archives, once a
 /// segment was pushed.
 pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
-    let p = repo.wal_dir().join(SYSID_FILE);
-    let text = match repo.object(&format!("wal/{SYSID_FILE}")) {
-        Some(o) => match o.get()? {
-            Some(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-            None => Err(io::Error::from(io::ErrorKind::NotFound)),
-        },
-        None => fs::read_to_string(&p),
+    let rel = format!("wal/{SYSID_FILE}");
+    let Some(b) = repo.store().get(&rel, SYSID_MAX)? else {
+        return Ok(None);
     };
-    match text {
-        Ok(s) => s.trim().parse().map(Some).map_err(|_| {
+    String::from_utf8_lossy(&b)
+        .trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| {
             anyhow!(
                 "'{}' is damaged: it should hold the cluster's system identifier",
-                p.display()
+                repo.store().describe(&rel)
             )
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read '{}'", p.display())),
-    }
+        })
 }
 
 // ---------------------------------------------------------------------------------
@@ -486,57 +439,6 @@ pub struct Pushed {
     pub seconds: f64,
 }
 
-/// A temp file removed when dropped (after a successful link its name is redundant;
-/// after an error it is garbage).
-struct Temp {
-    path: PathBuf,
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
-    }
-}
-
-fn temp_beside(dir: &Path, name: &str) -> Result<(Temp, File)> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let p = dir.join(format!(
-        ".{name}.{}.{nanos}{}.tmp",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&p)
-        .with_context(|| format!("cannot create '{}'", p.display()))?;
-    Ok((Temp { path: p }, f))
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot fsync directory '{}'", dir.display()))
-}
-
-/// Makes `tmp` visible as `fin` only if `fin` does not exist. Ok(false) when it does.
-fn link_new(tmp: &Path, fin: &Path) -> Result<bool> {
-    match fs::hard_link(tmp, fin) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        // A file system without hard links: rename, after checking the name is free.
-        Err(_) if !fin.exists() => {
-            fs::rename(tmp, fin).with_context(|| format!("cannot create '{}'", fin.display()))?;
-            Ok(true)
-        }
-        Err(_) => Ok(false),
-    }
-}
-
 struct CrcWrite<W> {
     inner: W,
     crc: u32,
@@ -723,35 +625,21 @@ fn check_system_identifier(repo: &Repo, sysid: u64, src: &Path) -> Result<bool> 
 }
 
 fn record_system_identifier(repo: &Repo, sysid: u64) -> Result<()> {
-    if let Some(o) = repo.object(&format!("wal/{SYSID_FILE}")) {
-        if o.put_new(format!("{sysid}\n").into_bytes())? {
-            return Ok(());
-        }
-        return match system_identifier(repo)? {
-            Some(s) if s == sysid => Ok(()),
-            s => bail!(
-                "'{}' holds system identifier {s:?}, not {sysid}: another cluster archives into this repository",
-                o.describe()
-            ),
-        };
+    let rel = format!("wal/{SYSID_FILE}");
+    if repo
+        .store()
+        .put_new(&rel, format!("{sysid}\n").as_bytes())?
+    {
+        return Ok(());
     }
-    let dir = repo.wal_dir();
-    let fin = dir.join(SYSID_FILE);
-    let (tmp, mut f) = temp_beside(&dir, SYSID_FILE)?;
-    f.write_all(format!("{sysid}\n").as_bytes())
-        .and_then(|_| f.sync_all())
-        .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
-    if !link_new(&tmp.path, &fin)? {
-        // Another push recorded it first: it must be the same cluster.
-        match system_identifier(repo)? {
-            Some(s) if s == sysid => return Ok(()),
-            s => bail!(
-                "'{}' holds system identifier {s:?}, not {sysid}: another cluster archives into this repository",
-                fin.display()
-            ),
-        }
+    // Another push recorded it first: it must be the same cluster.
+    match system_identifier(repo)? {
+        Some(s) if s == sysid => Ok(()),
+        s => bail!(
+            "'{}' holds system identifier {s:?}, not {sysid}: another cluster archives into this repository",
+            repo.store().describe(&rel)
+        ),
     }
-    sync_dir(&dir)
 }
 
 /// Archives one file PostgreSQL hands to archive_command (`%p`).
@@ -807,8 +695,7 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
         }
         None
     };
-    let dir = tli_dir(repo, n.tli);
-    let fin = dir.join(format!("{name}.zst"));
+    let rel = format!("wal/{:08X}/{name}.zst", n.tli);
     let done = |outcome, hdr: &Header| Pushed {
         name: name.clone(),
         outcome,
@@ -816,70 +703,42 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
         stored_bytes: hdr.stored,
         seconds: t0.elapsed().as_secs_f64(),
     };
-    if let Some(o) = repo.object(&format!("wal/{:08X}/{name}.zst", n.tli)) {
-        // Compressed and checked in a local temp file, then one PUT that only creates.
-        let stage = std::env::temp_dir();
-        let url = o.describe();
-        if let Some(have) = download(&o, &stage, &name)? {
-            let hash = scan(&mut f, src, len, &n, seg.as_ref(), None)?;
-            let out = compare_existing(&have.path, &name, len, hash.as_bytes())
-                .map_err(|e| relabel(e, &have.path, &url))?;
-            if out == Outcome::Repaired {
-                use std::io::Seek;
-                f.rewind()?;
-                let (tmp, hdr) = write_temp(&stage, &mut f, src, &name, len, &n, seg.as_ref())?;
-                o.put(fs::read(&tmp.path)?)?;
-                return Ok(done(out, &hdr));
-            }
-            let hdr = read_header(&have.path).map_err(|e| relabel(e, &have.path, &url))?;
-            return Ok(done(out, &hdr));
-        }
-        let (tmp, hdr) = write_temp(&stage, &mut f, src, &name, len, &n, seg.as_ref())?;
-        if new_sysid {
-            record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
-        }
-        if o.put_new(fs::read(&tmp.path)?)? {
-            return Ok(done(Outcome::Archived, &hdr));
-        }
-        // A concurrent push of the same name won the race.
-        let have = download(&o, &stage, &name)?
-            .ok_or_else(|| anyhow!("'{url}' vanished while being compared"))?;
-        let out = compare_existing(&have.path, &name, len, &hdr.blake3)
-            .map_err(|e| relabel(e, &have.path, &url))?;
-        return Ok(done(out, &hdr));
-    }
-    if fin.exists() {
-        // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.
+    let store = repo.store();
+    let stage = std::env::temp_dir();
+    // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.
+    let have = with_archived(repo, &rel, &stage, |have| {
         let hash = scan(&mut f, src, len, &n, seg.as_ref(), None)?;
-        let out = compare_existing(&fin, &name, len, hash.as_bytes())?;
-        if out == Outcome::Repaired {
-            use std::io::Seek;
-            f.rewind()?;
-            let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref())?;
-            fs::rename(&tmp.path, &fin)
-                .with_context(|| format!("cannot replace '{}'", fin.display()))?;
-            sync_dir(&dir)?;
+        let out = compare_existing(have, &name, len, hash.as_bytes())?;
+        Ok((out, read_header(have)?))
+    })?;
+    if let Some((out, hdr)) = have {
+        if out != Outcome::Repaired {
             return Ok(done(out, &hdr));
         }
-        let hdr = read_header(&fin)?;
+        use std::io::Seek;
+        f.rewind()?;
+        let dir = store.stage_dir(&rel)?;
+        let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref())?;
+        store.put_file(&rel, &tmp.path)?;
         return Ok(done(out, &hdr));
     }
-    if !dir.is_dir() {
-        fs::create_dir_all(&dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
-        sync_dir(&repo.wal_dir())?;
-    }
+    // Compressed and checked in a durable temp file, then made the archived file only
+    // if the name is still free (local: in its final directory, then a link).
+    let dir = store.stage_dir(&rel)?;
     let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref())?;
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }
-    if link_new(&tmp.path, &fin)? {
-        drop(tmp);
-        sync_dir(&dir)?;
+    let created = store.put_new_file(&rel, &tmp.path)?;
+    drop(tmp);
+    if created {
         return Ok(done(Outcome::Archived, &hdr));
     }
     // A concurrent push of the same name won the race.
-    drop(tmp);
-    let out = compare_existing(&fin, &name, len, &hdr.blake3)?;
+    let out = with_archived(repo, &rel, &stage, |have| {
+        compare_existing(have, &name, len, &hdr.blake3)
+    })?
+    .ok_or_else(|| anyhow!("'{}' vanished while being compared", store.describe(&rel)))?;
     Ok(done(out, &hdr))
 }
 
@@ -1034,7 +893,7 @@ impl std::error::Error for NotArchived {}
 /// Restores archived `name` to `dest` (restore_command's %f and %p), checking every
 /// byte. `dest` appears complete or not at all. Returns the bytes restored.
 pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
-    let mut path = archived_path(repo, name).ok_or_else(|| {
+    let rel = archived_rel(name).ok_or_else(|| {
         anyhow!("'{name}' is not a WAL file name (24 hex digits, or .partial, .history, .backup)")
     })?;
     let dest_name = dest
@@ -1045,37 +904,17 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let mut downloaded = None;
-    if let Some(o) = archived_rel(name).and_then(|r| repo.object(&r)) {
-        let Some(t) = download(&o, &dir, dest_name)? else {
-            return Err(NotArchived(format!(
-                "{name} is not in the WAL archive of '{}'",
-                repo.describe()
-            ))
-            .into());
-        };
-        path = t.path.clone();
-        downloaded = Some((t, o.describe()));
-    } else {
-        match fs::metadata(&path) {
-            Ok(m) if m.is_file() => {}
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("cannot read '{}'", path.display()));
-            }
-            _ => {
-                return Err(NotArchived(format!(
-                    "{name} is not in the WAL archive of '{}'",
-                    repo.describe()
-                ))
-                .into())
-            }
-        }
-    }
-    let (tmp, mut out) = temp_beside(&dir, dest_name)?;
-    let hdr = match &downloaded {
-        Some((t, url)) => decode_to(&path, name, &mut out).map_err(|e| relabel(e, &t.path, url))?,
-        None => decode_to(&path, name, &mut out)?,
+    // Absent is told apart before anything is written (archive-get's exit codes).
+    let Some(local) = repo.store().fetch_to(&rel, &dir)? else {
+        return Err(NotArchived(format!(
+            "{name} is not in the WAL archive of '{}'",
+            repo.describe()
+        ))
+        .into());
     };
+    let (tmp, mut out) = temp_beside(&dir, dest_name)?;
+    let hdr = decode_to(&local.path, name, &mut out)
+        .map_err(|e| relabel(e, &local.path, &repo.store().describe(&rel)))?;
     drop(out);
     fs::rename(&tmp.path, dest).with_context(|| format!("cannot create '{}'", dest.display()))?;
     Ok(hdr.raw)
@@ -1085,24 +924,14 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
 /// None when the archive does not hold it.
 pub fn read_history(repo: &Repo, tli: u32) -> Result<Option<String>> {
     let name = format!("{tli:08X}.history");
+    let rel = archived_rel(&name).expect("a history file name");
     let mut text = vec![];
-    let decoded = match archived_rel(&name).and_then(|r| repo.object(&r)) {
-        Some(o) => match download(&o, &std::env::temp_dir(), &name)? {
-            Some(t) => {
-                decode_to(&t.path, &name, &mut text).map_err(|e| relabel(e, &t.path, &o.describe()))
-            }
-            None => return Ok(None),
-        },
-        None => {
-            let p = archived_path(repo, &name).expect("a history file name");
-            match fs::metadata(&p) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
-                Ok(_) => decode_to(&p, &name, &mut text),
-            }
-        }
-    };
-    decoded?;
+    let got = with_archived(repo, &rel, &std::env::temp_dir(), |p| {
+        decode_to(p, &name, &mut text)
+    })?;
+    if got.is_none() {
+        return Ok(None);
+    }
     String::from_utf8(text)
         .map(Some)
         .map_err(|_| anyhow!("archived {name} is not text"))
@@ -1111,20 +940,13 @@ pub fn read_history(repo: &Repo, tli: u32) -> Result<Option<String>> {
 /// Checks an archived file as fetch would, writing nothing.
 #[allow(dead_code)] // API for restore and verify (issue 3)
 pub fn verify(repo: &Repo, name: &str) -> Result<u64> {
-    let path =
-        archived_path(repo, name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
-    if let Some(o) = archived_rel(name).and_then(|r| repo.object(&r)) {
-        let Some(t) = download(&o, &std::env::temp_dir(), name)? else {
-            bail!("{name} is not in the WAL archive of '{}'", repo.describe());
-        };
-        return decode_to(&t.path, name, &mut io::sink())
-            .map(|h| h.raw)
-            .map_err(|e| relabel(e, &t.path, &o.describe()));
+    let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
+    match with_archived(repo, &rel, &std::env::temp_dir(), |p| {
+        decode_to(p, name, &mut io::sink())
+    })? {
+        Some(h) => Ok(h.raw),
+        None => bail!("{name} is not in the WAL archive of '{}'", repo.describe()),
     }
-    if !path.is_file() {
-        bail!("{name} is not in the WAL archive of '{}'", repo.describe());
-    }
-    Ok(decode_to(&path, name, &mut io::sink())?.raw)
 }
 
 /// Synthetic WAL for unit tests.

@@ -1,0 +1,573 @@
+//! Where a repository's files live: a local directory or a prefix in an object store.
+//! Names are relative to the repository root and use '/' (`catalog/ID.json`,
+//! `wal/00000001/NAME.zst`); the catalog, retention and the WAL archive are written once
+//! over this trait.
+
+use anyhow::{bail, Context, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::device::object::Location;
+
+pub trait Store: Send + Sync {
+    /// How a user sees `rel` ("" for the root): a path or an s3://... URL, never
+    /// credentials.
+    fn describe(&self, rel: &str) -> String;
+
+    /// `rel` of a spec that points inside the repository (as `describe` gives it).
+    fn relative(&self, spec: &str) -> Option<String>;
+
+    /// The local path of `rel`, for a local repository only.
+    fn local_path(&self, rel: &str) -> Option<PathBuf>;
+
+    /// A whole small object; None when absent. One larger than `max` is refused.
+    fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>>;
+
+    /// Creates or replaces `rel`: absent or complete, and durable when it returns.
+    fn put(&self, rel: &str, bytes: &[u8]) -> Result<()>;
+
+    /// Creates `rel` only if absent, durably; Ok(false) when it exists (never
+    /// overwritten).
+    fn put_new(&self, rel: &str, bytes: &[u8]) -> Result<bool>;
+
+    /// Whether `rel` exists (as a file).
+    fn exists(&self, rel: &str) -> Result<bool>;
+
+    /// Removes `rel`; absent is fine.
+    fn delete(&self, rel: &str) -> Result<()>;
+
+    /// Every object under `prefix` (recursively): name relative to `prefix`, size.
+    /// A missing prefix holds nothing.
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>>;
+
+    /// Makes a directory ready to hold objects (local: created, owned like its
+    /// parent; objects: nothing to do).
+    fn create_dir(&self, rel: &str) -> Result<()>;
+
+    /// Removes a directory if empty (local only; a prefix vanishes with its objects).
+    fn remove_empty_dir(&self, rel: &str);
+
+    // Large files (the WAL archive) go through local files.
+
+    /// Where to write the temp file that `put_new_file` or `put_file` will make `rel`:
+    /// local, its final directory (so it becomes `rel` by a link, never a copy);
+    /// objects, the system's temp directory.
+    fn stage_dir(&self, rel: &str) -> Result<PathBuf>;
+
+    /// Makes the durable file `tmp` (in `stage_dir(rel)`) `rel` only if `rel` is absent;
+    /// Ok(false) when it exists. `tmp` is left for the caller to remove.
+    fn put_new_file(&self, rel: &str, tmp: &Path) -> Result<bool>;
+
+    /// Makes the durable file `tmp` (in `stage_dir(rel)`) `rel`, replacing it.
+    fn put_file(&self, rel: &str, tmp: &Path) -> Result<()>;
+
+    /// A local file holding `rel`'s bytes, to read: local, `rel` itself; objects, a
+    /// download into a temp file in `dir`, removed when dropped. None only when `rel`
+    /// is absent: any other failure is an error.
+    fn fetch_to(&self, rel: &str, dir: &Path) -> Result<Option<Local>>;
+}
+
+/// A local file holding an object's bytes (see `Store::fetch_to`).
+pub struct Local {
+    pub path: PathBuf,
+    _temp: Option<Temp>,
+}
+
+/// A temp file removed when dropped (after a successful link its name is redundant;
+/// after an error it is garbage).
+pub struct Temp {
+    pub path: PathBuf,
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Creates a hidden temp file in `dir` for `name`: `.NAME.PID.N.tmp`.
+pub fn temp_beside(dir: &Path, name: &str) -> Result<(Temp, File)> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let p = dir.join(format!(
+        ".{name}.{}.{nanos}{}.tmp",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .with_context(|| format!("cannot create '{}'", p.display()))?;
+    Ok((Temp { path: p }, f))
+}
+
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot fsync directory '{}'", dir.display()))
+}
+
+/// Makes `tmp` visible as `fin` only if `fin` does not exist. Ok(false) when it does.
+fn link_new(tmp: &Path, fin: &Path) -> Result<bool> {
+    match fs::hard_link(tmp, fin) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        // A file system without hard links: rename, after checking the name is free.
+        Err(_) if !fin.exists() => {
+            fs::rename(tmp, fin).with_context(|| format!("cannot create '{}'", fin.display()))?;
+            Ok(true)
+        }
+        Err(_) => Ok(false),
+    }
+}
+
+/// When root writes into a repository another user owns (the one PostgreSQL's
+/// archive_command runs as), what it creates is given to that user.
+pub fn inherit_owner(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let Some(parent) = path.parent() else { return };
+    if let Ok(m) = fs::metadata(parent) {
+        if m.uid() != 0 {
+            let _ = std::os::unix::fs::lchown(path, Some(m.uid()), Some(m.gid()));
+        }
+    }
+}
+
+/// Creates a directory (and its parents) owned like the directory above it.
+pub fn create_dir(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(p) = path.parent() {
+        create_dir(p)?;
+    }
+    match fs::create_dir(path) {
+        Ok(()) => inherit_owner(path),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create '{}'", path.display())),
+    }
+    Ok(())
+}
+
+/// A repository in a local directory.
+pub struct DirStore {
+    root: PathBuf,
+}
+
+impl DirStore {
+    pub fn new(root: PathBuf) -> DirStore {
+        DirStore { root }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
+        }
+    }
+
+    /// Writes `bytes` to a durable hidden temp file beside `rel`'s final name.
+    fn write_temp(&self, rel: &str, bytes: &[u8]) -> Result<(Temp, PathBuf)> {
+        let fin = self.path(rel);
+        let dir = self.stage_dir(rel)?;
+        let name = fin.file_name().unwrap_or_default().to_string_lossy();
+        let (tmp, mut f) = temp_beside(&dir, &name)?;
+        f.write_all(bytes)
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
+        inherit_owner(&tmp.path);
+        Ok((tmp, fin))
+    }
+}
+
+fn parent(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+impl Store for DirStore {
+    fn describe(&self, rel: &str) -> String {
+        self.path(rel).display().to_string()
+    }
+
+    fn relative(&self, spec: &str) -> Option<String> {
+        Path::new(spec)
+            .strip_prefix(&self.root)
+            .ok()
+            .map(|r| r.display().to_string())
+    }
+
+    fn local_path(&self, rel: &str) -> Option<PathBuf> {
+        Some(self.path(rel))
+    }
+
+    fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        let p = self.path(rel);
+        let f = match File::open(&p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
+        };
+        let len = f
+            .metadata()
+            .with_context(|| format!("cannot read '{}'", p.display()))?
+            .len();
+        if len > max {
+            bail!(
+                "'{}' is {len} bytes, more than the {max} it may hold",
+                p.display()
+            );
+        }
+        let mut b = Vec::with_capacity(len as usize);
+        // Bounded even if the file grows meanwhile.
+        f.take(max + 1)
+            .read_to_end(&mut b)
+            .with_context(|| format!("cannot read '{}'", p.display()))?;
+        if b.len() as u64 > max {
+            bail!("'{}' is more than the {max} bytes it may hold", p.display());
+        }
+        Ok(Some(b))
+    }
+
+    fn put(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        let (tmp, fin) = self.write_temp(rel, bytes)?;
+        fs::rename(&tmp.path, &fin)
+            .with_context(|| format!("cannot create '{}'", fin.display()))?;
+        sync_dir(parent(&fin))
+    }
+
+    fn put_new(&self, rel: &str, bytes: &[u8]) -> Result<bool> {
+        let (tmp, fin) = self.write_temp(rel, bytes)?;
+        if !link_new(&tmp.path, &fin)? {
+            return Ok(false);
+        }
+        drop(tmp);
+        sync_dir(parent(&fin))?;
+        Ok(true)
+    }
+
+    fn exists(&self, rel: &str) -> Result<bool> {
+        let p = self.path(rel);
+        match fs::metadata(&p) {
+            Ok(m) => Ok(m.is_file()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("cannot look up '{}'", p.display())),
+        }
+    }
+
+    fn delete(&self, rel: &str) -> Result<()> {
+        let p = self.path(rel);
+        match fs::remove_file(&p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("cannot remove '{}'", p.display())),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        let dir = self.path(prefix);
+        let mut out = vec![];
+        for e in walkdir::WalkDir::new(&dir).min_depth(1) {
+            let e = match e {
+                Ok(e) => e,
+                Err(e)
+                    if e.depth() == 0
+                        && e.io_error().map(|e| e.kind()) == Some(io::ErrorKind::NotFound) =>
+                {
+                    return Ok(vec![]);
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot read '{}'", dir.display()))
+                }
+            };
+            if !e.file_type().is_file() {
+                continue;
+            }
+            let size = e
+                .metadata()
+                .with_context(|| format!("cannot read '{}'", e.path().display()))?
+                .len();
+            let rel = e.path().strip_prefix(&dir).expect("walked under dir");
+            out.push((rel.to_string_lossy().into_owned(), size));
+        }
+        Ok(out)
+    }
+
+    fn create_dir(&self, rel: &str) -> Result<()> {
+        create_dir(&self.path(rel))
+    }
+
+    fn remove_empty_dir(&self, rel: &str) {
+        let _ = fs::remove_dir(self.path(rel));
+    }
+
+    fn stage_dir(&self, rel: &str) -> Result<PathBuf> {
+        let dir = parent(&self.path(rel)).to_path_buf();
+        if !dir.is_dir() {
+            create_dir(&dir)?;
+            sync_dir(parent(&dir))?;
+        }
+        Ok(dir)
+    }
+
+    fn put_new_file(&self, rel: &str, tmp: &Path) -> Result<bool> {
+        let fin = self.path(rel);
+        inherit_owner(tmp);
+        if !link_new(tmp, &fin)? {
+            return Ok(false);
+        }
+        sync_dir(parent(&fin))?;
+        Ok(true)
+    }
+
+    fn put_file(&self, rel: &str, tmp: &Path) -> Result<()> {
+        let fin = self.path(rel);
+        inherit_owner(tmp);
+        fs::rename(tmp, &fin).with_context(|| format!("cannot replace '{}'", fin.display()))?;
+        sync_dir(parent(&fin))
+    }
+
+    fn fetch_to(&self, rel: &str, _dir: &Path) -> Result<Option<Local>> {
+        let p = self.path(rel);
+        match fs::metadata(&p) {
+            Ok(m) if m.is_file() => Ok(Some(Local {
+                path: p,
+                _temp: None,
+            })),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            // Present but unreadable is not absent (archive-get's exit codes rely on it).
+            Err(e) => Err(e).with_context(|| format!("cannot read '{}'", p.display())),
+        }
+    }
+}
+
+/// A repository under a prefix in an object store (S3, Azure).
+pub struct ObjectStore {
+    loc: Location,
+}
+
+/// Objects the WAL archive downloads whole: a segment is at most 1 GiB, plus a header.
+const FETCH_MAX: u64 = (1 << 30) + (1 << 20);
+
+impl ObjectStore {
+    pub fn new(loc: Location) -> ObjectStore {
+        ObjectStore { loc }
+    }
+
+    fn at(&self, rel: &str) -> Location {
+        if rel.is_empty() {
+            self.loc.clone()
+        } else {
+            self.loc.join(rel)
+        }
+    }
+}
+
+impl Store for ObjectStore {
+    fn describe(&self, rel: &str) -> String {
+        self.at(rel).describe()
+    }
+
+    fn relative(&self, spec: &str) -> Option<String> {
+        spec.strip_prefix(&format!("{}/", self.loc.describe()))
+            .map(str::to_string)
+    }
+
+    fn local_path(&self, _rel: &str) -> Option<PathBuf> {
+        None
+    }
+
+    fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        self.at(rel).get(max)
+    }
+
+    fn put(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        self.at(rel).put(bytes.to_vec())
+    }
+
+    fn put_new(&self, rel: &str, bytes: &[u8]) -> Result<bool> {
+        self.at(rel).put_new(bytes.to_vec())
+    }
+
+    fn exists(&self, rel: &str) -> Result<bool> {
+        self.at(rel).exists()
+    }
+
+    fn delete(&self, rel: &str) -> Result<()> {
+        self.at(rel).delete()
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.at(prefix).list()
+    }
+
+    fn create_dir(&self, _rel: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn remove_empty_dir(&self, _rel: &str) {}
+
+    fn stage_dir(&self, _rel: &str) -> Result<PathBuf> {
+        Ok(std::env::temp_dir())
+    }
+
+    fn put_new_file(&self, rel: &str, tmp: &Path) -> Result<bool> {
+        let b = fs::read(tmp).with_context(|| format!("cannot read '{}'", tmp.display()))?;
+        self.at(rel).put_new(b)
+    }
+
+    fn put_file(&self, rel: &str, tmp: &Path) -> Result<()> {
+        let b = fs::read(tmp).with_context(|| format!("cannot read '{}'", tmp.display()))?;
+        self.at(rel).put(b)
+    }
+
+    fn fetch_to(&self, rel: &str, dir: &Path) -> Result<Option<Local>> {
+        let Some(bytes) = self.at(rel).get(FETCH_MAX)? else {
+            return Ok(None);
+        };
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        let (tmp, mut f) = temp_beside(dir, &format!("{name}.dl"))?;
+        f.write_all(&bytes)
+            .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
+        Ok(Some(Local {
+            path: tmp.path.clone(),
+            _temp: Some(tmp),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, DirStore) {
+        let d = tempfile::tempdir().unwrap();
+        let s = DirStore::new(d.path().join("r"));
+        (d, s)
+    }
+
+    /// Names in `dir` that are temp files.
+    fn temps(dir: &Path) -> Vec<String> {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    #[test]
+    fn put_get_replace_and_size_limit() {
+        let (_d, s) = store();
+        assert_eq!(s.get("catalog/a.json", 100).unwrap(), None);
+        s.put("catalog/a.json", b"one").unwrap();
+        assert_eq!(s.get("catalog/a.json", 100).unwrap().unwrap(), b"one");
+        s.put("catalog/a.json", b"two!").unwrap();
+        assert_eq!(s.get("catalog/a.json", 4).unwrap().unwrap(), b"two!");
+        let e = format!("{:#}", s.get("catalog/a.json", 3).unwrap_err());
+        assert!(e.contains("4 bytes") && e.contains("a.json"), "{e}");
+        assert!(s.exists("catalog/a.json").unwrap());
+        assert!(!s.exists("catalog").unwrap());
+        assert!(temps(&s.root.join("catalog")).is_empty());
+    }
+
+    #[test]
+    fn put_new_never_overwrites() {
+        let (_d, s) = store();
+        assert!(s.put_new("wal/system_identifier", b"5\n").unwrap());
+        assert!(!s.put_new("wal/system_identifier", b"6\n").unwrap());
+        assert_eq!(s.get("wal/system_identifier", 10).unwrap().unwrap(), b"5\n");
+        assert!(temps(&s.root.join("wal")).is_empty());
+        // A staged file: linked only while the name is free.
+        let rel = "wal/00000001/X.zst";
+        let dir = s.stage_dir(rel).unwrap();
+        assert_eq!(dir, s.root.join("wal/00000001"));
+        let (t, mut f) = temp_beside(&dir, "X.zst").unwrap();
+        f.write_all(b"first").unwrap();
+        assert!(s.put_new_file(rel, &t.path).unwrap());
+        let (t2, mut f) = temp_beside(&dir, "X.zst").unwrap();
+        f.write_all(b"second").unwrap();
+        assert!(!s.put_new_file(rel, &t2.path).unwrap());
+        assert_eq!(fs::read(s.root.join(rel)).unwrap(), b"first");
+        s.put_file(rel, &t2.path).unwrap();
+        assert_eq!(fs::read(s.root.join(rel)).unwrap(), b"second");
+        drop((t, t2));
+        assert!(temps(&dir).is_empty());
+    }
+
+    #[test]
+    fn put_new_race_has_one_winner() {
+        let (_d, s) = store();
+        let s = std::sync::Arc::new(s);
+        let hs: Vec<_> = (0..8u8)
+            .map(|i| {
+                let s = s.clone();
+                std::thread::spawn(move || s.put_new("wal/race", &[i; 1000]).unwrap())
+            })
+            .collect();
+        let won: Vec<bool> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(won.iter().filter(|&&w| w).count(), 1);
+        let b = s.get("wal/race", 1000).unwrap().unwrap();
+        assert!(b.len() == 1000 && b.iter().all(|&x| x == b[0]));
+        assert!(temps(&s.root.join("wal")).is_empty());
+    }
+
+    #[test]
+    fn list_delete_fetch_and_describe() {
+        let (_d, s) = store();
+        assert!(s.list("wal").unwrap().is_empty());
+        s.put("wal/00000001/A.zst", b"aa").unwrap();
+        s.put("wal/00000002/B.zst", b"bbb").unwrap();
+        s.put("wal/system_identifier", b"5\n").unwrap();
+        let mut l = s.list("wal").unwrap();
+        l.sort();
+        assert_eq!(
+            l,
+            [
+                ("00000001/A.zst".to_string(), 2),
+                ("00000002/B.zst".to_string(), 3),
+                ("system_identifier".to_string(), 2)
+            ]
+        );
+        assert_eq!(s.list("wal/00000002").unwrap(), [("B.zst".to_string(), 3)]);
+        let f = s.fetch_to("wal/00000001/A.zst", Path::new("/nonexistent"));
+        assert_eq!(f.unwrap().unwrap().path, s.root.join("wal/00000001/A.zst"));
+        assert!(s
+            .fetch_to("wal/00000001/Z.zst", Path::new("."))
+            .unwrap()
+            .is_none());
+        s.delete("wal/00000001/A.zst").unwrap();
+        s.delete("wal/00000001/A.zst").unwrap();
+        assert!(!s.exists("wal/00000001/A.zst").unwrap());
+        s.remove_empty_dir("wal/00000001");
+        assert!(!s.root.join("wal/00000001").exists());
+        s.remove_empty_dir("wal/00000002");
+        assert!(s.root.join("wal/00000002").exists());
+        let spec = s.describe("sets/x/1.pv");
+        assert_eq!(spec, s.root.join("sets/x/1.pv").display().to_string());
+        assert_eq!(s.relative(&spec).as_deref(), Some("sets/x/1.pv"));
+        assert_eq!(s.relative("/elsewhere/1.pv"), None);
+        assert_eq!(s.describe(""), s.root.display().to_string());
+    }
+
+    #[test]
+    fn unreadable_is_not_absent() {
+        // A path through a regular file: an error other than NotFound.
+        let (_d, s) = store();
+        s.put("wal/f", b"x").unwrap();
+        assert!(s.fetch_to("wal/f/g.zst", Path::new(".")).is_err());
+        assert!(s.get("wal/f/g", 10).is_err());
+    }
+}
