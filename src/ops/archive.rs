@@ -1,0 +1,1 @@
+//! The archive use case.

@@ -1,0 +1,1 @@
+//! The backup use case.

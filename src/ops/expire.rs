@@ -1,0 +1,1 @@
+//! The expire use case.

@@ -1,0 +1,1 @@
+//! The restore use case.

@@ -1,0 +1,1 @@
+//! The verify use case.

@@ -1,0 +1,1 @@
+//! Reading a set's stripes.

@@ -1,0 +1,1 @@
+//! Writing a set's stripes.
