@@ -181,18 +181,6 @@ fn damaged_missing_and_unreachable_objects_are_clear_errors() {
     assert!(e.contains("names a bucket, not an object"), "{e}");
 }
 
-/// Waits until `seg` (a WAL file name) has been archived.
-fn wait_archived(pg: &Pg, seg: &str) {
-    for _ in 0..600 {
-        let last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver");
-        if last.as_str() >= seg {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{seg} was not archived: {}", pg.log());
-}
-
 fn history(repo: &str) -> Vec<serde_json::Value> {
     json(&["history", "--repo", repo])["sets"]
         .as_array()
@@ -248,7 +236,7 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
     pg.sql("INSERT INTO marks VALUES (3)");
     let seg = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
     pg.sql("SELECT pg_switch_wal()");
-    wait_archived(&pg, &seg);
+    pg.wait_archived(&seg);
     assert_eq!(pg.sql("SELECT failed_count FROM pg_stat_archiver"), "0");
     let sets = history(repo);
     assert_eq!(sets.len(), 2);

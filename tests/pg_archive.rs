@@ -55,24 +55,6 @@ fn wait_archived(pg: &Pg, at_least: u64, timeout: Duration) -> (u64, u64, String
     }
 }
 
-/// Switches to a new segment and waits until the archiver has archived the old one.
-fn switch_and_wait(pg: &Pg) -> String {
-    let name = pg.sql("SELECT pg_walfile_name(pg_switch_wal())");
-    let t0 = Instant::now();
-    loop {
-        let a = archiver(pg);
-        if a.2 >= name {
-            return name;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "{name} not archived: {a:?}; server log:\n{}",
-            pg.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn ready_count(data: &Path) -> usize {
     fs::read_dir(data.join("pg_wal/archive_status"))
         .map(|rd| {
@@ -189,7 +171,7 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
             pg.sql("SELECT pg_switch_wal()");
         }
     }
-    let last = switch_and_wait(&pg);
+    let last = pg.switch_and_wait();
     let a = wait_archived(&pg, start + 4, Duration::from_secs(60));
     assert_eq!(a.2, last);
     assert_eq!(a.1, 0, "archive failures: {a:?}\n{}", pg.log());
@@ -276,7 +258,7 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
     );
     pg.sql("INSERT INTO t SELECT g, 'after backup' FROM generate_series(80001, 90000) g");
     pg.sql("CREATE TABLE after_backup AS SELECT 42 AS answer");
-    switch_and_wait(&pg);
+    pg.switch_and_wait();
     let rows = pg.sql("SELECT count(*) FROM t");
     assert_eq!(rows, "90000");
     let rport = free_port();
@@ -554,7 +536,7 @@ fn pgbench_load_does_not_pile_up_wal() {
         ))
         .parse()
         .unwrap();
-    switch_and_wait(&pg);
+    pg.switch_and_wait();
     let t0 = Instant::now();
     while ready_count(&data) > 0 {
         assert!(

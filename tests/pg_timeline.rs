@@ -26,30 +26,6 @@ fn rows(pg: &Pg) -> String {
     pg.sql("SELECT count(*) || ':' || coalesce(max(id), 0) FROM t")
 }
 
-fn wait_archived(pg: &Pg, seg: &str) {
-    let t0 = Instant::now();
-    loop {
-        let last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver");
-        if last.len() == 24 && last.as_str() >= seg {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "{seg} not archived (last {last}):\n{}",
-            pg.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Switches to a new segment and waits until the one written so far is archived.
-fn switch_and_wait(pg: &Pg) -> String {
-    let seg = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
-    pg.sql("SELECT pg_switch_wal()");
-    wait_archived(pg, &seg);
-    seg
-}
-
 /// What a failover left in the repository, and the points to restore to.
 struct Failover {
     /// On timeline 1, after rows 1..150 (the full set holds rows 1..100).
@@ -78,7 +54,7 @@ fn failover(repo: &str, ep: &[&str]) -> Failover {
     insert(&primary, 101, 150);
     let lsn_tl1 = primary.sql("SELECT pg_current_wal_insert_lsn()");
     insert(&primary, 151, 200);
-    switch_and_wait(&primary);
+    primary.switch_and_wait();
     primary.stop();
 
     let b_data = postgres_dir("promoted").join("data");
@@ -100,13 +76,13 @@ fn failover(repo: &str, ep: &[&str]) -> Failover {
     assert_eq!(tli, "00000002", "{}", b.log());
     insert(&b, 201, 300);
     let lsn_tl2 = b.sql("SELECT pg_current_wal_insert_lsn()");
-    switch_and_wait(&b);
+    b.switch_and_wait();
     insert(&b, 301, 400);
     let time_tl2 = b.sql("SELECT now()::text");
     std::thread::sleep(Duration::from_millis(1200));
-    let mid_seg = switch_and_wait(&b);
+    let mid_seg = b.switch_and_wait();
     insert(&b, 401, 500);
-    let last_seg = switch_and_wait(&b);
+    let last_seg = b.switch_and_wait();
     assert_eq!(
         b.sql("SELECT failed_count FROM pg_stat_archiver"),
         "0",

@@ -46,29 +46,6 @@ fn push_cmd(repo: &std::path::Path) -> String {
     )
 }
 
-fn wait_archived(pg: &Pg, seg: &str) {
-    let t0 = std::time::Instant::now();
-    loop {
-        let last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver");
-        if last.len() == 24 && last.as_str() >= seg {
-            return;
-        }
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(120),
-            "{seg} not archived (last {last}):\n{}",
-            pg.log()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
-fn switch_and_wait(pg: &Pg) -> String {
-    let seg = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
-    pg.sql("SELECT pg_switch_wal()");
-    wait_archived(pg, &seg);
-    seg
-}
-
 /// `n` new WAL segments, each with one row in `marks`.
 fn segments(pg: &Pg, n: u32) {
     pg.sql(&format!(
@@ -103,7 +80,7 @@ fn postgres_18_archives_backs_up_and_restores() {
     pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1001, 2000) g");
     let lsn = pg.sql("SELECT pg_current_wal_insert_lsn()");
     pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(2001, 3000) g");
-    let seg = switch_and_wait(&pg);
+    let seg = pg.switch_and_wait();
     assert_eq!(
         pg.sql("SELECT failed_count FROM pg_stat_archiver"),
         "0",
@@ -235,7 +212,7 @@ fn one_mib_segments_back_up_across_0xff_and_restore_after_300_segments() {
     // Over 300 segments of WAL in all, then a restore to the latest point.
     segments(&pg, 300 - (segno(&pg) as u32).min(300) + 20);
     assert!(segno(&pg) > 300);
-    let last = switch_and_wait(&pg);
+    let last = pg.switch_and_wait();
     let marks = pg.sql("SELECT count(*) FROM marks");
     let target = common::pg::postgres_dir("seg1-restored").join("data");
     let j = common::json(&[

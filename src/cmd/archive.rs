@@ -14,7 +14,8 @@
 //! that cannot be read, exits 126: PostgreSQL treats a status above 125 as fatal and
 //! stops recovery with an error, instead of ending it early and promoting.
 
-use crate::repo::{wal, Repo};
+use crate::ops::archive;
+use crate::repo::wal;
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
@@ -41,8 +42,10 @@ pub struct GetArgs {
 }
 
 pub fn run_push(a: PushArgs) -> Result<()> {
-    let repo = Repo::open(&a.repo, true)?;
-    let p = wal::push(&repo, &a.path)?;
+    let p = archive::push(&archive::PushOptions {
+        path: a.path,
+        repo: a.repo,
+    })?;
     match p.outcome {
         wal::Outcome::Archived => println!(
             "pagevault: archived {} ({} -> {}) in {:.3} s",
@@ -67,7 +70,11 @@ pub fn run_push(a: PushArgs) -> Result<()> {
 pub const GET_FATAL: u8 = 126;
 
 pub fn run_get(a: GetArgs) -> Result<()> {
-    let fetched = Repo::open(&a.repo, false).and_then(|repo| wal::fetch(&repo, &a.name, &a.dest));
+    let fetched = archive::get(&archive::GetOptions {
+        name: a.name.clone(),
+        dest: a.dest,
+        repo: a.repo,
+    });
     match fetched {
         Ok(_) => Ok(()),
         Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => {

@@ -1,1 +1,36 @@
-//! The archive use case.
+//! WAL archiving as log backups: `archive-push` stores one file PostgreSQL hands to
+//! `archive_command`, `archive-get` restores one for `restore_command`.
+
+use crate::repo::{wal, Repo};
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Default)]
+pub struct PushOptions {
+    /// The file to archive (`%p`).
+    pub path: PathBuf,
+    pub repo: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GetOptions {
+    /// The WAL file name wanted (`%f`).
+    pub name: String,
+    /// Where it goes (`%p`).
+    pub dest: PathBuf,
+    pub repo: String,
+}
+
+/// Archives one file: durable in the repository when this returns Ok.
+pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
+    let repo = Repo::open(&o.repo, true)?;
+    wal::push(&repo, &o.path)
+}
+
+/// Restores one file, every byte checked; complete at `dest` or not there at all.
+/// `wal::NotArchived` (downcast) means the archive does not hold it; any other error
+/// means it is there but cannot be used, or the archive cannot be read.
+pub fn get(o: &GetOptions) -> Result<u64> {
+    let repo = Repo::open(&o.repo, false)?;
+    wal::fetch(&repo, &o.name, &o.dest)
+}

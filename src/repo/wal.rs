@@ -38,6 +38,7 @@
 
 use super::store::{temp_beside, Temp};
 use super::Repo;
+use crate::format::{get_u16, get_u32, get_u64};
 use crate::pg::{
     format_lsn, parse_name, segment_name, segment_name_for, valid_seg_size, Kind, WalName,
 };
@@ -208,16 +209,6 @@ struct Header {
     crc: u32,
 }
 
-fn le_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
-}
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
-}
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
 impl Header {
     fn encode(&self) -> [u8; HDR_LEN] {
         let mut b = [0u8; HDR_LEN];
@@ -247,14 +238,14 @@ impl Header {
                 b.len()
             ));
         }
-        if le_u32(b, 0) != SKIP_MAGIC || &b[8..16] != MAGIC {
+        if get_u32(b, 0) != SKIP_MAGIC || &b[8..16] != MAGIC {
             return Err("it does not start with a pagevault WAL archive header".into());
         }
-        if crc32c::crc32c(&b[..148]) != le_u32(b, 148) {
+        if crc32c::crc32c(&b[..148]) != get_u32(b, 148) {
             return Err("its header fails its CRC32C".into());
         }
-        let ver = le_u16(b, 16);
-        if ver != VERSION || le_u32(b, 4) as usize != HDR_LEN - 8 {
+        let ver = get_u16(b, 16);
+        if ver != VERSION || get_u32(b, 4) as usize != HDR_LEN - 8 {
             return Err(format!(
                 "it has format version {ver}, which this pagevault does not read"
             ));
@@ -263,7 +254,7 @@ impl Header {
         if b[19] != CODEC_ZSTD {
             return Err(format!("its header names unknown codec {}", b[19]));
         }
-        let nl = le_u16(b, 20) as usize;
+        let nl = get_u16(b, 20) as usize;
         let name = match std::str::from_utf8(&b[22..22 + nl.min(NAME_MAX)]) {
             Ok(n) if nl <= NAME_MAX => n.to_string(),
             _ => return Err("its header holds no valid name".into()),
@@ -271,11 +262,11 @@ impl Header {
         Ok(Header {
             kind,
             name,
-            raw: le_u64(b, 88),
-            stored: le_u64(b, 96),
+            raw: get_u64(b, 88),
+            stored: get_u64(b, 96),
             blake3: b[104..136].try_into().unwrap(),
-            sysid: le_u64(b, 136),
-            crc: le_u32(b, 144),
+            sysid: get_u64(b, 136),
+            crc: get_u32(b, 144),
         })
     }
 }
@@ -301,21 +292,21 @@ fn check_first_page(name: &str, n: &WalName, len: u64, page: &[u8]) -> Result<Se
             "it is only {len} bytes (a WAL segment is 16 MiB unless initdb chose another size)"
         ));
     }
-    let magic = le_u16(page, 0);
+    let magic = get_u16(page, 0);
     if crate::pg::version_of_wal_magic(magic).is_none() {
         return Err(crate::pg::unknown_wal_magic(magic));
     }
-    let info = le_u16(page, 2);
+    let info = get_u16(page, 2);
     if info & !XLP_ALL_FLAGS != 0 || info & XLP_LONG_HEADER == 0 {
         return Err(format!(
             "its first page has flags 0x{info:04X}, not a segment's first page (long header)"
         ));
     }
-    let tli = le_u32(page, 4);
-    let pageaddr = le_u64(page, 8);
-    let sysid = le_u64(page, 24);
-    let seg_size = le_u32(page, 32) as u64;
-    let blcksz = le_u32(page, 36) as u64;
+    let tli = get_u32(page, 4);
+    let pageaddr = get_u64(page, 8);
+    let sysid = get_u64(page, 24);
+    let seg_size = get_u32(page, 32) as u64;
+    let blcksz = get_u32(page, 36) as u64;
     if !valid_seg_size(seg_size) {
         return Err(format!(
             "its first page gives a segment size of {seg_size} bytes, which PostgreSQL never uses"
@@ -385,25 +376,25 @@ fn check_page(s: &SegInfo, off: u64, h: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     let page = off / s.blcksz;
-    let magic = le_u16(h, 0);
+    let magic = get_u16(h, 0);
     if magic != s.magic {
         return Err(format!(
             "page {page} (offset {off}) has magic 0x{magic:04X}, the first page 0x{:04X}",
             s.magic
         ));
     }
-    let info = le_u16(h, 2);
+    let info = get_u16(h, 2);
     if info & !XLP_ALL_FLAGS != 0 || info & XLP_LONG_HEADER != 0 {
         return Err(format!("page {page} (offset {off}) has flags 0x{info:04X}"));
     }
-    let tli = le_u32(h, 4);
+    let tli = get_u32(h, 4);
     if tli == 0 || tli > s.name_tli {
         return Err(format!(
             "page {page} (offset {off}) is from timeline {tli}, but the file is of timeline {}",
             s.name_tli
         ));
     }
-    let addr = le_u64(h, 8);
+    let addr = get_u64(h, 8);
     if addr != s.seg_start + off {
         return Err(format!(
             "page {page} (offset {off}) is for WAL position {} instead of {} \

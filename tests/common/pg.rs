@@ -219,6 +219,32 @@ impl Pg {
         pg
     }
 
+    /// Waits until WAL file `seg` (or a later one) has been archived.
+    pub fn wait_archived(&self, seg: &str) {
+        let t0 = std::time::Instant::now();
+        loop {
+            let last = self.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver");
+            if last.len() == 24 && last.as_str() >= seg {
+                return;
+            }
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(120),
+                "{seg} not archived (last {last}):\n{}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Switches to a new WAL segment and waits until the one written so far is
+    /// archived; returns its name.
+    pub fn switch_and_wait(&self) -> String {
+        let seg = self.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
+        self.sql("SELECT pg_switch_wal()");
+        self.wait_archived(&seg);
+        seg
+    }
+
     /// Waits until the server has left recovery (promoted at its target).
     pub fn wait_promoted(&self) {
         for _ in 0..600 {
