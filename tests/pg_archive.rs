@@ -4,7 +4,7 @@
 //! pgbench load that must not make pg_wal pile up.
 
 mod common;
-use common::pg::{as_postgres, give_to_postgres, postgres_dir, sql_at, Pg, BIN};
+use common::pg::{as_postgres, connect_args, give_to_postgres, postgres_dir, sql_at, Pg, BIN};
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -238,24 +238,11 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
     // change made after it from the archive alone, then promotes.
     let rdir = postgres_dir("restored");
     let rdata = rdir.join("data");
-    as_postgres(
-        &format!("{BIN}/pg_basebackup"),
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &pg.port.to_string(),
-            "-U",
-            "postgres",
-            "-D",
-            &s(&rdata),
-            "-X",
-            "none",
-            "-c",
-            "fast",
-            "--no-sync",
-        ],
-    );
+    let mut args: Vec<String> = connect_args(pg.port).into();
+    args.extend(["-D".into(), s(&rdata)]);
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend(["-X", "none", "-c", "fast", "--no-sync"]);
+    as_postgres(&format!("{BIN}/pg_basebackup"), &args);
     pg.sql("INSERT INTO t SELECT g, 'after backup' FROM generate_series(80001, 90000) g");
     pg.sql("CREATE TABLE after_backup AS SELECT 42 AS answer");
     pg.switch_and_wait();
@@ -330,41 +317,26 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
     }
     // A damaged archived file is an error naming it, with a status above 125 so that
     // PostgreSQL stops recovery instead of ending it; nothing is written.
-    let mut dmg = stored_bytes.clone();
-    let at = dmg.len() / 2;
-    dmg[at] ^= 0x20;
-    fs::write(&stored, &dmg).unwrap();
-    let err = fails(
-        &["archive-get", &first, &s(&dest), "--repo", &s(&repo)],
-        126,
-    );
-    assert!(
-        err.contains(&s(&stored)) && err.contains("damaged"),
-        "{err}"
-    );
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(!dest.exists());
-    // A damaged header too.
-    let mut dmg = stored_bytes.clone();
-    dmg[100] ^= 0x01;
-    fs::write(&stored, &dmg).unwrap();
-    let err = fails(
-        &["archive-get", &first, &s(&dest), "--repo", &s(&repo)],
-        126,
-    );
-    assert!(err.contains(&s(&stored)) && err.contains("header"), "{err}");
-    assert!(!dest.exists());
-    // A truncated one.
-    fs::write(&stored, &stored_bytes[..stored_bytes.len() - 10]).unwrap();
-    let err = fails(
-        &["archive-get", &first, &s(&dest), "--repo", &s(&repo)],
-        126,
-    );
-    assert!(
-        err.contains(&s(&stored)) && err.contains("damaged"),
-        "{err}"
-    );
-    assert!(!dest.exists());
+    let mut body = stored_bytes.clone();
+    let at = body.len() / 2;
+    body[at] ^= 0x20;
+    let mut header = stored_bytes.clone();
+    header[100] ^= 0x01;
+    let truncated = stored_bytes[..stored_bytes.len() - 10].to_vec();
+    for (dmg, says) in [
+        (body, "damaged"),
+        (header, "header"),
+        (truncated, "damaged"),
+    ] {
+        fs::write(&stored, &dmg).unwrap();
+        let err = fails(
+            &["archive-get", &first, &s(&dest), "--repo", &s(&repo)],
+            126,
+        );
+        assert!(err.contains(&s(&stored)) && err.contains(says), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!dest.exists());
+    }
     // No temp file anywhere.
     assert!(
         fs::read_dir(tmp.path()).unwrap().all(|e| !e

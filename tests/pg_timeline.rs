@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::pg::{postgres_dir, Pg, BIN};
+use common::pg::{postgres_dir, restore_repo, Pg, BIN};
 use common::stores::{shared, Minio};
 use common::*;
 use std::fs;
@@ -57,18 +57,7 @@ fn failover(repo: &str, ep: &[&str]) -> Failover {
     primary.switch_and_wait();
     primary.stop();
 
-    let b_data = postgres_dir("promoted").join("data");
-    let mut a = vec![
-        "restore",
-        "--repo",
-        repo,
-        "--to",
-        b_data.to_str().unwrap(),
-        "--owner",
-        "postgres",
-    ];
-    a.extend_from_slice(ep);
-    ok(&a);
+    let (b_data, _) = restore(repo, ep, &[]);
     let b = Pg::adopt_archiving(&b_data, &push);
     b.wait_promoted();
     assert_eq!(rows(&b), "200:200");
@@ -102,19 +91,7 @@ fn failover(repo: &str, ep: &[&str]) -> Failover {
 /// Restores the repository into a new directory with `extra` options; returns the
 /// data directory and restore's JSON.
 fn restore(repo: &str, ep: &[&str], extra: &[&str]) -> (PathBuf, serde_json::Value) {
-    let target = postgres_dir("restored").join("data");
-    let mut a = vec![
-        "restore",
-        "--repo",
-        repo,
-        "--to",
-        target.to_str().unwrap(),
-        "--owner",
-        "postgres",
-    ];
-    a.extend_from_slice(ep);
-    a.extend_from_slice(extra);
-    (target.clone(), json(&a))
+    restore_repo(repo, &[ep, extra].concat())
 }
 
 /// Restores, starts the copy, waits until it promoted; returns its rows and the copy.

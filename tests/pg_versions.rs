@@ -87,18 +87,7 @@ fn postgres_18_archives_backs_up_and_restores() {
         "{}",
         pg.log()
     );
-    let target = common::pg::postgres_dir("pg18-restored").join("data");
-    let j = common::json(&[
-        "restore",
-        "--repo",
-        &common::s(&repo),
-        "--to",
-        &common::s(&target),
-        "--owner",
-        "postgres",
-        "--until-lsn",
-        &lsn,
-    ]);
+    let (target, j) = common::pg::restore_repo(&common::s(&repo), &["--until-lsn", &lsn]);
     assert_eq!(j["wal"]["verified"], true, "{j}");
     let r = Pg::adopt_with(&target, 18);
     r.wait_promoted();
@@ -214,16 +203,7 @@ fn one_mib_segments_back_up_across_0xff_and_restore_after_300_segments() {
     assert!(segno(&pg) > 300);
     let last = pg.switch_and_wait();
     let marks = pg.sql("SELECT count(*) FROM marks");
-    let target = common::pg::postgres_dir("seg1-restored").join("data");
-    let j = common::json(&[
-        "restore",
-        "--repo",
-        &common::s(&repo),
-        "--to",
-        &common::s(&target),
-        "--owner",
-        "postgres",
-    ]);
+    let (target, j) = common::pg::restore_repo(&common::s(&repo), &[]);
     assert_eq!(j["wal"]["ranges"][0]["last"].as_str().unwrap(), last, "{j}");
     let r = Pg::adopt(&target);
     r.wait_promoted();

@@ -160,27 +160,16 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(
-            segment_name(1, 0x0300_0028, SEG),
-            "000000010000000000000003"
-        );
-        assert_eq!(
-            segment_name(1, 0x1_0000_0000, SEG),
-            "000000010000000100000000"
-        );
-        assert_eq!(
-            segment_name(2, 0x1_FF00_0000, SEG),
-            "0000000200000001000000FF"
-        );
-        assert_eq!(
-            segment_name(0x1A, 0x16_B374_D848, SEG),
-            "0000001A00000016000000B3"
-        );
-        // 64 MiB segments: 64 per "log" id.
-        assert_eq!(
-            segment_name(1, 0x1_4000_0000, 64 << 20),
-            "000000010000000100000010"
-        );
+        for (tli, lsn, seg, name) in [
+            (1, 0x0300_0028, SEG, "000000010000000000000003"),
+            (1, 0x1_0000_0000, SEG, "000000010000000100000000"),
+            (2, 0x1_FF00_0000, SEG, "0000000200000001000000FF"),
+            (0x1A, 0x16_B374_D848, SEG, "0000001A00000016000000B3"),
+            // 64 MiB segments: 64 per "log" id.
+            (1, 0x1_4000_0000, 64 << 20, "000000010000000100000010"),
+        ] {
+            assert_eq!(segment_name(tli, lsn, seg), name);
+        }
         assert_eq!(segment_name(3, 0, 1 << 30), "000000030000000000000000");
         for lsn in [
             0u64,

@@ -366,10 +366,13 @@ mod tests {
         );
         fs::write(&p, &good).unwrap();
         fs::remove_file(wal::archived_path(&r, "000000020000000000000007").unwrap()).unwrap();
-        let e = format!(
-            "{:#}",
-            plan(&r, &set(0x200_0100), End::Latest, None).unwrap_err()
-        );
+        let latest = || {
+            format!(
+                "{:#}",
+                plan(&r, &set(0x200_0100), End::Latest, None).unwrap_err()
+            )
+        };
+        let e = latest();
         assert!(
             e.contains("000000020000000000000007 (timeline 2)") && e.contains("0/7000000"),
             "{e}"
@@ -385,10 +388,7 @@ mod tests {
         );
         assert!(e.contains("target_tli: 3"), "{e}");
         push_segment(&r, d.path(), 2, 7);
-        let e = format!(
-            "{:#}",
-            plan(&r, &set(0x200_0100), End::Latest, None).unwrap_err()
-        );
+        let e = latest();
         assert!(
             e.contains("000000030000000000000009 (timeline 3)") && e.contains("pg_switch_wal"),
             "{e}"

@@ -339,6 +339,23 @@ impl Pg {
     }
 }
 
+/// Restores repository `repo` into a new data directory for the postgres user, with
+/// `extra` options; returns the directory and restore's JSON.
+pub fn restore_repo(repo: &str, extra: &[&str]) -> (PathBuf, serde_json::Value) {
+    let target = postgres_dir("restored").join("data");
+    let to = target.display().to_string();
+    let mut a = vec![
+        "restore", "--repo", repo, "--to", &to, "--owner", "postgres",
+    ];
+    a.extend_from_slice(extra);
+    (target, super::json(&a))
+}
+
+/// How a client program reaches the test server on `port` as postgres.
+pub fn connect_args(port: u16) -> [String; 6] {
+    ["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"].map(String::from)
+}
+
 /// Runs SQL with PostgreSQL 15's psql (which talks to 17 and 18 too) against the
 /// server on `port`; returns unaligned, tuples-only output.
 pub fn sql_at(port: u16, db: &str, sql: &str) -> String {
@@ -347,21 +364,8 @@ pub fn sql_at(port: u16, db: &str, sql: &str) -> String {
 
 fn psql(bin: &Path, port: u16, db: &str, sql: &str) -> String {
     let out = Command::new(bin.join("psql"))
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-d",
-            db,
-            "-XAtq",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ])
+        .args(connect_args(port))
+        .args(["-d", db, "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql])
         .output()
         .expect("psql");
     assert!(
@@ -392,16 +396,7 @@ pub fn give_to_postgres(p: &Path) {
 /// A pgbench command against `pg`, its own version's (add its options).
 pub fn pgbench(pg: &Pg, args: &[&str]) -> Command {
     let mut c = Command::new(pg.bin.join("pgbench"));
-    c.args([
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &pg.port.to_string(),
-        "-U",
-        "postgres",
-    ])
-    .args(args)
-    .arg("postgres");
+    c.args(connect_args(pg.port)).args(args).arg("postgres");
     c
 }
 
@@ -421,17 +416,8 @@ pub fn assert_pgbench_consistent(pg: &Pg) {
 /// pg_amcheck --heapallindexed over every database: must be clean.
 pub fn amcheck(pg: &Pg) {
     let out = Command::new(pg.bin.join("pg_amcheck"))
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &pg.port.to_string(),
-            "-U",
-            "postgres",
-            "--install-missing",
-            "--heapallindexed",
-            "--all",
-        ])
+        .args(connect_args(pg.port))
+        .args(["--install-missing", "--heapallindexed", "--all"])
         .output()
         .unwrap();
     assert!(
