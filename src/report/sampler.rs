@@ -21,16 +21,6 @@ pub(super) struct Sample {
     pub(super) pool_peak: u64,
 }
 
-/// Process CPU time (user + system, every thread) in seconds.
-fn cpu_seconds() -> f64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// Samples `Live` every 250 ms on its own thread until `finish`.
 pub struct Sampler {
     stop: Option<mpsc::Sender<()>>,
@@ -46,7 +36,7 @@ impl Sampler {
             let (sum, n, peak) = std::mem::take(ticks);
             Sample {
                 t: t0.elapsed().as_secs_f64(),
-                cpu: cpu_seconds(),
+                cpu: crate::sys::cpu_seconds(),
                 pool_mean: (sum + snap.pool_in_use) as f64 / (n + 1) as f64,
                 pool_peak: peak.max(snap.pool_in_use),
                 snap,

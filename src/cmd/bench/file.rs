@@ -1,10 +1,10 @@
 //! The test file: aligned buffers, O_DIRECT where allowed, removal on every way out.
 
+use crate::sys;
 use crate::units::human;
 use anyhow::{anyhow, bail, Context, Result};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -87,32 +87,13 @@ impl Rng {
 }
 
 pub(super) fn dont_need(f: &File, off: u64, len: u64) {
-    // SAFETY: plain syscall on a valid descriptor.
-    unsafe {
-        libc::posix_fadvise(
-            f.as_raw_fd(),
-            off as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_DONTNEED,
-        );
-    }
-}
-
-fn is_einval(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EINVAL)
+    sys::fadvise(f, off, len, sys::Advice::DontNeed);
 }
 
 pub(super) fn filesystem(path: &Path) -> String {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+    let Some(t) = sys::fs_type(path) else {
         return "unknown".into();
     };
-    // SAFETY: statfs fills the zeroed struct; c is a valid C string.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "unknown".into();
-    }
-    #[allow(clippy::unnecessary_cast)]
-    let t = st.f_type as i64 as u64 & 0xffff_ffff;
     match t {
         0xEF53 => "ext4",
         0x5846_5342 => "xfs",
@@ -132,18 +113,9 @@ pub(super) fn filesystem(path: &Path) -> String {
 }
 
 pub(super) fn free_bytes(path: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statvfs fills the zeroed struct; c is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
+    let (blocks, free) = sys::fs_space(path)?;
     // Pseudo filesystems (proc, sysfs) have no blocks at all: nothing to check.
-    if st.f_blocks == 0 {
-        return None;
-    }
-    #[allow(clippy::unnecessary_cast)]
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
+    (blocks > 0).then_some(free)
 }
 
 pub(super) struct TestFile {
@@ -181,13 +153,13 @@ pub(super) fn prepare(
         let mut o = OpenOptions::new();
         o.read(true).write(true).create_new(true).mode(0o600);
         if direct {
-            o.custom_flags(libc::O_DIRECT);
+            o.custom_flags(sys::O_DIRECT);
         }
         o.open(&path)
     };
     let (file, mut direct) = match create(want_direct) {
         Ok(f) => (f, want_direct),
-        Err(e) if want_direct && is_einval(&e) => {
+        Err(e) if want_direct && sys::is_einval(&e) => {
             // Some filesystems create the file and then refuse O_DIRECT.
             let _ = std::fs::remove_file(&path);
             (create(false).map_err(|e| create_error(dir, e))?, false)
@@ -195,9 +167,8 @@ pub(super) fn prepare(
         Err(e) => return Err(create_error(dir, e)),
     };
     *guard = Some(Removal(path.clone()));
-    // SAFETY: plain syscall on a valid descriptor.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
-    if rc == libc::ENOSPC {
+    // Only a lack of space matters: the writes below allocate anyway.
+    if sys::posix_fallocate(&file, size).is_err_and(|e| sys::is_enospc(&e)) {
         bail!(
             "no space for a {} test file in '{}': free some or give a smaller --size",
             human(size),
@@ -220,12 +191,12 @@ pub(super) fn prepare(
         }
         match file.write_all_at(&buf.as_slice()[..len], off) {
             Ok(()) => off += len as u64,
-            Err(e) if direct && is_einval(&e) => {
+            Err(e) if direct && sys::is_einval(&e) => {
                 // Accepted at open, refused at write: go buffered.
                 set_direct(&file, false)?;
                 direct = false;
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => bail!(
+            Err(e) if sys::is_enospc(&e) => bail!(
                 "no space for a {} test file in '{}': free some or give a smaller --size",
                 human(size),
                 dir.display()
@@ -254,19 +225,7 @@ pub(super) fn prepare(
 }
 
 fn set_direct(f: &File, on: bool) -> Result<()> {
-    // SAFETY: fcntl on a valid descriptor.
-    unsafe {
-        let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        let fl = if on {
-            fl | libc::O_DIRECT
-        } else {
-            fl & !libc::O_DIRECT
-        };
-        if libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl) != 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-    }
-    Ok(())
+    Ok(sys::set_direct(f, on)?)
 }
 
 fn create_error(dir: &Path, e: io::Error) -> anyhow::Error {
@@ -281,7 +240,7 @@ impl TestFile {
         let mut o = OpenOptions::new();
         o.read(true).write(true);
         if direct {
-            o.custom_flags(libc::O_DIRECT);
+            o.custom_flags(sys::O_DIRECT);
         }
         o.open(&self.path)
             .with_context(|| format!("cannot open the test file {}", self.path.display()))

@@ -4,7 +4,6 @@ use super::file::{check_interrupt, dont_need, AlignedBuf, Rng, TestFile, CHUNK, 
 use super::measure::{Dir, Measured};
 use super::profiles::{Kind, Spec, K};
 use anyhow::{Context, Result};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
@@ -23,8 +22,7 @@ impl TestFile {
         let io = io_mode(s.kind, self.direct);
         if fallback && s.kind == Kind::Random {
             // No kernel read-ahead around random pages.
-            // SAFETY: plain syscall on a valid descriptor.
-            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+            crate::sys::fadvise(f, 0, 0, crate::sys::Advice::Random);
         }
         let mut unflushed = 0u64;
         let mut read_since_drop = 0u64;
