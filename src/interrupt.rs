@@ -3,34 +3,36 @@
 //! failure path cleans up: partial stripes removed, multipart uploads aborted, nothing
 //! recorded, a restore's target marked incomplete. A second signal ends the process at once.
 
+use crate::sys::signal::{self, Disposition, DEFAULT, IGNORE};
 use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
-const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+const SIGNALS: [i32; 3] = [signal::INT, signal::TERM, signal::HUP];
 
-extern "C" fn on_signal(sig: libc::c_int) {
+extern "C" fn on_signal(sig: i32) {
     RECEIVED.store(sig, Relaxed);
-    // SAFETY: signal() is async-signal-safe; the next one gets the default action.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-    }
+    // The next one gets the default action.
+    signal::set(sig, DEFAULT);
+}
+
+fn ours() -> Disposition {
+    // SAFETY: on_signal only stores to an atomic and calls signal().
+    unsafe { Disposition::handler(on_signal) }
 }
 
 /// Catches the signals until dropped, then puts back what was there before. A signal
 /// the process was started ignoring (nohup) stays ignored.
 pub struct Guard {
-    before: Vec<(libc::c_int, libc::sighandler_t)>,
+    before: Vec<(i32, Disposition)>,
 }
 
 pub fn catch() -> Guard {
-    let handler: extern "C" fn(libc::c_int) = on_signal;
     let mut before = vec![];
     for sig in SIGNALS {
-        // SAFETY: the handler only stores to an atomic and calls signal().
-        let old = unsafe { libc::signal(sig, handler as libc::sighandler_t) };
-        if old == libc::SIG_IGN {
-            unsafe { libc::signal(sig, libc::SIG_IGN) };
+        let old = signal::set(sig, ours());
+        if old == IGNORE {
+            signal::set(sig, IGNORE);
         } else {
             before.push((sig, old));
         }
@@ -40,16 +42,14 @@ pub fn catch() -> Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let ours = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         for &(sig, old) in &self.before {
             // An outer Guard's handler comes back only while no signal has come.
-            let old = if old == ours && received().is_some() {
-                libc::SIG_DFL
+            let old = if old == ours() && received().is_some() {
+                DEFAULT
             } else {
                 old
             };
-            // SAFETY: restores the disposition catch() replaced.
-            unsafe { libc::signal(sig, old) };
+            signal::set(sig, old);
         }
     }
 }
@@ -64,9 +64,9 @@ pub fn received() -> Option<i32> {
 
 pub fn name(sig: i32) -> &'static str {
     match sig {
-        libc::SIGINT => "SIGINT (Ctrl-C)",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
+        signal::INT => "SIGINT (Ctrl-C)",
+        signal::TERM => "SIGTERM",
+        signal::HUP => "SIGHUP",
         _ => "a signal",
     }
 }

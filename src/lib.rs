@@ -15,5 +15,6 @@ pub mod repo;
 pub mod report;
 pub mod set;
 pub mod source;
+pub mod sys;
 pub mod target;
 pub mod units;

@@ -72,9 +72,7 @@ fn main() -> ExitCode {
     // Large transient buffers (HTTP bodies of object-store parts and ranges) go to mmap
     // and back to the system when freed: glibc's sliding threshold would otherwise keep
     // them in per-thread arenas and let RSS drift past the buffer pool.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
+    pagevault::sys::set_mmap_threshold(1 << 20);
     let cli = Cli::parse();
     device::object::set_options(device::object::StoreOptions {
         s3_endpoint: cli.s3_endpoint.clone(),

@@ -230,38 +230,18 @@ pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf) -> Result<(
 /// Makes every file of the file system holding `dir` durable (one syncfs).
 pub fn sync_fs(dir: &Path) {
     if let Ok(d) = File::open(dir) {
-        // SAFETY: syncfs only reads the descriptor, which `d` keeps open.
-        unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) };
+        let _ = crate::sys::syncfs(&d);
     }
 }
 
 /// The uid and gid of user `name` (`--owner`).
 pub fn lookup_user(name: &str) -> Result<(u32, u32)> {
     let c = std::ffi::CString::new(name)?;
-    let mut buf = vec![0 as libc::c_char; 16384];
-    // SAFETY: `pwd` and `buf` outlive the call; getpwnam_r (unlike getpwnam) keeps its
-    // strings in `buf`, so other threads cannot overwrite them.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    let rc = unsafe {
-        libc::getpwnam_r(
-            c.as_ptr(),
-            &mut pwd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut found,
-        )
-    };
-    if rc != 0 {
-        bail!(
-            "--owner: cannot look up user '{name}': {}",
-            io::Error::from_raw_os_error(rc)
-        );
+    match crate::sys::user_ids(&c) {
+        Ok(Some(ids)) => Ok(ids),
+        Ok(None) => bail!("--owner: no user named '{name}'"),
+        Err(e) => bail!("--owner: cannot look up user '{name}': {e}"),
     }
-    if found.is_null() {
-        bail!("--owner: no user named '{name}'");
-    }
-    Ok((pwd.pw_uid, pwd.pw_gid))
 }
 
 /// Gives `root` and everything under it to uid:gid, links included.

@@ -1,5 +1,6 @@
 //! `pagevault backup`.
 
+use super::PrintWaits;
 use super::{default_threads, print_json, Reporter};
 use crate::device;
 use crate::engine::backup::{self, Params, ReadFile};

@@ -12,6 +12,9 @@ pub mod restore;
 pub mod set;
 pub mod sql;
 pub mod tune;
+pub mod waits;
+
+pub use waits::PrintWaits;
 
 use crate::engine::stats::Progress;
 

@@ -1,5 +1,6 @@
 //! `pagevault restore` and `pagevault verify`.
 
+use super::PrintWaits;
 use super::{default_threads, print_json, set, Reporter};
 use crate::engine::restore;
 use crate::engine::stats::{Live, Progress};

@@ -67,14 +67,7 @@ impl Device for Disk {
         })?;
         let len = file.metadata()?.len();
         // Sequential reads of the whole stripe follow: ask the kernel for read-ahead.
-        unsafe {
-            libc::posix_fadvise(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-                0,
-                libc::POSIX_FADV_SEQUENTIAL,
-            );
-        }
+        crate::sys::fadvise(&file, 0, 0, crate::sys::Advice::Sequential);
         Ok(Box::new(DiskSource { file, len }))
     }
 
@@ -91,16 +84,7 @@ impl Device for Disk {
 /// waiting. Otherwise dirty pages wait for the background threshold (10% of RAM by
 /// default), and the final fsync writes everything after the CPU work is done.
 pub fn start_writeback(file: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    // Advice only: a failure here shows up in the fsync that follows.
-    unsafe {
-        libc::sync_file_range(
-            file.as_raw_fd(),
-            offset as libc::off64_t,
-            len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WRITE,
-        );
-    }
+    crate::sys::start_writeback(file, offset, len);
 }
 
 /// Bytes a sequential writer lets pile up before starting their writeback.

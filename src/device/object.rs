@@ -18,11 +18,14 @@ use object_store::{
     PutPayload, RetryConfig,
 };
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::task::JoinHandle;
+use tracing::instrument::WithSubscriber;
+use tracing::Dispatch;
 
 /// S3 refuses parts under 5 MiB (except the last) and more than 10,000 parts.
 const S3_MIN_PART: usize = 5 << 20;
@@ -41,7 +44,8 @@ const MAX_PARTS_IN_FLIGHT: usize = 8;
 const READ_CHUNK: u64 = 8 << 20;
 const READ_AHEAD: u64 = 4;
 
-/// Ranged GETs in flight ahead of a stripe's reader (PAGEVAULT_READ_AHEAD overrides).
+/// Ranged GETs in flight ahead of a stripe's reader; PAGEVAULT_READ_AHEAD (1 to 64)
+/// overrides it, a tuning knob documented in README (Object storage).
 fn read_ahead() -> u64 {
     static N: OnceLock<u64> = OnceLock::new();
     *N.get_or_init(|| {
@@ -92,7 +96,7 @@ pub fn endpoint_option() -> String {
 }
 
 /// The runtime object_store's futures run on; stripe threads block on them.
-pub fn rt() -> &'static tokio::runtime::Runtime {
+fn rt() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RT.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -104,9 +108,26 @@ pub fn rt() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// Runs a future of object_store to completion with the retry counter as its
+/// subscriber (scoped to the future, never process-wide: see `counter`).
+fn block_on<F: Future>(f: F) -> F::Output {
+    rt().block_on(f.with_subscriber(counter()))
+}
+
+/// Spawns a future of object_store on the runtime, with the retry counter.
+fn spawn<F>(f: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    rt().spawn(f.with_subscriber(counter()))
+}
+
 // ---------------------------------------------------------------------------------
 // Retry accounting. object_store retries internally and says so through `tracing`;
-// a tiny subscriber counts those events and the back-off they announce.
+// a tiny subscriber counts those events and the back-off they announce. It is the
+// subscriber of our own object_store futures only (`block_on`, `spawn`): a program
+// embedding pagevault keeps its own global subscriber, and pagevault installs none.
 
 static RETRIES: AtomicU64 = AtomicU64::new(0);
 static BACKOFF_NS: AtomicU64 = AtomicU64::new(0);
@@ -126,6 +147,13 @@ pub fn retry_stats() -> RetryStats {
 }
 
 struct RetryCounter;
+
+/// The one dispatcher of `RetryCounter`, built once: building a dispatcher makes
+/// tracing re-register every callsite, so not one per request.
+fn counter() -> Dispatch {
+    static D: OnceLock<Dispatch> = OnceLock::new();
+    D.get_or_init(|| Dispatch::new(RetryCounter)).clone()
+}
 
 struct MessageOf(String);
 
@@ -158,6 +186,7 @@ impl tracing::Subscriber for RetryCounter {
         if let Some(s) = backoff_of(&m.0) {
             RETRIES.fetch_add(1, Relaxed);
             BACKOFF_NS.fetch_add((s * 1e9) as u64, Relaxed);
+            // A diagnostic switch, documented in README (Object storage).
             if std::env::var_os("PAGEVAULT_LOG_RETRIES").is_some() {
                 eprintln!("pagevault: object store: {}", m.0);
             }
@@ -214,7 +243,7 @@ impl Location {
     /// bytes are read); None when it does not exist.
     pub fn get(&self, max: u64) -> Result<Option<Vec<u8>>> {
         let p = self.path();
-        let r = rt().block_on(async {
+        let r = block_on(async {
             let g = self.store.get(&p).await?;
             if g.meta.size > max {
                 return Ok(Err(g.meta.size));
@@ -235,7 +264,7 @@ impl Location {
     /// Writes a whole object (a single PUT: atomic, never half visible).
     pub fn put(&self, bytes: Vec<u8>) -> Result<()> {
         let p = self.path();
-        rt().block_on(self.store.put(&p, PutPayload::from(bytes)))
+        block_on(self.store.put(&p, PutPayload::from(bytes)))
             .map(|_| ())
             .map_err(|e| self.err("cannot write", e))
     }
@@ -247,7 +276,7 @@ impl Location {
             mode: PutMode::Create,
             ..Default::default()
         };
-        match rt().block_on(self.store.put_opts(&p, PutPayload::from(bytes), opts)) {
+        match block_on(self.store.put_opts(&p, PutPayload::from(bytes), opts)) {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. })
             | Err(object_store::Error::Precondition { .. }) => Ok(false),
@@ -257,7 +286,7 @@ impl Location {
 
     pub fn exists(&self) -> Result<bool> {
         let p = self.path();
-        match rt().block_on(self.store.head(&p)) {
+        match block_on(self.store.head(&p)) {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(self.err("cannot look up", e)),
@@ -266,7 +295,7 @@ impl Location {
 
     pub fn delete(&self) -> Result<()> {
         let p = self.path();
-        match rt().block_on(self.store.delete(&p)) {
+        match block_on(self.store.delete(&p)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.err("cannot delete", e)),
         }
@@ -276,8 +305,7 @@ impl Location {
     pub fn list(&self) -> Result<Vec<(String, u64)>> {
         let p = self.path();
         let prefix = (!self.key.is_empty()).then_some(&p);
-        let all: Vec<object_store::ObjectMeta> = rt()
-            .block_on(self.store.list(prefix).try_collect())
+        let all: Vec<object_store::ObjectMeta> = block_on(self.store.list(prefix).try_collect())
             .map_err(|e| self.err("cannot list", e))?;
         let base = if self.key.is_empty() {
             String::new()
@@ -297,7 +325,7 @@ impl Location {
     /// before a backup starts rather than after its first part.
     pub fn check_access(&self) -> Result<()> {
         let p = self.path();
-        let r = rt().block_on(async {
+        let r = block_on(async {
             let mut s = self.store.list(Some(&p));
             s.try_next().await
         });
@@ -417,7 +445,7 @@ fn check_endpoint(url: &str, var: &str) -> Result<bool> {
 }
 
 /// Client options; a private CA (a self-signed test server, a company CA) comes from
-/// PAGEVAULT_CA_FILE, or AWS_CA_BUNDLE for S3, as a PEM bundle.
+/// PAGEVAULT_CA_FILE, or AWS_CA_BUNDLE for S3, as a PEM bundle (README, Object storage).
 fn client_options(allow_http: bool, kind: Kind) -> Result<ClientOptions> {
     let mut o = ClientOptions::new()
         .with_allow_http(allow_http)
@@ -444,6 +472,8 @@ fn client_options(allow_http: bool, kind: Kind) -> Result<ClientOptions> {
     Ok(o)
 }
 
+/// Retries for up to PAGEVAULT_RETRY_SECONDS (README, Object storage; the tests shorten
+/// it to fail fast against a server they stopped).
 fn retry_config() -> RetryConfig {
     let secs = std::env::var("PAGEVAULT_RETRY_SECONDS")
         .ok()
@@ -576,10 +606,7 @@ pub fn parse(spec: &str) -> Result<Option<Location>> {
     }
     type Stores = Mutex<HashMap<(Kind, String), Arc<dyn ObjectStore>>>;
     static STORES: OnceLock<Stores> = OnceLock::new();
-    let stores = STORES.get_or_init(|| {
-        let _ = tracing::subscriber::set_global_default(RetryCounter);
-        Mutex::new(HashMap::new())
-    });
+    let stores = STORES.get_or_init(|| Mutex::new(HashMap::new()));
     let mut map = stores.lock().unwrap();
     let store = match map.get(&(kind, bucket.to_string())) {
         Some(s) => s.clone(),
@@ -661,8 +688,7 @@ impl Device for ObjectDevice {
         }
         self.loc.check_access()?;
         let path = self.loc.path();
-        let upload = rt()
-            .block_on(self.loc.store.put_multipart(&path))
+        let upload = block_on(self.loc.store.put_multipart(&path))
             .map_err(|e| self.loc.err("cannot start the upload of", e))?;
         let (base, step) = part_plan(self.loc.kind, hint.transfer_size, hint.expected_bytes);
         Ok(Box::new(ObjectSink {
@@ -678,8 +704,7 @@ impl Device for ObjectDevice {
 
     fn open(&self) -> Result<Box<dyn StripeSource>> {
         let path = self.loc.path();
-        let meta = rt()
-            .block_on(self.loc.store.head(&path))
+        let meta = block_on(self.loc.store.head(&path))
             .map_err(|e| self.loc.err("cannot open stripe", e))?;
         Ok(Box::new(ObjectSource {
             loc: self.loc.clone(),
@@ -719,7 +744,7 @@ impl ObjectSink {
 
     fn wait_one(&mut self) -> io::Result<()> {
         if let Some(h) = self.in_flight.pop_front() {
-            match rt().block_on(h) {
+            match block_on(h) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     return Err(io::Error::other(format!(
@@ -742,7 +767,7 @@ impl ObjectSink {
             .expect("upload open")
             .put_part(PutPayload::from(data));
         self.parts += 1;
-        self.in_flight.push_back(rt().spawn(fut));
+        self.in_flight.push_back(spawn(fut));
         while self.in_flight.len() > self.max_in_flight() {
             self.wait_one()?;
         }
@@ -773,7 +798,7 @@ impl StripeSink for ObjectSink {
                 self.wait_one()?;
             }
             let mut up = self.upload.take().expect("upload open");
-            match rt().block_on(up.complete()) {
+            match block_on(up.complete()) {
                 Ok(_) => Ok(()),
                 Err(e) => {
                     self.upload = Some(up);
@@ -800,7 +825,7 @@ impl ObjectSink {
     fn abort_now(&mut self) {
         // Parts still in flight could land after the abort: wait for them first.
         for h in self.in_flight.drain(..) {
-            let _ = rt().block_on(h);
+            let _ = block_on(h);
         }
         if let Some(mut up) = self.upload.take() {
             // The store may be down (why the backup failed): keep trying for a while,
@@ -809,7 +834,7 @@ impl ObjectSink {
             let limit = Duration::from_secs(30).max(2 * retry_config().retry_timeout);
             let discard = self.loc.kind == Kind::Azure && self.parts > 0;
             loop {
-                let r = rt().block_on(async {
+                let r = block_on(async {
                     up.abort().await?;
                     if discard {
                         discard_blocks(&self.loc).await?;
@@ -873,7 +898,7 @@ impl ObjectSource {
     ) -> JoinHandle<object_store::Result<Vec<u8>>> {
         let store = self.loc.store.clone();
         let path = self.loc.path();
-        rt().spawn(async move {
+        spawn(async move {
             let opts = GetOptions {
                 range: Some((start..end).into()),
                 ..Default::default()
@@ -888,8 +913,7 @@ impl ObjectSource {
     }
 
     fn wait(&self, h: JoinHandle<object_store::Result<Vec<u8>>>, want: u64) -> io::Result<Vec<u8>> {
-        let b = rt()
-            .block_on(h)
+        let b = block_on(h)
             .map_err(|e| io::Error::other(format!("read task failed: {e}")))?
             .map_err(|e| {
                 io::Error::other(format!("{:#}", self.loc.err("cannot read stripe", e)))

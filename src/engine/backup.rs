@@ -10,10 +10,11 @@ use crate::device::StripeSink;
 use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::manifest::file_checksum;
 use crate::format::{pad_to, Codec, ContentHash, FORMAT_VERSION};
+use crate::sys;
 use anyhow::{anyhow, Context, Result};
 use crossbeam_channel::bounded;
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -149,21 +150,14 @@ fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
     if direct {
         if let Ok(f) = OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_DIRECT)
+            .custom_flags(sys::O_DIRECT)
             .open(path)
         {
             return Ok(f);
         }
     }
     let f = File::open(path)?;
-    unsafe {
-        libc::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            0,
-            0,
-            libc::POSIX_FADV_SEQUENTIAL,
-        );
-    }
+    sys::fadvise(&f, 0, 0, sys::Advice::Sequential);
     Ok(f)
 }
 
@@ -697,7 +691,7 @@ pub fn run(
 /// Reads one chunk; retries without O_DIRECT where a filesystem refuses it late.
 fn read_one(plan: &[ReadFile], c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
     read_chunk(c, buf).or_else(|e| {
-        if e.raw_os_error() == Some(libc::EINVAL) {
+        if sys::is_einval(&e) {
             let f = &plan[c.file as usize];
             let h = Arc::new(open_for_read(&f.path, false)?);
             read_chunk(
@@ -720,13 +714,10 @@ const MAX_MERGE: usize = 16;
 /// (end of file, a short read, a refusal) is read on its own. Bit i of the result:
 /// chunk i was short.
 fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&*run[0].0.handle);
+    let handle = run[0].0.handle.clone();
     let offset = run[0].0.offset;
     let last = run.len() - 1;
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MAX_MERGE];
+    let mut iov: [IoSliceMut; MAX_MERGE] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
     for (i, (c, b)) in run.iter_mut().enumerate() {
         let space = b.space();
         // O_DIRECT wants whole sectors; only the last chunk can be short.
@@ -735,13 +726,11 @@ fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
         } else {
             c.len
         };
-        iov[i] = libc::iovec {
-            iov_base: space.as_mut_ptr() as *mut libc::c_void,
-            iov_len: len,
-        };
+        iov[i] = IoSliceMut::new(&mut space[..len]);
     }
-    let n = unsafe { libc::preadv(fd, iov.as_ptr(), run.len() as i32, offset as i64) };
-    let mut got = n.max(0) as usize;
+    // A failed call reads nothing: each chunk is then read on its own.
+    let n = sys::preadv(&*handle, &mut iov[..=last], offset).unwrap_or(0);
+    let mut got = n;
     let mut shorts = 0u32;
     for (i, (c, b)) in run.iter_mut().enumerate() {
         let filled = got.min(c.len);

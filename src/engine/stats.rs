@@ -166,11 +166,13 @@ pub struct StageSummary {
     pub bytes: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Figures only: the advice about the bottleneck, its JSON and its table are the
+/// CLI's (`cmd::waits`).
+#[derive(Debug, Clone)]
 pub struct WaitStats {
     pub stages: Vec<StageSummary>,
+    /// The stage with the highest utilization.
     pub bottleneck: String,
-    pub explanation: String,
 }
 
 pub fn summarize(
@@ -198,38 +200,8 @@ pub fn summarize(
         .iter()
         .max_by(|a, b| a.utilization.total_cmp(&b.utilization))
         .expect("at least one stage");
-    let explanation = match top.stage {
-        "read" => "the source storage: reads took most of the time; more readers or a faster volume help, compression and devices were waiting".to_string(),
-        "compress" => "the CPU: compression and checksums kept their threads busiest; more --threads help, and a lighter codec when compressing".to_string(),
-        "write" => "the destination: device writes took most of the time; more stripes or faster devices help".to_string(),
-        "decompress" => "the CPU: decompression and checksums kept the threads busiest".to_string(),
-        other => format!("the {other} stage"),
-    };
     WaitStats {
         bottleneck: top.stage.to_string(),
-        explanation,
         stages,
-    }
-}
-
-impl WaitStats {
-    pub fn print(&self) {
-        println!("Wait statistics:");
-        println!(
-            "  {:<11} {:>7} {:>9} {:>12} {:>13} {:>6}",
-            "stage", "threads", "busy s", "wait input s", "wait output s", "util"
-        );
-        for st in &self.stages {
-            println!(
-                "  {:<11} {:>7} {:>9.3} {:>12.3} {:>13.3} {:>5.0}%",
-                st.stage,
-                st.threads,
-                st.busy_seconds,
-                st.wait_input_seconds,
-                st.wait_output_seconds,
-                st.utilization * 100.0
-            );
-        }
-        println!("Bottleneck: {} ({})", self.bottleneck, self.explanation);
     }
 }

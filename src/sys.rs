@@ -1,0 +1,171 @@
+//! Every call into the kernel or the C library, wrapped once here with the reason it is
+//! sound. `rustix` where it offers the call (a safe API); `libc` where it does not.
+//! Callers hold no `unsafe` of their own for these calls.
+
+use std::io::{self, IoSliceMut};
+use std::num::NonZeroU64;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+/// `O_DIRECT` for `OpenOptionsExt::custom_flags`.
+pub const O_DIRECT: i32 = libc::O_DIRECT;
+
+pub fn is_einval(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EINVAL)
+}
+
+pub fn is_enospc(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOSPC)
+}
+
+/// Page cache advice for a range; `len` 0 means to the end of the file.
+#[derive(Clone, Copy)]
+pub enum Advice {
+    Sequential,
+    Random,
+    DontNeed,
+}
+
+/// posix_fadvise. Advice only: a failure changes nothing that matters, so it is ignored.
+pub fn fadvise(fd: impl AsFd, offset: u64, len: u64, advice: Advice) {
+    use rustix::fs::Advice as A;
+    let advice = match advice {
+        Advice::Sequential => A::Sequential,
+        Advice::Random => A::Random,
+        Advice::DontNeed => A::DontNeed,
+    };
+    let _ = rustix::fs::fadvise(fd, offset, NonZeroU64::new(len), advice);
+}
+
+/// sync_file_range(SYNC_FILE_RANGE_WRITE): starts writeback of a range without waiting.
+/// Advice only: a failure shows up in the fsync that follows.
+pub fn start_writeback(fd: impl AsFd, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a descriptor the borrow keeps open; no memory passed.
+    // (rustix has no sync_file_range.)
+    unsafe {
+        libc::sync_file_range(
+            fd.as_fd().as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+/// syncfs: makes every file of the file system holding `fd` durable.
+pub fn syncfs(fd: impl AsFd) -> io::Result<()> {
+    Ok(rustix::fs::syncfs(fd)?)
+}
+
+/// preadv: one read at `offset` into several buffers; the bytes read.
+pub fn preadv(fd: impl AsFd, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+    Ok(rustix::io::preadv(fd, bufs, offset)?)
+}
+
+/// posix_fallocate: reserves `len` bytes from 0 (glibc writes zeros where the file system
+/// cannot allocate; rustix's fallocate does not).
+pub fn posix_fallocate(fd: impl AsFd, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain call on a descriptor the borrow keeps open; no memory passed.
+    match unsafe { libc::posix_fallocate(fd.as_fd().as_raw_fd(), 0, len as libc::off_t) } {
+        0 => Ok(()),
+        rc => Err(io::Error::from_raw_os_error(rc)),
+    }
+}
+
+/// Turns O_DIRECT on or off on an open file.
+pub fn set_direct(fd: impl AsFd, on: bool) -> io::Result<()> {
+    use rustix::fs::OFlags;
+    let fd = fd.as_fd();
+    let mut fl = rustix::fs::fcntl_getfl(fd)?;
+    fl.set(OFlags::DIRECT, on);
+    Ok(rustix::fs::fcntl_setfl(fd, fl)?)
+}
+
+/// statfs's f_type: the file system's magic number.
+pub fn fs_type(path: &Path) -> Option<u64> {
+    let st = rustix::fs::statfs(path).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    Some(st.f_type as i64 as u64 & 0xffff_ffff)
+}
+
+/// statvfs: (total blocks, bytes available to an unprivileged user).
+pub fn fs_space(path: &Path) -> Option<(u64, u64)> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    Some((st.f_blocks, st.f_bavail * st.f_frsize))
+}
+
+/// Process CPU time (user + system, every thread) in seconds; 0 if unknown.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: rusage is plain data, valid zeroed; getrusage only writes into it.
+    // (rustix has no getrusage.)
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// glibc's mallopt(M_MMAP_THRESHOLD): allocations from `bytes` up go to mmap.
+pub fn set_mmap_threshold(bytes: i32) {
+    // SAFETY: mallopt takes plain integers; called from main before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
+    }
+}
+
+/// The uid and gid of user `name`: Ok(None) when there is none, Err(errno) when the
+/// lookup failed.
+pub fn user_ids(name: &std::ffi::CStr) -> Result<Option<(u32, u32)>, io::Error> {
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: `pwd` and `buf` outlive the call; getpwnam_r (unlike getpwnam) keeps its
+    // strings in `buf`, so other threads cannot overwrite them. (rustix has no getpwnam.)
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    let rc = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok((!found.is_null()).then_some((pwd.pw_uid, pwd.pw_gid)))
+}
+
+/// Signals and their dispositions (`interrupt`).
+pub mod signal {
+    pub const INT: i32 = libc::SIGINT;
+    pub const TERM: i32 = libc::SIGTERM;
+    pub const HUP: i32 = libc::SIGHUP;
+
+    /// A disposition: the default, ignore, or a handler that does only
+    /// async-signal-safe work. Built only from those or from what `set` returned.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub struct Disposition(libc::sighandler_t);
+
+    pub const DEFAULT: Disposition = Disposition(libc::SIG_DFL);
+    pub const IGNORE: Disposition = Disposition(libc::SIG_IGN);
+
+    impl Disposition {
+        /// # Safety
+        /// `f` may do only async-signal-safe work (atomics, `set`).
+        pub unsafe fn handler(f: extern "C" fn(i32)) -> Disposition {
+            Disposition(f as libc::sighandler_t)
+        }
+    }
+
+    /// signal(): installs `to` for `sig`, returns the disposition it replaced.
+    pub fn set(sig: i32, to: Disposition) -> Disposition {
+        // SAFETY: `to` is the default, ignore, a handler whose maker promised it is
+        // async-signal-safe, or an earlier disposition; signal() is async-signal-safe.
+        // (rustix offers sigaction only for runtimes, as unsafe.)
+        Disposition(unsafe { libc::signal(sig, to.0) })
+    }
+}
