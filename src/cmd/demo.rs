@@ -1,7 +1,9 @@
 //! `pagevault demo`: the main job on the embedded default, a sample SQLite database.
 
 use super::backup::{backup, BackupArgs};
-use super::restore::{run_restore, run_verify, ReadArgs, RestoreArgs, VerifyArgs};
+use super::restore::{print_restore, print_verify, shower};
+use crate::ops::restore::{restore, RestoreOptions};
+use crate::ops::verify::{verify, ReadOptions, VerifyOptions};
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use rusqlite::Connection;
@@ -114,39 +116,27 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
     println!("\n== BACKUP DATABASE [sample] TO DISK = '{s1}', DISK = '{s2}' WITH COMPRESSION (zstd), STATS = 10");
     backup(&args(source, vec![s1.clone(), s2.clone()], "zstd"))?;
 
-    let read = |stats| ReadArgs {
+    let read = ReadOptions {
         from: vec![s1.clone(), s2.clone()],
-        repo: None,
-        set: None,
-        threads: None,
-        buffer_count: None,
-        stats,
-        json: false,
+        ..ReadOptions::default()
     };
+    let show = shower(Some(10), false);
     println!("\n== RESTORE VERIFYONLY");
-    run_verify(VerifyArgs {
-        read: read(Some(10)),
-    })?;
+    let o = VerifyOptions { read: read.clone() };
+    print_verify(&verify(&o, &show)?, false);
 
     let target = dir.join("restored");
     println!(
         "\n== RESTORE DATABASE [sample] FROM both stripes TO {}",
         target.display()
     );
-    run_restore(RestoreArgs {
-        read: read(Some(10)),
+    let o = RestoreOptions {
+        read,
         to: target.clone(),
         replace: true,
-        until: None,
-        until_lsn: None,
-        until_xid: None,
-        until_name: None,
-        owner: None,
-        tablespace_map: vec![],
-        timeline: None,
-        no_verify_wal: false,
-        report: None,
-    })?;
+        ..RestoreOptions::default()
+    };
+    print_restore(&restore(&o, &show)?, false);
 
     let restored = target.join("sample.db");
     let conn = Connection::open(&restored)?;

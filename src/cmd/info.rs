@@ -1,8 +1,9 @@
 //! `pagevault header` (RESTORE HEADERONLY) and `pagevault files` (FILELISTONLY).
 
-use super::{print_json, set};
-use crate::format::manifest::EntryKind;
+use super::print_json;
+use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::ContentHash;
+use crate::set::read as set;
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
@@ -44,9 +45,13 @@ fn stripes_of(a: &InfoArgs) -> Result<Vec<String>> {
 }
 
 pub fn run_header(a: InfoArgs) -> Result<()> {
-    let m = open_manifest(&stripes_of(&a)?)?;
-    if a.json {
-        let mut v = serde_json::to_value(&m)?;
+    print_header(&set::describe(&stripes_of(&a)?)?, a.json)
+}
+
+/// A set's header: one row per fact, or its manifest without the file list as JSON.
+pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
+    if json {
+        let mut v = serde_json::to_value(m)?;
         v.as_object_mut().unwrap().remove("files");
         print_json(&json!({"sets": [v]}));
         return Ok(());
@@ -122,20 +127,13 @@ pub fn run_header(a: InfoArgs) -> Result<()> {
     Ok(())
 }
 
-fn open_manifest(from: &[String]) -> Result<crate::format::manifest::Manifest> {
-    // With one stripe named, describe its set without demanding the others.
-    if from.len() == 1 {
-        if let Ok(s) = set::open(from) {
-            return Ok(s.manifest);
-        }
-        return set::open_any(&from[0]);
-    }
-    Ok(set::open(from)?.manifest)
+pub fn run_files(a: InfoArgs) -> Result<()> {
+    print_files(&set::describe(&stripes_of(&a)?)?, a.json)
 }
 
-pub fn run_files(a: InfoArgs) -> Result<()> {
-    let m = open_manifest(&stripes_of(&a)?)?;
-    if a.json {
+/// A set's files: path, kind, size, pages and checksum (or link target).
+pub fn print_files(m: &Manifest, json: bool) -> Result<()> {
+    if json {
         print_json(&json!({"set_id": m.set_id, "files": m.files}));
         return Ok(());
     }

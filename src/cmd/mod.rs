@@ -9,12 +9,14 @@ pub mod expire;
 pub mod history;
 pub mod info;
 pub mod restore;
-pub mod set;
 pub mod sql;
 pub mod tune;
 pub mod waits;
 
 pub use waits::PrintWaits;
+
+// Until cmd/backup.rs reads its base set through crate::set::read itself.
+pub(crate) use crate::set::read as set;
 
 use crate::engine::stats::Progress;
 
@@ -162,53 +164,5 @@ pub fn print_retries() {
             "Object storage: {} request(s) retried after throttling, timeouts or dropped connections, {:.1} s spent backing off (part of the stage that issued them).",
             r.retries, r.backoff_seconds
         );
-    }
-}
-
-/// Wall time per step of a command: what the pipeline's wait statistics do not cover
-/// (creating files, making them durable) is often where a restore's time goes.
-pub struct Phases {
-    last: std::time::Instant,
-    list: Vec<(&'static str, f64)>,
-}
-
-impl Phases {
-    pub fn start() -> Phases {
-        Phases {
-            last: std::time::Instant::now(),
-            list: vec![],
-        }
-    }
-
-    /// The time since the previous mark was spent on `name` (added up when it recurs).
-    pub fn mark(&mut self, name: &'static str) {
-        let now = std::time::Instant::now();
-        let secs = (now - self.last).as_secs_f64();
-        self.last = now;
-        match self.list.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, s)) => *s += secs,
-            None => self.list.push((name, secs)),
-        }
-    }
-
-    /// Seconds from `start` to the last mark.
-    pub fn total(&self) -> f64 {
-        self.list.iter().map(|(_, s)| s).sum()
-    }
-
-    pub fn json(&self) -> serde_json::Value {
-        self.list
-            .iter()
-            .map(|(n, s)| serde_json::json!({"phase": n, "seconds": s}))
-            .collect()
-    }
-
-    pub fn print(&self) {
-        let parts: Vec<String> = self
-            .list
-            .iter()
-            .map(|(n, s)| format!("{n} {s:.3} s"))
-            .collect();
-        println!("Where the time went: {}.", parts.join(", "));
     }
 }

@@ -3,8 +3,9 @@
 //! stripe; WITH options map to the pipeline's settings.
 
 use super::backup::{self, BackupArgs};
-use super::info::{self, InfoArgs};
-use super::restore::{self, ReadArgs, VerifyArgs};
+use super::{info, restore};
+use crate::ops::verify::{verify, ReadOptions, VerifyOptions};
+use crate::set::read as set;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 
@@ -294,29 +295,19 @@ fn run_restore(p: &mut P) -> Result<()> {
         bail!("unsupported WITH option {o} for RESTORE {kind}");
     }
     match kind.as_str() {
-        "VERIFYONLY" => restore::run_verify(VerifyArgs {
-            read: ReadArgs {
-                from,
-                repo: None,
-                set: None,
-                threads: None,
-                buffer_count: None,
-                stats: Some(100),
-                json: false,
-            },
-        }),
-        "HEADERONLY" => info::run_header(InfoArgs {
-            from,
-            repo: None,
-            set: None,
-            json: false,
-        }),
-        _ => info::run_files(InfoArgs {
-            from,
-            repo: None,
-            set: None,
-            json: false,
-        }),
+        "VERIFYONLY" => {
+            let o = VerifyOptions {
+                read: ReadOptions {
+                    from,
+                    ..ReadOptions::default()
+                },
+            };
+            let r = verify(&o, &restore::shower(Some(100), false))?;
+            restore::print_verify(&r, false);
+            Ok(())
+        }
+        "HEADERONLY" => info::print_header(&set::describe(&from)?, false),
+        _ => info::print_files(&set::describe(&from)?, false),
     }
 }
 

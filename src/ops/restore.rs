@@ -1,1 +1,583 @@
-//! The restore use case.
+//! The restore use case: chooses the sets (a full and its differential), checks the log
+//! chain recovery will need, writes the files into the target, checks every file
+//! against its manifest checksum, and hands the rest to the source's [`Restorer`].
+
+use super::verify::{
+    check_checksums, default_threads, engine_params, open_repo, regular_files, stripes_of,
+    with_history_hint, ReadOptions, Show,
+};
+use crate::device::object::{retry_stats, RetryStats};
+use crate::engine::restore;
+use crate::engine::stats::{Live, Progress, WaitStats};
+use crate::format::manifest::{EntryKind, Manifest};
+use crate::format::Codec;
+use crate::pg;
+use crate::repo::{chain, walchain, CatalogEntry, Repo};
+use crate::report;
+use crate::set::read::{self as set, OpenSet};
+use crate::source::{self, Extra, Recovery, Restorer};
+use crate::target::{self, Target};
+use crate::units::mb_per_sec;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use serde_json::json;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, Default)]
+pub struct RestoreOptions {
+    pub read: ReadOptions,
+    /// Directory to restore into; it must be empty or missing unless `replace`.
+    pub to: PathBuf,
+    /// Delete what the target holds and restore over it.
+    pub replace: bool,
+    /// Recovery targets (PostgreSQL): time, LSN, transaction id, restore point.
+    pub until: Option<String>,
+    pub until_lsn: Option<String>,
+    pub until_xid: Option<String>,
+    pub until_name: Option<String>,
+    /// The timeline to recover along (default: the newest the archive knows).
+    pub timeline: Option<u32>,
+    /// Check only that each WAL file recovery needs is present, not its content.
+    pub no_verify_wal: bool,
+    /// Give the restored files to this user.
+    pub owner: Option<String>,
+    /// Tablespaces relocated: OID=DIR.
+    pub tablespace_map: Vec<String>,
+    /// Write an HTML page with the run's timeline here.
+    pub report: Option<PathBuf>,
+}
+
+impl RestoreOptions {
+    fn has_recovery_target(&self) -> bool {
+        self.until.is_some()
+            || self.timeline.is_some()
+            || self.until_lsn.is_some()
+            || self.until_xid.is_some()
+            || self.until_name.is_some()
+    }
+}
+
+/// What `restore --json` prints.
+#[derive(Debug, Serialize)]
+pub struct RestoreReport {
+    pub command: &'static str,
+    pub set_id: String,
+    pub target: PathBuf,
+    pub pages: u64,
+    pub files: usize,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub frames: u64,
+    pub seconds: f64,
+    pub mb_per_sec: f64,
+    pub pool_bytes: u64,
+    /// The full set taken from the repository (None with stripes named).
+    pub set: Option<String>,
+    /// What the restorer set up (PostgreSQL: recovery), one sentence each.
+    pub postgres: Vec<String>,
+    pub waits: WaitStats,
+    pub phases: Phases,
+    pub object_store: RetryStats,
+    /// The log chain checked (PostgreSQL with a repository).
+    pub wal: Option<serde_json::Value>,
+    /// The HTML page written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<PathBuf>,
+    /// For the text summary.
+    #[serde(skip)]
+    pub database: String,
+}
+
+/// Wall time per step of a restore: what the pipeline's wait statistics do not cover
+/// (creating files, making them durable) is often where a restore's time goes.
+#[derive(Debug)]
+pub struct Phases {
+    last: Instant,
+    list: Vec<Phase>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    pub phase: &'static str,
+    pub seconds: f64,
+}
+
+impl Phases {
+    pub fn start() -> Phases {
+        Phases {
+            last: Instant::now(),
+            list: vec![],
+        }
+    }
+
+    /// The time since the previous mark was spent on `name` (added up when it recurs).
+    pub fn mark(&mut self, name: &'static str) {
+        let now = Instant::now();
+        let secs = (now - self.last).as_secs_f64();
+        self.last = now;
+        match self.list.iter_mut().find(|p| p.phase == name) {
+            Some(p) => p.seconds += secs,
+            None => self.list.push(Phase {
+                phase: name,
+                seconds: secs,
+            }),
+        }
+    }
+
+    /// Seconds from `start` to the last mark.
+    pub fn total(&self) -> f64 {
+        self.list.iter().map(|p| p.seconds).sum()
+    }
+
+    pub fn list(&self) -> &[Phase] {
+        &self.list
+    }
+}
+
+impl Serialize for Phases {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.list.serialize(s)
+    }
+}
+
+/// Left in the target while a restore runs: its presence says the target is incomplete.
+pub const MARKER: &str = ".pagevault-restore-incomplete";
+
+/// The sets a restore reads: a full one and, from a repository, a differential over it.
+struct Sets {
+    /// The repository and the full set chosen from it (None with stripes named).
+    chosen: Option<(Repo, CatalogEntry)>,
+    diff: Option<CatalogEntry>,
+    full: OpenSet,
+    diff_set: Option<OpenSet>,
+}
+
+fn open_sets(o: &RestoreOptions) -> Result<Sets> {
+    let sel = chain::Selector::parse(
+        o.read.set.as_deref(),
+        o.until.as_deref(),
+        o.until_lsn.as_deref(),
+    )?;
+    let (chosen, diff) = match open_repo(&o.read)? {
+        Some((repo, catalog)) => {
+            let c = chain::select(&catalog, &sel).map_err(|e| with_history_hint(e, &repo))?;
+            (Some((repo, c.full)), c.diff)
+        }
+        None => (None, None),
+    };
+    let from = match &chosen {
+        Some((repo, full)) => stripes_of(repo, full),
+        None => o.read.from.clone(),
+    };
+    let diff_set = match (&chosen, &diff) {
+        (Some((repo, _)), Some(d)) => Some(set::open(&stripes_of(repo, d))?),
+        _ => None,
+    };
+    let full = set::open(&from)?;
+    let m = &full.manifest;
+    if m.backup_type == "diff" {
+        bail!("set {} is a differential: it holds only changed pages; restore it with --repo (and --set {}) so its base full set is restored first", m.set_id, m.set_id);
+    }
+    Ok(Sets {
+        chosen,
+        diff,
+        full,
+        diff_set,
+    })
+}
+
+/// The source's restorer, once the options and the target suit it, and the log
+/// chain recovery will need, checked before anything is written.
+fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
+    let m = &sets.full.manifest;
+    let restorer = source::restorer(&m.source.kind, &o.tablespace_map);
+    if !restorer.recovers() && o.has_recovery_target() {
+        bail!(
+            "recovery targets (--until*, --timeline) apply to PostgreSQL sets only; this set is of a {} source",
+            m.source.kind
+        );
+    }
+    restorer.check_target(&o.to)?;
+    let wal_check = match &sets.chosen {
+        Some((repo, entry)) if restorer.recovers() => match (&sets.diff, &sets.diff_set) {
+            (Some(d), Some(ds)) => check_wal_chain(repo, d, &ds.manifest.extra, o)?,
+            _ => check_wal_chain(repo, entry, &m.extra, o)?,
+        },
+        _ => None,
+    };
+    Ok((restorer, wal_check))
+}
+
+/// Restores a set (and its differential) into `o.to`.
+pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
+    let sets = open_sets(o)?;
+    let m = &sets.full.manifest;
+    let (mut restorer, wal_check) = check(o, &sets)?;
+    let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
+    restorer.plan(&m.extra)?;
+    let place = |rel: &str| restorer.place(&o.to, rel);
+    let mut phases = Phases::start();
+    let progress = Arc::new(Progress::default());
+    // The timeline spans what the summary's seconds count.
+    let sampler = o
+        .report
+        .as_ref()
+        .map(|_| report::Sampler::start(progress.live.clone()));
+    target::prepare(&o.to, o.replace)?;
+    let marker = o.to.join(MARKER);
+    File::create(&marker)
+        .with_context(|| format!("cannot write in target '{}'", o.to.display()))?;
+    phases.mark("prepare target");
+    let params = engine_params(&o.read, &sets.full);
+    let ids = regular_files(m);
+    let incomplete = || {
+        format!(
+            "restore failed; '{}' is incomplete (it holds {MARKER})",
+            o.to.display()
+        )
+    };
+    let target = Target::new(target::lay_out(m, &place, false)?);
+    let shown = show(progress.clone(), "restore");
+    let out = run_into(&sets.full, &ids, &params, &target, &progress, &mut phases);
+    drop(shown);
+    let mut out = out.with_context(incomplete)?;
+    drop(target);
+    check_checksums(m, &ids, &out.checksums).with_context(incomplete)?;
+    if let Some(ds) = &sets.diff_set {
+        let d = apply_diff(ds, m, &place, &o.read, &progress.live, show).with_context(|| {
+            format!(
+                "applying differential {} failed; '{}' is incomplete (it holds {MARKER})",
+                ds.manifest.set_id,
+                o.to.display()
+            )
+        })?;
+        out.raw_bytes += d.raw_bytes;
+        out.stored_bytes += d.stored_bytes;
+        out.frames += d.frames;
+        phases.mark("apply differential");
+    }
+    target::finish_entries(m, &place)?;
+    phases.mark("links, modes, times");
+    restorer.link(&o.to, owner)?;
+    // One syncfs makes every restored file durable before we say so.
+    target::sync_fs(&o.to);
+    phases.mark("sync to disk");
+    let notes = finish(o, &sets, restorer.as_ref(), wal_check.as_ref())?;
+    if let Some((uid, gid)) = owner {
+        target::chown_tree(&o.to, uid, gid)?;
+    }
+    fs::remove_file(&marker)?;
+    let series = sampler.map(report::Sampler::finish);
+    phases.mark("recovery settings, owner");
+    let secs = phases.total();
+    let mut r = RestoreReport {
+        command: "restore",
+        set_id: m.set_id.clone(),
+        target: o.to.clone(),
+        pages: m.totals.pages,
+        files: ids.len(),
+        raw_bytes: out.raw_bytes,
+        stored_bytes: out.stored_bytes,
+        frames: out.frames,
+        seconds: secs,
+        mb_per_sec: mb_per_sec(out.raw_bytes, secs),
+        pool_bytes: out.pool_bytes,
+        set: sets.chosen.as_ref().map(|(_, c)| c.set_id.clone()),
+        postgres: notes,
+        waits: out.waits,
+        phases,
+        object_store: retry_stats(),
+        wal: wal_check.as_ref().map(WalCheck::json),
+        report: None,
+        database: m.source.database.clone(),
+    };
+    if let (Some(path), Some(series)) = (&o.report, series) {
+        write_report(path, series, &r, &sets, &params)?;
+        r.report = Some(path.clone());
+    }
+    Ok(r)
+}
+
+/// What the restorer writes after the files, and the notes of the summary.
+fn finish(
+    o: &RestoreOptions,
+    sets: &Sets,
+    restorer: &dyn Restorer,
+    wal_check: Option<&WalCheck>,
+) -> Result<Vec<String>> {
+    if !restorer.recovers() {
+        return restorer.finish(&o.to, &sets.full.manifest.extra, &no_recovery());
+    }
+    let rec = Recovery {
+        restore_command: sets.chosen.as_ref().map(|(repo, _)| {
+            let exe = std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "pagevault".into());
+            format!(
+                "{exe} archive-get %f \"%p\" --repo {}{}",
+                repo.spec_for_command(),
+                crate::device::object::endpoint_option()
+            )
+        }),
+        target: o
+            .until
+            .clone()
+            .map(|t| ("time", t))
+            .or(o.until_lsn.clone().map(|l| ("lsn", l)))
+            .or(o.until_xid.clone().map(|x| ("xid", x)))
+            .or(o.until_name.clone().map(|n| ("name", n))),
+        timeline: o.timeline,
+    };
+    // Facts of the newest set applied: its backup_label starts recovery.
+    let last = sets
+        .diff_set
+        .as_ref()
+        .map(|d| &d.manifest)
+        .unwrap_or(&sets.full.manifest);
+    let mut notes = restorer.finish(&o.to, &last.extra, &rec)?;
+    if let Some(w) = wal_check {
+        notes.push(w.note());
+    }
+    if let Some(d) = &sets.diff {
+        notes.push(format!(
+            "differential {} applied over full {}",
+            d.set_id, sets.full.manifest.set_id
+        ));
+    }
+    Ok(notes)
+}
+
+fn no_recovery() -> Recovery {
+    Recovery {
+        restore_command: None,
+        target: None,
+        timeline: None,
+    }
+}
+
+/// The HTML page of `--report`: the run's configuration, its summary and timeline.
+fn write_report(
+    path: &Path,
+    series: report::Series,
+    r: &RestoreReport,
+    sets: &Sets,
+    params: &restore::Params,
+) -> Result<()> {
+    let mut read_names: Vec<String> = sets.full.stripes.iter().map(|s| s.name.clone()).collect();
+    for (i, d) in sets.diff_set.iter().flat_map(|d| &d.stripes).enumerate() {
+        match read_names.get_mut(i) {
+            Some(n) => *n = format!("{n}, then {}", d.name),
+            None => read_names.push(d.name.clone()),
+        }
+    }
+    let summary = serde_json::to_value(r)?;
+    let page = report::Report {
+        command: "restore",
+        config: json!({
+            "from": read_names,
+            "target": r.target,
+            "buffer_count": params.buffer_count,
+            "transfer_size": params.transfer_size,
+            "block_size": params.block_size,
+            "threads": params.threads,
+            "codec": sets.full.manifest.codec,
+        }),
+        summary: &summary,
+        series,
+        read_names,
+        write_names: vec![format!("target {}", r.target.display())],
+    };
+    report::write(path, &page)
+}
+
+/// Whether a set's files are best created alongside its pipeline. A set stored without
+/// compression leaves the CPU idle while its writes wait for the disk, and creating
+/// files before them left the disk idle: 0.1-0.4 s less for such restores in bench/pg.sh
+/// while creation was slow. With decompression the CPU is the limit, and creating files
+/// alongside cost 0.15-0.5 s more, so those files are created first.
+fn create_alongside(m: &Manifest) -> bool {
+    m.codec == Codec::None.name()
+}
+
+/// Runs the restore pipeline into `target`, its files created alongside or first, and
+/// marks the phases that took.
+fn run_into(
+    set: &OpenSet,
+    ids: &[(u32, u64)],
+    params: &restore::Params,
+    target: &Target,
+    progress: &Progress,
+    phases: &mut Phases,
+) -> Result<restore::Outcome> {
+    if !create_alongside(&set.manifest) {
+        target.files.create_first(params.threads)?;
+        phases.mark("create files");
+        let out = restore::run(&set.stripes, ids, params, Some(target), progress);
+        phases.mark("read, check and write");
+        return out;
+    }
+    phases.mark("create directories");
+    let stop = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        let creator = s.spawn(|| target.files.create_all(&stop));
+        let out = restore::run(&set.stripes, ids, params, Some(target), progress);
+        if out.is_err() {
+            stop.store(true, Relaxed);
+        }
+        let made = creator.join().expect("file creation panicked");
+        let out = out?;
+        made.map_err(|e| anyhow!(e))?;
+        Ok(out)
+    });
+    phases.mark("create files, read, check and write");
+    out
+}
+
+/// Writes a differential set over a restored full set: changed pages in place,
+/// whole files where it stores them, new sizes, and files dropped since the base removed.
+fn apply_diff(
+    ds: &OpenSet,
+    base: &Manifest,
+    place: &dyn Fn(&str) -> PathBuf,
+    read: &ReadOptions,
+    live: &Arc<Live>,
+    show: Show,
+) -> Result<restore::Outcome> {
+    let dm = &ds.manifest;
+    let params = engine_params(read, ds);
+    let files = target::lay_out(dm, place, true)?;
+    let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
+    for f in base
+        .files
+        .iter()
+        .filter(|f| f.kind == EntryKind::File && !keep.contains(f.path.as_str()))
+    {
+        let _ = fs::remove_file(place(&f.path));
+    }
+    let target = Target::new(files);
+    let ids = regular_files(dm);
+    let progress = Arc::new(Progress {
+        live: live.clone(),
+        ..Progress::default()
+    });
+    let shown = show(progress.clone(), "restore diff");
+    // The differential is one phase of the restore's report.
+    let mut phases = Phases::start();
+    let out = run_into(ds, &ids, &params, &target, &progress, &mut phases);
+    drop(shown);
+    let out = out?;
+    check_checksums(dm, &ids, &out.checksums)?;
+    Ok(out)
+}
+
+/// Finds a broken or damaged log chain before anything is written: every WAL file
+/// recovery will fetch after the set, on every timeline up to the target, must be in
+/// the archive (and intact, unless `no_verify_wal`).
+fn check_wal_chain(
+    repo: &Repo,
+    entry: &CatalogEntry,
+    extra: &Extra,
+    o: &RestoreOptions,
+) -> Result<Option<WalCheck>> {
+    let (Some(tli), Some(stop)) = (
+        entry.timeline,
+        entry.stop_lsn.as_deref().and_then(pg::parse_lsn),
+    ) else {
+        return Ok(None);
+    };
+    let seg_size = extra
+        .get("wal_segment_size")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(16 << 20);
+    let end = match o.until_lsn.as_deref().and_then(pg::parse_lsn) {
+        Some(l) => walchain::End::Lsn(l),
+        None => walchain::End::Latest,
+    };
+    let from = walchain::From {
+        set_id: &entry.set_id,
+        tli,
+        stop_lsn: stop,
+        seg_size,
+    };
+    let chain = walchain::plan(repo, &from, end, o.timeline)?;
+    let verified = match o.no_verify_wal {
+        true => None,
+        false => {
+            // Objects are downloaded: more requests in flight than cores.
+            let threads = match repo.store().local_path("wal") {
+                Some(_) => default_threads(),
+                None => 8,
+            };
+            Some(walchain::verify(repo, &chain, threads)?)
+        }
+    };
+    Ok(Some(WalCheck { chain, verified }))
+}
+
+/// The log chain a restore checked.
+struct WalCheck {
+    chain: walchain::WalChain,
+    /// How long reading and checking every file took (None: `no_verify_wal`).
+    verified: Option<Duration>,
+}
+
+impl WalCheck {
+    fn note(&self) -> String {
+        let how = match self.verified {
+            Some(d) => format!(
+                "all {} files read and checked in {:.3} s",
+                self.chain.files.len(),
+                d.as_secs_f64()
+            ),
+            None => format!(
+                "{} files present, their content NOT checked (--no-verify-wal): archive-get checks \
+                 each as recovery fetches it and stops recovery on a damaged one",
+                self.chain.files.len()
+            ),
+        };
+        format!(
+            "recovery will replay from the archive {} up to timeline {}; {how}",
+            self.chain.describe(),
+            self.chain.target_tli
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut j = self.chain.json();
+        j["verified"] = json!(self.verified.is_some());
+        j["verify_seconds"] = json!(self.verified.map(|d| d.as_secs_f64()));
+        j
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_add_up_and_serialise_as_a_list() {
+        let mut p = Phases::start();
+        p.mark("a");
+        p.mark("b");
+        p.mark("a");
+        assert_eq!(p.list().len(), 2);
+        assert!((p.total() - p.list().iter().map(|x| x.seconds).sum::<f64>()).abs() < 1e-12);
+        let j = serde_json::to_value(&p).unwrap();
+        assert_eq!(j[0]["phase"], "a");
+        assert_eq!(j[1]["phase"], "b");
+    }
+
+    #[test]
+    fn recovery_targets_are_seen() {
+        assert!(!RestoreOptions::default().has_recovery_target());
+        let o = RestoreOptions {
+            timeline: Some(2),
+            ..RestoreOptions::default()
+        };
+        assert!(o.has_recovery_target());
+    }
+}

@@ -1,1 +1,184 @@
-//! The verify use case.
+//! The verify use case (RESTORE VERIFYONLY): reads a set as a restore would, every
+//! frame, digest and file checksum, and writes nothing. What it shares with restore
+//! (choosing the set, the pipeline's parameters, the checksum check) lives here.
+
+use crate::device::object::{retry_stats, RetryStats};
+use crate::engine::restore;
+use crate::engine::stats::{Progress, WaitStats};
+use crate::format::manifest::{EntryKind, FileEntry, Manifest};
+use crate::format::ContentHash;
+use crate::repo::{chain, CatalogEntry, Repo};
+use crate::set::read::{self as set, OpenSet};
+use crate::units::mb_per_sec;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Shows a pipeline's progress while it runs: called as each pipeline starts, with
+/// its counters and a verb; the display ends when the returned value is dropped.
+pub type Show<'a> = &'a dyn Fn(Arc<Progress>, &'static str) -> Box<dyn std::any::Any>;
+
+/// Shows nothing.
+pub fn quiet(_: Arc<Progress>, _: &'static str) -> Box<dyn std::any::Any> {
+    Box::new(())
+}
+
+/// Which set to read and how (restore and verify alike).
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    /// Every stripe of the set, in any order (or empty with `repo`).
+    pub from: Vec<String>,
+    /// Take the set (and the WAL) from this repository instead of `from`.
+    pub repo: Option<String>,
+    /// The set of `repo` (an id or its first characters; default: the newest usable).
+    pub set: Option<String>,
+    /// Decompression threads (default: one per core).
+    pub threads: Option<usize>,
+    /// Buffers in the pool (default: 4 per stripe + 2 per thread).
+    pub buffer_count: Option<usize>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct VerifyOptions {
+    pub read: ReadOptions,
+}
+
+/// What `verify --json` prints.
+#[derive(Debug, Serialize)]
+pub struct VerifyReport {
+    pub command: &'static str,
+    pub valid: bool,
+    pub set_id: String,
+    pub damaged_flag: bool,
+    pub files: usize,
+    pub frames: u64,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub seconds: f64,
+    pub mb_per_sec: f64,
+    pub waits: WaitStats,
+    pub object_store: RetryStats,
+    /// For the text summary.
+    #[serde(skip)]
+    pub pages: u64,
+}
+
+pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
+    let from = match open_repo(&o.read)? {
+        Some((repo, catalog)) => {
+            let e = match &o.read.set {
+                Some(id) => chain::find(&catalog, id),
+                None => chain::newest(&catalog),
+            };
+            stripes_of(&repo, e.map_err(|e| with_history_hint(e, &repo))?)
+        }
+        None => o.read.from.clone(),
+    };
+    let set = set::open(&from)?;
+    let m = &set.manifest;
+    let params = engine_params(&o.read, &set);
+    let ids = regular_files(m);
+    let progress = Arc::new(Progress::default());
+    let shown = show(progress.clone(), "verify");
+    let out = restore::run(&set.stripes, &ids, &params, None, &progress);
+    drop(shown);
+    let out = out.context("the backup set is damaged")?;
+    check_checksums(m, &ids, &out.checksums).context("the backup set is damaged")?;
+    let secs = out.wall.as_secs_f64();
+    Ok(VerifyReport {
+        command: "verify",
+        valid: true,
+        set_id: m.set_id.clone(),
+        damaged_flag: m.damaged,
+        files: ids.len(),
+        frames: out.frames,
+        raw_bytes: out.raw_bytes,
+        stored_bytes: out.stored_bytes,
+        seconds: secs,
+        mb_per_sec: mb_per_sec(out.raw_bytes, secs),
+        waits: out.waits,
+        object_store: retry_stats(),
+        pages: m.totals.pages,
+    })
+}
+
+/// Every file's checksum, recomputed from the frames, must match the manifest.
+pub(crate) fn check_checksums(
+    m: &Manifest,
+    ids: &[(u32, u64)],
+    got: &[Result<String, String>],
+) -> Result<()> {
+    let by_id: HashMap<u32, &FileEntry> = m.files.iter().map(|f| (f.id, f)).collect();
+    for ((id, _), g) in ids.iter().zip(got) {
+        let f = by_id[id];
+        match g {
+            Err(e) => bail!("file '{}' is incomplete in the set: {e}", f.path),
+            Ok(c) if *c != f.checksum => bail!(
+                "file '{}' does not match its manifest checksum (restored {}, expected {})",
+                f.path,
+                c,
+                f.checksum
+            ),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
+
+/// The pipeline's parameters: sizes from the set's validated header, threads and
+/// buffers as asked.
+pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
+    let threads = o.threads.unwrap_or_else(default_threads);
+    restore::Params {
+        transfer_size: set.manifest.transfer_size as usize,
+        page_size: set.page_size(),
+        block_size: set.block_size(),
+        buffer_count: o
+            .buffer_count
+            .unwrap_or(set.stripes.len() * 4 + threads * 2),
+        threads,
+        hash: ContentHash::of_version(set.manifest.format_version),
+    }
+}
+
+/// The manifest id and size of every regular file.
+pub(crate) fn regular_files(m: &Manifest) -> Vec<(u32, u64)> {
+    m.files
+        .iter()
+        .filter(|f| f.kind == EntryKind::File)
+        .map(|f| (f.id, f.size))
+        .collect()
+}
+
+/// The repository `repo` names and its catalog (None with `from`).
+pub(crate) fn open_repo(o: &ReadOptions) -> Result<Option<(Repo, Vec<CatalogEntry>)>> {
+    let Some(r) = &o.repo else {
+        return Ok(None);
+    };
+    if !o.from.is_empty() {
+        bail!("name either --from stripes or --repo, not both");
+    }
+    let repo = Repo::open(r, false)?;
+    let catalog = repo.catalog()?;
+    Ok(Some((repo, catalog)))
+}
+
+/// Says where the sets are listed when a named one is not found.
+pub(crate) fn with_history_hint(e: anyhow::Error, repo: &Repo) -> anyhow::Error {
+    anyhow!(
+        "{e:#}; `pagevault history --repo {}` lists them",
+        repo.describe()
+    )
+}
+
+/// The stripes of a recorded set, as device specs.
+pub(crate) fn stripes_of(repo: &Repo, e: &CatalogEntry) -> Vec<String> {
+    e.stripes.iter().map(|s| repo.stripe_path(s)).collect()
+}

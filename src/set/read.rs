@@ -1,1 +1,221 @@
-//! Reading a set's stripes.
+//! Reading a backup set from its stripes: headers, tails, manifests, and the
+//! checks that every stripe is present, finished and of the same set.
+
+use crate::device::{self, StripeSource};
+use crate::engine::restore::StripeIn;
+use crate::format::manifest::Manifest;
+use crate::format::media::{MediaHeader, Tail, MIN_BLOCK, TAIL_LEN};
+use anyhow::{anyhow, bail, Context, Result};
+
+pub struct OpenSet {
+    pub manifest: Manifest,
+    pub header: MediaHeader,
+    /// In stripe order.
+    pub stripes: Vec<StripeIn>,
+}
+
+struct Opened {
+    name: String,
+    source: Box<dyn StripeSource>,
+    header: MediaHeader,
+    tail: Tail,
+    manifest: Manifest,
+}
+
+fn open_one(spec: &str) -> Result<Opened> {
+    let dev = device::parse(spec)?;
+    let source = dev.open()?;
+    let name = dev.describe();
+    let len = source.len();
+    if len < (MIN_BLOCK + TAIL_LEN) as u64 {
+        bail!("stripe '{name}' is {len} bytes: too short to be a pagevault stripe (truncated or not a backup)");
+    }
+    let mut hb = vec![0u8; MIN_BLOCK];
+    source.read_exact_at(&mut hb, 0)?;
+    let header = MediaHeader::decode(&hb).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
+    let mut tb = [0u8; TAIL_LEN];
+    source.read_exact_at(&mut tb, len - TAIL_LEN as u64)?;
+    let tail = Tail::decode(&tb, len).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
+    if tail.body_end < header.block_size as u64 || tail.body_end % header.block_size as u64 != 0 {
+        bail!(
+            "stripe '{name}': body end {} is not after the header block",
+            tail.body_end
+        );
+    }
+    let mut stored = vec![0u8; tail.manifest_len as usize];
+    source.read_exact_at(&mut stored, tail.manifest_offset)?;
+    let crc = crc32c::crc32c(&stored);
+    if crc != tail.manifest_crc {
+        bail!(
+            "stripe '{name}': manifest at offset {} is damaged (CRC32C {crc:08x}, expected {:08x})",
+            tail.manifest_offset,
+            tail.manifest_crc
+        );
+    }
+    let raw = zstd::bulk::decompress(&stored, tail.manifest_raw_len as usize)
+        .with_context(|| format!("stripe '{name}': manifest does not decompress"))?;
+    let manifest = Manifest::from_bytes(&raw).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
+    if manifest.set_id != hex::encode(header.set_id) {
+        bail!(
+            "stripe '{name}': its manifest belongs to set {} but its header to {}",
+            manifest.set_id,
+            hex::encode(header.set_id)
+        );
+    }
+    if manifest.format_version != header.version {
+        bail!(
+            "stripe '{name}': header says format version {}, manifest {}",
+            header.version,
+            manifest.format_version
+        );
+    }
+    // The pipeline reads with the header's sizes; the manifest must agree.
+    if manifest.block_size != header.block_size || manifest.page_size != header.page_size {
+        bail!(
+            "stripe '{name}': header says block size {} and page size {}, manifest {} and {}",
+            header.block_size,
+            header.page_size,
+            manifest.block_size,
+            manifest.page_size
+        );
+    }
+    if manifest.stripes.len() != header.stripe_count as usize {
+        bail!(
+            "stripe '{name}': header says {} stripes, manifest {}",
+            header.stripe_count,
+            manifest.stripes.len()
+        );
+    }
+    let info = &manifest.stripes[header.stripe_index as usize];
+    if info.frames != tail.frame_count || info.body_end != tail.body_end {
+        bail!(
+            "stripe '{name}': tail counts {} frames ending at {}, manifest {} ending at {}",
+            tail.frame_count,
+            tail.body_end,
+            info.frames,
+            info.body_end
+        );
+    }
+    Ok(Opened {
+        name,
+        source,
+        header,
+        tail,
+        manifest,
+    })
+}
+
+/// Opens every stripe named and checks they make one complete set.
+pub fn open(specs: &[String]) -> Result<OpenSet> {
+    if specs.is_empty() {
+        bail!("name the stripes of the set with --from (one per stripe)");
+    }
+    let mut opened = specs
+        .iter()
+        .map(|s| open_one(s))
+        .collect::<Result<Vec<_>>>()?;
+    let first = &opened[0];
+    let set_id = first.header.set_id;
+    let n = first.header.stripe_count as usize;
+    for o in &opened[1..] {
+        if o.header.set_id != set_id {
+            bail!(
+                "stripe '{}' belongs to backup set {}, not to set {} of stripe '{}': name only the stripes of one set",
+                o.name,
+                hex::encode(o.header.set_id),
+                hex::encode(set_id),
+                first.name
+            );
+        }
+    }
+    let mut slots: Vec<Option<Opened>> = (0..n).map(|_| None).collect();
+    for o in opened.drain(..) {
+        let i = o.header.stripe_index as usize;
+        if let Some(prev) = &slots[i] {
+            bail!(
+                "stripes '{}' and '{}' are both stripe {} of {n}: name each stripe once",
+                prev.name,
+                o.name,
+                i + 1
+            );
+        }
+        slots[i] = Some(o);
+    }
+    let missing: Vec<String> = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_none())
+        .map(|(i, _)| i.to_string())
+        .collect();
+    if !missing.is_empty() {
+        let any = slots.iter().flatten().next().unwrap();
+        let where_: Vec<String> = missing
+            .iter()
+            .map(|i| {
+                let i: usize = i.parse().unwrap();
+                format!(
+                    "stripe {} of {n} (written to '{}')",
+                    i + 1,
+                    any.manifest.stripes[i].device
+                )
+            })
+            .collect();
+        bail!(
+            "the set is incomplete: missing {}; add a --from for each",
+            where_.join(", ")
+        );
+    }
+    let slots: Vec<Opened> = slots.into_iter().map(Option::unwrap).collect();
+    let manifest = slots[0].manifest.clone();
+    for o in &slots[1..] {
+        if o.manifest != manifest {
+            bail!(
+                "stripe '{}' carries a manifest that differs from stripe '{}'",
+                o.name,
+                slots[0].name
+            );
+        }
+    }
+    let header = slots[0].header.clone();
+    let stripes = slots
+        .into_iter()
+        .map(|o| StripeIn {
+            name: o.name,
+            source: o.source,
+            body_start: o.header.block_size as u64,
+            body_end: o.tail.body_end,
+            frames: o.tail.frame_count,
+        })
+        .collect();
+    Ok(OpenSet {
+        manifest,
+        header,
+        stripes,
+    })
+}
+
+impl OpenSet {
+    pub fn block_size(&self) -> usize {
+        self.header.block_size as usize
+    }
+    pub fn page_size(&self) -> usize {
+        self.header.page_size as usize
+    }
+}
+
+/// The manifest of one stripe, without the rest of its set.
+pub fn open_any(spec: &str) -> Result<Manifest> {
+    Ok(open_one(spec)?.manifest)
+}
+
+/// The manifest of the set the stripes name; one stripe alone describes its set
+/// without demanding the others.
+pub fn describe(specs: &[String]) -> Result<Manifest> {
+    if specs.len() == 1 {
+        if let Ok(s) = open(specs) {
+            return Ok(s.manifest);
+        }
+        return open_any(&specs[0]);
+    }
+    Ok(open(specs)?.manifest)
+}

@@ -1,15 +1,17 @@
 //! Sources: what is backed up. A source lists its files (with the volume each
-//! lives on) and brackets the read with whatever makes the copy consistent.
+//! lives on) and brackets the read with whatever makes the copy consistent; its
+//! [`Restorer`] knows how a set of it is put back.
 
 pub mod files;
 pub mod postgres;
+pub mod postgres_restore;
 pub mod sqlite;
 
 use crate::engine::backup::ChunkFilter;
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub struct SourceFile {
     /// Path inside the backup set ('/'-separated, relative).
@@ -74,5 +76,81 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
             Ok(Box::new(pg))
         }
         _ => bail!("unknown source '{spec}': use files:PATH, sqlite:PATH or postgres://USER@HOST:PORT/DB?pgdata=DIR"),
+    }
+}
+
+/// A manifest's source facts (`Manifest::extra`).
+pub type Extra = BTreeMap<String, serde_json::Value>;
+
+/// What recovery a restored data directory is set up for.
+pub struct Recovery {
+    /// `restore_command` fetching WAL from the repository's archive.
+    pub restore_command: Option<String>,
+    /// `recovery_target_*` setting name and value (time, lsn, xid, name).
+    pub target: Option<(&'static str, String)>,
+    /// `recovery_target_timeline` (None: PostgreSQL's default, the latest).
+    pub timeline: Option<u32>,
+}
+
+/// How a set of a source is put back. The restore use case calls, in order:
+/// `check_target`, `plan`, `place` for every path, `link`, then `finish`.
+pub trait Restorer {
+    /// Whether the set replays a log: recovery targets (--until*, --timeline) and the
+    /// WAL archive apply.
+    fn recovers(&self) -> bool {
+        false
+    }
+    /// Refuses a target that must not be written (before anything is).
+    fn check_target(&self, _to: &Path) -> Result<()> {
+        Ok(())
+    }
+    /// Settles where the set's paths go, from its source facts.
+    fn plan(&mut self, _extra: &Extra) -> Result<()> {
+        Ok(())
+    }
+    /// Where a set path is restored.
+    fn place(&self, to: &Path, rel: &str) -> PathBuf {
+        to.join(rel)
+    }
+    /// After links, modes and times, before the target is synced: what lives
+    /// outside the target (PostgreSQL: tablespace directories and their links).
+    fn link(&self, _to: &Path, _owner: Option<(u32, u32)>) -> Result<()> {
+        Ok(())
+    }
+    /// After the files are durable: what makes the copy usable; notes for the summary.
+    fn finish(&self, _to: &Path, _extra: &Extra, _rec: &Recovery) -> Result<Vec<String>> {
+        Ok(vec![])
+    }
+}
+
+/// Files and SQLite: the files as they were, under the target.
+pub struct Plain;
+
+impl Restorer for Plain {}
+
+/// The restorer for a set of source `kind` (the manifest's `source.kind`).
+pub fn restorer(kind: &str, tablespace_map: &[String]) -> Box<dyn Restorer> {
+    match kind {
+        "postgres" => Box::new(postgres_restore::PgRestorer::new(tablespace_map)),
+        _ => Box::new(Plain),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_sources_restore_under_the_target() {
+        for kind in ["files", "sqlite"] {
+            let mut r = restorer(kind, &["1=/x".to_string()]);
+            assert!(!r.recovers());
+            r.plan(&Extra::new()).unwrap();
+            assert_eq!(
+                r.place(Path::new("/t"), "pg_tblspc/1/a"),
+                Path::new("/t/pg_tblspc/1/a")
+            );
+        }
+        assert!(restorer("postgres", &[]).recovers());
     }
 }

@@ -107,7 +107,7 @@ pub struct DiffBase {
 const PRIVILEGE_HINT: &str = " (the backup user needs superuser, or EXECUTE on pg_backup_start, pg_backup_stop and pg_control_system)";
 
 /// Directories whose contents are never copied (the directory itself is kept).
-const EMPTY_DIRS: &[&str] = &[
+pub(super) const EMPTY_DIRS: &[&str] = &[
     "pg_wal",
     "pg_replslot",
     "pg_dynshmem",
@@ -658,86 +658,6 @@ impl ChunkFilter for PageChecker {
     fn problems(&self) -> Vec<String> {
         self.failures.lock().unwrap().clone()
     }
-}
-
-/// What recovery a restored data directory is set up for.
-pub struct Recovery {
-    /// `restore_command` fetching WAL from the repository's archive.
-    pub restore_command: Option<String>,
-    /// `recovery_target_*` setting name and value (time, lsn, xid, name).
-    pub target: Option<(&'static str, String)>,
-    /// `recovery_target_timeline` (None: PostgreSQL's default, the latest).
-    pub timeline: Option<u32>,
-}
-
-/// Refuses a restore target that a running server is using.
-pub fn check_not_running(target: &Path) -> Result<()> {
-    let pid_file = target.join("postmaster.pid");
-    if let Ok(text) = std::fs::read_to_string(&pid_file) {
-        if let Some(pid) = text
-            .lines()
-            .next()
-            .and_then(|l| l.trim().parse::<i32>().ok())
-        {
-            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
-                bail!(
-                    "'{}' is the data directory of a running PostgreSQL server (pid {pid}): stop it first, or restore elsewhere",
-                    target.display()
-                );
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Turns a restored set into a data directory PostgreSQL starts from: backup_label,
-/// the empty directories the server expects, and the recovery settings.
-pub fn finish_restore(
-    target: &Path,
-    extra: &BTreeMap<String, serde_json::Value>,
-    rec: &Recovery,
-) -> Result<Vec<String>> {
-    let mut notes = vec![];
-    let label = extra
-        .get("backup_label")
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| {
-            anyhow!("the set has no backup_label: it is not a complete PostgreSQL backup")
-        })?;
-    crate::repo::write_atomic(&target.join("backup_label"), label.as_bytes())?;
-    for d in EMPTY_DIRS
-        .iter()
-        .chain(["pg_wal/archive_status", "pg_tblspc"].iter())
-    {
-        std::fs::create_dir_all(target.join(d))?;
-    }
-    if rec.restore_command.is_some() || rec.target.is_some() || rec.timeline.is_some() {
-        let mut conf = String::from("\n# Added by pagevault restore\n");
-        if let Some(cmd) = &rec.restore_command {
-            conf.push_str(&format!(
-                "restore_command = '{}'\n",
-                cmd.replace('\'', "''")
-            ));
-        }
-        if let Some((name, value)) = &rec.target {
-            conf.push_str(&format!("recovery_target_{name} = '{}'\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", value.replace('\'', "''")));
-            notes.push(format!("recovery stops before {name} {value}"));
-        }
-        if let Some(t) = rec.timeline {
-            conf.push_str(&format!("recovery_target_timeline = '{t}'\n"));
-            notes.push(format!("recovery follows timeline {t}"));
-        }
-        let auto = target.join("postgresql.auto.conf");
-        let mut text = std::fs::read_to_string(&auto).unwrap_or_default();
-        text.push_str(&conf);
-        crate::repo::write_atomic(&auto, text.as_bytes())?;
-        std::fs::write(target.join("recovery.signal"), b"")?;
-        notes.push("recovery.signal and restore settings written to postgresql.auto.conf".into());
-    }
-    // PostgreSQL refuses a data directory others can read.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o700))?;
-    Ok(notes)
 }
 
 #[cfg(test)]

@@ -1,0 +1,231 @@
+//! Putting a PostgreSQL set back: never into a running server's directory, each
+//! tablespace into its own directory linked from pg_tblspc, then backup_label and the
+//! recovery settings that make the copy consistent from the WAL archive.
+
+use super::postgres::EMPTY_DIRS;
+use super::{Extra, Recovery, Restorer};
+use crate::target;
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+pub struct PgRestorer {
+    /// `--tablespace-map` as given: OID=DIR.
+    overrides: Vec<String>,
+    /// OID -> directory, once `plan` has run.
+    spaces: HashMap<String, PathBuf>,
+}
+
+impl PgRestorer {
+    pub fn new(tablespace_map: &[String]) -> PgRestorer {
+        PgRestorer {
+            overrides: tablespace_map.to_vec(),
+            spaces: HashMap::new(),
+        }
+    }
+}
+
+impl Restorer for PgRestorer {
+    fn recovers(&self) -> bool {
+        true
+    }
+
+    fn check_target(&self, to: &Path) -> Result<()> {
+        check_not_running(to)
+    }
+
+    fn plan(&mut self, extra: &Extra) -> Result<()> {
+        self.spaces = tablespace_dirs(extra, &self.overrides)?;
+        Ok(())
+    }
+
+    fn place(&self, to: &Path, rel: &str) -> PathBuf {
+        place(to, rel, &self.spaces)
+    }
+
+    fn link(&self, to: &Path, owner: Option<(u32, u32)>) -> Result<()> {
+        // Each tablespace is linked from pg_tblspc as PostgreSQL expects.
+        for (oid, dir) in &self.spaces {
+            fs::create_dir_all(dir)?;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+            std::os::unix::fs::symlink(dir, to.join("pg_tblspc").join(oid))
+                .with_context(|| format!("cannot link tablespace {oid} to '{}'", dir.display()))?;
+            if let Some((uid, gid)) = owner {
+                target::chown_tree(dir, uid, gid)?;
+            }
+            target::sync_fs(dir);
+        }
+        Ok(())
+    }
+
+    fn finish(&self, to: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<String>> {
+        finish_restore(to, extra, rec)
+    }
+}
+
+/// Where each tablespace of a PostgreSQL set goes: OID -> directory, from the set's
+/// tablespace_map unless relocated. Each must be empty or missing: nothing is overwritten.
+fn tablespace_dirs(extra: &Extra, overrides: &[String]) -> Result<HashMap<String, PathBuf>> {
+    let mut dirs: HashMap<String, PathBuf> = HashMap::new();
+    for line in extra
+        .get("tablespace_map")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .lines()
+    {
+        if let Some((oid, path)) = line.split_once(' ') {
+            dirs.insert(oid.to_string(), PathBuf::from(path));
+        }
+    }
+    for o in overrides {
+        let Some((oid, dir)) = o.split_once('=') else {
+            bail!("--tablespace-map '{o}': write OID=DIR")
+        };
+        if !dirs.contains_key(oid) {
+            let known: Vec<&String> = dirs.keys().collect();
+            bail!("--tablespace-map: the set has no tablespace {oid} (it has {known:?})");
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.is_absolute() {
+            bail!(
+                "--tablespace-map {oid}: '{}' must be an absolute path",
+                dir.display()
+            );
+        }
+        dirs.insert(oid.to_string(), dir);
+    }
+    for (oid, dir) in &dirs {
+        if fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+        {
+            bail!("tablespace {oid} would be restored into '{}', which is not empty: relocate it with --tablespace-map {oid}=DIR", dir.display());
+        }
+    }
+    Ok(dirs)
+}
+
+/// The restored location of a set path: inside the target, or in a tablespace directory.
+fn place(to: &Path, rel: &str, spaces: &HashMap<String, PathBuf>) -> PathBuf {
+    if let Some(rest) = rel.strip_prefix("pg_tblspc/") {
+        let (oid, sub) = rest.split_once('/').unwrap_or((rest, ""));
+        if let Some(dir) = spaces.get(oid) {
+            return if sub.is_empty() {
+                dir.clone()
+            } else {
+                dir.join(sub)
+            };
+        }
+    }
+    to.join(rel)
+}
+
+/// Refuses a restore target that a running server is using.
+fn check_not_running(target: &Path) -> Result<()> {
+    let pid_file = target.join("postmaster.pid");
+    if let Ok(text) = std::fs::read_to_string(&pid_file) {
+        if let Some(pid) = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<i32>().ok())
+        {
+            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+                bail!(
+                    "'{}' is the data directory of a running PostgreSQL server (pid {pid}): stop it first, or restore elsewhere",
+                    target.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Turns a restored set into a data directory PostgreSQL starts from: backup_label,
+/// the empty directories the server expects, and the recovery settings.
+fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<String>> {
+    let mut notes = vec![];
+    let label = extra
+        .get("backup_label")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| {
+            anyhow!("the set has no backup_label: it is not a complete PostgreSQL backup")
+        })?;
+    crate::repo::write_atomic(&target.join("backup_label"), label.as_bytes())?;
+    for d in EMPTY_DIRS
+        .iter()
+        .chain(["pg_wal/archive_status", "pg_tblspc"].iter())
+    {
+        std::fs::create_dir_all(target.join(d))?;
+    }
+    if rec.restore_command.is_some() || rec.target.is_some() || rec.timeline.is_some() {
+        let mut conf = String::from("\n# Added by pagevault restore\n");
+        if let Some(cmd) = &rec.restore_command {
+            conf.push_str(&format!(
+                "restore_command = '{}'\n",
+                cmd.replace('\'', "''")
+            ));
+        }
+        if let Some((name, value)) = &rec.target {
+            conf.push_str(&format!("recovery_target_{name} = '{}'\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", value.replace('\'', "''")));
+            notes.push(format!("recovery stops before {name} {value}"));
+        }
+        if let Some(t) = rec.timeline {
+            conf.push_str(&format!("recovery_target_timeline = '{t}'\n"));
+            notes.push(format!("recovery follows timeline {t}"));
+        }
+        let auto = target.join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&auto).unwrap_or_default();
+        text.push_str(&conf);
+        crate::repo::write_atomic(&auto, text.as_bytes())?;
+        std::fs::write(target.join("recovery.signal"), b"")?;
+        notes.push("recovery.signal and restore settings written to postgresql.auto.conf".into());
+    }
+    // PostgreSQL refuses a data directory others can read.
+    std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o700))?;
+    Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extra(map: &str) -> Extra {
+        let mut e = Extra::new();
+        e.insert("tablespace_map".into(), serde_json::json!(map));
+        e
+    }
+
+    #[test]
+    fn tablespaces_go_to_their_directories() {
+        let tmp = std::env::temp_dir().join(format!("pv-ts-{}", std::process::id()));
+        let mut r = PgRestorer::new(&[format!("16390={}", tmp.join("b").display())]);
+        r.plan(&extra("16389 /nowhere/a\n16390 /nowhere/b\n"))
+            .unwrap();
+        let to = Path::new("/restore");
+        assert_eq!(
+            r.place(to, "base/1/1259"),
+            Path::new("/restore/base/1/1259")
+        );
+        assert_eq!(
+            r.place(to, "pg_tblspc/16389/PG_16/5/1"),
+            Path::new("/nowhere/a/PG_16/5/1")
+        );
+        assert_eq!(r.place(to, "pg_tblspc/16390"), tmp.join("b"));
+        assert!(r.recovers());
+    }
+
+    #[test]
+    fn bad_tablespace_maps_are_refused() {
+        let e = extra("16389 /nowhere/a\n");
+        for bad in ["16389", "99=/x", "16389=relative"] {
+            assert!(tablespace_dirs(&e, &[bad.to_string()]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_directory_without_a_server_is_not_refused() {
+        assert!(check_not_running(Path::new("/nonexistent/pagevault")).is_ok());
+    }
+}
