@@ -5,6 +5,7 @@
 pub mod history;
 pub mod page;
 pub mod walname;
+pub mod walpage;
 
 pub use walname::*;
 

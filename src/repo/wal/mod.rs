@@ -1,0 +1,203 @@
+//! The WAL archive of a repository: log backups pushed by `archive_command` and
+//! fetched by `restore_command`.
+//!
+//! ```text
+//! REPO/wal/system_identifier             the cluster whose WAL this is (decimal), set by the first segment
+//! REPO/wal/TTTTTTTT/NAME.zst             one archived file: a segment (NAME = 24 hex digits), a
+//!                                        NAME.partial, TTTTTTTT.history or NAME.XXXXXXXX.backup
+//! REPO/wal/TTTTTTTT/.NAME.PID.N.tmp      a push in progress (never read; removed when it ends)
+//! ```
+//!
+//! `TTTTTTTT` is the timeline: the first 8 hex digits of the file name.
+//!
+//! Every archived file is a valid zstd file (`zstd -d` restores the WAL file without
+//! pagevault): a zstd *skippable frame* holding the pagevault header, then one zstd frame
+//! (level 1, content size and zstd checksum included). The header, little-endian:
+//!
+//! ```text
+//!   0  u32  0x184D2A5A             zstd skippable frame magic
+//!   4  u32  144                    skippable frame length (header size - 8)
+//!   8  [8]  "PVWALARC"             pagevault magic
+//!  16  u16  1                      format version
+//!  18  u8   kind                   1 segment, 2 partial segment, 3 timeline history, 4 backup history
+//!  19  u8   codec                  1 zstd
+//!  20  u16  name length
+//!  22  [64] name                   the WAL file name, zero padded
+//!  86  u16  0                      reserved
+//!  88  u64  raw size               bytes of the WAL file
+//!  96  u64  stored size            bytes of the zstd frame that follows the header
+//! 104  [32] BLAKE3                 of the raw bytes
+//! 136  u64  system identifier      from the segment's long page header (0 for other kinds)
+//! 144  u32  CRC32C                 of the stored bytes
+//! 148  u32  CRC32C                 of header bytes 0..148
+//! ```
+//!
+//! A push writes a hidden temp file beside its final name, fsyncs it, links it to the
+//! final name only if that name is still free (so a crash or a concurrent push never
+//! leaves a half file or overwrites an archived one), then fsyncs the directory.
+
+use super::store::{temp_beside, Temp};
+use super::Repo;
+use crate::format::{get_u16, get_u32, get_u64};
+use crate::pg::walpage::{check_first_page, check_page, SegInfo, LONG_PHD, SHORT_PHD};
+use crate::pg::{parse_name, segment_name_for, valid_seg_size, Kind, WalName};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// zstd level for archived WAL: fastest useful level, so pg_wal never piles up.
+const ZSTD_LEVEL: i32 = 1;
+/// Read and decompress in pieces of this size: memory stays bounded for 1 GiB segments.
+const CHUNK: usize = 1 << 20;
+const SKIP_MAGIC: u32 = 0x184D_2A5A;
+const MAGIC: &[u8; 8] = b"PVWALARC";
+const VERSION: u16 = 1;
+const CODEC_ZSTD: u8 = 1;
+const HDR_LEN: usize = 152;
+const NAME_MAX: usize = 64;
+/// History and backup history files are small text files; refuse anything absurd.
+const SMALL_MAX: u64 = 16 << 20;
+const SYSID_FILE: &str = "system_identifier";
+/// A decimal u64 and a newline; more is damage.
+const SYSID_MAX: u64 = 64;
+
+/// Where an archived file lives relative to the repository, or None for a name that
+/// is not a WAL file name.
+fn archived_rel(name: &str) -> Option<String> {
+    let n = parse_name(name)?;
+    Some(format!("wal/{:08X}/{name}.zst", n.tli))
+}
+
+/// The local path of an archived file (whether or not it is there).
+#[cfg(test)]
+pub fn archived_path(repo: &Repo, name: &str) -> Option<PathBuf> {
+    repo.store().local_path(&archived_rel(name)?)
+}
+
+/// Whether the archive holds `name` (a segment, or any other archived WAL file).
+#[allow(dead_code)] // API for restore and verify (issue 3)
+pub fn has_segment(repo: &Repo, name: &str) -> bool {
+    archived_rel(name).is_some_and(|r| repo.store().exists(&r).unwrap_or(false))
+}
+
+/// Errors about a downloaded copy name the object, not the temp file.
+fn relabel(e: anyhow::Error, tmp: &Path, url: &str) -> anyhow::Error {
+    anyhow!(
+        "{}",
+        format!("{e:#}").replace(&tmp.display().to_string(), url)
+    )
+}
+
+/// Reads archived `rel` from a local file (the archived file itself, or a download
+/// into `dir`): `f` gets its path, and its errors name the archived file. None when
+/// the archive does not hold it.
+fn with_archived<T>(
+    repo: &Repo,
+    rel: &str,
+    dir: &Path,
+    f: impl FnOnce(&Path) -> Result<T>,
+) -> Result<Option<T>> {
+    let Some(local) = repo.store().fetch_to(rel, dir)? else {
+        return Ok(None);
+    };
+    let url = repo.store().describe(rel);
+    f(&local.path)
+        .map(Some)
+        .map_err(|e| relabel(e, &local.path, &url))
+}
+
+/// The complete segments archived for `timeline`, sorted (= in WAL order).
+#[allow(dead_code)] // API for restore and verify (issue 3)
+pub fn list(repo: &Repo, timeline: u32) -> Result<Vec<String>> {
+    let mut out: Vec<String> = repo
+        .store()
+        .list(&format!("wal/{timeline:08X}"))?
+        .into_iter()
+        .filter_map(|(k, _)| k.strip_suffix(".zst").map(str::to_string))
+        .filter(|stem| {
+            parse_name(stem).is_some_and(|n| n.kind == Kind::Segment && n.tli == timeline)
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Every archived file of every timeline: (WAL file name, stored bytes).
+pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
+    let mut out = vec![];
+    for (rel, size) in repo.store().list("wal")? {
+        let (dir, file) = rel.split_once('/').unwrap_or(("", &rel));
+        if let Some(stem) = file.strip_suffix(".zst") {
+            if parse_name(stem).is_some_and(|n| format!("{:08X}", n.tli) == dir) {
+                out.push((stem.to_string(), size));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Removes one archived file (retention).
+pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
+    let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
+    repo.store().delete(&rel)
+}
+
+/// The segments of `timeline` from the one holding `start_lsn` to the one holding
+/// `end_lsn` (both included) that the archive does not hold, in WAL order. Empty when
+/// the archive can replay that range (on one timeline; history files are separate).
+#[allow(dead_code)] // API for restore and verify (issue 3)
+pub fn missing_segments(
+    repo: &Repo,
+    timeline: u32,
+    start_lsn: u64,
+    end_lsn: u64,
+    seg_size: u64,
+) -> Result<Vec<String>> {
+    if !valid_seg_size(seg_size) {
+        bail!("{seg_size} is not a WAL segment size PostgreSQL uses");
+    }
+    let have: HashSet<String> = list(repo, timeline)?.into_iter().collect();
+    let (first, last) = (start_lsn / seg_size, end_lsn / seg_size);
+    Ok((first..=last)
+        .map(|s| segment_name_for(timeline, s, seg_size))
+        .filter(|n| !have.contains(n))
+        .collect())
+}
+
+/// The system identifier of the cluster whose WAL the repository archives, once a
+/// segment was pushed.
+pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
+    let rel = format!("wal/{SYSID_FILE}");
+    let Some(b) = repo.store().get(&rel, SYSID_MAX)? else {
+        return Ok(None);
+    };
+    String::from_utf8_lossy(&b)
+        .trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| {
+            anyhow!(
+                "'{}' is damaged: it should hold the cluster's system identifier",
+                repo.store().describe(&rel)
+            )
+        })
+}
+
+mod get;
+mod header;
+mod push;
+#[cfg(test)]
+mod tests;
+
+use get::{damaged, decode_to};
+pub use get::{fetch, read_history, verify, NotArchived};
+use header::Header;
+pub use push::{push, Outcome, Pushed};
+use push::{read_full, CrcRead};
+#[cfg(test)]
+pub(crate) use tests::testing;

@@ -1,0 +1,360 @@
+//! archive-push: one WAL file, checked, compressed and made durable, never a half file
+//! and never over an archived one.
+
+use super::*;
+
+/// What happened to a pushed file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Newly archived.
+    Archived,
+    /// The archive already held the same bytes under that name: nothing done.
+    AlreadyArchived,
+    /// The archive held that name with the same BLAKE3 in an intact header, but its
+    /// stored bytes were damaged: replaced with this (identical) file.
+    Repaired,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub name: String,
+    pub outcome: Outcome,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub seconds: f64,
+}
+
+struct CrcWrite<W> {
+    inner: W,
+    crc: u32,
+    n: u64,
+}
+
+impl<W: Write> Write for CrcWrite<W> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let k = self.inner.write(b)?;
+        self.crc = crc32c::crc32c_append(self.crc, &b[..k]);
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+pub(super) struct CrcRead<R> {
+    pub(super) inner: R,
+    pub(super) crc: u32,
+    pub(super) n: u64,
+}
+
+impl<R: Read> Read for CrcRead<R> {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        let k = self.inner.read(b)?;
+        self.crc = crc32c::crc32c_append(self.crc, &b[..k]);
+        self.n += k as u64;
+        Ok(k)
+    }
+}
+
+/// Reads until `buf` is full or the end of the file.
+pub(super) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Reads the whole source once: checks every page (or the text of a history file),
+/// hashes it and feeds `sink` (the compressor), if any. Errors name `src`.
+fn scan(
+    f: &mut File,
+    src: &Path,
+    len: u64,
+    n: &WalName,
+    seg: Option<&SegInfo>,
+    mut sink: Option<&mut dyn Write>,
+) -> Result<blake3::Hash> {
+    let invalid = |what: String| {
+        anyhow!(
+            "'{}' is not a valid WAL file: {what}; nothing was archived",
+            src.display()
+        )
+    };
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; CHUNK.min(len.max(1) as usize)];
+    let mut off = 0u64;
+    loop {
+        let k =
+            read_full(f, &mut buf).with_context(|| format!("cannot read '{}'", src.display()))?;
+        if k == 0 {
+            break;
+        }
+        if off + k as u64 > len {
+            bail!(
+                "'{}' grew while being read (PostgreSQL archives only complete files); nothing was archived",
+                src.display()
+            );
+        }
+        let chunk = &buf[..k];
+        match (n.kind, seg) {
+            (Kind::Segment, Some(s)) => {
+                // Chunks are multiples of the WAL block size, so headers never straddle them.
+                let mut p = if off == 0 { s.blcksz } else { 0 };
+                while p + SHORT_PHD as u64 <= k as u64 {
+                    check_page(s, off + p, &chunk[p as usize..]).map_err(invalid)?;
+                    p += s.blcksz;
+                }
+            }
+            (Kind::History | Kind::Backup, _) => {
+                if chunk.contains(&0) {
+                    return Err(invalid("it holds NUL bytes, not text".into()));
+                }
+                if off == 0 && n.kind == Kind::Backup && !chunk.starts_with(b"START WAL LOCATION") {
+                    return Err(invalid(
+                        "a backup history file starts with 'START WAL LOCATION'".into(),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        h.update(chunk);
+        if let Some(w) = sink.as_deref_mut() {
+            w.write_all(chunk)
+                .context("cannot write to the WAL archive")?;
+        }
+        off += k as u64;
+    }
+    if off != len {
+        bail!(
+            "'{}' changed size while being read ({len} bytes, then {off}); nothing was archived",
+            src.display()
+        );
+    }
+    Ok(h.finalize())
+}
+
+/// Compresses the source into a durable temp file in `dir`; returns it and its header.
+fn write_temp(
+    dir: &Path,
+    f: &mut File,
+    src: &Path,
+    name: &str,
+    len: u64,
+    n: &WalName,
+    seg: Option<&SegInfo>,
+) -> Result<(Temp, Header)> {
+    let (tmp, mut out) = temp_beside(dir, name)?;
+    let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
+    out.write_all(&[0u8; HDR_LEN]).map_err(werr)?;
+    let cw = CrcWrite {
+        inner: out,
+        crc: 0,
+        n: 0,
+    };
+    let mut enc = zstd::stream::write::Encoder::new(cw, ZSTD_LEVEL).map_err(werr)?;
+    enc.include_checksum(true).map_err(werr)?;
+    enc.include_contentsize(true).map_err(werr)?;
+    enc.set_pledged_src_size(Some(len)).map_err(werr)?;
+    let hash = scan(f, src, len, n, seg, Some(&mut enc))?;
+    let cw = enc.finish().map_err(werr)?;
+    let hdr = Header {
+        kind: n.kind,
+        name: name.to_string(),
+        raw: len,
+        stored: cw.n,
+        blake3: *hash.as_bytes(),
+        sysid: seg.map_or(0, |s| s.sysid),
+        crc: cw.crc,
+    };
+    let out = cw.inner;
+    out.write_all_at(&hdr.encode(), 0).map_err(werr)?;
+    out.sync_all().map_err(werr)?;
+    Ok((tmp, hdr))
+}
+
+/// Refuses a segment of another cluster. Returns true when the repository has no
+/// system identifier yet (the caller records it once the segment is safely written).
+fn check_system_identifier(repo: &Repo, sysid: u64, src: &Path) -> Result<bool> {
+    let refuse = |theirs: u64, whose: &str| {
+        anyhow!(
+            "'{}' comes from the cluster with system identifier {sysid}, but repository '{}' \
+             {whose} of cluster {theirs}: refused, nothing was archived (use one repository per cluster)",
+            src.display(),
+            repo.describe()
+        )
+    };
+    match system_identifier(repo)? {
+        Some(s) if s == sysid => Ok(false),
+        Some(s) => Err(refuse(s, "archives the WAL")),
+        None => {
+            // No WAL yet: the backups recorded in the catalog, if any, name the cluster.
+            if let Ok(sets) = repo.catalog() {
+                if let Some(other) = sets
+                    .iter()
+                    .filter_map(|c| c.system_identifier.as_deref()?.trim().parse::<u64>().ok())
+                    .find(|&s| s != sysid)
+                {
+                    return Err(refuse(other, "holds backups"));
+                }
+            }
+            Ok(true)
+        }
+    }
+}
+
+fn record_system_identifier(repo: &Repo, sysid: u64) -> Result<()> {
+    let rel = format!("wal/{SYSID_FILE}");
+    if repo
+        .store()
+        .put_new(&rel, format!("{sysid}\n").as_bytes())?
+    {
+        return Ok(());
+    }
+    // Another push recorded it first: it must be the same cluster.
+    match system_identifier(repo)? {
+        Some(s) if s == sysid => Ok(()),
+        s => bail!(
+            "'{}' holds system identifier {s:?}, not {sysid}: another cluster archives into this repository",
+            repo.store().describe(&rel)
+        ),
+    }
+}
+
+/// Archives one file PostgreSQL hands to archive_command (`%p`).
+pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
+    let t0 = Instant::now();
+    let name = src
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| anyhow!("'{}' names no file", src.display()))?
+        .to_string();
+    let n = parse_name(&name).ok_or_else(|| {
+        anyhow!(
+            "'{}': '{name}' is not a name PostgreSQL gives a WAL file it archives (24 hex digits, \
+             or .partial, .history, .backup); nothing was archived",
+            src.display()
+        )
+    })?;
+    let mut f = File::open(src).with_context(|| format!("cannot open '{}'", src.display()))?;
+    let meta = f
+        .metadata()
+        .with_context(|| format!("cannot stat '{}'", src.display()))?;
+    if !meta.is_file() {
+        bail!(
+            "'{}' is not a regular file; nothing was archived",
+            src.display()
+        );
+    }
+    let len = meta.len();
+    let mut new_sysid = false;
+    let seg = if n.kind.is_segment() {
+        let mut page = vec![0u8; (LONG_PHD as u64).min(len) as usize];
+        f.read_exact_at(&mut page, 0)
+            .with_context(|| format!("cannot read '{}'", src.display()))?;
+        let s = check_first_page(&name, &n, len, &page).map_err(|m| {
+            anyhow!(
+                "'{}' is not a valid WAL segment: {m}; nothing was archived",
+                src.display()
+            )
+        })?;
+        new_sysid = check_system_identifier(repo, s.sysid, src)?;
+        Some(s)
+    } else {
+        if len > SMALL_MAX || len == 0 {
+            bail!(
+                "'{}' is {len} bytes, not a {} file; nothing was archived",
+                src.display(),
+                if n.kind == Kind::History {
+                    "timeline history"
+                } else {
+                    "backup history"
+                }
+            );
+        }
+        None
+    };
+    let rel = format!("wal/{:08X}/{name}.zst", n.tli);
+    let done = |outcome, hdr: &Header| Pushed {
+        name: name.clone(),
+        outcome,
+        raw_bytes: hdr.raw,
+        stored_bytes: hdr.stored,
+        seconds: t0.elapsed().as_secs_f64(),
+    };
+    let store = repo.store();
+    let stage = std::env::temp_dir();
+    // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.
+    let have = with_archived(repo, &rel, &stage, |have| {
+        let hash = scan(&mut f, src, len, &n, seg.as_ref(), None)?;
+        let out = compare_existing(have, &name, len, hash.as_bytes())?;
+        Ok((out, read_header(have)?))
+    })?;
+    if let Some((out, hdr)) = have {
+        if out != Outcome::Repaired {
+            return Ok(done(out, &hdr));
+        }
+        use std::io::Seek;
+        f.rewind()?;
+        let dir = store.stage_dir(&rel)?;
+        let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref())?;
+        store.put_file(&rel, &tmp.path)?;
+        return Ok(done(out, &hdr));
+    }
+    // Compressed and checked in a durable temp file, then made the archived file only
+    // if the name is still free (local: in its final directory, then a link).
+    let dir = store.stage_dir(&rel)?;
+    let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref())?;
+    if new_sysid {
+        record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
+    }
+    let created = store.put_new_file(&rel, &tmp.path)?;
+    drop(tmp);
+    if created {
+        return Ok(done(Outcome::Archived, &hdr));
+    }
+    // A concurrent push of the same name won the race.
+    let out = with_archived(repo, &rel, &stage, |have| {
+        compare_existing(have, &name, len, &hdr.blake3)
+    })?
+    .ok_or_else(|| anyhow!("'{}' vanished while being compared", store.describe(&rel)))?;
+    Ok(done(out, &hdr))
+}
+
+fn read_header(p: &Path) -> Result<Header> {
+    let mut b = [0u8; HDR_LEN];
+    let mut f = File::open(p).with_context(|| format!("cannot open '{}'", p.display()))?;
+    let k = read_full(&mut f, &mut b).with_context(|| format!("cannot read '{}'", p.display()))?;
+    Header::decode(&b[..k]).map_err(|m| damaged(p, &m))
+}
+
+/// Compares a pushed file with the copy the archive already holds under its name.
+fn compare_existing(fin: &Path, name: &str, len: u64, hash: &[u8; 32]) -> Result<Outcome> {
+    let hdr = read_header(fin).map_err(|e| {
+        anyhow!(
+            "{name} is already archived, but {e:#}; it was left as is: check it, remove it and \
+             push again"
+        )
+    })?;
+    if hdr.raw != len || &hdr.blake3 != hash || hdr.name != name {
+        bail!(
+            "{name} is already archived with different content ({} bytes, BLAKE3 {}; this file: \
+             {len} bytes, BLAKE3 {}): refused, the archived copy '{}' is unchanged (two clusters \
+             archiving into one repository, or a cluster restored without a new timeline?)",
+            hdr.raw,
+            &hex::encode(hdr.blake3)[..16],
+            &hex::encode(hash)[..16],
+            fin.display()
+        );
+    }
+    match decode_to(fin, name, &mut io::sink()) {
+        Ok(_) => Ok(Outcome::AlreadyArchived),
+        Err(_) => Ok(Outcome::Repaired),
+    }
+}
