@@ -1,13 +1,16 @@
 //! `pagevault demo`: the main job on the embedded default, a sample SQLite database.
 
-use super::backup::{backup, BackupArgs};
+use super::backup::Show;
 use super::restore::{print_restore, print_verify, shower};
+use crate::engine::stats::Progress;
+use crate::ops::backup::{self as ops, BackupOptions};
 use crate::ops::restore::{restore, RestoreOptions};
 use crate::ops::verify::{verify, ReadOptions, VerifyOptions};
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use rusqlite::Connection;
 use std::path::Path;
+use std::sync::Arc;
 
 const WORDS: &[&str] = &[
     "invoice",
@@ -81,12 +84,23 @@ pub fn make_sample(path: &Path, mb: u64) -> Result<()> {
     Ok(())
 }
 
-fn args(source: String, to: Vec<String>, compress: &str) -> BackupArgs {
-    let mut a = BackupArgs::with_defaults(&source, &to);
-    a.compress = compress.into();
-    a.stats = Some(10);
-    a.name = Some("pagevault demo".into());
-    a
+/// A backup of the sample, shown with STATS = 10.
+fn backup(source: &str, to: Vec<String>, compress: &str, show_config: bool) -> Result<()> {
+    let o = BackupOptions {
+        source: source.into(),
+        to,
+        compress: compress.into(),
+        name: Some("pagevault demo".into()),
+        ..BackupOptions::default()
+    };
+    let show = Show {
+        stats: Some(10),
+        show_config,
+        ..Show::default()
+    };
+    let progress = Arc::new(Progress::default());
+    let r = ops::backup(&o, &progress, &mut show.watch(&progress))?;
+    show.print(&r)
 }
 
 pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
@@ -107,14 +121,12 @@ pub fn run(dir: &Path, size_mb: u64) -> Result<()> {
     let source = format!("sqlite:{}", db.display());
 
     println!("\n== BACKUP DATABASE [sample] TO DISK = 'NUL' WITH STATS = 10");
-    let mut a = args(source.clone(), vec!["NUL".into()], "none");
-    a.show_config = true;
-    backup(&a)?;
+    backup(&source, vec!["NUL".into()], "none", true)?;
 
     let s1 = dir.join("sample.1.pv").display().to_string();
     let s2 = dir.join("sample.2.pv").display().to_string();
     println!("\n== BACKUP DATABASE [sample] TO DISK = '{s1}', DISK = '{s2}' WITH COMPRESSION (zstd), STATS = 10");
-    backup(&args(source, vec![s1.clone(), s2.clone()], "zstd"))?;
+    backup(&source, vec![s1.clone(), s2.clone()], "zstd", false)?;
 
     let read = ReadOptions {
         from: vec![s1.clone(), s2.clone()],

@@ -16,7 +16,6 @@ pub mod waits;
 pub use waits::PrintWaits;
 
 // Until cmd/backup.rs reads its base set through crate::set::read itself.
-pub(crate) use crate::set::read as set;
 
 use crate::engine::stats::Progress;
 
@@ -140,12 +139,6 @@ impl Switch {
     pub fn on(self) -> bool {
         self == Switch::On
     }
-}
-
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
 }
 
 pub fn print_json(v: &serde_json::Value) {

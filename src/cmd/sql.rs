@@ -2,12 +2,15 @@
 //! to a configured source. `TO DISK = 'NUL'` is the NUL device; several DISK clauses
 //! stripe; WITH options map to the pipeline's settings.
 
-use super::backup::{self, BackupArgs};
+use super::backup::Show;
 use super::{info, restore};
+use crate::engine::stats::Progress;
+use crate::ops::backup::{self as ops, BackupOptions, BLOCK_SIZE, TRANSFER_SIZE};
 use crate::ops::verify::{verify, ReadOptions, VerifyOptions};
 use crate::set::read as set;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct SqlArgs {
@@ -213,16 +216,19 @@ fn run_backup(p: &mut P, a: &SqlArgs) -> Result<()> {
         .source
         .clone()
         .ok_or_else(|| anyhow!("BACKUP needs --source (the database the statement names)"))?;
-    let mut b = BackupArgs::with_defaults(&source, &to);
-    let nul = b.to.iter().all(|d| d.eq_ignore_ascii_case("nul"));
-    if !nul {
-        b.repo = a.repo.clone();
-    }
+    let nul = to.iter().all(|d| d.eq_ignore_ascii_case("nul"));
+    let mut b = BackupOptions {
+        source,
+        to,
+        repo: if nul { None } else { a.repo.clone() },
+        ..BackupOptions::default()
+    };
+    let mut show = Show::default();
     let mut unsupported = vec![];
     for (name, v) in p.options()? {
         match name.as_str() {
             "STATS" => {
-                b.stats = Some(
+                show.stats = Some(
                     v.as_ref()
                         .map(|_| num("STATS", &v))
                         .transpose()?
@@ -240,22 +246,8 @@ fn run_backup(p: &mut P, a: &SqlArgs) -> Result<()> {
             }
             "NO_COMPRESSION" => b.compress = "none".into(),
             "BUFFERCOUNT" => b.buffer_count = Some(num(&name, &v)?.clamp(2, 65536) as u32),
-            "MAXTRANSFERSIZE" => {
-                let n = num(&name, &v)?;
-                if !(65536..=16 << 20).contains(&n) || n % 65536 != 0 {
-                    bail!(
-                        "MAXTRANSFERSIZE = {n}: must be a multiple of 65536 from 65536 to 16777216"
-                    );
-                }
-                b.max_transfer_size = n;
-            }
-            "BLOCKSIZE" => {
-                let n = num(&name, &v)?;
-                if !(512..=1 << 20).contains(&n) || !n.is_power_of_two() {
-                    bail!("BLOCKSIZE = {n}: must be a power of two from 512 to 1048576");
-                }
-                b.block_size = n;
-            }
+            "MAXTRANSFERSIZE" => b.max_transfer_size = sized(&name, &v, &TRANSFER_SIZE)?,
+            "BLOCKSIZE" => b.block_size = sized(&name, &v, &BLOCK_SIZE)?,
             "COPY_ONLY" => b.copy_only = true,
             "NAME" => match v {
                 Some(Tok::Str(s)) => b.name = Some(s),
@@ -270,10 +262,21 @@ fn run_backup(p: &mut P, a: &SqlArgs) -> Result<()> {
     if !unsupported.is_empty() {
         bail!("unsupported WITH option(s): {} (supported: STATS, COMPRESSION, NO_COMPRESSION, BUFFERCOUNT, MAXTRANSFERSIZE, BLOCKSIZE, COPY_ONLY, NAME, INIT, FORMAT, SKIP, CHECKSUM)", unsupported.join(", "));
     }
-    if b.stats.is_none() {
-        b.stats = Some(100);
+    if show.stats.is_none() {
+        show.stats = Some(100);
     }
-    backup::run(b)
+    let progress = Arc::new(Progress::default());
+    let r = ops::backup(&b, &progress, &mut show.watch(&progress))?;
+    show.print(&r)
+}
+
+/// MAXTRANSFERSIZE and BLOCKSIZE: bytes, checked by the backup's own rule.
+fn sized(name: &str, v: &Option<Tok>, rule: &ops::SizeRule) -> Result<u64> {
+    let n = num(name, v)?;
+    if !rule.allows(n) {
+        bail!("{name} = {n}: must be {}", rule.in_bytes());
+    }
+    Ok(n)
 }
 
 fn run_restore(p: &mut P) -> Result<()> {

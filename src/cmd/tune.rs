@@ -2,12 +2,13 @@
 //! threads sweep a DBA would run by hand for days, run on a sample of the source and
 //! searched (coordinate descent from the defaults), not brute-forced.
 
-use super::backup::{plan_of, Volumes};
-use super::{default_threads, print_json};
-use crate::device::{self, CreateHint, StripeSink};
+use super::print_json;
+use crate::device::{self, CreateHint};
 use crate::engine::backup::{self, Params, ReadFile};
 use crate::engine::codec::CodecSpec;
+use crate::engine::default_threads;
 use crate::engine::stats::Progress;
+use crate::ops::backup::{buffer_memory, pipeline_min, plan_of, Volumes};
 use crate::units::{human, mb_per_sec, parse_size};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -254,14 +255,17 @@ impl Trial<'_> {
             // The grid sets the reads in flight itself.
             adaptive: false,
         };
-        let need = self.volumes * p.readers * p.read_depth + 2 * p.threads + 2 * p.stripes;
+        let need = pipeline_min(
+            self.volumes * p.readers * p.read_depth,
+            p.threads,
+            p.stripes,
+        );
         params.buffer_count = need * p.buffer_factor;
         Ok(params)
     }
 
     fn memory(&self, p: &Point) -> Result<u64> {
-        let params = self.params(p)?;
-        Ok(((params.buffer_count + p.threads) * params.buffer_size()) as u64)
+        Ok(buffer_memory(&self.params(p)?))
     }
 
     /// One backup of the sample; returns MB/s and the compression ratio.
@@ -276,16 +280,7 @@ impl Trial<'_> {
             expected_bytes: raw / p.stripes as u64,
             transfer_size: p.transfer_size,
         };
-        let mut sinks: Vec<Box<dyn StripeSink>> = vec![];
-        for d in &devices {
-            match d.create(&hint) {
-                Ok(s) => sinks.push(s),
-                Err(e) => {
-                    sinks.into_iter().for_each(|s| s.abort());
-                    return Err(e);
-                }
-            }
-        }
+        let sinks = crate::set::write::create(&devices, &hint)?;
         let progress = Progress::default();
         let t0 = Instant::now();
         let out = backup::run(
@@ -299,9 +294,7 @@ impl Trial<'_> {
         )?;
         let secs = t0.elapsed().as_secs_f64();
         // Trials leave nothing behind.
-        for s in out.stripes {
-            s.sink.abort();
-        }
+        crate::set::write::abort(out.stripes);
         Ok((
             mb_per_sec(out.raw_bytes, secs),
             out.raw_bytes as f64 / out.stored_bytes.max(1) as f64,

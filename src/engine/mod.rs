@@ -11,6 +11,13 @@ pub mod stats;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+/// Compression and decompression threads by default: one per core.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
+
 /// First error wins; every stage polls `aborted` and stops.
 #[derive(Default)]
 pub struct Abort {

@@ -1,1 +1,941 @@
-//! The backup use case.
+//! The backup use case: a source read into a new set on one or more devices, the
+//! set committed whole and only then recorded in the repository's catalog.
+
+use crate::device::object::RetryStats;
+use crate::device::{self, CreateHint, Device};
+use crate::engine::backup::{self, Outcome, Params, ReadFile};
+use crate::engine::codec::CodecSpec;
+use crate::engine::stats::{Progress, WaitStats};
+use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceInfo, StripeInfo, Totals};
+use crate::format::media::MediaHeader;
+use crate::format::FORMAT_VERSION;
+use crate::repo::{CatalogEntry, Repo};
+use crate::report;
+use crate::set::write::{self as set_write, Committed};
+use crate::source::{self, Source, SourceFile};
+use crate::units::{self, human, mb_per_sec};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What a backup does; `Default` is the command line's defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackupOptions {
+    /// files:PATH, sqlite:PATH or postgres://...
+    pub source: String,
+    /// Device specs (paths, NUL, s3://, azure://), after the repository's stripes.
+    pub to: Vec<String>,
+    pub repo: Option<String>,
+    /// Stripes inside the repository (None: 1, or 0 when `to` names devices).
+    pub stripes: Option<u32>,
+    /// full, diff (or log, which is refused: that is archive-push).
+    pub backup_type: String,
+    pub pgdata: Option<PathBuf>,
+    pub continue_after_error: bool,
+    /// Seconds to wait at pg_backup_stop for the WAL to be archived.
+    pub archive_timeout: u64,
+    /// none, lz4, zstd or zstd:LEVEL.
+    pub compress: String,
+    /// None: the larger of SQL Server's default and what the pipeline needs.
+    pub buffer_count: Option<u32>,
+    pub max_transfer_size: u64,
+    pub block_size: u64,
+    pub readers: u32,
+    pub read_depth: u32,
+    /// None: one per core.
+    pub threads: Option<u32>,
+    pub copy_only: bool,
+    pub name: Option<String>,
+    /// Page size of a files: source.
+    pub page_size: u64,
+    pub adaptive_readers: bool,
+    pub direct_io: bool,
+    /// Where the SQLite source puts its snapshot copy.
+    pub spool: Option<PathBuf>,
+    /// An HTML page with the timeline is written there.
+    pub report: Option<PathBuf>,
+}
+
+impl Default for BackupOptions {
+    fn default() -> Self {
+        BackupOptions {
+            source: String::new(),
+            to: vec![],
+            repo: None,
+            stripes: None,
+            backup_type: "full".into(),
+            pgdata: None,
+            continue_after_error: false,
+            archive_timeout: 300,
+            compress: "none".into(),
+            buffer_count: None,
+            max_transfer_size: 1 << 20,
+            block_size: 4 << 10,
+            readers: 1,
+            read_depth: 4,
+            threads: None,
+            copy_only: false,
+            name: None,
+            page_size: 8 << 10,
+            adaptive_readers: true,
+            direct_io: false,
+            spool: None,
+            report: None,
+        }
+    }
+}
+
+/// The buffer configuration of a backup (`config` in its summary).
+#[derive(Clone, Debug, Serialize)]
+pub struct BackupConfig {
+    pub buffer_count: usize,
+    pub max_transfer_size: u64,
+    pub buffer_bytes: usize,
+    pub total_buffer_memory: u64,
+    pub device_buffer_memory: u64,
+    pub compression_scratch_buffers: usize,
+    pub volumes: usize,
+    pub readers_per_volume: u32,
+    pub read_depth: u32,
+    pub devices: Vec<String>,
+    pub block_size: u64,
+    pub codec: String,
+    pub threads: usize,
+    pub direct_io: bool,
+    pub page_size: u64,
+    /// SQL Server's default BUFFERCOUNT and the pipeline's minimum (text only).
+    #[serde(skip)]
+    pub sql_default: usize,
+    #[serde(skip)]
+    pub pipeline_min: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VolumeReport {
+    pub name: PathBuf,
+    pub pages: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AdaptiveReport {
+    pub enabled: bool,
+    pub raises: u64,
+    pub peak_in_flight: usize,
+}
+
+/// What a backup did: its `--json` summary, and a few facts only the text shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackupReport {
+    pub command: &'static str,
+    pub set_id: String,
+    pub source: SourceInfo,
+    pub copy_only: bool,
+    pub damaged: bool,
+    pub discarded: bool,
+    pub pages: u64,
+    pub files: u64,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub zero_frames: u64,
+    /// What the user waited for: preparing, the pipeline, making every stripe durable.
+    pub seconds: f64,
+    pub pipeline_seconds: f64,
+    pub mb_per_sec: f64,
+    pub stripes: Vec<Committed>,
+    pub devices: Vec<String>,
+    pub config: BackupConfig,
+    pub pool_bytes: u64,
+    pub volumes: Vec<VolumeReport>,
+    pub extra: BTreeMap<String, serde_json::Value>,
+    pub warnings: Vec<String>,
+    pub waits: WaitStats,
+    pub adaptive_readers: AdaptiveReport,
+    pub object_store: RetryStats,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<PathBuf>,
+    /// Pages per regular file, in set order (`--verbose`).
+    #[serde(skip)]
+    pub file_pages: Vec<(String, u64)>,
+    /// Page checksum failures (the set is damaged when there is one).
+    #[serde(skip)]
+    pub checksum_failures: usize,
+    #[serde(skip)]
+    pub compressed: bool,
+    /// Reads in flight per volume before adaptive readers raised them.
+    #[serde(skip)]
+    pub base_in_flight: usize,
+}
+
+/// What the caller shows while a backup runs; the use case itself prints nothing.
+pub trait Watch {
+    /// The buffer configuration, once known and before any stripe exists.
+    fn config(&mut self, _c: &BackupConfig) {}
+    /// The pipeline starts: the progress counters move from now on.
+    fn started(&mut self) {}
+    /// The pipeline has ended, in success or failure.
+    fn stopped(&mut self) {}
+}
+
+impl Watch for () {}
+
+/// What a backup that fails before its stripes are committed leaves: nothing.
+const STOPPED: &str =
+    "backup stopped: its partial stripes were removed (uploads aborted) and no set was recorded";
+
+/// A size setting's rule, for the command line (64K, 1M) and T-SQL (bytes).
+pub struct SizeRule {
+    pub what: &'static str,
+    pub min: u64,
+    pub max: u64,
+    pub multiple_of: Option<u64>,
+    pub power_of_two: bool,
+}
+
+/// MAXTRANSFERSIZE: 64 KiB to 16 MiB in steps of 64 KiB (as SQL Server).
+pub const TRANSFER_SIZE: SizeRule = SizeRule {
+    what: "max transfer size",
+    min: 64 << 10,
+    max: 16 << 20,
+    multiple_of: Some(64 << 10),
+    power_of_two: false,
+};
+
+/// BLOCKSIZE: a power of two from 512 B to 1 MiB.
+pub const BLOCK_SIZE: SizeRule = SizeRule {
+    what: "block size",
+    min: 512,
+    max: 1 << 20,
+    multiple_of: None,
+    power_of_two: true,
+};
+
+impl SizeRule {
+    pub fn allows(&self, v: u64) -> bool {
+        (self.min..=self.max).contains(&v)
+            && self.multiple_of.is_none_or(|m| v.is_multiple_of(m))
+            && (!self.power_of_two || v.is_power_of_two())
+    }
+
+    /// Parses a size as the command line writes it and checks it.
+    pub fn parse(&self, s: &str) -> Result<u64, String> {
+        let v = units::parse_in_range(s, self.min, self.max, self.what, self.power_of_two)?;
+        match self.multiple_of {
+            Some(m) if !v.is_multiple_of(m) => Err(format!(
+                "{} {v} must be a multiple of {} ({}..{})",
+                self.what,
+                human(m),
+                short(self.min),
+                short(self.max)
+            )),
+            _ => Ok(v),
+        }
+    }
+
+    /// What is allowed, in bytes (T-SQL's wording).
+    pub fn in_bytes(&self) -> String {
+        match self.multiple_of {
+            Some(m) => format!("a multiple of {m} from {} to {}", self.min, self.max),
+            None => format!("a power of two from {} to {}", self.min, self.max),
+        }
+    }
+}
+
+/// 64K, 16M: a size as the command line writes it.
+fn short(n: u64) -> String {
+    if n.is_multiple_of(1 << 20) {
+        format!("{}M", n >> 20)
+    } else if n.is_multiple_of(1 << 10) {
+        format!("{}K", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
+
+/// clap's parser for --max-transfer-size.
+pub fn parse_transfer_size(s: &str) -> Result<u64, String> {
+    TRANSFER_SIZE.parse(s)
+}
+
+/// clap's parser for --block-size.
+pub fn parse_block_size(s: &str) -> Result<u64, String> {
+    BLOCK_SIZE.parse(s)
+}
+
+/// SQL Server's default BUFFERCOUNT: devices x (suggested I/O depth 3 + 1) + 2 x volumes.
+pub fn sql_server_buffers(stripes: usize, volumes: usize) -> usize {
+    stripes * 4 + 2 * volumes
+}
+
+/// The buffers that keep every read in flight, compressor and writer busy.
+pub fn pipeline_min(reads_in_flight: usize, threads: usize, stripes: usize) -> usize {
+    reads_in_flight + 2 * threads + 2 * stripes
+}
+
+/// Memory of the pool plus one compression scratch buffer per thread.
+pub fn buffer_memory(p: &Params) -> u64 {
+    ((p.buffer_count + p.threads) * p.buffer_size()) as u64
+}
+
+/// Volumes seen so far: device id -> reader index, and a name for each.
+#[derive(Default)]
+pub struct Volumes {
+    index: HashMap<u64, usize>,
+    pub names: Vec<PathBuf>,
+}
+
+impl Volumes {
+    /// The reader index of `e`'s volume; a volume is named by the deepest directory
+    /// holding all of its files (the database file itself for SQLite).
+    fn of(&mut self, e: &SourceFile, kind: &str) -> usize {
+        let dir = if kind == "sqlite" {
+            PathBuf::from(&e.rel_path)
+        } else {
+            e.abs_path.parent().unwrap_or(Path::new("/")).to_path_buf()
+        };
+        match self.index.get(&e.dev) {
+            Some(&v) => {
+                let name = &mut self.names[v];
+                while !dir.starts_with(&*name) {
+                    if !name.pop() {
+                        break;
+                    }
+                }
+                v
+            }
+            None => {
+                self.names.push(dir);
+                self.index.insert(e.dev, self.names.len() - 1);
+                self.names.len() - 1
+            }
+        }
+    }
+}
+
+/// The regular files of `entries` as engine input; ids are entry indexes plus `first_id`.
+pub fn plan_of(
+    entries: &[SourceFile],
+    first_id: usize,
+    vols: &mut Volumes,
+    kind: &str,
+) -> (Vec<ReadFile>, Vec<usize>) {
+    let mut plan = vec![];
+    let mut ids = vec![];
+    for (i, e) in entries.iter().enumerate() {
+        if e.kind == EntryKind::File {
+            let volume = vols.of(e, kind);
+            plan.push(ReadFile {
+                id: (first_id + i) as u32,
+                path: e.abs_path.clone(),
+                size: e.size,
+                volume,
+                missing_ok: e.missing_ok,
+            });
+            ids.push(first_id + i);
+        }
+    }
+    (plan, ids)
+}
+
+/// The base of a differential: the newest full set of the repository that may be
+/// one (not copy-only, not damaged, of a PostgreSQL source), and the paths it holds.
+fn diff_base(repo: &Repo, source: &str) -> Result<(CatalogEntry, source::postgres::DiffBase)> {
+    if !source.starts_with("postgres") {
+        bail!("differential backups are for PostgreSQL sources (pages carry LSNs); take a full backup");
+    }
+    let catalog = repo.catalog()?;
+    let Some(base) = catalog.iter().rev().find(|c| {
+        c.backup_type == "full" && !c.copy_only && !c.damaged && c.source_kind == "postgres"
+    }) else {
+        bail!(
+            "no usable base for a differential in '{}': it needs a full backup that is not copy-only or damaged; take one with --type full",
+            repo.describe()
+        );
+    };
+    let start_lsn = base
+        .start_lsn
+        .as_deref()
+        .and_then(crate::pg::parse_lsn)
+        .ok_or_else(|| anyhow::anyhow!("base set {} records no start LSN", base.set_id))?;
+    let first = repo.stripe_path(&base.stripes[0]);
+    // TODO(issue 19): set::read once it holds the reading of a set.
+    let manifest = crate::set::read::open_any(&first)
+        .with_context(|| format!("cannot read the base set {}", base.set_id))?;
+    let files = manifest.files.into_iter().map(|f| f.path).collect();
+    Ok((
+        base.clone(),
+        source::postgres::DiffBase { start_lsn, files },
+    ))
+}
+
+/// Runs a backup. `progress` counts what the pipeline has done; `watch` is told of the
+/// configuration and when the pipeline starts and stops.
+pub fn backup(
+    o: &BackupOptions,
+    progress: &Arc<Progress>,
+    watch: &mut dyn Watch,
+) -> Result<BackupReport> {
+    let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
+    let r = backup_set(o, set_id, progress, watch);
+    if let (Err(_), Some(repo)) = (&r, &o.repo) {
+        // Failed stripes are removed by their devices; drop the then empty set folder.
+        let _ = std::fs::remove_dir(Path::new(repo).join("sets").join(hex::encode(set_id)));
+    }
+    r
+}
+
+/// The source's side of a backup: its files, their plan and volumes.
+struct Input {
+    src: Box<dyn Source>,
+    info: SourceInfo,
+    entries: Vec<SourceFile>,
+    plan: Vec<ReadFile>,
+    plan_ids: Vec<usize>,
+    vols: Volumes,
+}
+
+/// Where the set goes: device specs and devices, the repository, the base of a diff.
+struct Dest {
+    specs: Vec<String>,
+    devices: Vec<Box<dyn Device>>,
+    repo: Option<Repo>,
+    base: Option<(CatalogEntry, source::postgres::DiffBase)>,
+    discard: bool,
+}
+
+fn backup_set(
+    o: &BackupOptions,
+    set_id: [u8; 16],
+    progress: &Arc<Progress>,
+    watch: &mut dyn Watch,
+) -> Result<BackupReport> {
+    let codec = CodecSpec::parse(&o.compress)?;
+    if o.backup_type == "log" {
+        bail!("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'");
+    }
+    let set_hex = hex::encode(set_id);
+    let dest = destination(o, &set_hex)?;
+    let src = source::parse(
+        &o.source,
+        &source::Options {
+            page_size: o.page_size as u32,
+            spool: o.spool.clone(),
+            pgdata: o.pgdata.clone(),
+            label: o
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("pagevault {set_hex}")),
+            continue_after_error: o.continue_after_error,
+            archive_timeout: o.archive_timeout,
+            base: dest.base.as_ref().map(|(_, b)| b.clone()),
+        },
+    )?;
+    // The clock starts before the source is prepared: a snapshot copy or a
+    // checkpoint is part of what the user waits for.
+    let started = chrono::Utc::now();
+    // The timeline spans what the summary's seconds count.
+    let sampler = o
+        .report
+        .as_ref()
+        .map(|_| report::Sampler::start(progress.live.clone()));
+    let mut input = prepare(src, &dest)?;
+    let (params, config, hint) = configure(o, codec, &dest.devices, &input);
+    watch.config(&config);
+
+    // From the first stripe on, a signal ends the backup through its failure path.
+    let _signals = crate::interrupt::catch();
+    let stripes = dest.devices.len();
+    let sinks = match set_write::create(&dest.devices, &hint) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = input.src.finish(false);
+            return Err(e);
+        }
+    };
+    let headers = set_write::headers(
+        &MediaHeader {
+            version: FORMAT_VERSION,
+            block_size: o.block_size as u32,
+            set_id,
+            stripe_index: 0,
+            stripe_count: stripes as u32,
+            codec: codec.codec,
+            page_size: params.page_size as u32,
+            transfer_size: o.max_transfer_size as u32,
+            created_unix: started.timestamp() as u64,
+        },
+        stripes,
+    );
+    watch.started();
+    let run = pipeline(&mut input, sinks, headers, &params, progress);
+    watch.stopped();
+    let (out, extra, problems) = run?;
+    let (manifest, text) = manifest(
+        o, &set_hex, &dest, &input, &out, &params, extra, &problems, started,
+    );
+    let mut warnings = text.warnings;
+    warnings.extend(problems.iter().cloned());
+    let committed = set_write::commit(
+        &dest.devices,
+        out.stripes,
+        &manifest.to_bytes(),
+        o.block_size,
+    )?;
+    // The catalog record is written last: a set is in the history only once durable.
+    if let (Some(repo), false) = (&dest.repo, dest.discard) {
+        repo.record(&catalog_entry(o, &dest, repo, &manifest, &input.info))?;
+    }
+    let series = sampler.map(report::Sampler::finish);
+    let seconds = (chrono::Utc::now() - started)
+        .num_microseconds()
+        .unwrap_or(0) as f64
+        / 1e6;
+    let mut r = BackupReport {
+        command: "backup",
+        set_id: manifest.set_id.clone(),
+        source: input.info.clone(),
+        copy_only: manifest.copy_only,
+        damaged: manifest.damaged,
+        discarded: dest.discard,
+        pages: manifest.totals.pages,
+        files: manifest.totals.files,
+        raw_bytes: out.raw_bytes,
+        stored_bytes: out.stored_bytes,
+        zero_frames: out.zero_frames,
+        seconds,
+        pipeline_seconds: out.wall.as_secs_f64(),
+        mb_per_sec: mb_per_sec(out.raw_bytes, seconds),
+        stripes: committed,
+        devices: dest.specs.clone(),
+        config,
+        pool_bytes: out.pool_bytes,
+        volumes: (input.vols.names.iter().zip(text.vol_pages))
+            .map(|(n, pages)| VolumeReport {
+                name: n.clone(),
+                pages,
+            })
+            .collect(),
+        extra: manifest.extra,
+        warnings,
+        waits: out.waits,
+        adaptive_readers: AdaptiveReport {
+            enabled: params.adaptive,
+            raises: out.adaptive_raises,
+            peak_in_flight: out.peak_in_flight,
+        },
+        object_store: device::object::retry_stats(),
+        report: None,
+        file_pages: text.file_pages,
+        checksum_failures: problems.len(),
+        compressed: codec.codec != crate::format::Codec::None,
+        base_in_flight: params.in_flight().0,
+    };
+    if let (Some(path), Some(series)) = (&o.report, series) {
+        write_report(o, path, &r, series, &dest.devices)?;
+        r.report = Some(path.clone());
+    }
+    Ok(r)
+}
+
+/// The devices of the set: the repository's stripes first, then `to`.
+fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
+    let repo = o.repo.as_deref().map(|r| Repo::open(r, true)).transpose()?;
+    let base = match (o.backup_type.as_str(), &repo) {
+        ("diff", None) => {
+            bail!("a differential backup needs --repo: its base is the newest full set there")
+        }
+        ("diff", Some(repo)) => Some(diff_base(repo, &o.source)?),
+        _ => None,
+    };
+    let mut specs: Vec<String> = vec![];
+    if let Some(repo) = &repo {
+        let n = o.stripes.unwrap_or(if o.to.is_empty() { 1 } else { 0 });
+        for i in 1..=n {
+            specs.push(repo.stripe_spec(set_hex, i as usize)?);
+        }
+    }
+    specs.extend(o.to.iter().cloned());
+    if specs.is_empty() {
+        bail!("no device: name --to DEVICE or --repo with --stripes 1 or more");
+    }
+    let devices = set_write::devices(&specs)?;
+    let discard = set_write::is_discard(&devices);
+    Ok(Dest {
+        specs,
+        devices,
+        repo,
+        base,
+        discard,
+    })
+}
+
+/// Prepares the source and checks that it is the cluster of the base and of the
+/// repository's other sets; on a refusal the source's backup is ended.
+fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
+    let entries = src.prepare()?;
+    let info = src.info();
+    if let Err(e) = same_cluster(&info, dest) {
+        let _ = src.finish(false);
+        return Err(e);
+    }
+    let mut vols = Volumes::default();
+    let (plan, plan_ids) = plan_of(&entries, 0, &mut vols, &info.kind);
+    Ok(Input {
+        src,
+        info,
+        entries,
+        plan,
+        plan_ids,
+        vols,
+    })
+}
+
+fn same_cluster(info: &SourceInfo, dest: &Dest) -> Result<()> {
+    let sysid = info.identity.get("system_identifier");
+    if let Some((b, _)) = &dest.base {
+        if b.system_identifier.as_ref() != sysid {
+            bail!(
+                "the base set {} is of another cluster than {}: take a full backup first",
+                b.set_id,
+                info.location
+            );
+        }
+    }
+    if let (Some(repo), Some(sysid)) = (&dest.repo, sysid) {
+        if let Some(other) = repo
+            .catalog()?
+            .iter()
+            .find(|c| c.system_identifier.as_ref().is_some_and(|s| s != sysid))
+        {
+            bail!(
+                "repository '{}' holds sets of cluster {} (set {}), not of cluster {sysid}: use one repository per cluster",
+                repo.describe(),
+                other.system_identifier.as_deref().unwrap_or("?"),
+                other.set_id
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The pipeline's parameters, the configuration shown for them, what devices are told.
+fn configure(
+    o: &BackupOptions,
+    codec: CodecSpec,
+    devices: &[Box<dyn Device>],
+    input: &Input,
+) -> (Params, BackupConfig, CreateHint) {
+    let volumes = input.vols.names.len().max(1);
+    let threads = o
+        .threads
+        .map(|t| t as usize)
+        .unwrap_or_else(crate::engine::default_threads);
+    let stripes = devices.len();
+    let sql_default = sql_server_buffers(stripes, volumes);
+    let pipeline_min = pipeline_min(
+        volumes * (o.readers * o.read_depth) as usize,
+        threads,
+        stripes,
+    );
+    // Never fewer than the pipeline needs to keep every stage busy.
+    let buffer_count = o
+        .buffer_count
+        .map(|b| b as usize)
+        .unwrap_or(sql_default.max(pipeline_min));
+    let page_size = input.src.page_size() as u64;
+    let params = Params {
+        buffer_count,
+        transfer_size: o.max_transfer_size as usize,
+        block_size: o.block_size as usize,
+        readers_per_volume: o.readers as usize,
+        read_depth: o.read_depth as usize,
+        threads,
+        codec,
+        direct_io: o.direct_io,
+        page_size: page_size as usize,
+        adaptive: o.adaptive_readers,
+    };
+    let hint = CreateHint {
+        expected_bytes: input.plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
+        transfer_size: o.max_transfer_size as usize,
+    };
+    let config = BackupConfig {
+        buffer_count,
+        max_transfer_size: o.max_transfer_size,
+        buffer_bytes: params.buffer_size(),
+        total_buffer_memory: (buffer_count * params.buffer_size()) as u64,
+        device_buffer_memory: devices.iter().map(|d| d.write_memory(&hint)).sum(),
+        compression_scratch_buffers: threads,
+        volumes,
+        readers_per_volume: o.readers,
+        read_depth: o.read_depth,
+        devices: devices.iter().map(|d| d.describe()).collect(),
+        block_size: o.block_size,
+        codec: codec.describe(),
+        threads,
+        direct_io: params.direct_io,
+        page_size,
+        sql_default,
+        pipeline_min,
+    };
+    (params, config, hint)
+}
+
+/// Reads the source into the stripes, then ends the source's backup and reads, in a
+/// second pass over the same stripes, the files that exist only now (the WAL).
+/// Returns the outcome, the source's facts and its page checksum failures.
+#[allow(clippy::type_complexity)]
+fn pipeline(
+    input: &mut Input,
+    sinks: Vec<Box<dyn device::StripeSink>>,
+    headers: Vec<Vec<u8>>,
+    params: &Params,
+    progress: &Progress,
+) -> Result<(Outcome, BTreeMap<String, serde_json::Value>, Vec<String>)> {
+    let stripes = sinks.len();
+    let volumes = input.vols.names.len().max(1);
+    let filter = input.src.filter(&input.entries);
+    let run = backup::run(
+        &input.plan,
+        volumes,
+        sinks,
+        headers,
+        params,
+        filter.as_deref(),
+        progress,
+    );
+    let mut out = match run {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = input.src.finish(false);
+            return Err(e.context(STOPPED));
+        }
+    };
+    let problems = filter.map(|f| f.problems()).unwrap_or_default();
+    let fin = match input.src.finish(true) {
+        Ok(f) => f,
+        Err(e) => {
+            set_write::abort(out.stripes);
+            return Err(e.context(STOPPED));
+        }
+    };
+    if !fin.late.is_empty() {
+        let first = input.entries.len();
+        let (plan2, ids2) = plan_of(&fin.late, first, &mut input.vols, &input.info.kind);
+        let (sinks, prior): (Vec<_>, Vec<_>) = out
+            .stripes
+            .into_iter()
+            .map(|s| (s.sink, (s.frames, s.body_end)))
+            .unzip();
+        let more = backup::run(
+            &plan2,
+            input.vols.names.len(),
+            sinks,
+            vec![vec![]; stripes],
+            params,
+            None,
+            progress,
+        )
+        .context("copying the WAL written during the backup failed")
+        .context(STOPPED)?;
+        out.stripes = more
+            .stripes
+            .into_iter()
+            .zip(prior)
+            .map(|(mut s, (f, b))| {
+                s.frames += f;
+                s.body_end += b;
+                s
+            })
+            .collect();
+        out.files.extend(more.files);
+        out.raw_bytes += more.raw_bytes;
+        out.stored_bytes += more.stored_bytes;
+        out.zero_frames += more.zero_frames;
+        out.wall += more.wall;
+        input.plan_ids.extend(ids2);
+        input.entries.extend(fin.late);
+    }
+    Ok((out, fin.extra, problems))
+}
+
+/// What the text shows besides the manifest: warnings, pages per volume and file.
+struct Text {
+    warnings: Vec<String>,
+    vol_pages: Vec<u64>,
+    file_pages: Vec<(String, u64)>,
+}
+
+/// The set's manifest: every entry with its checksum and pages (a file that vanished
+/// is left out), the stripes and totals.
+#[allow(clippy::too_many_arguments)]
+fn manifest(
+    o: &BackupOptions,
+    set_hex: &str,
+    dest: &Dest,
+    input: &Input,
+    out: &Outcome,
+    params: &Params,
+    extra: BTreeMap<String, serde_json::Value>,
+    problems: &[String],
+    started: chrono::DateTime<chrono::Utc>,
+) -> (Manifest, Text) {
+    let finished = chrono::Utc::now();
+    let page_size = params.page_size as u64;
+    let kind = &input.info.kind;
+    let result_of: HashMap<usize, &backup::FileResult> =
+        input.plan_ids.iter().copied().zip(&out.files).collect();
+    let mut files: Vec<FileEntry> = vec![];
+    let mut text = Text {
+        warnings: vec![],
+        vol_pages: vec![0u64; input.vols.names.len().max(1)],
+        file_pages: vec![],
+    };
+    let mut pages = 0u64;
+    for (i, e) in input.entries.iter().enumerate() {
+        let mut checksum = String::new();
+        if let Some(r) = result_of.get(&i) {
+            if r.vanished {
+                if kind != "postgres" {
+                    text.warnings.push(format!(
+                        "'{}' vanished during the backup and is not in the set",
+                        e.rel_path
+                    ));
+                }
+                continue;
+            }
+            if r.shrank && kind != "postgres" {
+                text.warnings.push(format!(
+                    "'{}' shrank while it was read; its end is stored as zeros",
+                    e.rel_path
+                ));
+            }
+            checksum = r.checksum.clone();
+        }
+        let p = e.size.div_ceil(page_size);
+        pages += p;
+        if e.kind == EntryKind::File {
+            text.vol_pages[input.vols.index[&e.dev]] += p;
+            text.file_pages.push((e.rel_path.clone(), p));
+        }
+        files.push(FileEntry {
+            id: i as u32,
+            path: e.rel_path.clone(),
+            kind: e.kind,
+            size: e.size,
+            mode: e.mode,
+            mtime: e.mtime,
+            pages: p,
+            checksum,
+            link_target: e.link_target.clone(),
+        });
+    }
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        set_id: set_hex.to_string(),
+        name: o.name.clone(),
+        backup_type: o.backup_type.clone(),
+        copy_only: o.copy_only || dest.discard,
+        damaged: !problems.is_empty(),
+        source: input.info.clone(),
+        codec: params.codec.describe(),
+        block_size: o.block_size as u32,
+        transfer_size: o.max_transfer_size as u32,
+        page_size: page_size as u32,
+        started: started.to_rfc3339(),
+        finished: finished.to_rfc3339(),
+        seconds: out.wall.as_secs_f64(),
+        stripes: (out.stripes.iter().zip(&dest.devices).enumerate())
+            .map(|(i, (s, d))| StripeInfo {
+                index: i as u32,
+                device: d.describe(),
+                frames: s.frames,
+                body_end: s.body_end,
+            })
+            .collect(),
+        totals: Totals {
+            files: files.iter().filter(|f| f.kind == EntryKind::File).count() as u64,
+            raw_bytes: out.raw_bytes,
+            stored_bytes: out.stored_bytes,
+            pages,
+            frames: out.stripes.iter().map(|s| s.frames).sum(),
+        },
+        files,
+        extra,
+    };
+    (manifest, text)
+}
+
+/// The set's line in the repository's catalog.
+fn catalog_entry(
+    o: &BackupOptions,
+    dest: &Dest,
+    repo: &Repo,
+    manifest: &Manifest,
+    info: &SourceInfo,
+) -> CatalogEntry {
+    let fact = |k: &str| {
+        manifest
+            .extra
+            .get(k)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    CatalogEntry {
+        set_id: manifest.set_id.clone(),
+        name: o.name.clone(),
+        backup_type: manifest.backup_type.clone(),
+        copy_only: manifest.copy_only,
+        damaged: manifest.damaged,
+        base_set: dest.base.as_ref().map(|(e, _)| e.set_id.clone()),
+        source_kind: info.kind.clone(),
+        database: info.database.clone(),
+        system_identifier: info.identity.get("system_identifier").cloned(),
+        timeline: manifest
+            .extra
+            .get("timeline")
+            .and_then(|v| v.as_u64())
+            .map(|t| t as u32),
+        start_lsn: fact("start_lsn"),
+        stop_lsn: fact("stop_lsn"),
+        start_wal: fact("start_wal"),
+        stop_wal: fact("stop_wal"),
+        started: manifest.started.clone(),
+        finished: manifest.finished.clone(),
+        seconds: manifest.seconds,
+        raw_bytes: manifest.totals.raw_bytes,
+        stored_bytes: manifest.totals.stored_bytes,
+        codec: manifest.codec.clone(),
+        stripes: dest.specs.iter().map(|p| repo.relative(p)).collect(),
+    }
+}
+
+/// The HTML page (--report): the configuration, the summary and the timeline.
+fn write_report(
+    o: &BackupOptions,
+    path: &Path,
+    r: &BackupReport,
+    series: report::Series,
+    devices: &[Box<dyn Device>],
+) -> Result<()> {
+    let summary = serde_json::to_value(r)?;
+    let mut config = serde_json::json!({"source": o.source});
+    config
+        .as_object_mut()
+        .unwrap()
+        .extend(summary["config"].as_object().cloned().unwrap_or_default());
+    let page = report::Report {
+        command: "backup",
+        config,
+        summary: &summary,
+        series,
+        read_names: r
+            .volumes
+            .iter()
+            .map(|v| v.name.display().to_string())
+            .collect(),
+        write_names: devices.iter().map(|d| d.describe()).collect(),
+    };
+    report::write(path, &page)
+}

@@ -3,8 +3,8 @@
 //! against its manifest checksum, and hands the rest to the source's [`Restorer`].
 
 use super::verify::{
-    check_checksums, default_threads, engine_params, open_repo, regular_files, stripes_of,
-    with_history_hint, ReadOptions, Show,
+    check_checksums, engine_params, open_repo, regular_files, stripes_of, with_history_hint,
+    ReadOptions, Show,
 };
 use crate::device::object::{retry_stats, RetryStats};
 use crate::engine::restore;
@@ -509,7 +509,7 @@ fn check_wal_chain(
         false => {
             // Objects are downloaded: more requests in flight than cores.
             let threads = match repo.store().local_path("wal") {
-                Some(_) => default_threads(),
+                Some(_) => crate::engine::default_threads(),
                 None => 8,
             };
             Some(walchain::verify(repo, &chain, threads)?)

@@ -126,16 +126,10 @@ pub(crate) fn check_checksums(
     Ok(())
 }
 
-pub(crate) fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-}
-
 /// The pipeline's parameters: sizes from the set's validated header, threads and
 /// buffers as asked.
 pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
-    let threads = o.threads.unwrap_or_else(default_threads);
+    let threads = o.threads.unwrap_or_else(crate::engine::default_threads);
     restore::Params {
         transfer_size: set.manifest.transfer_size as usize,
         page_size: set.page_size(),

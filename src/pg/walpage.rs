@@ -3,7 +3,7 @@
 
 use super::{format_lsn, segment_name, valid_seg_size, WalName};
 
-const XLP_LONG_HEADER: u16 = 0x0002;
+pub const XLP_LONG_HEADER: u16 = 0x0002;
 const XLP_ALL_FLAGS: u16 = 0x0007;
 /// sizeof(XLogPageHeaderData) after MAXALIGN, and of the long variant.
 pub const SHORT_PHD: usize = 24;

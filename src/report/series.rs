@@ -141,7 +141,7 @@ impl Series {
                 .clone()
                 .map(|w| 100.0 * (w[1].cpu - w[0].cpu) / (w[1].t - w[0].t).max(1e-9))
                 .collect(),
-            cores: crate::cmd::default_threads(),
+            cores: crate::engine::default_threads(),
             dt,
         }
     }
