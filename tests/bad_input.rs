@@ -39,23 +39,17 @@ fn no_panic(e: &str) {
     assert!(!e.contains("panicked"), "panic: {e}");
 }
 
+/// Restores stripes `a` and `b` to `out`, insisting on failure; returns stderr.
+fn restore_fails(a: &str, b: &str, out: &Path) -> String {
+    fails(&["restore", "--from", a, "--from", b, "--to", &s(out)], 1)
+}
+
 fn both_fail(set: &Set, needle: &str) -> String {
     let e = fails(&["verify", "--from", &set.a, "--from", &set.b], 1);
     no_panic(&e);
     assert!(e.contains(needle), "verify: expected '{needle}' in: {e}");
     let out = set.dir.path().join("out");
-    let e = fails(
-        &[
-            "restore",
-            "--from",
-            &set.a,
-            "--from",
-            &set.b,
-            "--to",
-            &s(&out),
-        ],
-        1,
-    );
+    let e = restore_fails(&set.a, &set.b, &out);
     no_panic(&e);
     assert!(e.contains(needle), "restore: expected '{needle}' in: {e}");
     e
@@ -126,6 +120,22 @@ fn rewrite_manifest(path: &str, edit: impl Fn(&mut serde_json::Value)) {
     fs::write(path, out).unwrap();
 }
 
+/// Applies `edit` to the manifest of both stripes of `set`.
+fn rewrite_both(set: &Set, edit: impl Fn(&mut serde_json::Value)) {
+    for p in [&set.a, &set.b] {
+        rewrite_manifest(p, &edit);
+    }
+}
+
+/// The manifest's entry of `base/random`.
+fn base_random(v: &mut serde_json::Value) -> &mut serde_json::Value {
+    let files = v["files"].as_array_mut().unwrap();
+    files
+        .iter_mut()
+        .find(|f| f["path"] == "base/random")
+        .unwrap()
+}
+
 #[test]
 fn truncated_stripe_is_incomplete() {
     let set = two_stripes("lz4");
@@ -146,21 +156,25 @@ fn truncated_stripe_is_incomplete() {
     both_fail(&set, "too short");
 }
 
-#[test]
-fn flipped_payload_byte_names_stripe_and_offset() {
-    let set = two_stripes("none");
+/// Flips a stored byte of a `codec` set; verify and restore must both name the frame.
+/// Returns the damaged stripe and restore's stderr.
+fn flipped_payload_fails(codec: &str) -> (String, String) {
+    let set = two_stripes(codec);
     let (stripe, frame, byte) = damageable(&set);
     flip(stripe, byte);
     let e = both_fail(&set, &format!("frame at offset {frame}"));
-    assert!(e.contains(stripe) && e.contains("damaged"), "{e}");
+    (stripe.to_string(), e)
+}
+
+#[test]
+fn flipped_payload_byte_names_stripe_and_offset() {
+    let (stripe, e) = flipped_payload_fails("none");
+    assert!(e.contains(&stripe) && e.contains("damaged"), "{e}");
 }
 
 #[test]
 fn flipped_compressed_byte_is_caught() {
-    let set = two_stripes("zstd");
-    let (stripe, frame, byte) = damageable(&set);
-    flip(stripe, byte);
-    let e = both_fail(&set, &format!("frame at offset {frame}"));
+    let (_, e) = flipped_payload_fails("zstd");
     assert!(e.contains("damaged"), "{e}");
 }
 
@@ -217,18 +231,7 @@ fn missing_extra_and_foreign_stripes_are_refused() {
     let e = fails(&["verify", "--from", &set.a, "--from", &other.b], 1);
     assert!(e.contains("belongs to backup set"), "{e}");
     let out = set.dir.path().join("out");
-    let e = fails(
-        &[
-            "restore",
-            "--from",
-            &set.a,
-            "--from",
-            &other.b,
-            "--to",
-            &s(&out),
-        ],
-        1,
-    );
+    let e = restore_fails(&set.a, &other.b, &out);
     assert!(e.contains("belongs to backup set"), "{e}");
     assert!(
         !out.exists(),
@@ -245,29 +248,9 @@ fn manifest_paths_that_escape_are_refused_and_nothing_is_written_outside() {
         "link/inside",
     ] {
         let set = two_stripes("none");
-        for p in [&set.a, &set.b] {
-            rewrite_manifest(p, |v| {
-                let files = v["files"].as_array_mut().unwrap();
-                let f = files
-                    .iter_mut()
-                    .find(|f| f["path"] == "base/random")
-                    .unwrap();
-                f["path"] = evil.into();
-            });
-        }
+        rewrite_both(&set, |v| base_random(v)["path"] = evil.into());
         let out = set.dir.path().join("deep/out");
-        let e = fails(
-            &[
-                "restore",
-                "--from",
-                &set.a,
-                "--from",
-                &set.b,
-                "--to",
-                &s(&out),
-            ],
-            1,
-        );
+        let e = restore_fails(&set.a, &set.b, &out);
         no_panic(&e);
         assert!(e.contains("manifest"), "{evil}: {e}");
         assert!(!set.dir.path().join("deep/escaped").exists());
@@ -284,12 +267,10 @@ fn manifest_paths_that_escape_are_refused_and_nothing_is_written_outside() {
 fn forged_frame_count_is_caught() {
     let set = two_stripes("none");
     // A manifest that claims fewer frames than the stripe holds.
-    for p in [&set.a, &set.b] {
-        rewrite_manifest(p, |v| {
-            let s = &mut v["stripes"][0];
-            s["frames"] = (s["frames"].as_u64().unwrap() - 1).into();
-        });
-    }
+    rewrite_both(&set, |v| {
+        let s = &mut v["stripes"][0];
+        s["frames"] = (s["frames"].as_u64().unwrap() - 1).into();
+    });
     let e = fails(&["verify", "--from", &set.a, "--from", &set.b], 1);
     assert!(e.contains("tail counts"), "{e}");
 }
@@ -297,16 +278,9 @@ fn forged_frame_count_is_caught() {
 #[test]
 fn forged_checksum_in_manifest_is_caught() {
     let set = two_stripes("none");
-    for p in [&set.a, &set.b] {
-        rewrite_manifest(p, |v| {
-            let files = v["files"].as_array_mut().unwrap();
-            let f = files
-                .iter_mut()
-                .find(|f| f["path"] == "base/random")
-                .unwrap();
-            f["checksum"] = "ab".repeat(32).into();
-        });
-    }
+    rewrite_both(&set, |v| {
+        base_random(v)["checksum"] = "ab".repeat(32).into()
+    });
     both_fail(&set, "does not match its manifest checksum");
 }
 
@@ -336,9 +310,7 @@ fn format_versions_are_checked_and_choose_the_digest() {
     both_fail(&set, "header says format version 1, manifest 2");
 
     // Version 1 digests frames with BLAKE3: this set's XXH3 digests then fail as damage.
-    for p in [&set.a, &set.b] {
-        rewrite_manifest(p, |v| v["format_version"] = 1.into());
-    }
+    rewrite_both(&set, |v| v["format_version"] = 1.into());
     both_fail(&set, "their BLAKE3 digest does not match");
 }
 

@@ -141,43 +141,15 @@ fn damaged_missing_and_unreachable_objects_are_clear_errors() {
     assert!(!r.stderr.contains("Xby8"), "{}", r.stderr);
 
     // Missing bucket and container.
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            &src,
-            "--to",
-            "s3://no-such-bucket/x.pv",
-        ],
-        1,
-    );
+    let e = backup_fails(&src, "s3://no-such-bucket/x.pv", &[], 1);
     assert!(e.contains("bucket does not exist"), "{e}");
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            &src,
-            "--to",
-            "azure://nosuchcontainer/x.pv",
-        ],
-        1,
-    );
+    let e = backup_fails(&src, "azure://nosuchcontainer/x.pv", &[], 1);
     assert!(e.contains("container does not exist"), "{e}");
     // Plain HTTP to a remote endpoint is refused; a bucket alone is no stripe name.
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            &src,
-            "--to",
-            "s3://pvtest/x.pv",
-            "--s3-endpoint",
-            "http://example.com:9000",
-        ],
-        1,
-    );
+    let endpoint = ["--s3-endpoint", "http://example.com:9000"];
+    let e = backup_fails(&src, "s3://pvtest/x.pv", &endpoint, 1);
     assert!(e.contains("only to a loopback address"), "{e}");
-    let e = fails(&["backup", "--source", &src, "--to", "s3://pvtest"], 1);
+    let e = backup_fails(&src, "s3://pvtest", &[], 1);
     assert!(e.contains("names a bucket, not an object"), "{e}");
 }
 

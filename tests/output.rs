@@ -63,20 +63,9 @@ fn header_and_files_describe_the_set() {
     let src = dir.path().join("src");
     make_tree(&src);
     let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
-    ok(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&src)),
-        "--to",
-        &a,
-        "--to",
-        &b,
-        "--compress",
-        "lz4",
-        "--name",
-        "nightly",
-        "--copy-only",
-    ]);
+    let source = format!("files:{}", s(&src));
+    let named = ["--compress", "lz4", "--name", "nightly", "--copy-only"];
+    ok(&backup_args(&source, &[&a, &b], &named));
     let h = json(&["header", "--from", &a]);
     let set = &h["sets"][0];
     assert_eq!(set["name"], "nightly");
@@ -100,96 +89,21 @@ fn header_and_files_describe_the_set() {
 
 #[test]
 fn bad_arguments_are_usage_errors_with_the_range() {
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            "files:/tmp",
-            "--to",
-            "NUL",
-            "--max-transfer-size",
-            "32K",
-        ],
-        2,
-    );
+    let e = backup_fails("files:/tmp", "NUL", &["--max-transfer-size", "32K"], 2);
     assert!(e.contains("64 KiB") && e.contains("16 MiB"), "{e}");
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            "files:/tmp",
-            "--to",
-            "NUL",
-            "--max-transfer-size",
-            "100K",
-        ],
-        2,
-    );
+    let e = backup_fails("files:/tmp", "NUL", &["--max-transfer-size", "100K"], 2);
     assert!(e.contains("multiple of 64 KiB"), "{e}");
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            "files:/tmp",
-            "--to",
-            "NUL",
-            "--block-size",
-            "3000",
-        ],
-        2,
-    );
+    let e = backup_fails("files:/tmp", "NUL", &["--block-size", "3000"], 2);
     assert!(e.contains("power of two"), "{e}");
-    fails(
-        &[
-            "backup",
-            "--source",
-            "files:/tmp",
-            "--to",
-            "NUL",
-            "--block-size",
-            "2M",
-        ],
-        2,
-    );
-    fails(&["backup", "--source", "files:/tmp"], 2);
-    let e = fails(&["backup", "--source", "oracle:x", "--to", "NUL"], 1);
+    backup_fails("files:/tmp", "NUL", &["--block-size", "2M"], 2);
+    source_fails("backup", "files:/tmp", &[], 2);
+    let e = backup_fails("oracle:x", "NUL", &[], 1);
     assert!(e.contains("files:PATH, sqlite:PATH or postgres://"), "{e}");
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            "files:/tmp",
-            "--to",
-            "NUL",
-            "--compress",
-            "gzip",
-        ],
-        1,
-    );
+    let e = backup_fails("files:/tmp", "NUL", &["--compress", "gzip"], 1);
     assert!(e.contains("unknown codec"), "{e}");
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            "files:/nonexistent/dir",
-            "--to",
-            "NUL",
-        ],
-        1,
-    );
+    let e = backup_fails("files:/nonexistent/dir", "NUL", &[], 1);
     assert!(e.contains("/nonexistent/dir"), "{e}");
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            "files:/tmp",
-            "--to",
-            "NUL",
-            "--to",
-            "/tmp/x.pv",
-        ],
-        1,
-    );
+    let e = backup_fails("files:/tmp", "NUL", &["--to", "/tmp/x.pv"], 1);
     assert!(e.contains("NUL cannot be striped"), "{e}");
     let e = fails(&["restore", "--from", "NUL", "--to", "/tmp/nothing"], 1);
     assert!(e.contains("cannot be restored"), "{e}");
@@ -247,33 +161,24 @@ fn sql_statements_map_to_the_engine() {
         &format!("RESTORE FILELISTONLY FROM DISK = '{a}', DISK = '{b}'"),
     ]);
     assert!(out.contains("base/16384/1259"), "{out}");
-    let e = fails(
-        &[
-            "sql",
-            "--source",
-            &source,
-            "BACKUP DATABASE src TO DISK = 'NUL' WITH MIRROR_TO, ENCRYPTION",
-        ],
+    let e = source_fails(
+        "sql",
+        &source,
+        &["BACKUP DATABASE src TO DISK = 'NUL' WITH MIRROR_TO, ENCRYPTION"],
         1,
     );
     assert!(e.contains("MIRROR_TO") && e.contains("ENCRYPTION"), "{e}");
-    let e = fails(
-        &[
-            "sql",
-            "--source",
-            &source,
-            "BACKUP DATABASE src TO DISK = 'NUL' WITH MAXTRANSFERSIZE = 1000",
-        ],
+    let e = source_fails(
+        "sql",
+        &source,
+        &["BACKUP DATABASE src TO DISK = 'NUL' WITH MAXTRANSFERSIZE = 1000"],
         1,
     );
     assert!(e.contains("multiple of 65536"), "{e}");
-    let e = fails(
-        &[
-            "sql",
-            "--source",
-            &source,
-            "BACKUP DATABASE src TO URL = 'https://x'",
-        ],
+    let e = source_fails(
+        "sql",
+        &source,
+        &["BACKUP DATABASE src TO URL = 'https://x'"],
         1,
     );
     assert!(e.contains("URL is not supported"), "{e}");

@@ -2,7 +2,10 @@
 //! time recovery, page checksum failures, and the bad inputs a DBA will meet.
 
 mod common;
-use common::pg::{amcheck, assert_pgbench_consistent, give_to_postgres, pgbench, postgres_dir, Pg};
+use common::pg::{
+    amcheck, assert_pgbench_consistent, give_to_postgres, pgbench, postgres_dir,
+    restore_for_postgres, Pg,
+};
 use common::*;
 use std::time::Duration;
 
@@ -23,17 +26,7 @@ fn hot_backup_under_pgbench_restores_and_starts_consistent() {
         .unwrap();
     let (a, b) = (s(&work.join("a.pv")), s(&work.join("b.pv")));
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
-    let j = json(&[
-        "backup",
-        "--source",
-        &url,
-        "--to",
-        &a,
-        "--to",
-        &b,
-        "--compress",
-        "lz4",
-    ]);
+    let j = json(&backup_args(&url, &[&a, &b], &["--compress", "lz4"]));
     assert!(load.wait().unwrap().success());
     assert_eq!(j["extra"]["data_checksums"], true);
     assert!(j["extra"]["backup_label"]
@@ -64,17 +57,7 @@ fn hot_backup_under_pgbench_restores_and_starts_consistent() {
         .any(|p| p.starts_with("pg_stat_tmp/") || p.starts_with("pg_replslot/")));
 
     let target = work.join("restored");
-    ok(&[
-        "restore",
-        "--from",
-        &a,
-        "--from",
-        &b,
-        "--to",
-        &s(&target),
-        "--owner",
-        "postgres",
-    ]);
+    restore_for_postgres(&["--from", &a, "--from", &b], &target, &[]);
     let restored = Pg::adopt(&target);
     let after: i64 = restored
         .sql("SELECT count(*) FROM pgbench_history")
@@ -137,17 +120,7 @@ fn point_in_time_recovery_to_an_lsn_and_to_a_time() {
 
     for (flag, value) in [("--until-lsn", lsn1.as_str()), ("--until", t1.as_str())] {
         let target = postgres_dir("pitr-target").join("data");
-        let out = ok(&[
-            "restore",
-            "--repo",
-            &repo_s,
-            "--to",
-            &s(&target),
-            flag,
-            value,
-            "--owner",
-            "postgres",
-        ]);
+        let out = restore_for_postgres(&["--repo", &repo_s], &target, &[flag, value]);
         assert!(out.contains("recovery stops before"), "{out}");
         let r = Pg::adopt(&target);
         r.wait_promoted();
@@ -162,15 +135,7 @@ fn point_in_time_recovery_to_an_lsn_and_to_a_time() {
     }
     // Without a target: everything archived is replayed.
     let target = postgres_dir("pitr-all").join("data");
-    ok(&[
-        "restore",
-        "--repo",
-        &repo_s,
-        "--to",
-        &s(&target),
-        "--owner",
-        "postgres",
-    ]);
+    restore_for_postgres(&["--repo", &repo_s], &target, &[]);
     let r = Pg::adopt(&target);
     r.wait_promoted();
     assert_eq!(
@@ -234,27 +199,11 @@ fn cluster_without_checksums_backs_up_and_restores() {
     let work = postgres_dir("nochk");
     let st = s(&work.join("x.pv"));
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
-    let j = json(&[
-        "backup",
-        "--source",
-        &url,
-        "--to",
-        &st,
-        "--compress",
-        "zstd",
-    ]);
+    let j = json(&backup_args(&url, &[&st], &["--compress", "zstd"]));
     assert_eq!(j["extra"]["data_checksums"], false);
     ok(&["verify", "--from", &st]);
     let target = work.join("r");
-    ok(&[
-        "restore",
-        "--from",
-        &st,
-        "--to",
-        &s(&target),
-        "--owner",
-        "postgres",
-    ]);
+    restore_for_postgres(&["--from", &st], &target, &[]);
     let r = Pg::adopt(&target);
     assert_eq!(r.sql("SELECT count(*) FROM t"), "50000");
     drop(r);
@@ -367,17 +316,7 @@ fn tablespaces_are_read_on_their_own_volume_and_restored() {
     );
     let moved = work.join("moved-ts");
     let map = format!("{oid}={}", s(&moved));
-    ok(&[
-        "restore",
-        "--from",
-        &st,
-        "--to",
-        &s(&target),
-        "--owner",
-        "postgres",
-        "--tablespace-map",
-        &map,
-    ]);
+    restore_for_postgres(&["--from", &st], &target, &["--tablespace-map", &map]);
     assert_eq!(
         std::fs::read_link(target.join("pg_tblspc").join(&oid)).unwrap(),
         moved
@@ -464,17 +403,7 @@ fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
 
     let target = postgres_dir("diff-target").join("data");
     let page = repo.join("restore.html");
-    let out = ok(&[
-        "restore",
-        "--repo",
-        &repo_s,
-        "--to",
-        &s(&target),
-        "--owner",
-        "postgres",
-        "--report",
-        &s(&page),
-    ]);
+    let out = restore_for_postgres(&["--repo", &repo_s], &target, &["--report", &s(&page)]);
     assert!(out.contains("differential"), "{out}");
     // Both sets restored count: the full one and the differential over it.
     let d = report_data(&page);

@@ -120,15 +120,6 @@ fn not_a_database() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("x.db");
     std::fs::write(&f, vec![7u8; 5000]).unwrap();
-    let e = fails(
-        &[
-            "backup",
-            "--source",
-            &format!("sqlite:{}", s(&f)),
-            "--to",
-            "NUL",
-        ],
-        1,
-    );
+    let e = backup_fails(&format!("sqlite:{}", s(&f)), "NUL", &[], 1);
     assert!(e.contains("is not a SQLite database"), "{e}");
 }

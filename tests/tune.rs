@@ -69,26 +69,9 @@ fn tune_searches_a_sample_and_recommends_no_worse_than_the_defaults() {
     assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
 
     // A budget the defaults do not fit in is a clear error.
-    let e = fails(
-        &[
-            "tune",
-            "--source",
-            &format!("files:{}", s(&src)),
-            "--memory-budget",
-            "1M",
-        ],
-        1,
-    );
+    let source = format!("files:{}", s(&src));
+    let e = source_fails("tune", &source, &["--memory-budget", "1M"], 1);
     assert!(e.contains("memory-budget"), "{e}");
-    let e = fails(
-        &[
-            "tune",
-            "--source",
-            &format!("files:{}", s(&src)),
-            "--to",
-            "/no/such/dir",
-        ],
-        1,
-    );
+    let e = source_fails("tune", &source, &["--to", "/no/such/dir"], 1);
     assert!(e.contains("existing directory"), "{e}");
 }

@@ -129,6 +129,33 @@ pub fn fails(args: &[&str], code: i32) -> String {
     r.stderr
 }
 
+/// Runs `pagevault CMD --source SOURCE EXTRA...` and insists on failure with `code`,
+/// returning stderr.
+pub fn source_fails(cmd: &str, source: &str, extra: &[&str], code: i32) -> String {
+    let mut a = vec![cmd, "--source", source];
+    a.extend_from_slice(extra);
+    fails(&a, code)
+}
+
+/// Runs `pagevault backup --source SOURCE --to TO EXTRA...` and insists on failure with
+/// `code`, returning stderr.
+pub fn backup_fails(source: &str, to: &str, extra: &[&str], code: i32) -> String {
+    let mut a = vec!["--to", to];
+    a.extend_from_slice(extra);
+    source_fails("backup", source, &a, code)
+}
+
+/// The arguments of `pagevault backup --source SOURCE`, a `--to` for each of `to`, and
+/// `extra`.
+pub fn backup_args<'a>(source: &'a str, to: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["backup", "--source", source];
+    for t in to {
+        a.extend(["--to", t]);
+    }
+    a.extend_from_slice(extra);
+    a
+}
+
 /// Backs up `src` (a directory or one file) to the stripe file `set` with `extra` options;
 /// insists on success.
 pub fn backup_files(src: &Path, set: &str, extra: &[&str]) -> String {

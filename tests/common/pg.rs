@@ -339,6 +339,17 @@ impl Pg {
     }
 }
 
+/// Restores `from` (`--from` stripes or `--repo DIR`) to `target` for the postgres user,
+/// with `extra` options; insists on success and returns stdout.
+pub fn restore_for_postgres(from: &[&str], target: &Path, extra: &[&str]) -> String {
+    let to = target.display().to_string();
+    let mut a = vec!["restore"];
+    a.extend_from_slice(from);
+    a.extend(["--to", &to, "--owner", "postgres"]);
+    a.extend_from_slice(extra);
+    super::ok(&a)
+}
+
 /// Restores repository `repo` into a new data directory for the postgres user, with
 /// `extra` options; returns the directory and restore's JSON.
 pub fn restore_repo(repo: &str, extra: &[&str]) -> (PathBuf, serde_json::Value) {

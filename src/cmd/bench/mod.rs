@@ -32,17 +32,6 @@ use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-/// The profile names, in the order they run.
-pub const PROFILES: [&str; 7] = [
-    "oltp-log",
-    "oltp-data",
-    "bulk-insert",
-    "read-ahead",
-    "backup",
-    "restore",
-    "checkdb",
-];
-
 fn bench_size(s: &str) -> Result<u64, String> {
     units::parse_in_range(s, 1, 1 << 44, "test file size", false)
 }
@@ -80,7 +69,7 @@ pub struct BenchArgs {
     pub path: PathBuf,
     /// Profile to run; repeat it or separate names with commas. Default: all of them.
     #[arg(long = "profile", value_name = "NAME", value_delimiter = ',',
-          value_parser = PossibleValuesParser::new(PROFILES))]
+          value_parser = PossibleValuesParser::new(profiles::names()))]
     pub profiles: Vec<String>,
     /// Size of the test file (64M, 1G, 1GiB ...). Larger than the storage's caches gives
     /// truer figures; each profile needs a minimum (backup 16 MiB).
@@ -110,7 +99,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
     }
     if names.is_empty() {
-        names = PROFILES.to_vec();
+        names = profiles::names().collect();
     }
     let specs: Vec<&Spec> = names.iter().map(|n| spec(n)).collect();
     for s in &specs {

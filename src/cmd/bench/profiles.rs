@@ -166,6 +166,11 @@ impl Spec {
     }
 }
 
+/// The profile names, in the order they run.
+pub(super) fn names() -> impl Iterator<Item = &'static str> {
+    SPECS.iter().map(|s| s.name)
+}
+
 pub(super) fn spec(name: &str) -> &'static Spec {
     SPECS
         .iter()
