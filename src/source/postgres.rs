@@ -130,6 +130,9 @@ const SKIP_FILES: &[&str] = &[
     "standby.signal",
 ];
 
+mod check;
+pub use check::PageChecker;
+
 impl Postgres {
     /// Parses the source URL; `pgdata` from `?pgdata=` or the option.
     pub fn new(spec: &str, pgdata: Option<PathBuf>, label: String) -> Result<Postgres> {
@@ -575,89 +578,6 @@ fn wal_range(first: &str, last: &str, seg_size: u64) -> Result<Vec<String>> {
     Ok((a..=b.max(a))
         .map(|s| crate::pg::segment_name_for(tli, s, seg_size))
         .collect())
-}
-
-/// Verifies page checksums of relation files as chunks pass through the pipeline.
-pub struct PageChecker {
-    /// Entry id -> segment number, for relation files only.
-    segments: HashMap<u32, u32>,
-    verify: bool,
-    start_lsn: u64,
-    /// Differential: pages at or after this LSN (the base's start) are stored.
-    base_lsn: Option<u64>,
-    diff_ids: HashSet<u32>,
-    continue_after_error: bool,
-    pub failures: Mutex<Vec<String>>,
-    /// Set when the server went away: the next chunk fails the backup.
-    gone: Arc<OnceLock<String>>,
-}
-
-impl ChunkFilter for PageChecker {
-    fn select(&self, file: &ReadFile, _offset: u64, data: &[u8]) -> Option<PageSet> {
-        let base = self.base_lsn?;
-        if !self.diff_ids.contains(&file.id) {
-            return None;
-        }
-        let mut sel = [0u64; 32];
-        for (i, page) in data.chunks(pgpage::BLCKSZ).enumerate() {
-            // New pages are kept too: the base may hold older content at that place.
-            if page.len() < pgpage::BLCKSZ || pgpage::is_new(page) || pgpage::lsn(page) >= base {
-                sel[i / 64] |= 1 << (i % 64);
-            }
-        }
-        Some(sel)
-    }
-
-    fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
-        if let Some(m) = self.gone.get() {
-            return Err(m.clone());
-        }
-        if !self.verify {
-            return Ok(());
-        }
-        let Some(&seg) = self.segments.get(&file.id) else {
-            return Ok(());
-        };
-        for (i, page) in data.chunks_exact(pgpage::BLCKSZ).enumerate() {
-            if pgpage::is_new(page) {
-                continue;
-            }
-            let block = ((offset as usize / pgpage::BLCKSZ) + i) as u32;
-            let blkno = seg * pgpage::RELSEG_SIZE + block;
-            if pgpage::checksum(page, blkno) == pgpage::stored_checksum(page) {
-                continue;
-            }
-            // Pages changed after the backup started are replayed from WAL; a torn read
-            // of a page being written is read again before it is called damage.
-            if pgpage::lsn(page) >= self.start_lsn {
-                continue;
-            }
-            let mut again = vec![0u8; pgpage::BLCKSZ];
-            let reread = std::fs::File::open(&file.path)
-                .and_then(|f| f.read_exact_at(&mut again, offset + (i * pgpage::BLCKSZ) as u64));
-            if reread.is_ok()
-                && (pgpage::lsn(&again) >= self.start_lsn
-                    || pgpage::checksum(&again, blkno) == pgpage::stored_checksum(&again))
-            {
-                continue;
-            }
-            let msg = format!(
-                "page checksum failure in '{}', block {block}: stored {:#06x}, computed {:#06x}",
-                file.path.display(),
-                pgpage::stored_checksum(page),
-                pgpage::checksum(page, blkno)
-            );
-            if !self.continue_after_error {
-                return Err(format!("{msg}; the backup stops (use --continue-after-error to store the set marked damaged)"));
-            }
-            self.failures.lock().unwrap().push(msg);
-        }
-        Ok(())
-    }
-
-    fn problems(&self) -> Vec<String> {
-        self.failures.lock().unwrap().clone()
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,252 @@
+//! Building a store client from the environment, and its errors in plain words.
+
+use super::*;
+
+pub(super) const CREDS: &str = "the store refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (s3://) or the AZURE_STORAGE_* variables (azure://)";
+
+/// Turns an object_store error into a message that says what to do.
+pub(super) fn explain(name: &str, what: &str, e: object_store::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let hint = match &e {
+        object_store::Error::NotFound { .. } if text.contains("NoSuchBucket") => {
+            "the bucket does not exist: create it first"
+        }
+        object_store::Error::NotFound { .. } if text.contains("ContainerNotFound") => {
+            "the container does not exist: create it first"
+        }
+        object_store::Error::NotFound { .. } => "it does not exist",
+        object_store::Error::Unauthenticated { .. }
+        | object_store::Error::PermissionDenied { .. } => CREDS,
+        _ if text.contains("SignatureDoesNotMatch")
+            || text.contains("InvalidAccessKeyId")
+            || text.contains("AuthenticationFailed")
+            || text.contains("403 Forbidden") =>
+        {
+            CREDS
+        }
+        _ if text.contains("NoSuchBucket") => "the bucket does not exist: create it first",
+        _ if text.contains("ContainerNotFound") => "the container does not exist: create it first",
+        _ if text.contains("retries") || text.contains("error sending request") => {
+            "the store did not answer (retried with back-off until the time limit)"
+        }
+        _ => "",
+    };
+    let text = compact(&redact(&text));
+    if hint.is_empty() {
+        anyhow!("{what} '{name}': {text}")
+    } else {
+        anyhow!("{what} '{name}': {hint} ({text})")
+    }
+}
+
+/// A server's XML error body shrunk to its code and the first line of its message.
+pub(super) fn compact(text: &str) -> String {
+    let tag = |t: &str| -> Option<String> {
+        let a = text.find(&format!("<{t}>"))? + t.len() + 2;
+        let b = text[a..].find(&format!("</{t}>"))? + a;
+        Some(text[a..b].lines().next().unwrap_or("").trim().to_string())
+    };
+    match (text.find(": <?xml"), tag("Code")) {
+        (Some(at), Some(code)) => format!(
+            "{}: {code}: {}",
+            &text[..at],
+            tag("Message").unwrap_or_default()
+        ),
+        _ => text.to_string(),
+    }
+}
+
+/// Removes anything that looks like a signature or key from a server message.
+pub(super) fn redact(s: &str) -> String {
+    const KEYS: [&str; 4] = [
+        "x-amz-signature=",
+        "x-amz-credential=",
+        "x-amz-security-token=",
+        "sig=",
+    ];
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    loop {
+        let lower = rest.to_ascii_lowercase();
+        let hit = KEYS
+            .iter()
+            .filter_map(|k| lower.find(k).map(|i| (i, k.len())))
+            .min();
+        let Some((i, kl)) = hit else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..i + kl]);
+        out.push_str("REDACTED");
+        let after = &rest[i + kl..];
+        let end = after
+            .find(|c: char| c == '&' || c == '"' || c.is_whitespace())
+            .unwrap_or(after.len());
+        rest = &after[end..];
+    }
+}
+
+pub(super) fn is_loopback(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or(url);
+    let host = rest.split('/').next().unwrap_or("");
+    let host = if host.starts_with('[') {
+        host.split(']').next().unwrap_or("").trim_start_matches('[')
+    } else {
+        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+    };
+    host == "localhost" || host == "::1" || host.starts_with("127.")
+}
+
+pub(super) fn check_endpoint(url: &str, var: &str) -> Result<bool> {
+    if url.starts_with("https://") {
+        return Ok(false);
+    }
+    if !url.starts_with("http://") {
+        bail!("{var} '{url}' is not an http:// or https:// URL");
+    }
+    if !is_loopback(url) {
+        bail!("{var} '{url}': plain HTTP is allowed only to a loopback address; use https://");
+    }
+    Ok(true)
+}
+
+/// Client options; a private CA (a self-signed test server, a company CA) comes from
+/// PAGEVAULT_CA_FILE, or AWS_CA_BUNDLE for S3, as a PEM bundle (README, Object storage).
+pub(super) fn client_options(allow_http: bool, kind: Kind) -> Result<ClientOptions> {
+    let mut o = ClientOptions::new()
+        .with_allow_http(allow_http)
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(120));
+    let ca = std::env::var("PAGEVAULT_CA_FILE")
+        .ok()
+        .map(|f| (f, "PAGEVAULT_CA_FILE"))
+        .or_else(|| {
+            (kind == Kind::S3)
+                .then(|| std::env::var("AWS_CA_BUNDLE").ok())
+                .flatten()
+                .map(|f| (f, "AWS_CA_BUNDLE"))
+        });
+    if let Some((file, var)) = ca {
+        let pem =
+            std::fs::read(&file).map_err(|e| anyhow!("{var} '{file}' cannot be read: {e}"))?;
+        let certs = object_store::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| anyhow!("{var} '{file}' holds no usable PEM certificate: {e}"))?;
+        for c in certs {
+            o = o.with_root_certificate(c);
+        }
+    }
+    Ok(o)
+}
+
+/// Retries for up to PAGEVAULT_RETRY_SECONDS (README, Object storage; the tests shorten
+/// it to fail fast against a server they stopped).
+pub(super) fn retry_config() -> RetryConfig {
+    let secs = std::env::var("PAGEVAULT_RETRY_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(180u64);
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            base: 2.0,
+        },
+        max_retries: 20,
+        retry_timeout: Duration::from_secs(secs),
+    }
+}
+
+pub(super) fn build_s3(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
+    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let endpoint = OPTIONS
+        .get()
+        .and_then(|o| o.s3_endpoint.clone())
+        .map(|e| (e, "--s3-endpoint"))
+        .or_else(|| {
+            std::env::var("AWS_ENDPOINT_URL")
+                .ok()
+                .map(|e| (e, "AWS_ENDPOINT_URL"))
+        });
+    let mut allow_http = false;
+    if let Some((e, var)) = endpoint {
+        allow_http = check_endpoint(&e, var)?;
+        b = b.with_endpoint(e);
+    }
+    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+    {
+        b = b.with_region("us-east-1");
+    }
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        bail!("s3://{bucket}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
+    }
+    // No SHA-256 of every part on both ends: TLS guards the transfer, and every frame
+    // carries its own CRC32C and content digest, checked on restore.
+    b.with_unsigned_payload(true)
+        .with_client_options(client_options(allow_http, Kind::S3)?)
+        .with_retry(retry_config())
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| anyhow!("s3://{bucket}: {}", redact(&e.to_string())))
+}
+
+/// `Key=Value;...` of an Azure connection string.
+pub(super) fn connection_string(s: &str) -> HashMap<String, String> {
+    s.split(';')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect()
+}
+
+pub(super) fn build_azure(container: &str) -> Result<Arc<dyn ObjectStore>> {
+    let mut b = MicrosoftAzureBuilder::new().with_container_name(container);
+    let mut allow_http = false;
+    let mut have_creds = false;
+    if let Ok(cs) = std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
+        let kv = connection_string(&cs);
+        if kv
+            .get("usedevelopmentstorage")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            b = b.with_use_emulator(true);
+            allow_http = true;
+            have_creds = true;
+        }
+        if let Some(a) = kv.get("accountname") {
+            b = b.with_account(a);
+        }
+        if let Some(k) = kv.get("accountkey") {
+            b = b.with_access_key(k);
+            have_creds = true;
+        }
+        if let Some(e) = kv.get("blobendpoint") {
+            allow_http = check_endpoint(e, "BlobEndpoint of AZURE_STORAGE_CONNECTION_STRING")?;
+            b = b.with_endpoint(e.trim_end_matches('/').to_string());
+        }
+    } else {
+        let emulator = std::env::var("AZURE_STORAGE_USE_EMULATOR")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+        if emulator {
+            b = b.with_use_emulator(true);
+            allow_http = true;
+            have_creds = true;
+        }
+        if let Ok(a) = std::env::var("AZURE_STORAGE_ACCOUNT_NAME") {
+            b = b.with_account(a);
+        }
+        if let Ok(k) = std::env::var("AZURE_STORAGE_ACCOUNT_KEY") {
+            b = b.with_access_key(k);
+            have_creds = true;
+        }
+    }
+    if !have_creds {
+        bail!("azure://{container}: no credentials: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (AZURE_STORAGE_USE_EMULATOR=true for Azurite)");
+    }
+    b.with_client_options(client_options(allow_http, Kind::Azure)?)
+        .with_retry(retry_config())
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| anyhow!("azure://{container}: {}", redact(&e.to_string())))
+}

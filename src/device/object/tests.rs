@@ -1,0 +1,49 @@
+use super::retry::backoff_of;
+use super::stripe::part_size;
+use super::*;
+
+#[test]
+fn backoff_message_parses() {
+    assert_eq!(
+        backoff_of("Encountered server error with status 503 Service Unavailable, backing off for 0.25 seconds, retry 1 of 10"),
+        Some(0.25)
+    );
+    assert_eq!(backoff_of("something else"), None);
+}
+
+#[test]
+fn parts_fit_any_stripe() {
+    for kind in [Kind::S3, Kind::Azure] {
+        for expected in [0u64, 1 << 30, 1 << 40, 5 << 40] {
+            let (base, step) = part_plan(kind, 1 << 20, expected);
+            let max_parts = if kind == Kind::S3 {
+                S3_MAX_PARTS
+            } else {
+                AZ_MAX_PARTS
+            };
+            let total: u64 = (0..max_parts)
+                .map(|i| part_size(kind, base, step, i) as u64)
+                .sum();
+            // Even twice the expected size (at least 1 TiB) fits in the part limit.
+            assert!(total >= (2 * expected).max(1 << 40), "{kind:?} {expected}");
+            if kind == Kind::S3 {
+                assert!(base >= S3_MIN_PART);
+            }
+        }
+    }
+}
+
+#[test]
+fn loopback_only_for_http() {
+    assert!(check_endpoint("http://127.0.0.1:9000", "x").unwrap());
+    assert!(check_endpoint("http://localhost:9000/", "x").unwrap());
+    assert!(check_endpoint("http://[::1]:9000", "x").unwrap());
+    assert!(check_endpoint("http://example.com:9000", "x").is_err());
+    assert!(!check_endpoint("https://example.com", "x").unwrap());
+}
+
+#[test]
+fn signatures_are_redacted() {
+    let r = redact("GET http://h/b/k?X-Amz-Credential=AKIA/x&X-Amz-Signature=abc123 failed");
+    assert!(!r.contains("abc123") && !r.contains("AKIA"), "{r}");
+}

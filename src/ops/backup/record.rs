@@ -1,0 +1,183 @@
+//! What a backup leaves: the set's manifest, its catalog record and the --report page.
+
+use super::*;
+
+/// What the text shows besides the manifest: warnings, pages per volume and file.
+pub(super) struct Text {
+    pub(super) warnings: Vec<String>,
+    pub(super) vol_pages: Vec<u64>,
+    pub(super) file_pages: Vec<(String, u64)>,
+}
+
+/// The set's manifest: every entry with its checksum and pages (a file that vanished
+/// is left out), the stripes and totals.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn manifest(
+    o: &BackupOptions,
+    set_hex: &str,
+    dest: &Dest,
+    input: &Input,
+    out: &Outcome,
+    params: &Params,
+    extra: BTreeMap<String, serde_json::Value>,
+    problems: &[String],
+    started: chrono::DateTime<chrono::Utc>,
+) -> (Manifest, Text) {
+    let finished = chrono::Utc::now();
+    let page_size = params.page_size as u64;
+    let kind = &input.info.kind;
+    let result_of: HashMap<usize, &backup::FileResult> =
+        input.plan_ids.iter().copied().zip(&out.files).collect();
+    let mut files: Vec<FileEntry> = vec![];
+    let mut text = Text {
+        warnings: vec![],
+        vol_pages: vec![0u64; input.vols.names.len().max(1)],
+        file_pages: vec![],
+    };
+    let mut pages = 0u64;
+    for (i, e) in input.entries.iter().enumerate() {
+        let mut checksum = String::new();
+        if let Some(r) = result_of.get(&i) {
+            if r.vanished {
+                if kind != "postgres" {
+                    text.warnings.push(format!(
+                        "'{}' vanished during the backup and is not in the set",
+                        e.rel_path
+                    ));
+                }
+                continue;
+            }
+            if r.shrank && kind != "postgres" {
+                text.warnings.push(format!(
+                    "'{}' shrank while it was read; its end is stored as zeros",
+                    e.rel_path
+                ));
+            }
+            checksum = r.checksum.clone();
+        }
+        let p = e.size.div_ceil(page_size);
+        pages += p;
+        if e.kind == EntryKind::File {
+            text.vol_pages[input.vols.index[&e.dev]] += p;
+            text.file_pages.push((e.rel_path.clone(), p));
+        }
+        files.push(FileEntry {
+            id: i as u32,
+            path: e.rel_path.clone(),
+            kind: e.kind,
+            size: e.size,
+            mode: e.mode,
+            mtime: e.mtime,
+            pages: p,
+            checksum,
+            link_target: e.link_target.clone(),
+        });
+    }
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        set_id: set_hex.to_string(),
+        name: o.name.clone(),
+        backup_type: o.backup_type.clone(),
+        copy_only: o.copy_only || dest.discard,
+        damaged: !problems.is_empty(),
+        source: input.info.clone(),
+        codec: params.codec.describe(),
+        block_size: o.block_size as u32,
+        transfer_size: o.max_transfer_size as u32,
+        page_size: page_size as u32,
+        started: started.to_rfc3339(),
+        finished: finished.to_rfc3339(),
+        seconds: out.wall.as_secs_f64(),
+        stripes: (out.stripes.iter().zip(&dest.devices).enumerate())
+            .map(|(i, (s, d))| StripeInfo {
+                index: i as u32,
+                device: d.describe(),
+                frames: s.frames,
+                body_end: s.body_end,
+            })
+            .collect(),
+        totals: Totals {
+            files: files.iter().filter(|f| f.kind == EntryKind::File).count() as u64,
+            raw_bytes: out.raw_bytes,
+            stored_bytes: out.stored_bytes,
+            pages,
+            frames: out.stripes.iter().map(|s| s.frames).sum(),
+        },
+        files,
+        extra,
+    };
+    (manifest, text)
+}
+
+/// The set's line in the repository's catalog.
+pub(super) fn catalog_entry(
+    o: &BackupOptions,
+    dest: &Dest,
+    repo: &Repo,
+    manifest: &Manifest,
+    info: &SourceInfo,
+) -> CatalogEntry {
+    let fact = |k: &str| {
+        manifest
+            .extra
+            .get(k)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    CatalogEntry {
+        set_id: manifest.set_id.clone(),
+        name: o.name.clone(),
+        backup_type: manifest.backup_type.clone(),
+        copy_only: manifest.copy_only,
+        damaged: manifest.damaged,
+        base_set: dest.base.as_ref().map(|(e, _)| e.set_id.clone()),
+        source_kind: info.kind.clone(),
+        database: info.database.clone(),
+        system_identifier: info.identity.get("system_identifier").cloned(),
+        timeline: manifest
+            .extra
+            .get("timeline")
+            .and_then(|v| v.as_u64())
+            .map(|t| t as u32),
+        start_lsn: fact("start_lsn"),
+        stop_lsn: fact("stop_lsn"),
+        start_wal: fact("start_wal"),
+        stop_wal: fact("stop_wal"),
+        started: manifest.started.clone(),
+        finished: manifest.finished.clone(),
+        seconds: manifest.seconds,
+        raw_bytes: manifest.totals.raw_bytes,
+        stored_bytes: manifest.totals.stored_bytes,
+        codec: manifest.codec.clone(),
+        stripes: dest.specs.iter().map(|p| repo.relative(p)).collect(),
+    }
+}
+
+/// The HTML page (--report): the configuration, the summary and the timeline.
+pub(super) fn write_report(
+    o: &BackupOptions,
+    path: &Path,
+    r: &BackupReport,
+    series: report::Series,
+    devices: &[Box<dyn Device>],
+) -> Result<()> {
+    let summary = serde_json::to_value(r)?;
+    let mut config = serde_json::json!({"source": o.source});
+    config
+        .as_object_mut()
+        .unwrap()
+        .extend(summary["config"].as_object().cloned().unwrap_or_default());
+    let page = report::Report {
+        command: "backup",
+        config,
+        summary: &summary,
+        series,
+        read_names: r
+            .volumes
+            .iter()
+            .map(|v| v.name.display().to_string())
+            .collect(),
+        write_names: devices.iter().map(|d| d.describe()).collect(),
+    };
+    report::write(path, &page)
+}
