@@ -14,9 +14,7 @@ struct Set {
 
 /// A backup of `make_tree` in 64K transfers, striped over the files named `names`.
 fn tree_set(codec: &str, names: &[&str]) -> (tempfile::TempDir, Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let paths: Vec<String> = names.iter().map(|n| s(&dir.path().join(n))).collect();
     let source = format!("files:{}", s(&src));
     let mut args = vec!["backup", "--source", &source];
@@ -388,9 +386,7 @@ fn duplicated_and_missing_frames_are_caught() {
 /// compression) or before it (a compressed set).
 #[test]
 fn a_file_that_cannot_be_created_fails_the_restore_by_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let long = format!("base/16384/{}", "f".repeat(70));
     fs::write(src.join(&long), b"a file with a long name").unwrap();
     for codec in ["none", "lz4"] {

@@ -5,9 +5,7 @@ use common::*;
 
 #[test]
 fn nul_backup_prints_sql_server_lines_and_is_copy_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let src_arg = format!("files:{}", s(&src));
     let out = ok(&[
         "backup",
@@ -59,9 +57,7 @@ fn nul_backup_prints_sql_server_lines_and_is_copy_only() {
 
 #[test]
 fn header_and_files_describe_the_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
     let source = format!("files:{}", s(&src));
     let named = ["--compress", "lz4", "--name", "nightly", "--copy-only"];
@@ -111,9 +107,7 @@ fn bad_arguments_are_usage_errors_with_the_range() {
 
 #[test]
 fn restore_refuses_a_non_empty_target_without_replace() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let st = s(&dir.path().join("x.pv"));
     backup_files(&src, &st, &[]);
     let out = dir.path().join("out");
@@ -129,9 +123,7 @@ fn restore_refuses_a_non_empty_target_without_replace() {
 
 #[test]
 fn sql_statements_map_to_the_engine() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let source = format!("files:{}", s(&src));
     let out = ok(&[
         "sql",
@@ -188,9 +180,7 @@ fn sql_statements_map_to_the_engine() {
 
 #[test]
 fn restore_says_where_its_time_went_outside_the_pipeline() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     // Without compression files are created alongside the pipeline; with it, before.
     for (codec, creation) in [
         (

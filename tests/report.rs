@@ -203,9 +203,7 @@ fn backup_and_restore_reports_add_up() {
 
 #[test]
 fn text_output_names_the_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let page = dir.path().join("nul.html");
     let out = ok(&[
         "backup",
@@ -388,9 +386,7 @@ fn a_headless_browser_renders_the_charts() {
 
 #[test]
 fn a_bad_report_path_stops_before_any_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let stripe = dir.path().join("a.pv");
     let missing = dir.path().join("no/such/dir/r.html");
     let args = |report: &str| {

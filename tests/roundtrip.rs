@@ -4,9 +4,7 @@ mod common;
 use common::*;
 
 fn round_trip(codec: &str, stripes: usize, transfer: &str, block: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    make_tree(&src);
+    let (dir, src) = tree_in_tempdir();
     let devs: Vec<String> = (0..stripes)
         .map(|i| s(&dir.path().join(format!("s{i}.pv"))))
         .collect();

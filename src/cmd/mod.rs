@@ -145,6 +145,15 @@ pub fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap());
 }
 
+/// With --json, prints a use case's report as JSON and says so (the caller then prints
+/// no text).
+pub fn printed_json<T: serde::Serialize>(report: &T, json: bool) -> bool {
+    if json {
+        print_json(&serde_json::to_value(report).unwrap_or_default());
+    }
+    json
+}
+
 /// Object-store requests retried in this run, for the summary (text and JSON).
 pub fn retries_json() -> serde_json::Value {
     serde_json::to_value(crate::device::object::retry_stats()).unwrap_or_default()

@@ -2,7 +2,7 @@
 //! (ops::restore, ops::verify), report -> text or JSON.
 
 use super::PrintWaits;
-use super::{print_json, Reporter};
+use super::Reporter;
 use crate::engine::stats::Progress;
 use crate::ops::restore::{self, RestoreOptions, RestoreReport};
 use crate::ops::verify::{self, ReadOptions, VerifyOptions, VerifyReport};
@@ -129,8 +129,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<()> {
 }
 
 pub fn print_restore(r: &RestoreReport, json: bool) {
-    if json {
-        print_json(&serde_json::to_value(r).unwrap_or_default());
+    if super::printed_json(r, json) {
         return;
     }
     println!(
@@ -168,8 +167,7 @@ pub fn run_verify(a: VerifyArgs) -> Result<()> {
 }
 
 pub fn print_verify(r: &VerifyReport, json: bool) {
-    if json {
-        print_json(&serde_json::to_value(r).unwrap_or_default());
+    if super::printed_json(r, json) {
         return;
     }
     println!(

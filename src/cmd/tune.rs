@@ -120,53 +120,26 @@ impl Grid {
 
     /// The points that differ from `p` in dimension `dim` only.
     fn along(&self, p: &Point, dim: &str) -> Vec<Point> {
-        let mut out = vec![];
+        // One point per value of `field`, the rest as in `p`.
+        fn each<T: Clone>(p: &Point, vals: &[T], set: impl Fn(&mut Point, T)) -> Vec<Point> {
+            vals.iter()
+                .map(|v| {
+                    let mut q = p.clone();
+                    set(&mut q, v.clone());
+                    q
+                })
+                .collect()
+        }
         match dim {
-            "readers" => self.readers.iter().for_each(|&v| {
-                out.push(Point {
-                    readers: v,
-                    ..p.clone()
-                })
-            }),
-            "read_depth" => self.depth.iter().for_each(|&v| {
-                out.push(Point {
-                    read_depth: v,
-                    ..p.clone()
-                })
-            }),
-            "buffer_factor" => self.factor.iter().for_each(|&v| {
-                out.push(Point {
-                    buffer_factor: v,
-                    ..p.clone()
-                })
-            }),
-            "transfer_size" => self.transfer.iter().for_each(|&v| {
-                out.push(Point {
-                    transfer_size: v,
-                    ..p.clone()
-                })
-            }),
-            "stripes" => self.stripes.iter().for_each(|&v| {
-                out.push(Point {
-                    stripes: v,
-                    ..p.clone()
-                })
-            }),
-            "codec" => self.codecs.iter().for_each(|v| {
-                out.push(Point {
-                    codec: v.clone(),
-                    ..p.clone()
-                })
-            }),
-            "threads" => self.threads.iter().for_each(|&v| {
-                out.push(Point {
-                    threads: v,
-                    ..p.clone()
-                })
-            }),
+            "readers" => each(p, &self.readers, |q, v| q.readers = v),
+            "read_depth" => each(p, &self.depth, |q, v| q.read_depth = v),
+            "buffer_factor" => each(p, &self.factor, |q, v| q.buffer_factor = v),
+            "transfer_size" => each(p, &self.transfer, |q, v| q.transfer_size = v),
+            "stripes" => each(p, &self.stripes, |q, v| q.stripes = v),
+            "codec" => each(p, &self.codecs, |q, v| q.codec = v),
+            "threads" => each(p, &self.threads, |q, v| q.threads = v),
             _ => unreachable!(),
         }
-        out
     }
 }
 

@@ -42,6 +42,18 @@ pub struct SourceInfo {
     pub identity: BTreeMap<String, String>,
 }
 
+impl SourceInfo {
+    /// A source with no identity beyond its location (files, sqlite).
+    pub fn plain(kind: &str, location: String, database: String) -> SourceInfo {
+        SourceInfo {
+            kind: kind.into(),
+            location,
+            database,
+            identity: BTreeMap::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StripeInfo {
     pub index: u32,

@@ -229,11 +229,12 @@ pub fn trailer(manifest_raw: &[u8], body_end: u64, frame_count: u64, block: u64)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn header() -> MediaHeader {
+    /// A valid header for tests.
+    pub(crate) fn header() -> MediaHeader {
         MediaHeader {
             version: FORMAT_VERSION,
             block_size: 4096,

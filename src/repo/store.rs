@@ -169,10 +169,10 @@ impl DirStore {
     }
 
     fn path(&self, rel: &str) -> PathBuf {
-        if rel.is_empty() {
-            self.root.clone()
-        } else {
-            self.root.join(rel)
+        // An empty `rel` is the root itself (join would add a trailing slash).
+        match rel {
+            "" => self.root.clone(),
+            _ => self.root.join(rel),
         }
     }
 

@@ -117,23 +117,9 @@ pub fn commit(
 mod tests {
     use super::*;
     use crate::device::StripeSource;
-    use crate::format::{Codec, FORMAT_VERSION};
+    use crate::format::media::tests::header;
     use std::io;
     use std::path::Path;
-
-    fn header() -> MediaHeader {
-        MediaHeader {
-            version: FORMAT_VERSION,
-            block_size: 4096,
-            set_id: [7; 16],
-            stripe_index: 0,
-            stripe_count: 0,
-            codec: Codec::None,
-            page_size: 8192,
-            transfer_size: 1 << 20,
-            created_unix: 0,
-        }
-    }
 
     /// Creates every stripe and writes its header, as a backup's pipeline starts.
     fn started(devices: &[Box<dyn Device>]) -> Vec<StripeResult> {

@@ -4,7 +4,6 @@
 use super::{Source, SourceFile};
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{bail, Context, Result};
-use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -87,12 +86,7 @@ impl Source for Files {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| self.root.display().to_string());
-        SourceInfo {
-            kind: "files".into(),
-            location: self.root.display().to_string(),
-            database,
-            identity: BTreeMap::new(),
-        }
+        SourceInfo::plain("files", self.root.display().to_string(), database)
     }
     fn page_size(&self) -> u32 {
         self.page_size

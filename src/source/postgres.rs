@@ -254,17 +254,7 @@ impl Postgres {
                 // A tablespace: store its contents under pg_tblspc/OID, read on its own volume.
                 let target = std::fs::read_link(e.path())?;
                 self.walk(&target, &rel_full, out)?;
-                out.push(SourceFile {
-                    rel_path: rel_full.clone(),
-                    abs_path: target.clone(),
-                    kind: EntryKind::Dir,
-                    size: 0,
-                    mode: 0o700,
-                    mtime: m.mtime(),
-                    dev: m.dev(),
-                    missing_ok: true,
-                    link_target: None,
-                });
+                out.push(private_dir(rel_full.clone(), target.clone(), &m));
                 continue;
             }
             let kind = if ft.is_dir() {
@@ -296,21 +286,27 @@ impl Postgres {
             if ft.is_dir() && depth1 && EMPTY_DIRS.contains(&name.as_ref()) {
                 it.skip_current_dir();
                 if name == "pg_wal" {
-                    out.push(SourceFile {
-                        rel_path: "pg_wal/archive_status".into(),
-                        abs_path: e.path().join("archive_status"),
-                        kind: EntryKind::Dir,
-                        size: 0,
-                        mode: 0o700,
-                        mtime: m.mtime(),
-                        dev: m.dev(),
-                        missing_ok: true,
-                        link_target: None,
-                    });
+                    let status = e.path().join("archive_status");
+                    out.push(private_dir("pg_wal/archive_status".into(), status, &m));
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// A directory stored as PostgreSQL creates it (0700), with `m`'s time and device.
+fn private_dir(rel_path: String, abs_path: PathBuf, m: &std::fs::Metadata) -> SourceFile {
+    SourceFile {
+        rel_path,
+        abs_path,
+        kind: EntryKind::Dir,
+        size: 0,
+        mode: 0o700,
+        mtime: m.mtime(),
+        dev: m.dev(),
+        missing_ok: true,
+        link_target: None,
     }
 }
 

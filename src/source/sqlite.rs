@@ -50,12 +50,7 @@ impl Source for Sqlite {
             .file_stem()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "main".into());
-        SourceInfo {
-            kind: "sqlite".into(),
-            location: self.path.display().to_string(),
-            database,
-            identity: BTreeMap::new(),
-        }
+        SourceInfo::plain("sqlite", self.path.display().to_string(), database)
     }
 
     fn page_size(&self) -> u32 {

@@ -190,6 +190,14 @@ pub fn bytes(seed: u64, n: usize, text: bool) -> Vec<u8> {
 
 /// A tree with what a backup must get right: empty files, sizes that are not a
 /// multiple of the page or transfer size, a sparse file, nesting, a link, modes.
+/// A scratch directory holding `src/`, a sample tree (make_tree); returns both.
+pub fn tree_in_tempdir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    (dir, src)
+}
+
 pub fn make_tree(root: &Path) {
     fs::create_dir_all(root.join("base/16384")).unwrap();
     fs::create_dir_all(root.join("empty_dir")).unwrap();
