@@ -5,7 +5,7 @@ use common::*;
 
 #[test]
 fn nul_backup_prints_sql_server_lines_and_is_copy_only() {
-    let (dir, src) = tree_in_tempdir();
+    let (_dir, src) = tree_in_tempdir();
     let src_arg = format!("files:{}", s(&src));
     let out = ok(&[
         "backup",
