@@ -338,32 +338,7 @@ pub fn run(a: TuneArgs) -> Result<()> {
             to: &a.to,
             cold: a.cold,
         };
-        let cores = default_threads();
-        let mut threads: Vec<usize> = vec![1, 2, 4, 8, 16]
-            .into_iter()
-            .filter(|&t| t <= cores)
-            .collect();
-        if !threads.contains(&cores) {
-            threads.push(cores);
-        }
-        let grid = Grid {
-            readers: vec![1, 2, 4],
-            depth: vec![1, 2, 4, 8],
-            factor: vec![1, 2, 4],
-            transfer: vec![256 << 10, 1 << 20, 4 << 20],
-            stripes: vec![1, 2, 4],
-            codecs: codecs.clone(),
-            threads,
-        };
-        let default = Point {
-            readers: 1,
-            read_depth: 4,
-            buffer_factor: 1,
-            transfer_size: 1 << 20,
-            stripes: 1,
-            codec: codecs[0].clone(),
-            threads: cores,
-        };
+        let (grid, default) = grid_and_defaults(&codecs);
         if !a.json {
             println!(
                 "Sampled {} of {} ({:.1}%) from {} files on {volumes} volume(s); {} per configuration, {} grid points.",
@@ -448,84 +423,21 @@ pub fn run(a: TuneArgs) -> Result<()> {
         }
         let mut all: Vec<Measured> = seen.into_values().collect();
         all.sort_by(|x, y| y.median.total_cmp(&x.median));
-        let flags = format!(
-            "--readers {} --read-depth {} --buffer-count {} --max-transfer-size {} --threads {} --compress {}{}",
-            best.point.readers,
-            best.point.read_depth,
-            best.buffer_count,
-            human_flag(best.point.transfer_size),
-            best.point.threads,
-            best.point.codec,
-            if best.point.stripes > 1 {
-                format!(" and {} stripes (--to per stripe, or --stripes {} with --repo)", best.point.stripes, best.point.stripes)
-            } else {
-                String::new()
-            }
-        );
+        let flags = recommended_flags(&best);
         let secs = started.elapsed().as_secs_f64();
         if !a.json {
-            println!();
-            println!(
-                "{:<3} {:>7} {:>5} {:>7} {:>8} {:>7} {:<8} {:>7} {:>9} {:>9} {:>9} {:>7} {:>6}",
-                "",
-                "readers",
-                "depth",
-                "buffers",
-                "transfer",
-                "stripes",
-                "codec",
-                "threads",
-                "median",
-                "min",
-                "max",
-                "spread",
-                "ratio"
-            );
-            for m in &all {
-                let tag = if m.point == best.point {
-                    "*"
-                } else if m.point == default {
-                    "d"
-                } else {
-                    ""
-                };
-                println!(
-                    "{:<3} {:>7} {:>5} {:>7} {:>8} {:>7} {:<8} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>5.2}x",
-                    tag,
-                    m.point.readers,
-                    m.point.read_depth,
-                    m.buffer_count,
-                    human_flag(m.point.transfer_size),
-                    m.point.stripes,
-                    m.point.codec,
-                    m.point.threads,
-                    m.median,
-                    m.min,
-                    m.max,
-                    m.spread * 100.0,
-                    m.compression_ratio
-                );
-            }
-            println!(
-                "(MB/s of source bytes read; * recommended, d the defaults; ratio = compression)"
-            );
-            println!(
-                "Measured {} of {} grid points ({:.0}%), {} over the memory budget skipped, in {secs:.1} s.",
-                all.len(),
-                grid.size(),
-                100.0 * all.len() as f64 / grid.size() as f64,
-                skipped
-            );
-            println!(
-                "Recommended: {flags}: {:.1} MB/s median against {:.1} MB/s with the defaults ({:.2}x), {} of buffers.",
-                best.median,
-                base.median,
-                best.median / base.median.max(1e-9),
-                human(best.memory_bytes)
-            );
-            if !a.cold {
-                println!("Trials read the sample from the page cache after a warm-up; add --cold to read it from the device each time.");
-            }
+            let summary = Summary {
+                all: &all,
+                best: &best,
+                base: &base,
+                default: &default,
+                grid_points: grid.size(),
+                skipped,
+                secs,
+                flags: &flags,
+                cold: a.cold,
+            };
+            print_table(&summary);
         }
         Ok(json!({
             "command": "tune",
@@ -549,6 +461,133 @@ pub fn run(a: TuneArgs) -> Result<()> {
         print_json(&v);
     }
     Ok(())
+}
+
+/// The grid `tune` searches and the defaults it starts from.
+fn grid_and_defaults(codecs: &[String]) -> (Grid, Point) {
+    let cores = default_threads();
+    let mut threads: Vec<usize> = vec![1, 2, 4, 8, 16]
+        .into_iter()
+        .filter(|&t| t <= cores)
+        .collect();
+    if !threads.contains(&cores) {
+        threads.push(cores);
+    }
+    let grid = Grid {
+        readers: vec![1, 2, 4],
+        depth: vec![1, 2, 4, 8],
+        factor: vec![1, 2, 4],
+        transfer: vec![256 << 10, 1 << 20, 4 << 20],
+        stripes: vec![1, 2, 4],
+        codecs: codecs.to_vec(),
+        threads,
+    };
+    let default = Point {
+        readers: 1,
+        read_depth: 4,
+        buffer_factor: 1,
+        transfer_size: 1 << 20,
+        stripes: 1,
+        codec: codecs[0].clone(),
+        threads: cores,
+    };
+    (grid, default)
+}
+
+/// The backup flags that give the best point.
+fn recommended_flags(best: &Measured) -> String {
+    format!(
+        "--readers {} --read-depth {} --buffer-count {} --max-transfer-size {} --threads {} --compress {}{}",
+        best.point.readers,
+        best.point.read_depth,
+        best.buffer_count,
+        human_flag(best.point.transfer_size),
+        best.point.threads,
+        best.point.codec,
+        if best.point.stripes > 1 {
+            format!(" and {} stripes (--to per stripe, or --stripes {} with --repo)", best.point.stripes, best.point.stripes)
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// What the text table shows.
+struct Summary<'a> {
+    all: &'a [Measured],
+    best: &'a Measured,
+    base: &'a Measured,
+    default: &'a Point,
+    grid_points: usize,
+    skipped: usize,
+    secs: f64,
+    flags: &'a str,
+    cold: bool,
+}
+
+fn print_table(s: &Summary) {
+    println!();
+    println!(
+        "{:<3} {:>7} {:>5} {:>7} {:>8} {:>7} {:<8} {:>7} {:>9} {:>9} {:>9} {:>7} {:>6}",
+        "",
+        "readers",
+        "depth",
+        "buffers",
+        "transfer",
+        "stripes",
+        "codec",
+        "threads",
+        "median",
+        "min",
+        "max",
+        "spread",
+        "ratio"
+    );
+    for m in s.all {
+        let tag = if m.point == s.best.point {
+            "*"
+        } else if m.point == *s.default {
+            "d"
+        } else {
+            ""
+        };
+        println!(
+                "{:<3} {:>7} {:>5} {:>7} {:>8} {:>7} {:<8} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>5.2}x",
+                tag,
+                m.point.readers,
+                m.point.read_depth,
+                m.buffer_count,
+                human_flag(m.point.transfer_size),
+                m.point.stripes,
+                m.point.codec,
+                m.point.threads,
+                m.median,
+                m.min,
+                m.max,
+                m.spread * 100.0,
+                m.compression_ratio
+            );
+    }
+    println!("(MB/s of source bytes read; * recommended, d the defaults; ratio = compression)");
+    println!(
+        "Measured {} of {} grid points ({:.0}%), {} over the memory budget skipped, in {:.1} s.",
+        s.all.len(),
+        s.grid_points,
+        100.0 * s.all.len() as f64 / s.grid_points as f64,
+        s.skipped,
+        s.secs
+    );
+    println!(
+        "Recommended: {}: {:.1} MB/s median against {:.1} MB/s with the defaults ({:.2}x), {} of buffers.",
+        s.flags,
+        s.best.median,
+        s.base.median,
+        s.best.median / s.base.median.max(1e-9),
+        human(s.best.memory_bytes)
+    );
+    if !s.cold {
+        println!("Trials read the sample from the page cache after a warm-up; add --cold to read it from the device each time.");
+    }
 }
 
 fn describe(p: &Point) -> String {
