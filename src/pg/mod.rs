@@ -6,6 +6,7 @@ pub mod history;
 pub mod page;
 pub mod walname;
 pub mod walpage;
+pub mod walrecord;
 
 pub use walname::*;
 
