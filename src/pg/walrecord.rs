@@ -77,7 +77,7 @@ fn maxalign(n: u64) -> u64 {
 /// its first page carrying the long header). A record that began in the previous
 /// segment is skipped, as pg_waldump does. Errors name the LSN and what is wrong.
 pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
-    if seg.len() < LONG_PHD || blcksz < LONG_PHD || seg.len() % blcksz != 0 {
+    if seg.len() < LONG_PHD || blcksz < LONG_PHD || !seg.len().is_multiple_of(blcksz) {
         return Err("not a whole segment of WAL pages".into());
     }
     let info = u16_at(seg, 2);
@@ -135,7 +135,7 @@ pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
 /// Moves a position at a page start past that page's header.
 fn to_data(pos: u64, blcksz: usize) -> u64 {
     let b = blcksz as u64;
-    if pos % b == 0 {
+    if pos.is_multiple_of(b) {
         pos + if pos == 0 { LONG_PHD } else { SHORT_PHD } as u64
     } else {
         pos
