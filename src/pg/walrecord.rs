@@ -318,7 +318,7 @@ mod tests {
         let mut pos = 0usize;
         let mut i = 0usize;
         while i < stream.len() && pos < seg.len() {
-            if pos % blcksz == 0 {
+            if pos.is_multiple_of(blcksz) {
                 let long = pos == 0;
                 seg[pos..pos + 2].copy_from_slice(&0xD110u16.to_le_bytes());
                 let info: u16 = if long { XLP_LONG_HEADER } else { 0 };
