@@ -9,13 +9,13 @@ const XLP_ALL_FLAGS: u16 = 0x0007;
 pub const SHORT_PHD: usize = 24;
 pub const LONG_PHD: usize = 40;
 
-fn get_u16(b: &[u8], at: usize) -> u16 {
+pub(super) fn get_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
-fn get_u32(b: &[u8], at: usize) -> u32 {
+pub(super) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
 }
-fn get_u64(b: &[u8], at: usize) -> u64 {
+pub(super) fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 

@@ -41,10 +41,9 @@ pub struct Decoded {
     pub unfinished_at: Option<u64>,
 }
 
-const SHORT_PHD: usize = 24;
-const LONG_PHD: usize = 40;
+use super::walpage::{get_u16, get_u32, get_u64, LONG_PHD, SHORT_PHD, XLP_LONG_HEADER};
+
 const XLP_FIRST_IS_CONTRECORD: u16 = 0x0001;
-const XLP_LONG_HEADER: u16 = 0x0002;
 const RECORD_HEADER: usize = 24;
 const MAX_BLOCK_ID: u8 = 32;
 const BLOCK_ID_DATA_SHORT: u8 = 255;
@@ -60,15 +59,6 @@ const BKPIMAGE_COMPRESSED: u8 = 0x04 | 0x08 | 0x10;
 /// A record longer than this is damage, not WAL (PostgreSQL's XLogRecordMaxSize is 1 GiB).
 const MAX_RECORD: usize = 1 << 30;
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
 fn maxalign(n: u64) -> u64 {
     (n + 7) & !7
 }
@@ -80,16 +70,16 @@ pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
     if seg.len() < LONG_PHD || blcksz < LONG_PHD || !seg.len().is_multiple_of(blcksz) {
         return Err("not a whole segment of WAL pages".into());
     }
-    let info = u16_at(seg, 2);
+    let info = get_u16(seg, 2);
     if info & XLP_LONG_HEADER == 0 {
         return Err("the first page has no long header".into());
     }
-    let seg_start = u64_at(seg, 8);
+    let seg_start = get_u64(seg, 8);
     let mut out = Decoded::default();
     // Offset of the first record: after the long header and any continued record.
     let mut pos = LONG_PHD as u64;
     if info & XLP_FIRST_IS_CONTRECORD != 0 {
-        let rem = u32_at(seg, 16) as u64;
+        let rem = get_u32(seg, 16) as u64;
         pos =
             skip_data(seg, blcksz, pos, rem).ok_or("the continued record runs past the segment")?;
         pos = maxalign(pos);
@@ -161,7 +151,7 @@ fn skip_data(seg: &[u8], blcksz: usize, mut pos: u64, mut len: u64) -> Option<u6
 /// are 8-byte aligned), or None at the end of the segment.
 fn peek_len(seg: &[u8], pos: u64) -> Option<u32> {
     let p = pos as usize;
-    (p + 4 <= seg.len()).then(|| u32_at(seg, p))
+    (p + 4 <= seg.len()).then(|| get_u32(seg, p))
 }
 
 /// Copies `len` bytes of a record from `pos` into `out`, stepping over page headers;
@@ -184,11 +174,11 @@ fn gather(seg: &[u8], blcksz: usize, mut pos: u64, len: u64, out: &mut Vec<u8>) 
 
 /// Decodes one whole record's header and block references.
 fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
-    let tot = u32_at(r, 0) as usize;
+    let tot = get_u32(r, 0) as usize;
     if tot != r.len() {
         return Err(format!("{} bytes gathered of {tot}", r.len()));
     }
-    let crc = u32_at(r, 20);
+    let crc = get_u32(r, 20);
     let mut c = crc32c::crc32c(&r[RECORD_HEADER..]);
     c = crc32c::crc32c_append(c, &r[..20]);
     if c != crc {
@@ -198,7 +188,7 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
     }
     let mut rec = Record {
         lsn,
-        xid: u32_at(r, 4),
+        xid: get_u32(r, 4),
         info: r[16],
         rmid: r[17],
         blocks: vec![],
@@ -223,7 +213,7 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
             }
             BLOCK_ID_DATA_LONG => {
                 need(p, 4)?;
-                data_total += u32_at(r, p) as usize;
+                data_total += get_u32(r, p) as usize;
                 p += 4;
                 break;
             }
@@ -232,12 +222,12 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
             id if id <= MAX_BLOCK_ID => {
                 need(p, 3)?;
                 let flags = r[p];
-                data_total += u16_at(r, p + 1) as usize;
+                data_total += get_u16(r, p + 1) as usize;
                 p += 3;
                 let mut image = false;
                 if flags & BKPBLOCK_HAS_IMAGE != 0 {
                     need(p, 5)?;
-                    let bimg_len = u16_at(r, p) as usize;
+                    let bimg_len = get_u16(r, p) as usize;
                     let bimg_info = r[p + 4];
                     p += 5;
                     if bimg_info & BKPIMAGE_HAS_HOLE != 0 && bimg_info & BKPIMAGE_COMPRESSED != 0 {
@@ -251,9 +241,9 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
                 } else {
                     need(p, 12)?;
                     let f = RelFile {
-                        spc: u32_at(r, p),
-                        db: u32_at(r, p + 4),
-                        rel: u32_at(r, p + 8),
+                        spc: get_u32(r, p),
+                        db: get_u32(r, p + 4),
+                        rel: get_u32(r, p + 8),
                     };
                     p += 12;
                     f
@@ -263,7 +253,7 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
                 rec.blocks.push(BlockRef {
                     file,
                     fork: flags & BKPBLOCK_FORK_MASK,
-                    block: u32_at(r, p),
+                    block: get_u32(r, p),
                     image,
                 });
                 p += 4;

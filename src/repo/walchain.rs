@@ -5,8 +5,12 @@
 use super::{wal, Repo};
 use crate::pg::{self, format_lsn, history, segment_name_for};
 use anyhow::{anyhow, bail, Result};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
+
+/// More segments than any archive holds between a set and its target (16 TiB of
+/// 16 MiB segments): a bigger range is a mistaken target or a forged file name.
+const MAX_SEGMENTS: u64 = 1 << 20;
 
 /// Where recovery ends.
 #[derive(Clone, Copy, Debug)]
@@ -149,10 +153,12 @@ pub fn plan(repo: &Repo, from: &From, end: End, timeline: Option<u32>) -> Result
         );
     }
     let first = from.stop_lsn / seg + 1; // the set holds the WAL up to its stop segment
+                                         // Each timeline's complete segments, listed once.
+    let mut listed: HashMap<u32, HashSet<String>> = HashMap::new();
     let last = match end {
         End::Lsn(l) => l / seg,
         End::Latest => {
-            let newest = wal::list(repo, target)?
+            let newest = listed_once(repo, &mut listed, target)?
                 .iter()
                 .filter_map(|n| pg::parse_segment_name(n, seg))
                 .map(|(_, s)| s)
@@ -165,25 +171,23 @@ pub fn plan(repo: &Repo, from: &From, end: End, timeline: Option<u32>) -> Result
             }
         }
     };
-    let mut ranges: Vec<Range> = vec![];
-    for segno in first..last.saturating_add(1) {
-        let tli = history::timeline_of_segment(&spans, segno, seg);
-        match ranges.last_mut() {
-            Some(r) if r.tli == tli && r.last + 1 == segno => r.last = segno,
-            _ => ranges.push(Range {
-                tli,
-                first: segno,
-                last: segno,
-            }),
-        }
+    let count = (last + 1).saturating_sub(first);
+    if count > MAX_SEGMENTS {
+        bail!(
+            "recovery from set {} would replay {count} WAL segments (more than {MAX_SEGMENTS}) to \
+             reach {}: check --until-lsn, or the archive for a file named far past its WAL",
+            from.set_id,
+            format_lsn(last * seg)
+        );
     }
+    let ranges = by_timeline(&spans, first, last, seg);
     let mut missing = vec![];
     let mut files = vec![];
     if target > 1 && text.is_some() {
         files.push(format!("{target:08X}.history"));
     }
     for r in &ranges {
-        let have: HashSet<String> = wal::list(repo, r.tli)?.into_iter().collect();
+        let have = listed_once(repo, &mut listed, r.tli)?;
         for segno in r.first..=r.last {
             let name = segment_name_for(r.tli, segno, seg);
             if !have.contains(&name) {
@@ -231,6 +235,40 @@ pub fn plan(repo: &Repo, from: &From, end: End, timeline: Option<u32>) -> Result
         ranges,
         files,
     })
+}
+
+/// Timeline `tli`'s complete archived segments, listed on first use.
+fn listed_once<'a>(
+    repo: &Repo,
+    listed: &'a mut HashMap<u32, HashSet<String>>,
+    tli: u32,
+) -> Result<&'a HashSet<String>> {
+    Ok(match listed.entry(tli) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            v.insert(wal::list(repo, tli)?.into_iter().collect())
+        }
+    })
+}
+
+/// Segments `first..=last` grouped by the timeline recovery reads each from.
+fn by_timeline(spans: &[history::Span], first: u64, last: u64, seg: u64) -> Vec<Range> {
+    let mut out = vec![];
+    for (i, s) in spans.iter().enumerate() {
+        // A timeline serves from its first segment until the next one begins.
+        let from = (s.begin / seg).max(first);
+        let until = spans
+            .get(i + 1)
+            .map_or(last + 1, |n| (n.begin / seg).min(last + 1));
+        if from < until {
+            out.push(Range {
+                tli: s.tli,
+                first: from,
+                last: until - 1,
+            });
+        }
+    }
+    out
 }
 
 /// Reads and checks every file of the chain as archive-get will (header, CRC32C of the
@@ -312,6 +350,27 @@ mod tests {
     }
 
     #[test]
+    fn ranges_agree_with_the_timeline_of_each_segment() {
+        let text = "1\t0/5000100\tx\n2\t0/5000200\ty\n3\t0/9000000\tz\n";
+        let spans = history::parse(4, Some(text)).unwrap();
+        for (first, last) in [(0, 12), (3, 4), (5, 5), (6, 8), (9, 9), (10, 3)] {
+            let mut want: Vec<(u32, u64, u64)> = vec![];
+            for s in first..=last {
+                let t = history::timeline_of_segment(&spans, s, SEG);
+                match want.last_mut() {
+                    Some(w) if w.0 == t => w.2 = s,
+                    _ => want.push((t, s, s)),
+                }
+            }
+            let got: Vec<(u32, u64, u64)> = by_timeline(&spans, first, last, SEG)
+                .iter()
+                .map(|r| (r.tli, r.first, r.last))
+                .collect();
+            assert_eq!(got, want, "{first}..={last}");
+        }
+    }
+
+    #[test]
     fn follows_the_history_to_the_newest_timeline() {
         let (_d, r) = archive();
         let c = plan(&r, &set(0x200_0100), End::Latest, None).unwrap();
@@ -331,6 +390,9 @@ mod tests {
         // Timeline 1 named: its own segments past the switch point.
         let c = plan(&r, &set(0x200_0100), End::Latest, Some(1)).unwrap();
         assert_eq!((c.target_tli, ranges(&c)), (1, vec![(1, 3, 6)]));
+        // A target far past any archive is refused, not enumerated.
+        let e = plan(&r, &set(0x200_0100), End::Lsn(u64::MAX >> 1), None).unwrap_err();
+        assert!(format!("{e:#}").contains("would replay"), "{e:#}");
         // Nothing after the set's own WAL.
         let c = plan(&r, &set(0x800_0000), End::Lsn(0x800_0100), Some(1)).unwrap();
         assert!(c.ranges.is_empty() && c.files.is_empty());
