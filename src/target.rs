@@ -43,9 +43,24 @@ impl Target {
     }
 }
 
+impl Target {
+    /// An I/O error that names the file it happened to (the engine knows only ids).
+    fn named(&self, id: u32, e: io::Error) -> io::Error {
+        match self.files.index.get(&id) {
+            Some(&i) => io::Error::new(
+                e.kind(),
+                format!("'{}': {e}", self.files.list[i].0.display()),
+            ),
+            None => e,
+        }
+    }
+}
+
 impl FrameSink for Target {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file(file)?.write_all_at(data, offset)
+        self.file(file)?
+            .write_all_at(data, offset)
+            .map_err(|e| self.named(file, e))
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
         if self.files.overlay {
