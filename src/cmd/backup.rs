@@ -4,6 +4,7 @@
 use super::PrintWaits;
 use super::{print_json, Reporter};
 use crate::engine::stats::Progress;
+use crate::format::manifest::BackupType;
 use crate::ops::backup::{self as ops, BackupConfig, BackupOptions, BackupReport, Watch};
 use crate::units::{self, human};
 use anyhow::Result;
@@ -31,8 +32,8 @@ pub struct BackupArgs {
     pub stripes: Option<u32>,
     /// full (the whole source) or diff (PostgreSQL: pages changed since the newest full
     /// set of --repo). Log backups are taken by archive-push.
-    #[arg(long = "type", default_value = "full", value_parser = ["full", "diff", "log"])]
-    pub backup_type: String,
+    #[arg(long = "type", default_value = "full", value_parser = parse_type)]
+    pub backup_type: BackupType,
     /// PostgreSQL data directory, when the URL has no ?pgdata= and the server cannot say.
     #[arg(long)]
     pub pgdata: Option<PathBuf>,
@@ -99,6 +100,14 @@ pub struct BackupArgs {
     pub report: Option<PathBuf>,
 }
 
+/// full or diff; log says where log backups come from.
+fn parse_type(s: &str) -> Result<BackupType, String> {
+    match s {
+        "log" => Err("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'".into()),
+        _ => s.parse(),
+    }
+}
+
 impl BackupArgs {
     /// What the use case needs of the arguments.
     pub fn options(&self) -> BackupOptions {
@@ -107,7 +116,7 @@ impl BackupArgs {
             to: self.to.clone(),
             repo: self.repo.clone(),
             stripes: self.stripes,
-            backup_type: self.backup_type.clone(),
+            backup_type: self.backup_type,
             pgdata: self.pgdata.clone(),
             continue_after_error: self.continue_after_error,
             archive_timeout: self.archive_timeout,

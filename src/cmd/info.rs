@@ -3,6 +3,7 @@
 use super::print_json;
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::ContentHash;
+use crate::pg::{facts::PgFacts, format_lsn};
 use crate::set::read as set;
 use crate::units::human;
 use anyhow::Result;
@@ -56,13 +57,14 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
         print_json(&json!({"sets": [v]}));
         return Ok(());
     }
+    let pg = PgFacts::from_extra(&m.extra).ok().flatten();
     let rows: Vec<(&str, String)> = vec![
         ("BackupSetId", m.set_id.clone()),
         ("BackupName", m.name.clone().unwrap_or_default()),
-        ("BackupType", m.backup_type.clone()),
+        ("BackupType", m.backup_type.to_string()),
         ("IsCopyOnly", m.copy_only.to_string()),
         ("IsDamaged", m.damaged.to_string()),
-        ("SourceKind", m.source.kind.clone()),
+        ("SourceKind", m.source.kind.to_string()),
         ("DatabaseName", m.source.database.clone()),
         ("SourceLocation", m.source.location.clone()),
         ("BackupStartDate", m.started.clone()),
@@ -108,16 +110,15 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
         ("MaxTransferSize", m.transfer_size.to_string()),
         (
             "FirstLSN",
-            m.extra
-                .get("start_lsn")
-                .map(|v| v.to_string())
+            pg.as_ref()
+                .map(|f| format_lsn(f.start_lsn))
                 .unwrap_or_default(),
         ),
         (
             "LastLSN",
-            m.extra
-                .get("stop_lsn")
-                .map(|v| v.to_string())
+            pg.as_ref()
+                .and_then(|f| f.stop.as_ref())
+                .map(|s| format_lsn(s.lsn))
                 .unwrap_or_default(),
         ),
     ];

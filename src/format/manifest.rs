@@ -6,13 +6,71 @@ use std::collections::BTreeMap;
 
 use super::FormatError;
 
+/// What a set holds: the whole source, or what changed since the newest full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackupType {
+    Full,
+    Diff,
+}
+
+impl BackupType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackupType::Full => "full",
+            BackupType::Diff => "diff",
+        }
+    }
+}
+
+impl std::str::FromStr for BackupType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "full" => Ok(BackupType::Full),
+            "diff" => Ok(BackupType::Diff),
+            _ => Err(format!("'{s}' is not a set type (full or diff)")),
+        }
+    }
+}
+
+impl std::fmt::Display for BackupType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What kind of source a set was taken from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Files,
+    Sqlite,
+    Postgres,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Files => "files",
+            SourceKind::Sqlite => "sqlite",
+            SourceKind::Postgres => "postgres",
+        }
+    }
+}
+
+impl std::fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
     pub format_version: u16,
     pub set_id: String,
     pub name: Option<String>,
-    /// full, diff or log.
-    pub backup_type: String,
+    pub backup_type: BackupType,
     pub copy_only: bool,
     /// Set when the set was written with `--continue-after-error` and holds known damage.
     #[serde(default)]
@@ -35,7 +93,7 @@ pub struct Manifest {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SourceInfo {
-    pub kind: String,
+    pub kind: SourceKind,
     pub location: String,
     pub database: String,
     #[serde(default)]
@@ -44,9 +102,9 @@ pub struct SourceInfo {
 
 impl SourceInfo {
     /// A source with no identity beyond its location (files, sqlite).
-    pub fn plain(kind: &str, location: String, database: String) -> SourceInfo {
+    pub fn plain(kind: SourceKind, location: String, database: String) -> SourceInfo {
         SourceInfo {
-            kind: kind.into(),
+            kind,
             location,
             database,
             identity: BTreeMap::new(),
@@ -205,11 +263,11 @@ mod tests {
             format_version: 1,
             set_id: "00".repeat(16),
             name: None,
-            backup_type: "full".into(),
+            backup_type: BackupType::Full,
             copy_only: false,
             damaged: false,
             source: SourceInfo {
-                kind: "files".into(),
+                kind: SourceKind::Files,
                 location: "/x".into(),
                 database: "x".into(),
                 identity: BTreeMap::new(),

@@ -3,6 +3,7 @@
 //! set's start on; removes the rest (the catalog record first, so a half-removed set is
 //! never offered for restore).
 
+use crate::format::manifest::BackupType;
 use crate::pg::{parse_name, Kind};
 use crate::repo::wal;
 use crate::repo::{CatalogEntry, Repo};
@@ -45,7 +46,7 @@ pub struct Plan {
 pub fn plan(sets: &[CatalogEntry], keep_full: usize) -> Plan {
     let fulls: Vec<&CatalogEntry> = sets
         .iter()
-        .filter(|c| c.backup_type == "full" && !c.damaged)
+        .filter(|c| c.backup_type == BackupType::Full && !c.damaged)
         .collect();
     let kept_fulls: HashSet<&str> = fulls
         .iter()
@@ -60,13 +61,13 @@ pub fn plan(sets: &[CatalogEntry], keep_full: usize) -> Plan {
     let mut keep = vec![];
     let mut expire = vec![];
     for c in sets {
-        let kept = match c.backup_type.as_str() {
+        let kept = match c.backup_type {
             // A differential is only as good as its base.
-            "diff" => c
+            BackupType::Diff => c
                 .base_set
                 .as_deref()
                 .is_some_and(|b| kept_fulls.contains(b)),
-            _ => {
+            BackupType::Full => {
                 kept_fulls.contains(c.set_id.as_str())
                     || oldest.as_ref().is_some_and(|o| c.started >= *o)
             }
@@ -148,11 +149,11 @@ mod tests {
         CatalogEntry {
             set_id: id.into(),
             name: None,
-            backup_type: ty.into(),
+            backup_type: ty.parse().unwrap(),
             copy_only: false,
             damaged: false,
             base_set: base.map(Into::into),
-            source_kind: "postgres".into(),
+            source_kind: crate::format::manifest::SourceKind::Postgres,
             database: "db".into(),
             system_identifier: None,
             timeline: Some(1),

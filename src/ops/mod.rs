@@ -7,4 +7,5 @@ pub mod archive;
 pub mod backup;
 pub mod expire;
 pub mod restore;
+pub mod tune;
 pub mod verify;

@@ -9,9 +9,11 @@ use super::verify::{
 use crate::device::object::{retry_stats, RetryStats};
 use crate::engine::restore;
 use crate::engine::stats::{Live, Progress, WaitStats};
+use crate::format::manifest::BackupType;
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::Codec;
 use crate::pg;
+use crate::pg::facts::PgFacts;
 use crate::repo::{chain, walchain, CatalogEntry, Repo};
 use crate::report;
 use crate::set::read::{self as set, OpenSet};
@@ -179,7 +181,7 @@ fn open_sets(o: &RestoreOptions) -> Result<Sets> {
     };
     let full = set::open(&from)?;
     let m = &full.manifest;
-    if m.backup_type == "diff" {
+    if m.backup_type == BackupType::Diff {
         bail!("set {} is a differential: it holds only changed pages; restore it with --repo (and --set {}) so its base full set is restored first", m.set_id, m.set_id);
     }
     Ok(Sets {
@@ -194,7 +196,7 @@ fn open_sets(o: &RestoreOptions) -> Result<Sets> {
 /// chain recovery will need, checked before anything is written.
 fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
     let m = &sets.full.manifest;
-    let restorer = source::restorer(&m.source.kind, &o.tablespace_map);
+    let restorer = source::restorer(m.source.kind, &o.tablespace_map);
     if !restorer.recovers() && o.has_recovery_target() {
         bail!(
             "recovery targets (--until*, --timeline) apply to PostgreSQL sets only; this set is of a {} source",
@@ -214,6 +216,7 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
 
 /// Restores a set (and its differential) into `o.to`.
 pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
+    let retries = retry_stats();
     let sets = open_sets(o)?;
     let m = &sets.full.manifest;
     let (mut restorer, wal_check) = check(o, &sets)?;
@@ -290,7 +293,7 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
         postgres: notes,
         waits: out.waits,
         phases,
-        object_store: retry_stats(),
+        object_store: retry_stats().since(retries),
         wal: wal_check.as_ref().map(WalCheck::json),
         report: None,
         database: m.source.database.clone(),
@@ -489,10 +492,9 @@ fn check_wal_chain(
     ) else {
         return Ok(None);
     };
-    let seg_size = extra
-        .get("wal_segment_size")
-        .and_then(|v| v.as_u64())
-        .unwrap_or(16 << 20);
+    let seg_size = PgFacts::from_extra(extra)
+        .map_err(|e| anyhow!("set {}: its manifest's PostgreSQL facts: {e}", entry.set_id))?
+        .map_or(16 << 20, |f| f.wal_segment_size);
     let end = match o.until_lsn.as_deref().and_then(pg::parse_lsn) {
         Some(l) => walchain::End::Lsn(l),
         None => walchain::End::Latest,

@@ -65,6 +65,7 @@ pub struct VerifyReport {
 }
 
 pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
+    let retries = retry_stats();
     let from = match open_repo(&o.read)? {
         Some((repo, catalog)) => {
             let e = match &o.read.set {
@@ -98,7 +99,7 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         seconds: secs,
         mb_per_sec: mb_per_sec(out.raw_bytes, secs),
         waits: out.waits,
-        object_store: retry_stats(),
+        object_store: retry_stats().since(retries),
         pages: m.totals.pages,
     })
 }

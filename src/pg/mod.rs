@@ -2,6 +2,7 @@
 //! magics, WAL file names and LSNs for any segment size, timeline history files.
 //! A leaf module: it knows nothing of repositories, devices or the pipeline.
 
+pub mod facts;
 pub mod history;
 pub mod page;
 pub mod walname;

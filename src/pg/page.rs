@@ -122,9 +122,93 @@ pub fn segment_number(rel_path: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// pg_default's OID: relations under `base/`.
+pub const DEFAULT_TABLESPACE: u32 = 1663;
+/// pg_global's OID: shared relations under `global/` (database 0).
+pub const GLOBAL_TABLESPACE: u32 = 1664;
+
+/// Fork numbers, as WAL block references name them.
+pub const MAIN_FORK: u8 = 0;
+pub const FSM_FORK: u8 = 1;
+pub const VM_FORK: u8 = 2;
+pub const INIT_FORK: u8 = 3;
+
+/// Which relation fork, and which 1 GiB segment of it, a data directory path holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RelPath {
+    pub spc: u32,
+    pub db: u32,
+    pub rel: u32,
+    pub fork: u8,
+    pub segno: u32,
+}
+
+impl RelPath {
+    /// `base/DB/REL[_fork][.seg]`, `global/REL...` or
+    /// `pg_tblspc/SPC/PG_VERSION_CATALOG/DB/REL...`; None for any other path.
+    pub fn parse(rel_path: &str) -> Option<RelPath> {
+        if !is_relation_file(rel_path) {
+            return None;
+        }
+        let parts: Vec<&str> = rel_path.split('/').collect();
+        let num = |s: &str| s.parse::<u32>().ok();
+        let (spc, db, name) = match parts.as_slice() {
+            ["base", db, name] => (DEFAULT_TABLESPACE, num(db)?, *name),
+            ["global", name] => (GLOBAL_TABLESPACE, 0, *name),
+            ["pg_tblspc", spc, v, db, name] if v.starts_with("PG_") => (num(spc)?, num(db)?, *name),
+            _ => return None,
+        };
+        let stem = name.split('.').next()?;
+        let (node, fork) = match stem.split_once('_') {
+            None => (stem, MAIN_FORK),
+            Some((n, "fsm")) => (n, FSM_FORK),
+            Some((n, "vm")) => (n, VM_FORK),
+            Some((n, "init")) => (n, INIT_FORK),
+            Some(_) => return None,
+        };
+        Some(RelPath {
+            spc,
+            db,
+            rel: num(node)?,
+            fork,
+            segno: segment_number(rel_path),
+        })
+    }
+
+    /// The first block of the relation this segment file holds.
+    pub fn first_block(&self) -> u32 {
+        self.segno.saturating_mul(RELSEG_SIZE)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relation_paths_name_their_fork_and_segment() {
+        let p = |s: &str| RelPath::parse(s).map(|r| (r.spc, r.db, r.rel, r.fork, r.segno));
+        assert_eq!(p("base/5/16384"), Some((1663, 5, 16384, 0, 0)));
+        assert_eq!(p("base/5/16384.3"), Some((1663, 5, 16384, 0, 3)));
+        assert_eq!(p("base/5/16384_vm"), Some((1663, 5, 16384, 2, 0)));
+        assert_eq!(p("global/1262_fsm.1"), Some((1664, 0, 1262, 1, 1)));
+        assert_eq!(
+            p("pg_tblspc/16390/PG_15_202209061/5/16391_init"),
+            Some((16390, 5, 16391, 3, 0))
+        );
+        for bad in [
+            "base/5/PG_VERSION",
+            "base/x/1",
+            "pg_tblspc/1/other/5/7",
+            "global/pg_control",
+        ] {
+            assert_eq!(p(bad), None, "{bad}");
+        }
+        assert_eq!(
+            RelPath::parse("base/5/1.2").unwrap().first_block(),
+            2 * RELSEG_SIZE
+        );
+    }
 
     #[test]
     fn relation_files() {

@@ -2,6 +2,7 @@
 //! it, chosen from the catalog for a recovery target. Pure: no I/O, no server.
 
 use super::CatalogEntry;
+use crate::format::manifest::BackupType;
 use crate::pg;
 use anyhow::{anyhow, bail, Result};
 use chrono::{DateTime, FixedOffset};
@@ -116,7 +117,7 @@ pub fn newest(catalog: &[CatalogEntry]) -> Result<&CatalogEntry> {
 pub fn select(catalog: &[CatalogEntry], sel: &Selector) -> Result<Chain> {
     if let Some(id) = &sel.set {
         let c = find(catalog, id)?;
-        if c.backup_type != "diff" {
+        if c.backup_type != BackupType::Diff {
             return Ok(Chain {
                 full: c.clone(),
                 diff: None,
@@ -137,7 +138,7 @@ pub fn select(catalog: &[CatalogEntry], sel: &Selector) -> Result<Chain> {
     let full = catalog
         .iter()
         .rev()
-        .filter(|c| c.backup_type == "full" && !c.damaged)
+        .filter(|c| c.backup_type == BackupType::Full && !c.damaged)
         .find(|c| sel.ends_before(c))
         .ok_or_else(|| match catalog.is_empty() {
             true => anyhow!("the repository holds no backup sets"),
@@ -149,7 +150,7 @@ pub fn select(catalog: &[CatalogEntry], sel: &Selector) -> Result<Chain> {
         .iter()
         .rev()
         .filter(|c| {
-            c.backup_type == "diff"
+            c.backup_type == BackupType::Diff
                 && !c.damaged
                 && c.base_set.as_deref() == Some(full.set_id.as_str())
         })
@@ -168,11 +169,11 @@ mod tests {
         CatalogEntry {
             set_id: id.into(),
             name: None,
-            backup_type: kind.into(),
+            backup_type: kind.parse().unwrap(),
             copy_only: false,
             damaged: false,
             base_set: base.map(str::to_string),
-            source_kind: "postgres".into(),
+            source_kind: crate::format::manifest::SourceKind::Postgres,
             database: "postgres".into(),
             system_identifier: None,
             timeline: Some(1),

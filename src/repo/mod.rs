@@ -13,6 +13,7 @@ pub mod store;
 pub mod wal;
 pub mod walchain;
 
+use crate::format::manifest::{BackupType, SourceKind};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -32,13 +33,12 @@ const RECORD_MAX: u64 = 16 << 20;
 pub struct CatalogEntry {
     pub set_id: String,
     pub name: Option<String>,
-    /// full, diff or log.
-    pub backup_type: String,
+    pub backup_type: BackupType,
     pub copy_only: bool,
     pub damaged: bool,
     /// The full set a diff is based on.
     pub base_set: Option<String>,
-    pub source_kind: String,
+    pub source_kind: SourceKind,
     pub database: String,
     pub system_identifier: Option<String>,
     pub timeline: Option<u32>,

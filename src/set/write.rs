@@ -102,13 +102,20 @@ pub fn commit(
         }
     }
     if let Some(e) = failed {
-        for d in devices.iter().take(done.len()) {
-            if let Err(r) = d.remove() {
-                // The set's error is what is returned; a stripe left behind is said here.
-                eprintln!("Warning: {r:#}");
-            }
-        }
-        return Err(e.context("the backup set was not completed"));
+        // A stripe that cannot be removed is named in the error, beside its cause.
+        let left: Vec<String> = devices
+            .iter()
+            .take(done.len())
+            .filter_map(|d| d.remove().err().map(|r| format!("{r:#}")))
+            .collect();
+        let e = e.context("the backup set was not completed");
+        return Err(match left.is_empty() {
+            true => e,
+            false => e.context(format!(
+                "committed stripes were left behind: {}",
+                left.join("; ")
+            )),
+        });
     }
     Ok(done)
 }

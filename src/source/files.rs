@@ -2,6 +2,7 @@
 //! for cold files and snapshots, and to benchmark any storage.
 
 use super::{Source, SourceFile};
+use crate::format::manifest::SourceKind;
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::MetadataExt;
@@ -86,7 +87,7 @@ impl Source for Files {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| self.root.display().to_string());
-        SourceInfo::plain("files", self.root.display().to_string(), database)
+        SourceInfo::plain(SourceKind::Files, self.root.display().to_string(), database)
     }
     fn page_size(&self) -> u32 {
         self.page_size

@@ -8,10 +8,13 @@ pub mod postgres_restore;
 pub mod sqlite;
 
 use crate::engine::backup::ChunkFilter;
+use crate::engine::Abort;
+use crate::format::manifest::SourceKind;
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub struct SourceFile {
     /// Path inside the backup set ('/'-separated, relative).
@@ -35,6 +38,9 @@ pub trait Source {
     /// Ends the backup on the source side: facts for the manifest, and files that
     /// exist only now (the WAL written during the backup), read in a second pass.
     fn finish(&mut self, ok: bool) -> Result<Finish>;
+    /// The run to stop if the source fails while it is read (a server that goes
+    /// away); given before `prepare`.
+    fn abort_with(&mut self, _abort: Arc<Abort>) {}
     /// A check run on every chunk read (page checksums); ids are entry indexes.
     fn filter(&self, _entries: &[SourceFile]) -> Option<Box<dyn ChunkFilter>> {
         None
@@ -80,7 +86,7 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
 }
 
 /// A manifest's source facts (`Manifest::extra`).
-pub type Extra = BTreeMap<String, serde_json::Value>;
+pub use crate::pg::facts::Extra;
 
 /// What recovery a restored data directory is set up for.
 pub struct Recovery {
@@ -129,10 +135,10 @@ pub struct Plain;
 impl Restorer for Plain {}
 
 /// The restorer for a set of source `kind` (the manifest's `source.kind`).
-pub fn restorer(kind: &str, tablespace_map: &[String]) -> Box<dyn Restorer> {
+pub fn restorer(kind: SourceKind, tablespace_map: &[String]) -> Box<dyn Restorer> {
     match kind {
-        "postgres" => Box::new(postgres_restore::PgRestorer::new(tablespace_map)),
-        _ => Box::new(Plain),
+        SourceKind::Postgres => Box::new(postgres_restore::PgRestorer::new(tablespace_map)),
+        SourceKind::Files | SourceKind::Sqlite => Box::new(Plain),
     }
 }
 
@@ -142,7 +148,7 @@ mod tests {
 
     #[test]
     fn plain_sources_restore_under_the_target() {
-        for kind in ["files", "sqlite"] {
+        for kind in [SourceKind::Files, SourceKind::Sqlite] {
             let mut r = restorer(kind, &["1=/x".to_string()]);
             assert!(!r.recovers());
             r.plan(&Extra::new()).unwrap();
@@ -151,6 +157,6 @@ mod tests {
                 Path::new("/t/pg_tblspc/1/a")
             );
         }
-        assert!(restorer("postgres", &[]).recovers());
+        assert!(restorer(SourceKind::Postgres, &[]).recovers());
     }
 }

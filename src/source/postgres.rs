@@ -7,7 +7,10 @@
 
 use super::{Finish, Source, SourceFile};
 use crate::engine::backup::{ChunkFilter, PageSet, ReadFile};
+use crate::engine::Abort;
+use crate::format::manifest::SourceKind;
 use crate::format::manifest::{EntryKind, SourceInfo};
+use crate::pg::facts::{PgFacts, Stop};
 use crate::pg::page as pgpage;
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -20,7 +23,8 @@ pub struct Postgres {
     location: String,
     pgdata: Option<PathBuf>,
     client: Option<postgres::Client>,
-    facts: BTreeMap<String, serde_json::Value>,
+    /// What the manifest records, once the backup started.
+    facts: Option<PgFacts>,
     system_identifier: String,
     start_lsn: u64,
     timeline: u32,
@@ -35,6 +39,8 @@ pub struct Postgres {
     watcher: Option<Watcher>,
     /// Why the backup cannot be valid any more (the server went away), once known.
     gone: Arc<OnceLock<String>>,
+    /// The pipeline to stop when the server goes away.
+    abort: Arc<Abort>,
 }
 
 /// Owns the backup's connection while the files are read and asks the server every
@@ -49,6 +55,7 @@ impl Watcher {
     fn start(
         mut client: postgres::Client,
         gone: Arc<OnceLock<String>>,
+        abort: Arc<Abort>,
         location: String,
     ) -> Watcher {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
@@ -57,7 +64,9 @@ impl Watcher {
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick)
             {
                 if let Err(e) = client.is_valid(std::time::Duration::from_secs(10)) {
-                    let _ = gone.set(went_away(&location, &e));
+                    let why = went_away(&location, &e);
+                    abort.fail(anyhow::anyhow!("{why}"));
+                    let _ = gone.set(why);
                     break;
                 }
             }
@@ -172,7 +181,7 @@ impl Postgres {
             location,
             pgdata,
             client: None,
-            facts: BTreeMap::new(),
+            facts: None,
             system_identifier: String::new(),
             start_lsn: 0,
             timeline: 0,
@@ -183,6 +192,7 @@ impl Postgres {
             label,
             watcher: None,
             gone: Arc::new(OnceLock::new()),
+            abort: Arc::default(),
         })
     }
 
@@ -337,7 +347,7 @@ impl Source for Postgres {
             .unwrap_or("postgres")
             .to_string();
         SourceInfo {
-            kind: "postgres".into(),
+            kind: SourceKind::Postgres,
             location: self.location.clone(),
             database,
             identity,
@@ -394,25 +404,29 @@ impl Source for Postgres {
             .query_one("SELECT pg_walfile_name($1::text::pg_lsn)", &[&start])?
             .get(0);
         self.timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
-        self.facts.insert("start_lsn".into(), start.into());
-        self.facts.insert("start_wal".into(), start_wal.into());
-        self.facts.insert("timeline".into(), self.timeline.into());
-        self.facts.insert("pg_version".into(), version.into());
-        self.facts
-            .insert("data_checksums".into(), self.checksums.into());
-        self.facts.insert("system_identifier".into(), sysid.into());
         let seg =
             self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
-        self.facts.insert(
-            "wal_segment_size".into(),
-            seg.parse::<u64>().unwrap_or(16 << 20).into(),
-        );
+        self.facts = Some(PgFacts {
+            start_lsn: self.start_lsn,
+            start_wal,
+            timeline: self.timeline,
+            version_num: version.parse().unwrap_or(0),
+            data_checksums: self.checksums,
+            system_identifier: sysid,
+            wal_segment_size: seg
+                .parse::<u64>()
+                .ok()
+                .filter(|&s| crate::pg::valid_seg_size(s))
+                .ok_or_else(|| anyhow!("the server reports wal_segment_size '{seg}'"))?,
+            stop: None,
+        });
         let mut out = vec![];
         self.walk(&pgdata, "", &mut out)?;
         let client = self.client.take().expect("connected");
         self.watcher = Some(Watcher::start(
             client,
             self.gone.clone(),
+            self.abort.clone(),
             self.location.clone(),
         ));
         Ok(out)
@@ -479,14 +493,15 @@ impl Source for Postgres {
         let stop_wal: String = client
             .query_one("SELECT pg_walfile_name($1::text::pg_lsn)", &[&stop])?
             .get(0);
-        let start_wal = self.facts["start_wal"].as_str().unwrap().to_string();
-        self.facts.insert("stop_lsn".into(), stop.into());
-        self.facts
-            .insert("stop_wal".into(), stop_wal.clone().into());
-        self.facts.insert("backup_label".into(), label.into());
-        if let Some(m) = spcmap.filter(|m| !m.is_empty()) {
-            self.facts.insert("tablespace_map".into(), m.into());
-        }
+        let facts = self.facts.as_mut().expect("prepared");
+        facts.stop = Some(Stop {
+            lsn: crate::pg::parse_lsn(&stop)
+                .ok_or_else(|| anyhow!("server returned a bad LSN '{stop}'"))?,
+            wal: stop_wal.clone(),
+            backup_label: label,
+            tablespace_map: spcmap.unwrap_or_default(),
+        });
+        let (start_wal, seg_size) = (facts.start_wal.clone(), facts.wal_segment_size);
         // The WAL that makes the copy consistent: start to stop segment, from pg_wal.
         let pg_wal = self.pgdata().join("pg_wal");
         let mut late = vec![];
@@ -501,7 +516,6 @@ impl Source for Postgres {
             })
             .collect();
         names.sort();
-        let seg_size = self.facts["wal_segment_size"].as_u64().unwrap_or(16 << 20);
         let expected = wal_range(&start_wal, &stop_wal, seg_size)?;
         for name in &expected {
             if !names.contains(name) {
@@ -522,9 +536,13 @@ impl Source for Postgres {
             });
         }
         Ok(Finish {
-            extra: std::mem::take(&mut self.facts),
+            extra: self.facts.take().map(|f| f.to_extra()).unwrap_or_default(),
             late,
         })
+    }
+
+    fn abort_with(&mut self, abort: Arc<Abort>) {
+        self.abort = abort;
     }
 
     fn filter(&self, entries: &[SourceFile]) -> Option<Box<dyn ChunkFilter>> {
@@ -558,7 +576,6 @@ impl Source for Postgres {
             diff_ids,
             continue_after_error: self.continue_after_error,
             failures: Mutex::new(vec![]),
-            gone: self.gone.clone(),
         }))
     }
 }

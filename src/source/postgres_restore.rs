@@ -4,6 +4,7 @@
 
 use super::postgres::EMPTY_DIRS;
 use super::{Extra, Recovery, Restorer};
+use crate::pg::facts::PgFacts;
 use crate::target;
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
@@ -37,7 +38,8 @@ impl Restorer for PgRestorer {
     }
 
     fn plan(&mut self, extra: &Extra) -> Result<()> {
-        self.spaces = tablespace_dirs(extra, &self.overrides)?;
+        let facts = facts(extra)?;
+        self.spaces = tablespace_dirs(&facts, &self.overrides)?;
         Ok(())
     }
 
@@ -67,17 +69,10 @@ impl Restorer for PgRestorer {
 
 /// Where each tablespace of a PostgreSQL set goes: OID -> directory, from the set's
 /// tablespace_map unless relocated. Each must be empty or missing: nothing is overwritten.
-fn tablespace_dirs(extra: &Extra, overrides: &[String]) -> Result<HashMap<String, PathBuf>> {
+fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<String, PathBuf>> {
     let mut dirs: HashMap<String, PathBuf> = HashMap::new();
-    for line in extra
-        .get("tablespace_map")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .lines()
-    {
-        if let Some((oid, path)) = line.split_once(' ') {
-            dirs.insert(oid.to_string(), PathBuf::from(path));
-        }
+    for (oid, path) in facts.tablespaces() {
+        dirs.insert(oid.to_string(), PathBuf::from(path));
     }
     for o in overrides {
         let Some((oid, dir)) = o.split_once('=') else {
@@ -144,14 +139,20 @@ fn check_not_running(target: &Path) -> Result<()> {
 
 /// Turns a restored set into a data directory PostgreSQL starts from: backup_label,
 /// the empty directories the server expects, and the recovery settings.
-fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<String>> {
-    let mut notes = vec![];
-    let label = extra
-        .get("backup_label")
-        .and_then(|v| v.as_str())
+/// The set's PostgreSQL facts, checked; a set without them is not a PostgreSQL backup.
+fn facts(extra: &Extra) -> Result<PgFacts> {
+    PgFacts::from_extra(extra)
+        .map_err(|e| anyhow!("the set's manifest is damaged: its PostgreSQL facts: {e}"))?
+        .filter(|f| f.stop.is_some())
         .ok_or_else(|| {
             anyhow!("the set has no backup_label: it is not a complete PostgreSQL backup")
-        })?;
+        })
+}
+
+fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<String>> {
+    let mut notes = vec![];
+    let facts = facts(extra)?;
+    let label = &facts.stop.as_ref().expect("checked").backup_label;
     crate::repo::write_atomic(&target.join("backup_label"), label.as_bytes())?;
     for d in EMPTY_DIRS
         .iter()
@@ -191,10 +192,26 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
 mod tests {
     use super::*;
 
+    fn facts_with(map: &str) -> PgFacts {
+        PgFacts {
+            start_lsn: 0x100_0028,
+            start_wal: "000000010000000000000001".into(),
+            timeline: 1,
+            version_num: 160000,
+            data_checksums: true,
+            system_identifier: "1".into(),
+            wal_segment_size: 16 << 20,
+            stop: Some(crate::pg::facts::Stop {
+                lsn: 0x100_0100,
+                wal: "000000010000000000000001".into(),
+                backup_label: "START WAL LOCATION: 0/1000028\n".into(),
+                tablespace_map: map.into(),
+            }),
+        }
+    }
+
     fn extra(map: &str) -> Extra {
-        let mut e = Extra::new();
-        e.insert("tablespace_map".into(), serde_json::json!(map));
-        e
+        facts_with(map).to_extra()
     }
 
     #[test]
@@ -218,7 +235,7 @@ mod tests {
 
     #[test]
     fn bad_tablespace_maps_are_refused() {
-        let e = extra("16389 /nowhere/a\n");
+        let e = facts_with("16389 /nowhere/a\n");
         for bad in ["16389", "99=/x", "16389=relative"] {
             assert!(tablespace_dirs(&e, &[bad.to_string()]).is_err(), "{bad}");
         }

@@ -4,6 +4,7 @@
 //! busy timeout in rollback-journal mode.
 
 use super::{Source, SourceFile};
+use crate::format::manifest::SourceKind;
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{bail, Context, Result};
 use rusqlite::{Connection, OpenFlags};
@@ -50,7 +51,11 @@ impl Source for Sqlite {
             .file_stem()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "main".into());
-        SourceInfo::plain("sqlite", self.path.display().to_string(), database)
+        SourceInfo::plain(
+            SourceKind::Sqlite,
+            self.path.display().to_string(),
+            database,
+        )
     }
 
     fn page_size(&self) -> u32 {

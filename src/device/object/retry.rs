@@ -25,6 +25,16 @@ pub fn retry_stats() -> RetryStats {
     }
 }
 
+impl RetryStats {
+    /// What was retried since `before` was taken: one run's share of the process's.
+    pub fn since(self, before: RetryStats) -> RetryStats {
+        RetryStats {
+            retries: self.retries.saturating_sub(before.retries),
+            backoff_seconds: (self.backoff_seconds - before.backoff_seconds).max(0.0),
+        }
+    }
+}
+
 pub(super) struct RetryCounter;
 
 /// The one dispatcher of `RetryCounter`, built once: building a dispatcher makes

@@ -6,6 +6,8 @@ use crate::device::{self, CreateHint, Device};
 use crate::engine::backup::{self, Outcome, Params, ReadFile};
 use crate::engine::codec::CodecSpec;
 use crate::engine::stats::{Progress, WaitStats};
+use crate::engine::Abort;
+use crate::format::manifest::{BackupType, SourceKind};
 use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceInfo, StripeInfo, Totals};
 use crate::format::media::MediaHeader;
 use crate::format::FORMAT_VERSION;
@@ -36,7 +38,7 @@ pub struct BackupOptions {
     /// Stripes inside the repository (None: 1, or 0 when `to` names devices).
     pub stripes: Option<u32>,
     /// full, diff (or log, which is refused: that is archive-push).
-    pub backup_type: String,
+    pub backup_type: BackupType,
     pub pgdata: Option<PathBuf>,
     pub continue_after_error: bool,
     /// Seconds to wait at pg_backup_stop for the WAL to be archived.
@@ -70,7 +72,7 @@ impl Default for BackupOptions {
             to: vec![],
             repo: None,
             stripes: None,
-            backup_type: "full".into(),
+            backup_type: BackupType::Full,
             pgdata: None,
             continue_after_error: false,
             archive_timeout: 300,
@@ -197,7 +199,10 @@ fn diff_base(repo: &Repo, source: &str) -> Result<(CatalogEntry, source::postgre
     }
     let catalog = repo.catalog()?;
     let Some(base) = catalog.iter().rev().find(|c| {
-        c.backup_type == "full" && !c.copy_only && !c.damaged && c.source_kind == "postgres"
+        c.backup_type == BackupType::Full
+            && !c.copy_only
+            && !c.damaged
+            && c.source_kind == SourceKind::Postgres
     }) else {
         bail!(
             "no usable base for a differential in '{}': it needs a full backup that is not copy-only or damaged; take one with --type full",
@@ -244,6 +249,8 @@ struct Input {
     plan: Vec<ReadFile>,
     plan_ids: Vec<usize>,
     vols: Volumes,
+    /// Stops the pipeline; the source holds it too (a server that goes away).
+    abort: Arc<Abort>,
 }
 
 /// Where the set goes: device specs and devices, the repository, the base of a diff.
@@ -262,9 +269,6 @@ fn backup_set(
     watch: &mut dyn Watch,
 ) -> Result<BackupReport> {
     let codec = CodecSpec::parse(&o.compress)?;
-    if o.backup_type == "log" {
-        bail!("log backups are WAL archiving: set archive_command = 'pagevault archive-push %p --repo DIR'");
-    }
     let set_hex = hex::encode(set_id);
     let dest = destination(o, &set_hex)?;
     let src = source::parse(
@@ -285,6 +289,7 @@ fn backup_set(
     // The clock starts before the source is prepared: a snapshot copy or a
     // checkpoint is part of what the user waits for.
     let started = chrono::Utc::now();
+    let retries = device::object::retry_stats();
     // The timeline spans what the summary's seconds count.
     let sampler = o
         .report
@@ -375,7 +380,7 @@ fn backup_set(
             raises: out.adaptive_raises,
             peak_in_flight: out.peak_in_flight,
         },
-        object_store: device::object::retry_stats(),
+        object_store: device::object::retry_stats().since(retries),
         report: None,
         file_pages: text.file_pages,
         checksum_failures: problems.len(),
@@ -392,12 +397,12 @@ fn backup_set(
 /// The devices of the set: the repository's stripes first, then `to`.
 fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
     let repo = o.repo.as_deref().map(|r| Repo::open(r, true)).transpose()?;
-    let base = match (o.backup_type.as_str(), &repo) {
-        ("diff", None) => {
+    let base = match (o.backup_type, &repo) {
+        (BackupType::Diff, None) => {
             bail!("a differential backup needs --repo: its base is the newest full set there")
         }
-        ("diff", Some(repo)) => Some(diff_base(repo, &o.source)?),
-        _ => None,
+        (BackupType::Diff, Some(repo)) => Some(diff_base(repo, &o.source)?),
+        (BackupType::Full, _) => None,
     };
     let mut specs: Vec<String> = vec![];
     if let Some(repo) = &repo {
@@ -424,6 +429,8 @@ fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
 /// Prepares the source and checks that it is the cluster of the base and of the
 /// repository's other sets; on a refusal the source's backup is ended.
 fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
+    let abort = Arc::new(Abort::default());
+    src.abort_with(abort.clone());
     let entries = src.prepare()?;
     let info = src.info();
     if let Err(e) = same_cluster(&info, dest) {
@@ -431,7 +438,7 @@ fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
         return Err(e);
     }
     let mut vols = Volumes::default();
-    let (plan, plan_ids) = plan_of(&entries, 0, &mut vols, &info.kind);
+    let (plan, plan_ids) = plan_of(&entries, 0, &mut vols, info.kind);
     Ok(Input {
         src,
         info,
@@ -439,6 +446,7 @@ fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
         plan,
         plan_ids,
         vols,
+        abort,
     })
 }
 
@@ -544,17 +552,17 @@ fn pipeline(
     params: &Params,
     progress: &Progress,
 ) -> Result<(Outcome, BTreeMap<String, serde_json::Value>, Vec<String>)> {
-    let stripes = sinks.len();
     let volumes = input.vols.names.len().max(1);
     let filter = input.src.filter(&input.entries);
+    let abort = input.abort.clone();
     let run = backup::run(
         &input.plan,
         volumes,
-        sinks,
-        headers,
+        sinks.into_iter().zip(headers).collect(),
         params,
         filter.as_deref(),
         progress,
+        &abort,
     );
     let mut out = match run {
         Ok(o) => o,
@@ -573,7 +581,7 @@ fn pipeline(
     };
     if !fin.late.is_empty() {
         let first = input.entries.len();
-        let (plan2, ids2) = plan_of(&fin.late, first, &mut input.vols, &input.info.kind);
+        let (plan2, ids2) = plan_of(&fin.late, first, &mut input.vols, input.info.kind);
         let (sinks, prior): (Vec<_>, Vec<_>) = out
             .stripes
             .into_iter()
@@ -582,11 +590,11 @@ fn pipeline(
         let more = backup::run(
             &plan2,
             input.vols.names.len(),
-            sinks,
-            vec![vec![]; stripes],
+            sinks.into_iter().map(|s| (s, vec![])).collect(),
             params,
             None,
             progress,
+            &Abort::default(),
         )
         .context("copying the WAL written during the backup failed")
         .context(STOPPED)?;

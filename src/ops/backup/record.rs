@@ -1,6 +1,8 @@
 //! What a backup leaves: the set's manifest, its catalog record and the --report page.
 
 use super::*;
+use crate::format::manifest::SourceKind;
+use crate::pg::{self, facts::PgFacts};
 
 /// What the text shows besides the manifest: warnings, pages per volume and file.
 pub(super) struct Text {
@@ -39,7 +41,7 @@ pub(super) fn manifest(
         let mut checksum = String::new();
         if let Some(r) = result_of.get(&i) {
             if r.vanished {
-                if kind != "postgres" {
+                if *kind != SourceKind::Postgres {
                     text.warnings.push(format!(
                         "'{}' vanished during the backup and is not in the set",
                         e.rel_path
@@ -47,7 +49,7 @@ pub(super) fn manifest(
                 }
                 continue;
             }
-            if r.shrank && kind != "postgres" {
+            if r.shrank && *kind != SourceKind::Postgres {
                 text.warnings.push(format!(
                     "'{}' shrank while it was read; its end is stored as zeros",
                     e.rel_path
@@ -77,7 +79,7 @@ pub(super) fn manifest(
         format_version: FORMAT_VERSION,
         set_id: set_hex.to_string(),
         name: o.name.clone(),
-        backup_type: o.backup_type.clone(),
+        backup_type: o.backup_type,
         copy_only: o.copy_only || dest.discard,
         damaged: !problems.is_empty(),
         source: input.info.clone(),
@@ -117,32 +119,24 @@ pub(super) fn catalog_entry(
     manifest: &Manifest,
     info: &SourceInfo,
 ) -> CatalogEntry {
-    let fact = |k: &str| {
-        manifest
-            .extra
-            .get(k)
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-    };
+    // The facts were made by this backup's source: they read back.
+    let pg = PgFacts::from_extra(&manifest.extra).ok().flatten();
+    let stop = pg.as_ref().and_then(|f| f.stop.as_ref());
     CatalogEntry {
         set_id: manifest.set_id.clone(),
         name: o.name.clone(),
-        backup_type: manifest.backup_type.clone(),
+        backup_type: manifest.backup_type,
         copy_only: manifest.copy_only,
         damaged: manifest.damaged,
         base_set: dest.base.as_ref().map(|(e, _)| e.set_id.clone()),
-        source_kind: info.kind.clone(),
+        source_kind: info.kind,
         database: info.database.clone(),
         system_identifier: info.identity.get("system_identifier").cloned(),
-        timeline: manifest
-            .extra
-            .get("timeline")
-            .and_then(|v| v.as_u64())
-            .map(|t| t as u32),
-        start_lsn: fact("start_lsn"),
-        stop_lsn: fact("stop_lsn"),
-        start_wal: fact("start_wal"),
-        stop_wal: fact("stop_wal"),
+        timeline: pg.as_ref().map(|f| f.timeline),
+        start_lsn: pg.as_ref().map(|f| pg::format_lsn(f.start_lsn)),
+        stop_lsn: stop.map(|s| pg::format_lsn(s.lsn)),
+        start_wal: pg.as_ref().map(|f| f.start_wal.clone()),
+        stop_wal: stop.map(|s| s.wal.clone()),
         started: manifest.started.clone(),
         finished: manifest.finished.clone(),
         seconds: manifest.seconds,

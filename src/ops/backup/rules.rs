@@ -2,6 +2,7 @@
 //! tune; and how the files of a source are planned over its volumes.
 
 use super::*;
+use crate::format::manifest::SourceKind;
 
 /// A size setting's rule, for the command line (64K, 1M) and T-SQL (bytes).
 pub struct SizeRule {
@@ -107,8 +108,8 @@ pub struct Volumes {
 impl Volumes {
     /// The reader index of `e`'s volume; a volume is named by the deepest directory
     /// holding all of its files (the database file itself for SQLite).
-    fn of(&mut self, e: &SourceFile, kind: &str) -> usize {
-        let dir = if kind == "sqlite" {
+    fn of(&mut self, e: &SourceFile, kind: SourceKind) -> usize {
+        let dir = if kind == SourceKind::Sqlite {
             PathBuf::from(&e.rel_path)
         } else {
             e.abs_path.parent().unwrap_or(Path::new("/")).to_path_buf()
@@ -137,7 +138,7 @@ pub fn plan_of(
     entries: &[SourceFile],
     first_id: usize,
     vols: &mut Volumes,
-    kind: &str,
+    kind: SourceKind,
 ) -> (Vec<ReadFile>, Vec<usize>) {
     let mut plan = vec![];
     let mut ids = vec![];

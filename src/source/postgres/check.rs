@@ -14,8 +14,6 @@ pub struct PageChecker {
     pub(super) diff_ids: HashSet<u32>,
     pub(super) continue_after_error: bool,
     pub failures: Mutex<Vec<String>>,
-    /// Set when the server went away: the next chunk fails the backup.
-    pub(super) gone: Arc<OnceLock<String>>,
 }
 
 impl ChunkFilter for PageChecker {
@@ -35,9 +33,6 @@ impl ChunkFilter for PageChecker {
     }
 
     fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
-        if let Some(m) = self.gone.get() {
-            return Err(m.clone());
-        }
         if !self.verify {
             return Ok(());
         }

@@ -1,0 +1,318 @@
+//! Backup pipeline: readers (per volume) -> pool buffers -> compressors -> one
+//! writer per stripe. Frames go to whichever stripe writer is free first.
+
+mod frame;
+mod read;
+mod write;
+
+use super::adapt::Adapt;
+use super::codec::CodecSpec;
+use super::pool::{self, Buf, Pool};
+use super::stats::{summarize, Progress, Stage, WaitStats};
+use super::Abort;
+use crate::device::StripeSink;
+use crate::format::manifest::file_checksum;
+use anyhow::{anyhow, Result};
+use crossbeam_channel::bounded;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A file to read, as the source planned it.
+pub struct ReadFile {
+    /// The file's id in the manifest, carried by its frames.
+    pub id: u32,
+    pub path: PathBuf,
+    pub size: u64,
+    /// Index of the volume (device) holding the file.
+    pub volume: usize,
+    /// The source tolerates the file vanishing during the backup (dropped tables).
+    pub missing_ok: bool,
+}
+
+/// Inspects each chunk read (page checksums, for example) before it is stored.
+pub trait ChunkFilter: Sync {
+    /// `Err` fails the backup with that message.
+    fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String>;
+    /// Problems tolerated so far (they mark the set damaged).
+    fn problems(&self) -> Vec<String> {
+        vec![]
+    }
+    /// For a differential: which pages of the chunk to store (bit i = page i), or None
+    /// to store the whole chunk.
+    fn select(&self, _file: &ReadFile, _offset: u64, _data: &[u8]) -> Option<PageSet> {
+        None
+    }
+}
+
+/// Pages of one chunk: up to 2048 (16 MiB of 8 KiB pages).
+pub type PageSet = [u64; 32];
+
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub buffer_count: usize,
+    pub transfer_size: usize,
+    pub block_size: usize,
+    pub readers_per_volume: usize,
+    /// Reads in flight per reader.
+    pub read_depth: usize,
+    pub threads: usize,
+    pub codec: CodecSpec,
+    pub direct_io: bool,
+    /// Page size, for differential page selection.
+    pub page_size: usize,
+    /// Adaptive readers: up to 4x the reads in flight when reads get small or slow.
+    pub adaptive: bool,
+}
+
+impl Params {
+    /// Reads in flight per volume: (base, most).
+    pub fn in_flight(&self) -> (usize, usize) {
+        let base = self.readers_per_volume * self.read_depth;
+        let max = if self.adaptive {
+            (base * 4).clamp(base, 64.max(base))
+        } else {
+            base
+        };
+        (base, max)
+    }
+}
+
+impl Params {
+    /// Bytes of one pool buffer: a compressed frame plus padding must fit.
+    pub fn buffer_size(&self) -> usize {
+        CodecSpec::bound(self.transfer_size) + self.block_size + pool::ALIGN
+    }
+}
+
+pub struct FileResult {
+    pub checksum: String,
+    pub vanished: bool,
+    /// The file was shorter when read than when planned: the rest reads as zeros.
+    pub shrank: bool,
+}
+
+pub struct StripeResult {
+    pub frames: u64,
+    pub body_end: u64,
+    pub sink: Box<dyn StripeSink>,
+}
+
+pub struct Outcome {
+    pub files: Vec<FileResult>,
+    pub stripes: Vec<StripeResult>,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub zero_frames: u64,
+    pub wall: Duration,
+    pub waits: WaitStats,
+    pub pool_bytes: u64,
+    /// Adaptive readers: times a volume got more reads in flight, and the most any had.
+    pub adaptive_raises: u64,
+    pub peak_in_flight: usize,
+}
+
+/// A stripe writer's sink, frames written and offset reached.
+type WriterEnd = (Box<dyn StripeSink>, u64, u64);
+
+/// What every stage of one run shares.
+struct Shared<'a> {
+    plan: &'a [ReadFile],
+    p: &'a Params,
+    filter: Option<&'a dyn ChunkFilter>,
+    state: Vec<FileState>,
+    pool: Pool,
+    abort: &'a Abort,
+    progress: &'a Progress,
+    read_st: Arc<Stage>,
+    comp_st: Arc<Stage>,
+    write_st: Arc<Stage>,
+    /// Frame sequence numbers, bytes stored and all-zero frames so far.
+    seq: AtomicU64,
+    stored_total: AtomicU64,
+    zero_frames: AtomicU64,
+}
+
+struct FileState {
+    digests: Mutex<Vec<Option<[u8; 32]>>>,
+    vanished: AtomicBool,
+    shrank: AtomicBool,
+}
+
+struct Item {
+    file: u32,
+    offset: u64,
+    buf: Buf,
+    /// Bytes of the frame on media (header + stored + padding), set by the compressor.
+    frame_len: usize,
+}
+
+/// Runs a backup of `plan` into `stripes` (each a sink and the header block it gets
+/// first). On error every sink is aborted; `abort` stops the run from outside (a source
+/// that fails while it is read).
+pub fn run(
+    plan: &[ReadFile],
+    volumes: usize,
+    stripes: Vec<(Box<dyn StripeSink>, Vec<u8>)>,
+    p: &Params,
+    filter: Option<&dyn ChunkFilter>,
+    progress: &Progress,
+    abort: &Abort,
+) -> Result<Outcome> {
+    let started = Instant::now();
+    let t = p.transfer_size as u64;
+    let live = &progress.live;
+    let sh = Shared {
+        plan,
+        p,
+        filter,
+        state: plan
+            .iter()
+            .map(|f| FileState {
+                digests: Mutex::new(vec![None; f.size.div_ceil(t) as usize]),
+                vanished: AtomicBool::new(false),
+                shrank: AtomicBool::new(false),
+            })
+            .collect(),
+        pool: Pool::new(p.buffer_count, p.buffer_size()).counted(live.pool_in_use.clone()),
+        abort,
+        progress,
+        read_st: live.stage("read"),
+        comp_st: live.stage("compress"),
+        write_st: live.stage("write"),
+        seq: AtomicU64::new(0),
+        stored_total: AtomicU64::new(0),
+        zero_frames: AtomicU64::new(0),
+    };
+    progress
+        .total
+        .store(plan.iter().map(|f| f.size).sum(), Relaxed);
+    live.pool_size.store(p.buffer_count as u64, Relaxed);
+    let cursors = read::cursors(plan, volumes);
+    let (read_lanes, write_lanes) = (live.read_lanes(volumes), live.write_lanes(stripes.len()));
+    let _signals = crate::interrupt::catch();
+    let (ctx, crx) = bounded::<Item>(p.buffer_count);
+    let (wtx, wrx) = bounded::<Item>(p.buffer_count);
+    let adapts: Vec<Adapt> = (0..volumes)
+        .map(|_| {
+            let (base, max) = p.in_flight();
+            Adapt::new(base, max)
+        })
+        .collect();
+    let nstripes = stripes.len();
+
+    let stripe_results: Vec<Option<WriterEnd>> = std::thread::scope(|s| {
+        for ((vol, lane), adapt) in cursors.iter().zip(&read_lanes).zip(&adapts) {
+            lane.in_flight.store(adapt.base as u64, Relaxed);
+            for k in 0..adapt.threads() {
+                let (ctx, sh) = (ctx.clone(), &sh);
+                s.spawn(move || read::reader(sh, vol, lane, adapt, k, &ctx));
+            }
+        }
+        drop(ctx);
+        for _ in 0..p.threads {
+            let (crx, wtx, sh) = (crx.clone(), wtx.clone(), &sh);
+            s.spawn(move || frame::compressor(sh, &crx, &wtx));
+        }
+        drop((crx, wtx));
+        let handles: Vec<_> = stripes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (sink, header))| {
+                let (wrx, sh, lane) = (wrx.clone(), &sh, &write_lanes[i]);
+                s.spawn(move || write::writer(sh, i, sink, &header, &wrx, lane))
+            })
+            .collect();
+        drop(wrx);
+        handles.into_iter().map(|h| h.join().ok()).collect()
+    });
+
+    let failed = abort.take().or_else(|| {
+        stripe_results
+            .iter()
+            .any(Option::is_none)
+            .then(|| anyhow!("a stripe writer panicked"))
+    });
+    if let Some(e) = failed {
+        for (sink, _, _) in stripe_results.into_iter().flatten() {
+            sink.abort();
+        }
+        return Err(e);
+    }
+    let wall = started.elapsed();
+    let readers = volumes * p.readers_per_volume * p.read_depth;
+    let waits = summarize(
+        &[
+            (
+                "read",
+                &sh.read_st,
+                readers,
+                "a free buffer",
+                "the compressors",
+            ),
+            (
+                "compress",
+                &sh.comp_st,
+                p.threads,
+                "a filled buffer",
+                "the writers",
+            ),
+            (
+                "write",
+                &sh.write_st,
+                nstripes,
+                "a finished frame",
+                "the device",
+            ),
+        ],
+        wall,
+    );
+    Ok(Outcome {
+        stripes: stripe_results
+            .into_iter()
+            .flatten()
+            .map(|(sink, frames, body_end)| StripeResult {
+                frames,
+                body_end,
+                sink,
+            })
+            .collect(),
+        raw_bytes: sh.read_st.bytes.load(Relaxed),
+        stored_bytes: sh.stored_total.load(Relaxed),
+        zero_frames: sh.zero_frames.load(Relaxed),
+        wall,
+        waits,
+        pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
+        adaptive_raises: adapts.iter().map(|a| a.raised.load(Relaxed)).sum(),
+        peak_in_flight: adapts
+            .iter()
+            .map(|a| a.peak.load(Relaxed))
+            .max()
+            .unwrap_or(0),
+        files: file_results(plan, sh.state),
+    })
+}
+
+/// Each file's checksum from its chunks' digests, and what happened to it.
+fn file_results(plan: &[ReadFile], state: Vec<FileState>) -> Vec<FileResult> {
+    plan.iter()
+        .zip(state)
+        .map(|(f, st)| {
+            let digests = st.digests.into_inner().unwrap();
+            let vanished = st.vanished.load(Relaxed);
+            let checksum = if vanished {
+                String::new()
+            } else {
+                let all: Option<Vec<[u8; 32]>> = digests.into_iter().collect();
+                let all = all.expect("every chunk of a present file was read");
+                file_checksum(f.size, all.iter())
+            };
+            FileResult {
+                checksum,
+                vanished,
+                shrank: st.shrank.load(Relaxed),
+            }
+        })
+        .collect()
+}

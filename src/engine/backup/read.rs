@@ -1,0 +1,347 @@
+//! The read stage: each volume's files in order, chunk by chunk, into pool buffers;
+//! adjacent chunks merged into one vectored read when adaptive.
+
+use super::{FileState, Item, ReadFile, Shared};
+use crate::engine::adapt::Adapt;
+use crate::engine::pool::{self, Buf};
+use crate::engine::stats::Lane;
+use crate::sys;
+use anyhow::{anyhow, Context, Result};
+use std::fs::{File, OpenOptions};
+use std::io::{self, IoSliceMut};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// One cursor per volume over the files it holds, in plan order.
+pub(super) fn cursors(plan: &[ReadFile], volumes: usize) -> Vec<Mutex<Cursor>> {
+    let mut cursors: Vec<Mutex<Cursor>> = (0..volumes)
+        .map(|_| {
+            Mutex::new(Cursor {
+                files: vec![],
+                next_file: 0,
+                current: None,
+            })
+        })
+        .collect();
+    for (i, f) in plan.iter().enumerate() {
+        cursors[f.volume].get_mut().unwrap().files.push(i as u32);
+    }
+    cursors
+}
+
+/// One reader thread (`k` of its volume): takes chunks from the volume's cursor while
+/// its adaptive gate admits it, reads them and hands them to the compressors.
+pub(super) fn reader(
+    sh: &Shared,
+    vol: &Mutex<Cursor>,
+    lane: &Lane,
+    adapt: &Adapt,
+    k: usize,
+    ctx: &crossbeam_channel::Sender<Item>,
+) {
+    let (p, plan, abort, pool) = (sh.p, sh.plan, sh.abort, &sh.pool);
+    let t = p.transfer_size;
+    // Transfers under 1 MiB are merged up to 1 MiB per read when adaptive.
+    let merge = if p.adaptive {
+        ((1usize << 20) / t).clamp(1, MAX_MERGE)
+    } else {
+        1
+    };
+    // Reused for every read: no allocation per read.
+    let mut run: Vec<(Chunk, Buf)> = Vec::with_capacity(merge);
+    let mut extra: Vec<Buf> = Vec::with_capacity(merge);
+    while !abort.aborted() {
+        if !adapt.admit(k, abort) {
+            break;
+        }
+        let next = vol.lock().unwrap().next(plan, &sh.state, t, p.direct_io);
+        let chunk = match next {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                adapt.finish();
+                break;
+            }
+            Err(e) => return abort.fail(e),
+        };
+        let Some((buf, waited)) = pool.get(abort) else {
+            break;
+        };
+        sh.read_st.wait_in(waited);
+        // Adjacent ranges of the file, while buffers are free: one vectored read
+        // instead of several small ones.
+        run.push((chunk, buf));
+        if merge > 1 && run[0].0.len == t {
+            while extra.len() + 1 < merge {
+                match pool.try_get() {
+                    Some(b) => extra.push(b),
+                    None => break,
+                }
+            }
+            if !extra.is_empty() {
+                let (file, end) = (run[0].0.file, run[0].0.offset + t as u64);
+                vol.lock()
+                    .unwrap()
+                    .more_of(file, end, plan, t, extra.len(), |c| {
+                        run.push((c, extra.pop().unwrap()))
+                    });
+                extra.drain(..).for_each(|b| pool.put(b));
+            }
+        }
+        if let Err(e) = read_into(sh, &mut run, lane, adapt) {
+            return abort.fail(e);
+        }
+        for (c, buf) in run.drain(..) {
+            sh.read_st.op(c.len as u64);
+            let item = Item {
+                file: c.file,
+                offset: c.offset,
+                buf,
+                frame_len: 0,
+            };
+            match pool::send(ctx, item, abort) {
+                Some(w) => sh.read_st.wait_out(w),
+                None => return,
+            }
+        }
+    }
+}
+
+/// Reads the chunks of `run` (one call when several), marks files that ended early,
+/// and counts the read.
+fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) -> Result<()> {
+    let t0 = Instant::now();
+    let bytes: usize = run.iter().map(|(c, _)| c.len).sum();
+    let read = if run.len() > 1 {
+        read_run(sh.plan, run)
+    } else {
+        let (c, b) = &mut run[0];
+        read_one(sh.plan, c, b).map(u32::from)
+    };
+    match read {
+        Ok(shorts) => {
+            for (i, (c, _)) in run.iter().enumerate() {
+                if shorts & (1 << i) != 0 {
+                    sh.state[c.file as usize].shrank.store(true, Relaxed);
+                }
+            }
+        }
+        Err(e) => {
+            let c = &run[0].0;
+            let f = &sh.plan[c.file as usize];
+            return Err(anyhow!(
+                "read of '{}' at offset {} failed: {e}",
+                f.path.display(),
+                c.offset
+            ));
+        }
+    }
+    let took = t0.elapsed();
+    sh.read_st.busy(took);
+    lane.op(bytes as u64, took);
+    let room = (sh.progress.live.pool_in_use.load(Relaxed) as usize) + 2 < sh.p.buffer_count;
+    adapt.tick(lane, sh.p.transfer_size, room);
+    sh.progress.done.fetch_add(bytes as u64, Relaxed);
+    Ok(())
+}
+
+/// Hands out the chunks of one volume's files in order, opening each file once.
+pub(super) struct Cursor {
+    files: Vec<u32>,
+    next_file: usize,
+    current: Option<(u32, Arc<File>, u64)>,
+}
+
+struct Chunk {
+    file: u32,
+    handle: Arc<File>,
+    offset: u64,
+    len: usize,
+}
+
+fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
+    if direct {
+        if let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(sys::O_DIRECT)
+            .open(path)
+        {
+            return Ok(f);
+        }
+    }
+    let f = File::open(path)?;
+    sys::fadvise(&f, 0, 0, sys::Advice::Sequential);
+    Ok(f)
+}
+
+impl Cursor {
+    /// Hands `add` up to `n` chunks of `file` from `end` on, if that is where the file
+    /// being read stands (called per read: nothing allocated).
+    fn more_of(
+        &mut self,
+        file: u32,
+        end: u64,
+        plan: &[ReadFile],
+        transfer: usize,
+        n: usize,
+        mut add: impl FnMut(Chunk),
+    ) {
+        let Some((id, handle, offset)) = &mut self.current else {
+            return;
+        };
+        if *id != file || *offset != end {
+            return;
+        }
+        let size = plan[*id as usize].size;
+        for _ in 0..n {
+            if *offset >= size {
+                break;
+            }
+            let len = (size - *offset).min(transfer as u64) as usize;
+            add(Chunk {
+                file: *id,
+                handle: handle.clone(),
+                offset: *offset,
+                len,
+            });
+            *offset += len as u64;
+        }
+    }
+
+    fn next(
+        &mut self,
+        plan: &[ReadFile],
+        state: &[FileState],
+        transfer: usize,
+        direct: bool,
+    ) -> Result<Option<Chunk>> {
+        loop {
+            if let Some((id, handle, offset)) = &mut self.current {
+                let size = plan[*id as usize].size;
+                if *offset < size {
+                    let len = (size - *offset).min(transfer as u64) as usize;
+                    let c = Chunk {
+                        file: *id,
+                        handle: handle.clone(),
+                        offset: *offset,
+                        len,
+                    };
+                    *offset += len as u64;
+                    return Ok(Some(c));
+                }
+                self.current = None;
+            }
+            let Some(&id) = self.files.get(self.next_file) else {
+                return Ok(None);
+            };
+            self.next_file += 1;
+            let f = &plan[id as usize];
+            if f.size == 0 {
+                continue;
+            }
+            match open_for_read(&f.path, direct) {
+                Ok(h) => self.current = Some((id, Arc::new(h), 0)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
+                    state[id as usize].vanished.store(true, Relaxed);
+                }
+                Err(e) => {
+                    return Err(anyhow!(e))
+                        .with_context(|| format!("cannot open '{}'", f.path.display()))
+                }
+            }
+        }
+    }
+}
+
+/// Reads `len` bytes at `offset`; a short file reads as zeros past its end.
+/// Returns whether the file ended early.
+fn read_chunk(c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
+    let space = buf.space();
+    // O_DIRECT wants whole sectors: ask for a rounded length, keep `len`.
+    let want = c.len.next_multiple_of(pool::ALIGN).min(space.len());
+    let mut got = 0;
+    while got < c.len {
+        match c
+            .handle
+            .read_at(&mut space[got..want], c.offset + got as u64)
+        {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let short = got < c.len;
+    if short {
+        space[got..c.len].fill(0);
+    }
+    buf.len = c.len;
+    Ok(short)
+}
+
+/// Reads one chunk; retries without O_DIRECT where a filesystem refuses it late.
+fn read_one(plan: &[ReadFile], c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
+    read_chunk(c, buf).or_else(|e| {
+        if sys::is_einval(&e) {
+            let f = &plan[c.file as usize];
+            let h = Arc::new(open_for_read(&f.path, false)?);
+            read_chunk(
+                &Chunk {
+                    handle: h,
+                    ..chunk_clone(c)
+                },
+                buf,
+            )
+        } else {
+            Err(e)
+        }
+    })
+}
+
+/// Most chunks one merged read takes.
+const MAX_MERGE: usize = 16;
+
+/// Reads adjacent chunks of one file with one preadv; a chunk the call did not fill
+/// (end of file, a short read, a refusal) is read on its own. Bit i of the result:
+/// chunk i was short.
+fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
+    let handle = run[0].0.handle.clone();
+    let offset = run[0].0.offset;
+    let last = run.len() - 1;
+    let mut iov: [IoSliceMut; MAX_MERGE] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+    for (i, (c, b)) in run.iter_mut().enumerate() {
+        let space = b.space();
+        // O_DIRECT wants whole sectors; only the last chunk can be short.
+        let len = if i == last {
+            c.len.next_multiple_of(pool::ALIGN).min(space.len())
+        } else {
+            c.len
+        };
+        iov[i] = IoSliceMut::new(&mut space[..len]);
+    }
+    // A failed call reads nothing: each chunk is then read on its own.
+    let n = sys::preadv(&*handle, &mut iov[..=last], offset).unwrap_or(0);
+    let mut got = n;
+    let mut shorts = 0u32;
+    for (i, (c, b)) in run.iter_mut().enumerate() {
+        let filled = got.min(c.len);
+        got -= filled;
+        if filled == c.len {
+            b.len = c.len;
+        } else if read_one(plan, c, b)? {
+            shorts |= 1 << i;
+        }
+    }
+    Ok(shorts)
+}
+
+fn chunk_clone(c: &Chunk) -> Chunk {
+    Chunk {
+        file: c.file,
+        handle: c.handle.clone(),
+        offset: c.offset,
+        len: c.len,
+    }
+}

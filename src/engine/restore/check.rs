@@ -1,0 +1,136 @@
+//! The check stage: every frame's CRC32C, range, decompressed length and content
+//! digest checked before a byte of it is written.
+
+use super::write::{self, FrameWrite};
+use super::{Item, Shared};
+use crate::engine::codec::Decompressor;
+use crate::engine::pool::{self, Buf};
+use crate::format::frame::{bitmap_len, FrameKind};
+use crate::format::Codec;
+use anyhow::{anyhow, Result};
+use crossbeam_channel::Receiver;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+/// One decompressor thread: checks frames from `rx` and writes them.
+pub(super) fn checker(sh: &Shared, rx: &Receiver<Item>) {
+    let abort = sh.abort;
+    let mut dec = match Decompressor::new() {
+        Ok(d) => d,
+        Err(e) => return abort.fail(e.into()),
+    };
+    let mut scratch = sh.pool.extra();
+    let zeros = vec![0u8; sh.p.transfer_size];
+    while let Some((item, waited)) = pool::recv(rx, abort) {
+        sh.dec_st.wait_in(waited);
+        let t0 = Instant::now();
+        let (fi, w) = match check(sh, item, &mut dec, &mut scratch, &zeros) {
+            Ok(x) => x,
+            Err(e) => return abort.fail(e),
+        };
+        sh.dec_st.busy(t0.elapsed());
+        sh.dec_st.op(w.raw_len);
+        if let Err(e) = write::write(sh, fi, w) {
+            return abort.fail(e);
+        }
+    }
+}
+
+/// Checks one frame and records its digest; returns its file's index and the write.
+fn check(
+    sh: &Shared,
+    item: Item,
+    dec: &mut Decompressor,
+    scratch: &mut Buf,
+    zeros: &[u8],
+) -> Result<(usize, FrameWrite)> {
+    let (p, t) = (sh.p, sh.p.transfer_size as u64);
+    let h = &item.header;
+    let at = item.at;
+    let name = &sh.stripes[item.stripe].name;
+    let fail = |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
+    let stored = item.buf.payload();
+    // Uncompressed, the stored bytes are the raw bytes: the content digest below checks them.
+    let crc = match h.codec {
+        Codec::None => h.stored_crc,
+        _ => crc32c::crc32c(stored),
+    };
+    if crc != h.stored_crc {
+        return Err(fail(format!(
+            "stored bytes are damaged (CRC32C {crc:08x}, expected {:08x})",
+            h.stored_crc
+        )));
+    }
+    let Some(&fi) = sh.index.get(&h.file_id) else {
+        return Err(fail(format!(
+            "names file {} that the manifest does not list as a regular file",
+            h.file_id
+        )));
+    };
+    let size = sh.files[fi].1;
+    let expect = size.saturating_sub(h.offset).min(t);
+    let fits = match h.kind {
+        FrameKind::Pages => {
+            (h.raw_len as u64) <= expect + bitmap_len(expect, p.page_size as u64) as u64
+        }
+        _ => h.raw_len as u64 == expect,
+    };
+    if !h.offset.is_multiple_of(t) || h.offset >= size || !fits {
+        return Err(fail(format!(
+            "range {}+{} does not fit file {} of {size} bytes",
+            h.offset, h.raw_len, h.file_id
+        )));
+    }
+    let raw: &[u8] = match (h.kind, h.codec) {
+        (FrameKind::Zero, _) => &zeros[..h.raw_len as usize],
+        (_, Codec::None) => stored,
+        (_, codec) => match dec.decompress(codec, stored, scratch.space()) {
+            Ok(n) if n == h.raw_len as usize => &scratch.space()[..n],
+            Ok(n) => {
+                return Err(fail(format!(
+                    "decompressed to {n} bytes, expected {}",
+                    h.raw_len
+                )))
+            }
+            Err(e) => return Err(fail(format!("cannot decompress: {e}"))),
+        },
+    };
+    let digest = p.hash.digest(raw);
+    if digest != h.raw_hash {
+        let name = p.hash.name();
+        return Err(fail(match h.codec {
+            Codec::None => format!("stored bytes are damaged (their {name} digest does not match)"),
+            _ => format!("restored content does not match its {name} digest"),
+        }));
+    }
+    sh.stored_total.fetch_add(h.stored_len as u64, Relaxed);
+    {
+        let mut f = sh.state[fi].lock().unwrap();
+        let slot = &mut f.digests[(h.offset / t) as usize];
+        if slot.is_some() {
+            return Err(fail(format!(
+                "file {} offset {} is stored twice",
+                h.file_id, h.offset
+            )));
+        }
+        *slot = Some(digest);
+    }
+    let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
+    let mut buf = item.buf;
+    if sh.sink.is_some() && h.codec != Codec::None && h.kind != FrameKind::Zero {
+        // The decompressed bytes go to the write; the input buffer becomes scratch.
+        scratch.len = raw_len as usize;
+        std::mem::swap(scratch, &mut buf);
+    }
+    Ok((
+        fi,
+        FrameWrite {
+            kind,
+            file,
+            offset,
+            expect,
+            raw_len,
+            buf,
+        },
+    ))
+}

@@ -1,0 +1,197 @@
+//! Restore pipeline: one reader per stripe -> pool buffers -> decompressors that
+//! check every frame and write it in place. Verify is the same run without writes.
+
+mod check;
+mod read;
+mod write;
+
+use super::codec::CodecSpec;
+use super::pool::{self, Buf, Pool};
+use super::stats::{summarize, Lane, Progress, Stage, WaitStats};
+use super::Abort;
+use crate::device::StripeSource;
+use crate::format::frame::FrameHeader;
+use crate::format::manifest::file_checksum;
+use crate::format::ContentHash;
+use anyhow::Result;
+use crossbeam_channel::bounded;
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use write::FileState;
+
+/// Where verified frames go.
+pub trait FrameSink: Sync {
+    fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// An all-zero range. Fresh pre-sized files already read as zeros there.
+    fn write_zeros(&self, _file: u32, _offset: u64, _len: usize) -> io::Result<()> {
+        Ok(())
+    }
+    /// A frame's range of `file` is written (by one write, or page by page).
+    fn written(&self, _file: u32, _offset: u64, _len: u64) {}
+}
+
+pub struct StripeIn {
+    pub name: String,
+    pub source: Box<dyn StripeSource>,
+    pub body_start: u64,
+    pub body_end: u64,
+    pub frames: u64,
+}
+
+pub struct Params {
+    pub transfer_size: usize,
+    pub page_size: usize,
+    pub block_size: usize,
+    pub buffer_count: usize,
+    pub threads: usize,
+    /// How the set digests frames (its format version).
+    pub hash: ContentHash,
+}
+
+pub struct Outcome {
+    /// The checksum recomputed from the frames read, per file, or what is missing.
+    pub checksums: Vec<Result<String, String>>,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub frames: u64,
+    pub wall: Duration,
+    pub waits: WaitStats,
+    pub pool_bytes: u64,
+}
+
+/// What every stage of one run shares.
+struct Shared<'a> {
+    stripes: &'a [StripeIn],
+    files: &'a [(u32, u64)],
+    p: &'a Params,
+    sink: Option<&'a dyn FrameSink>,
+    /// Manifest id -> index in `files`.
+    index: HashMap<u32, usize>,
+    state: Vec<Mutex<FileState>>,
+    pool: Pool,
+    abort: &'a Abort,
+    read_st: Arc<Stage>,
+    dec_st: Arc<Stage>,
+    write_st: Arc<Stage>,
+    target_lane: Arc<Lane>,
+    stored_total: AtomicU64,
+}
+
+struct Item {
+    header: FrameHeader,
+    stripe: usize,
+    at: u64,
+    buf: Buf,
+}
+
+/// Restores (or with `sink` None, verifies) the frames of `stripes`. `files` holds the
+/// manifest id and size of every regular file; results come back in that order.
+pub fn run(
+    stripes: &[StripeIn],
+    files: &[(u32, u64)],
+    p: &Params,
+    sink: Option<&dyn FrameSink>,
+    progress: &Progress,
+) -> Result<Outcome> {
+    let started = Instant::now();
+    let t = p.transfer_size as u64;
+    let buf_size = CodecSpec::bound(p.transfer_size) + p.block_size + pool::ALIGN;
+    let live = &progress.live;
+    let abort = Abort::default();
+    let sh = Shared {
+        stripes,
+        files,
+        p,
+        sink,
+        index: files.iter().enumerate().map(|(i, f)| (f.0, i)).collect(),
+        state: files
+            .iter()
+            .map(|f| Mutex::new(FileState::new(f.1.div_ceil(t) as usize)))
+            .collect(),
+        pool: Pool::new(p.buffer_count, buf_size).counted(live.pool_in_use.clone()),
+        abort: &abort,
+        read_st: live.stage("read"),
+        dec_st: live.stage("decompress"),
+        write_st: live.stage("write"),
+        // One write lane: the target directory.
+        target_lane: live.write_lanes(1)[0].clone(),
+        stored_total: AtomicU64::new(0),
+    };
+    live.pool_size.store(p.buffer_count as u64, Relaxed);
+    let read_lanes = live.read_lanes(stripes.len());
+    let _signals = crate::interrupt::catch();
+    progress.total.store(
+        stripes.iter().map(|s| s.body_end - s.body_start).sum(),
+        Relaxed,
+    );
+    let (tx, rx) = bounded::<Item>(p.buffer_count);
+
+    std::thread::scope(|s| {
+        for (si, lane) in read_lanes.iter().enumerate() {
+            let (tx, sh) = (tx.clone(), &sh);
+            s.spawn(move || {
+                if let Err(e) = read::read_stripe(sh, si, lane, progress, &tx) {
+                    sh.abort.fail(e);
+                }
+            });
+        }
+        drop(tx);
+        for _ in 0..p.threads {
+            let (rx, sh) = (rx.clone(), &sh);
+            s.spawn(move || check::checker(sh, &rx));
+        }
+    });
+    if let Some(e) = abort.take() {
+        return Err(e);
+    }
+    let wall = started.elapsed();
+    let checksums = files
+        .iter()
+        .zip(sh.state)
+        .map(|(&(_, size), f)| {
+            let d = f.into_inner().unwrap().digests;
+            match d.iter().position(Option::is_none) {
+                Some(missing) => Err(format!("no frame holds offset {}", missing as u64 * t)),
+                None => Ok(file_checksum(size, d.iter().map(|x| x.as_ref().unwrap()))),
+            }
+        })
+        .collect();
+    let mut stages = vec![
+        (
+            "read",
+            &*sh.read_st,
+            stripes.len(),
+            "a free buffer",
+            "the decompressors",
+        ),
+        (
+            "decompress",
+            &*sh.dec_st,
+            p.threads,
+            "a frame",
+            "the writes",
+        ),
+    ];
+    if sink.is_some() {
+        stages.push((
+            "write",
+            &*sh.write_st,
+            p.threads,
+            "a checked frame",
+            "the target",
+        ));
+    }
+    let waits = summarize(&stages, wall);
+    Ok(Outcome {
+        checksums,
+        raw_bytes: sh.dec_st.bytes.load(Relaxed),
+        stored_bytes: sh.stored_total.load(Relaxed),
+        frames: sh.read_st.ops.load(Relaxed),
+        wall,
+        waits,
+        pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
+    })
+}

@@ -1,0 +1,101 @@
+//! The read stage: one thread per stripe reads its frames in order.
+
+use super::{Item, Shared};
+use crate::engine::pool;
+use crate::engine::stats::{Lane, Progress};
+use crate::format::frame::{FrameHeader, FRAME_HEADER_LEN};
+use crate::format::pad_to;
+use anyhow::{anyhow, bail, Result};
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+/// Reads one stripe's frames in order, reading each payload together with the
+/// next frame's header (one read per frame).
+pub(super) fn read_stripe(
+    sh: &Shared,
+    si: usize,
+    lane: &Lane,
+    progress: &Progress,
+    tx: &crossbeam_channel::Sender<Item>,
+) -> Result<()> {
+    let (st, pool, abort, read_st) = (&sh.stripes[si], &sh.pool, sh.abort, &sh.read_st);
+    let block = sh.p.block_size as u64;
+    let mut at = st.body_start;
+    let mut hdr = [0u8; FRAME_HEADER_LEN];
+    let io_err = |e: io::Error, off: u64| {
+        anyhow!(
+            "stripe '{}': read at offset {off} failed: {e} (the stripe is truncated or unreadable)",
+            st.name
+        )
+    };
+    if st.frames > 0 {
+        if at + FRAME_HEADER_LEN as u64 > st.body_end {
+            bail!(
+                "stripe '{}': body ends at {} before its first frame",
+                st.name,
+                st.body_end
+            );
+        }
+        st.source
+            .read_exact_at(&mut hdr, at)
+            .map_err(|e| io_err(e, at))?;
+    }
+    for i in 0..st.frames {
+        let header =
+            FrameHeader::decode(&hdr, at).map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
+        let total = pad_to((FRAME_HEADER_LEN as u64) + header.stored_len as u64, block);
+        let more = i + 1 < st.frames;
+        let next = at + total;
+        let need_end = next + if more { FRAME_HEADER_LEN as u64 } else { 0 };
+        if need_end > st.body_end {
+            bail!(
+                "stripe '{}', frame at offset {at}: {} stored bytes run past the end of the body at {}",
+                st.name, header.stored_len, st.body_end
+            );
+        }
+        let Some((mut buf, waited)) = pool.get(abort) else {
+            return Ok(());
+        };
+        read_st.wait_in(waited);
+        let want = (need_end - at - FRAME_HEADER_LEN as u64) as usize;
+        if want > buf.capacity() {
+            bail!("stripe '{}', frame at offset {at}: stored length {} is larger than any frame of this set", st.name, header.stored_len);
+        }
+        let t0 = Instant::now();
+        st.source
+            .read_exact_at(&mut buf.space()[..want], at + FRAME_HEADER_LEN as u64)
+            .map_err(|e| io_err(e, at))?;
+        let took = t0.elapsed();
+        read_st.busy(took);
+        read_st.op(total);
+        lane.op(total, took);
+        progress.done.fetch_add(total, Relaxed);
+        if more {
+            let s = (total as usize) - FRAME_HEADER_LEN;
+            hdr.copy_from_slice(&buf.space()[s..s + FRAME_HEADER_LEN]);
+        }
+        buf.len = header.stored_len as usize;
+        match pool::send(
+            tx,
+            Item {
+                header,
+                stripe: si,
+                at,
+                buf,
+            },
+            abort,
+        ) {
+            Some(w) => read_st.wait_out(w),
+            None => return Ok(()),
+        }
+        at = next;
+    }
+    if at != st.body_end {
+        bail!(
+            "stripe '{}': frames end at offset {at} but the body ends at {}: the stripe holds data its tail does not count",
+            st.name, st.body_end
+        );
+    }
+    Ok(())
+}
