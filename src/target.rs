@@ -268,3 +268,94 @@ pub fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::manifest::{tests::sample, FileEntry};
+    use std::os::unix::fs::MetadataExt;
+
+    fn entry(id: u32, path: &str, kind: EntryKind, size: u64) -> FileEntry {
+        FileEntry {
+            id,
+            path: path.into(),
+            kind,
+            size,
+            mode: if kind == EntryKind::Dir { 0o750 } else { 0o640 },
+            mtime: 1_600_000_000,
+            pages: 0,
+            checksum: String::new(),
+            link_target: (kind == EntryKind::Link).then(|| "../elsewhere".into()),
+        }
+    }
+
+    #[test]
+    fn a_target_must_be_empty_unless_replaced_and_replace_does_not_follow_links() {
+        let t = tempfile::tempdir().unwrap();
+        let (to, outside) = (t.path().join("to"), t.path().join("outside"));
+        prepare(&to, false).unwrap();
+        assert!(to.is_dir(), "a missing target is created");
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("keep"), b"x").unwrap();
+        fs::write(to.join("old"), b"x").unwrap();
+        std::os::unix::fs::symlink(&outside, to.join("link")).unwrap();
+        let e = prepare(&to, false).unwrap_err().to_string();
+        assert!(e.contains("is not empty") && e.contains("--replace"), "{e}");
+        prepare(&to, true).unwrap();
+        assert_eq!(fs::read_dir(&to).unwrap().count(), 0);
+        assert!(
+            outside.join("keep").exists(),
+            "a link's target is not emptied"
+        );
+    }
+
+    #[test]
+    fn files_are_laid_out_at_their_size_written_in_place_and_finished() {
+        let t = tempfile::tempdir().unwrap();
+        let mut m = sample();
+        m.files = vec![
+            entry(0, "d", EntryKind::Dir, 0),
+            entry(1, "d/a", EntryKind::File, 10_000),
+            entry(2, "d/e/b", EntryKind::File, 0),
+            entry(3, "d/l", EntryKind::Link, 0),
+        ];
+        let place = |rel: &str| t.path().join(rel);
+        let target = Target::new(lay_out(&m, &place, false).unwrap());
+        assert!(t.path().join("d/e").is_dir(), "parents are made");
+        target.files.create_first(2).unwrap();
+        assert_eq!(fs::metadata(place("d/a")).unwrap().len(), 10_000);
+        target.write(1, 4096, b"hello").unwrap();
+        target.write_zeros(1, 0, 4096).unwrap();
+        let e = target.write(9, 0, b"x").unwrap_err().to_string();
+        assert!(e.contains("file 9 is not in the manifest"), "{e}");
+        drop(target);
+        let a = fs::read(place("d/a")).unwrap();
+        assert_eq!(&a[4096..4101], b"hello");
+        assert!(a[..4096].iter().all(|&b| b == 0));
+        finish_entries(&m, &place).unwrap();
+        let meta = fs::metadata(place("d/a")).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.mtime()), (0o640, 1_600_000_000));
+        assert_eq!(
+            fs::read_link(place("d/l")).unwrap(),
+            Path::new("../elsewhere")
+        );
+        // A fresh (not overlay) layout never reuses a file that is already there.
+        let again = Target::new(lay_out(&m, &place, false).unwrap());
+        let e = again.write(1, 0, b"x").unwrap_err().to_string();
+        assert!(e.contains("cannot create") && e.contains("d/a"), "{e}");
+    }
+
+    #[test]
+    fn an_overlay_keeps_what_a_file_holds_and_writes_zero_ranges() {
+        let t = tempfile::tempdir().unwrap();
+        let mut m = sample();
+        m.files = vec![entry(1, "a", EntryKind::File, 8)];
+        let place = |rel: &str| t.path().join(rel);
+        fs::write(place("a"), b"abcdefgh").unwrap();
+        let target = Target::new(lay_out(&m, &place, true).unwrap());
+        target.write_zeros(1, 2, 2).unwrap();
+        target.write(1, 6, b"XY").unwrap();
+        drop(target);
+        assert_eq!(fs::read(place("a")).unwrap(), b"ab\0\0efXY");
+    }
+}

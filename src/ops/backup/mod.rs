@@ -215,7 +215,6 @@ fn diff_base(repo: &Repo, source: &str) -> Result<(CatalogEntry, source::postgre
         .and_then(crate::pg::parse_lsn)
         .ok_or_else(|| anyhow::anyhow!("base set {} records no start LSN", base.set_id))?;
     let first = repo.stripe_path(&base.stripes[0]);
-    // TODO(issue 19): set::read once it holds the reading of a set.
     let manifest = crate::set::read::open_any(&first)
         .with_context(|| format!("cannot read the base set {}", base.set_id))?;
     let files = manifest.files.into_iter().map(|f| f.path).collect();
