@@ -78,19 +78,8 @@ need_pkg fio fio
 need_pkg /usr/bin/time time
 command -v python3 >/dev/null || need_pkg python3 python3
 
-build_note=""
-if [ -z "${PAGEVAULT:-}" ] && [ "$NO_BUILD" != 1 ]; then
-    # Rebuild when the binary is missing or older than any source file.
-    if [ ! -x "$PV" ] || [ -n "$(find "$ROOT/src" "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" -newer "$PV" -print -quit 2>/dev/null)" ]; then
-        log "building the release binary"
-        if ! (cd "$ROOT" && cargo build --release -q) >&2; then
-            [ -x "$PV" ] || die "cargo build --release failed and there is no binary"
-            build_note="(build failed: measured the previous binary)"
-            log "warning: cargo build --release failed; using the existing $PV"
-        fi
-    fi
-fi
-[ -x "$PV" ] || die "no pagevault binary at $PV"
+source "$ROOT/bench/lib.sh"
+ensure_binary
 
 # ------------------------------------------------------------ page cache ----
 COLD=0
@@ -188,27 +177,6 @@ FIO_FILES=$(IFS=:; echo "${FILES[*]}")
 # ------------------------------------------------------ 3. measurements ----
 mkdir -p "$RUNDIR"
 printf 'case\trep\tkind\twall_s\trss_kib\tjson\tstatus\tgroup\tcpu_s\tbusy_ticks\n' > "$RESULTS"
-now_ns() { date +%s%N; }
-# Busy CPU ticks of the whole machine (user nice system irq softirq steal), to tell
-# how much else ran during a measurement (another build, the host stealing time).
-busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
-HZ=$(getconf CLK_TCK)
-NCPU=$(nproc)
-# Before each run: while something else keeps the CPUs over 25% busy (another build),
-# wait, up to QUIET_BUDGET seconds over the whole benchmark.
-QUIET_WAITED=0
-wait_quiet() {
-    local b0 b1 busy said=0
-    while :; do
-        b0=$(busy_ticks); sleep 0.5; b1=$(busy_ticks)
-        busy=$(((b1 - b0) * 200 / (HZ * NCPU)))
-        if [ "$busy" -lt 25 ] || [ "$QUIET_WAITED" -ge "$QUIET_BUDGET" ]; then return 0; fi
-        [ $said = 1 ] || log "  the machine is $busy% busy: waiting for it to calm down"
-        said=1
-        sleep 1.5
-        QUIET_WAITED=$((QUIET_WAITED + 2))
-    done
-}
 CASES=()
 note_case() { local c; for c in "${CASES[@]:-}"; do [ "$c" = "$1" ] && return; done; CASES+=("$1"); }
 

@@ -353,16 +353,7 @@ make_cluster() {
     [ "$avail_mb" -gt "$need_mb" ] || die "need about $need_mb MiB free under $WORK (cluster, stores, a restore), have $avail_mb"
     chown -R postgres: "$dir"
     log "creating the pgbench cluster in $dir"
-    as_pg "$PG_BIN/initdb" -D "$DATA" --data-checksums --auth=trust -U postgres -E UTF8 --locale=C.UTF-8 \
-        > "$dir/initdb.log" 2>&1 || die "initdb failed (see $dir/initdb.log)"
-    cat >> "$DATA/postgresql.conf" <<EOF
-
-# bench/objects.sh (port, listen_addresses and the socket directory are given by pg_ctl -o)
-shared_buffers = 256MB
-max_wal_size = 4GB
-checkpoint_timeout = 30min
-archive_mode = off
-EOF
+    bench_initdb "$DATA" "$dir" bench/objects.sh
     pg_start "$DATA" "$dir/run" "$dir/server.log" 55532 || die "PostgreSQL did not start (see $dir/server.log)"
     local t0=$SECONDS
     log "  pgbench -i -s $SCALE (server-side generation)"
@@ -439,23 +430,7 @@ for st in "${STORE_LIST[@]}"; do PGBR_CONF[$st]=$(pgbr_conf "$st"); done
 printf 'store\tcodec\ttool\tstripes\trep\tphase\tseconds\trss_kib\tcpu_s\tstore_cpu_s\tserver_cpu_s\tbusy_ticks\tstored_bytes\tobjects\tstatus\tout\n' > "$RESULTS"
 : > "$RUNDIR/notes.txt"
 : > "$RUNDIR/failures.txt"
-now_ns() { date +%s%N; }
-busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
-HZ=$(getconf CLK_TCK)
-NCPU=$(nproc)
-QUIET_WAITED=0
-wait_quiet() {   # while something else keeps the CPUs over 25% busy, wait (QUIET_BUDGET in all)
-    local b0 b1 busy said=0
-    while :; do
-        b0=$(busy_ticks); sleep 0.5; b1=$(busy_ticks)
-        busy=$(((b1 - b0) * 200 / (HZ * NCPU)))
-        if [ "$busy" -lt 25 ] || [ "$QUIET_WAITED" -ge "$QUIET_BUDGET" ]; then return 0; fi
-        [ $said = 1 ] || log "  the machine is $busy% busy: waiting for it to calm down"
-        said=1
-        sleep 1.5
-        QUIET_WAITED=$((QUIET_WAITED + 2))
-    done
-}
+source "$ROOT/bench/lib.sh"
 warm_up() { find "$DATA" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true; }
 # warm_stores: an untimed 256 MiB upload and read-back per store before each repetition.
 # Azurite (node) is slow while its heap grows, in its first minute most: without this, the

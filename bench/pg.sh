@@ -121,19 +121,8 @@ need_pkg fio fio
 command -v python3 >/dev/null || need_pkg python3 python3
 id postgres >/dev/null 2>&1 || die "there is no postgres user (install postgresql-15)"
 
-build_note=""
-if [ -z "${PAGEVAULT:-}" ] && [ "$NO_BUILD" != 1 ]; then
-    # Rebuild when the binary is missing or older than any source file (cargo waits for a running build).
-    if [ ! -x "$PV" ] || [ -n "$(find "$ROOT/src" "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" -newer "$PV" -print -quit 2>/dev/null)" ]; then
-        log "building the release binary"
-        if ! (cd "$ROOT" && cargo build --release -q) >&2; then
-            [ -x "$PV" ] || die "cargo build --release failed and there is no binary"
-            build_note="(build failed: measured the previous binary)"
-            log "warning: cargo build --release failed; using the existing $PV"
-        fi
-    fi
-fi
-[ -x "$PV" ] || die "no pagevault binary at $PV"
+source "$ROOT/bench/lib.sh"
+ensure_binary
 "$PV" --version >/dev/null || die "$PV does not run"
 
 # ------------------------------------------------------------ page cache ----
@@ -260,16 +249,7 @@ make_cluster() {
     [ "$avail_mb" -gt "$need_mb" ] || die "need about $need_mb MiB free under $PGW for the $set cluster and its copies, have $avail_mb"
     chown -R postgres: "$dir"
     log "creating the $set cluster in $dir"
-    as_pg "$PG_BIN/initdb" -D "$dir/data" --data-checksums --auth=trust -U postgres -E UTF8 --locale=C.UTF-8 \
-        > "$dir/initdb.log" 2>&1 || die "initdb failed (see $dir/initdb.log)"
-    cat >> "$dir/data/postgresql.conf" <<EOF
-
-# bench/pg.sh (port, listen_addresses and the socket directory are given by pg_ctl -o)
-shared_buffers = 256MB
-max_wal_size = 4GB
-checkpoint_timeout = 30min
-archive_mode = off
-EOF
+    bench_initdb "$dir/data" "$dir" bench/pg.sh
     pg_start "$dir/data" "$dir/run" "$dir/server.log" 55432 || die "PostgreSQL did not start (see $dir/server.log)"
     port=$STARTED_PORT
     PORT[$set]=$port
@@ -330,23 +310,6 @@ PV=$RUNDIR/pagevault
 printf 'set\ttool\tvariant\tcache\trep\tphase\tseconds\tbytes\tstatus\tbusy_ticks\tcpu_s\tout\n' > "$RESULTS"
 printf 'set\tdb_bytes\tdescription\n' > "$RUNDIR/sets.tsv"
 : > "$RUNDIR/notes.txt"
-now_ns() { date +%s%N; }
-busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
-HZ=$(getconf CLK_TCK)
-NCPU=$(nproc)
-QUIET_WAITED=0
-wait_quiet() {   # while something else keeps the CPUs over 25% busy, wait (QUIET_BUDGET in all)
-    local b0 b1 busy said=0
-    while :; do
-        b0=$(busy_ticks); sleep 0.5; b1=$(busy_ticks)
-        busy=$(((b1 - b0) * 200 / (HZ * NCPU)))
-        if [ "$busy" -lt 25 ] || [ "$QUIET_WAITED" -ge "$QUIET_BUDGET" ]; then return 0; fi
-        [ $said = 1 ] || log "  the machine is $busy% busy: waiting for it to calm down"
-        said=1
-        sleep 1.5
-        QUIET_WAITED=$((QUIET_WAITED + 2))
-    done
-}
 warm_up() {      # read the data directory into the page cache
     find "${DATA[$SET]}" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true
 }
