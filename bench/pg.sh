@@ -31,7 +31,8 @@
 #                    [--sets pgbench,real] [--pv-dest file|repo] [--verify 0|1] [--no-build]
 #                    [--keep-running]      (or positionally: bench/pg.sh [SCALE])
 # Environment: WORK_DIR, SCALE, REAL_MB, REPS, CACHES, DATASETS, PV_DEST, VERIFY, QUIET_BUDGET,
-#              PAGEVAULT (binary to use), NO_BUILD=1, PG_BIN, KEEP_RUNNING=1
+#              PAGEVAULT (binary to use), NO_BUILD=1, PG_BIN, KEEP_RUNNING=1,
+#              CASES ('pv lz4 disk;pvb lz4 disk': a subset), PV_BEFORE (binary of the pvb cases)
 # Quick check: bench/pg.sh --scale 10 --real-mb 150 --reps 1. See bench/README.md.
 set -euo pipefail
 # The whole script is one block that bash reads before running it: editing or checking out this
@@ -383,19 +384,20 @@ verify_restore() {
     fi
 }
 
-case_pv() { # case_pv CODEC disk|nul
+case_pv() { # case_pv CODEC disk|nul [BINARY TOOL]
     local codec=$1 dest=$2 src="postgres://postgres@127.0.0.1:${PORT[$SET]}/postgres?pgdata=${DATA[$SET]}"
+    local PV=${3:-$PV} tool=${4:-pagevault}
     fresh_scratch
     if [ "$dest" = nul ]; then
-        run_timed backup pagevault "NUL $codec" "" "" "$PV" backup --source "$src" --to NUL --compress "$codec" --json || true
+        run_timed backup "$tool" "NUL $codec" "" "" "$PV" backup --source "$src" --to NUL --compress "$codec" --json || true
         return
     fi
     local to=(--to "$SCRATCH/pv.pvb") from=(--from "$SCRATCH/pv.pvb") sizep=$SCRATCH/pv.pvb
     if [ "$PV_DEST" = repo ]; then to=(--repo "$SCRATCH/repo"); from=(--repo "$SCRATCH/repo"); sizep=$SCRATCH/repo; fi
-    if run_timed backup pagevault "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" --json; then
-        if run_timed restore pagevault "$codec" "$SCRATCH/restore" "$SCRATCH" \
+    if run_timed backup "$tool" "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" --json; then
+        if run_timed restore "$tool" "$codec" "$SCRATCH/restore" "$SCRATCH" \
             "$PV" restore "${from[@]}" --to "$SCRATCH/restore" --owner postgres --json &&
-            [ "$VERIFY" = 1 ] && [ "$REP" = 1 ] && [ "$CACHE" = "${CACHE_LIST[0]}" ] && [ "$codec" = lz4 ]; then
+            [ "$VERIFY" = 1 ] && [ "$REP" = 1 ] && [ "$CACHE" = "${CACHE_LIST[0]}" ] && [ "$codec" = lz4 ] && [ "$tool" = pagevault ]; then
             verify_restore "$SCRATCH/restore" "pagevault lz4 restore"
         fi
     fi
@@ -509,11 +511,15 @@ CASE_LIST=(
     "pv lz4 disk" "pv lz4 nul" "pgbr lz4" "pgbb client-lz4" "pgbb server-lz4"
     "pv zstd disk" "pv zstd nul" "pgbr zst" "pgbb server-zstd"
 )
+# CASES (';'-separated) runs a subset; with PV_BEFORE (another build of pagevault), "pvb CODEC
+# disk|nul" cases run it as tool pagevault-before: the before/after table of a refactoring.
+if [ -n "${CASES:-}" ]; then IFS=';' read -r -a CASE_LIST <<< "$CASES"; fi
 run_case() {
     local words
     read -r -a words <<< "$1"
     case ${words[0]} in
         pv) case_pv "${words[1]}" "${words[2]}" ;;
+        pvb) case_pv "${words[1]}" "${words[2]}" "${PV_BEFORE:?PV_BEFORE names the binary before}" pagevault-before ;;
         pgbr) case_pgbr "${words[1]}" ;;
         pgbb) case_pgbb "${words[1]}" ;;
         floor) case_floor ;;
@@ -634,8 +640,10 @@ def mbps(db, s):
 # Which pagevault codec each peer variant is compared with.
 SAME = {("pgbackrest", "none"): "none", ("pgbackrest", "lz4"): "lz4", ("pgbackrest", "zst"): "zstd",
         ("pg_basebackup", "none"): "none", ("pg_basebackup", "client-lz4"): "lz4",
-        ("pg_basebackup", "server-lz4"): "lz4", ("pg_basebackup", "server-zstd"): "zstd"}
-TOOL_ORDER = {"pagevault": 0, "pgbackrest": 1, "pg_basebackup": 2, "device": 3}
+        ("pg_basebackup", "server-lz4"): "lz4", ("pg_basebackup", "server-zstd"): "zstd",
+        ("pagevault-before", "none"): "none", ("pagevault-before", "lz4"): "lz4", ("pagevault-before", "zstd"): "zstd",
+        ("pagevault-before", "NUL none"): "NUL none", ("pagevault-before", "NUL lz4"): "NUL lz4", ("pagevault-before", "NUL zstd"): "NUL zstd"}
+TOOL_ORDER = {"pagevault": 0, "pagevault-before": 0.5, "pgbackrest": 1, "pg_basebackup": 2, "device": 3}
 CODEC_ORDER = {"none": 0, "lz4": 1, "client-lz4": 2, "server-lz4": 3, "zstd": 4, "zst": 4, "server-zstd": 5}
 def variant_key(v):
     nul = v.startswith("NUL ")
