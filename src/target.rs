@@ -285,6 +285,7 @@ mod tests {
             mtime: 1_600_000_000,
             pages: 0,
             checksum: String::new(),
+            sparse: false,
             link_target: (kind == EntryKind::Link).then(|| "../elsewhere".into()),
         }
     }

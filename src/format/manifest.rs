@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 
 use super::FormatError;
 
-/// What a set holds: the whole source, or what changed since the newest full.
+/// What a set holds: the whole source, what changed since the newest full (diff), or
+/// what changed since the newest set of any type (incr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackupType {
     Full,
     Diff,
+    Incr,
 }
 
 impl BackupType {
@@ -19,6 +21,7 @@ impl BackupType {
         match self {
             BackupType::Full => "full",
             BackupType::Diff => "diff",
+            BackupType::Incr => "incr",
         }
     }
 }
@@ -29,7 +32,8 @@ impl std::str::FromStr for BackupType {
         match s {
             "full" => Ok(BackupType::Full),
             "diff" => Ok(BackupType::Diff),
-            _ => Err(format!("'{s}' is not a set type (full or diff)")),
+            "incr" => Ok(BackupType::Incr),
+            _ => Err(format!("'{s}' is not a set type (full, diff or incr)")),
         }
     }
 }
@@ -152,6 +156,11 @@ pub struct FileEntry {
     /// BLAKE3 over the digests of the file's frames in offset order (hex).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub checksum: String,
+    /// Frames hold only the changed chunks of the file (a diff or incr that knew them
+    /// from the WAL); every other byte is the base chain's. The checksum is then over
+    /// the frames present.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sparse: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_target: Option<String>,
 }
@@ -295,6 +304,7 @@ pub(crate) mod tests {
                 mtime: 0,
                 pages: 0,
                 checksum: file_checksum(0, std::iter::empty()),
+                sparse: false,
                 link_target: None,
             }],
             extra: BTreeMap::new(),
@@ -333,6 +343,7 @@ pub(crate) mod tests {
                 mtime: 0,
                 pages: 0,
                 checksum: String::new(),
+                sparse: false,
                 link_target: Some("/tmp".into()),
             },
         );

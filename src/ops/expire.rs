@@ -67,6 +67,11 @@ pub fn plan(sets: &[CatalogEntry], keep_full: usize) -> Plan {
                 .base_set
                 .as_deref()
                 .is_some_and(|b| kept_fulls.contains(b)),
+            // An incremental, as its base (any type, older: decided already).
+            BackupType::Incr => c
+                .base_set
+                .as_deref()
+                .is_some_and(|b| keep.iter().any(|k: &String| k == b)),
             BackupType::Full => {
                 kept_fulls.contains(c.set_id.as_str())
                     || oldest.as_ref().is_some_and(|o| c.started >= *o)

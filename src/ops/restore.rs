@@ -181,8 +181,8 @@ fn open_sets(o: &RestoreOptions) -> Result<Sets> {
     };
     let full = set::open(&from)?;
     let m = &full.manifest;
-    if m.backup_type == BackupType::Diff {
-        bail!("set {} is a differential: it holds only changed pages; restore it with --repo (and --set {}) so its base full set is restored first", m.set_id, m.set_id);
+    if m.backup_type != BackupType::Full {
+        bail!("set {} is a {}: it holds only changed pages; restore it with --repo (and --set {}) so its base chain is restored with it", m.set_id, match m.backup_type { BackupType::Incr => "incremental", _ => "differential" }, m.set_id);
     }
     Ok(Sets {
         chosen,

@@ -401,6 +401,9 @@ fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
             bail!("a differential backup needs --repo: its base is the newest full set there")
         }
         (BackupType::Diff, Some(repo)) => Some(diff_base(repo, &o.source)?),
+        (BackupType::Incr, _) => {
+            bail!("incremental backups are not taken yet: take a differential (--type diff)")
+        }
         (BackupType::Full, _) => None,
     };
     let mut specs: Vec<String> = vec![];

@@ -72,6 +72,7 @@ pub(super) fn manifest(
             mtime: e.mtime,
             pages: p,
             checksum,
+            sparse: false,
             link_target: e.link_target.clone(),
         });
     }
