@@ -274,6 +274,13 @@ fn print_text(r: &BackupReport, verbose: bool) {
             }
         );
     }
+    if r.read_bytes != r.raw_bytes {
+        println!(
+            "Read {} from the source; the set holds {} of changed pages before compression.",
+            human(r.read_bytes),
+            human(r.raw_bytes)
+        );
+    }
     if r.damaged {
         println!(
             "The set is marked DAMAGED: {} page checksum failure(s) listed above.",

@@ -128,6 +128,10 @@ pub struct StripeInfo {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Totals {
     pub files: u64,
+    /// Bytes read from the source (0 in sets written before it was recorded).
+    #[serde(default)]
+    pub read_bytes: u64,
+    /// Bytes the frames hold before compression.
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub pages: u64,

@@ -169,6 +169,7 @@ mod tests {
             started: started.into(),
             finished: started.into(),
             seconds: 1.0,
+            read_bytes: None,
             raw_bytes: 10,
             stored_bytes: 10,
             codec: "none".into(),

@@ -191,6 +191,7 @@ fn sample_plan(plan: &[ReadFile], sample: u64) -> Vec<ReadFile> {
                 size: want.min(f.size),
                 volume: f.volume,
                 missing_ok: f.missing_ok,
+                pages: None,
             }
         })
         .collect()
@@ -542,6 +543,7 @@ mod tests {
             size,
             volume: 0,
             missing_ok: false,
+            pages: None,
         };
         let plan = vec![f(0, 100 << 20), f(1, 10 << 20), f(2, 1000), f(3, 0)];
         let s = sample_plan(&plan, 11 << 20);

@@ -184,6 +184,7 @@ mod tests {
             started: finished.into(),
             finished: finished.into(),
             seconds: 1.0,
+            read_bytes: None,
             raw_bytes: 0,
             stored_bytes: 0,
             codec: "none".into(),

@@ -50,6 +50,9 @@ pub struct CatalogEntry {
     pub started: String,
     pub finished: String,
     pub seconds: f64,
+    /// Bytes read from the source (sets recorded before it was: None).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_bytes: Option<u64>,
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub codec: String,

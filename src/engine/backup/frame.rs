@@ -55,8 +55,13 @@ fn frame(
     if let Some(f) = sh.filter {
         let file = &sh.plan[item.file as usize];
         f.check(file, item.offset, raw).map_err(|e| anyhow!(e))?;
-        pages = f.select(file, item.offset, raw);
+        pages = match item.sel {
+            None => f.select(file, item.offset, raw),
+            Some(_) => None,
+        };
     }
+    // A sparse chunk holds the pages it read, whatever the filter would choose.
+    pages = item.sel.or(pages);
     if let Some(sel) = pages {
         // Keep the chosen pages only, behind their bitmap, in the scratch buffer; the
         // raw buffer then serves as scratch.

@@ -14,6 +14,7 @@ use crate::device::StripeSink;
 use crate::format::manifest::file_checksum;
 use anyhow::{anyhow, Result};
 use crossbeam_channel::bounded;
+use roaring::RoaringBitmap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,9 @@ pub struct ReadFile {
     pub volume: usize,
     /// The source tolerates the file vanishing during the backup (dropped tables).
     pub missing_ok: bool,
+    /// Pages (of `Params::page_size`, numbered from the file's start) to read; None
+    /// reads the whole file. Chunks with none are skipped: they get no frame.
+    pub pages: Option<Arc<RoaringBitmap>>,
 }
 
 /// Inspects each chunk read (page checksums, for example) before it is stored.
@@ -102,6 +106,9 @@ pub struct StripeResult {
 pub struct Outcome {
     pub files: Vec<FileResult>,
     pub stripes: Vec<StripeResult>,
+    /// Bytes read from the source.
+    pub read_bytes: u64,
+    /// Bytes the frames hold before compression (selected pages and their bitmaps).
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub zero_frames: u64,
@@ -143,6 +150,8 @@ struct FileState {
 struct Item {
     file: u32,
     offset: u64,
+    /// The pages read of a sparse chunk (the rest of the buffer is zeros).
+    sel: Option<PageSet>,
     buf: Buf,
     /// Bytes of the frame on media (header + stored + padding), set by the compressor.
     frame_len: usize,
@@ -278,7 +287,8 @@ pub fn run(
                 sink,
             })
             .collect(),
-        raw_bytes: sh.read_st.bytes.load(Relaxed),
+        read_bytes: sh.read_st.bytes.load(Relaxed),
+        raw_bytes: sh.comp_st.bytes.load(Relaxed),
         stored_bytes: sh.stored_total.load(Relaxed),
         zero_frames: sh.zero_frames.load(Relaxed),
         wall,
@@ -301,12 +311,15 @@ fn file_results(plan: &[ReadFile], state: Vec<FileState>) -> Vec<FileResult> {
         .map(|(f, st)| {
             let digests = st.digests.into_inner().unwrap();
             let vanished = st.vanished.load(Relaxed);
-            let checksum = if vanished {
-                String::new()
-            } else {
-                let all: Option<Vec<[u8; 32]>> = digests.into_iter().collect();
-                let all = all.expect("every chunk of a present file was read");
-                file_checksum(f.size, all.iter())
+            let checksum = match (vanished, &f.pages) {
+                (true, _) => String::new(),
+                // A sparse file: over the chunks it has frames of.
+                (false, Some(_)) => file_checksum(f.size, digests.iter().flatten()),
+                (false, None) => {
+                    let all: Option<Vec<[u8; 32]>> = digests.into_iter().collect();
+                    let all = all.expect("every chunk of a present file was read");
+                    file_checksum(f.size, all.iter())
+                }
             };
             FileResult {
                 checksum,

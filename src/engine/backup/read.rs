@@ -1,12 +1,13 @@
 //! The read stage: each volume's files in order, chunk by chunk, into pool buffers;
 //! adjacent chunks merged into one vectored read when adaptive.
 
-use super::{FileState, Item, ReadFile, Shared};
+use super::{FileState, Item, PageSet, ReadFile, Shared};
 use crate::engine::adapt::Adapt;
 use crate::engine::pool::{self, Buf};
 use crate::engine::stats::Lane;
 use crate::sys;
 use anyhow::{anyhow, Context, Result};
+use roaring::RoaringBitmap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSliceMut};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -57,7 +58,10 @@ pub(super) fn reader(
         if !adapt.admit(k, abort) {
             break;
         }
-        let next = vol.lock().unwrap().next(plan, &sh.state, t, p.direct_io);
+        let next = vol
+            .lock()
+            .unwrap()
+            .next(plan, &sh.state, (t, p.page_size), p.direct_io);
         let chunk = match next {
             Ok(Some(c)) => c,
             Ok(None) => {
@@ -73,7 +77,7 @@ pub(super) fn reader(
         // Adjacent ranges of the file, while buffers are free: one vectored read
         // instead of several small ones.
         run.push((chunk, buf));
-        if merge > 1 && run[0].0.len == t {
+        if merge > 1 && run[0].0.len == t && run[0].0.sel.is_none() {
             while extra.len() + 1 < merge {
                 match pool.try_get() {
                     Some(b) => extra.push(b),
@@ -94,10 +98,11 @@ pub(super) fn reader(
             return abort.fail(e);
         }
         for (c, buf) in run.drain(..) {
-            sh.read_st.op(c.len as u64);
+            sh.read_st.op(c.read_len(p.page_size) as u64);
             let item = Item {
                 file: c.file,
                 offset: c.offset,
+                sel: c.sel,
                 buf,
                 frame_len: 0,
             };
@@ -113,12 +118,13 @@ pub(super) fn reader(
 /// and counts the read.
 fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) -> Result<()> {
     let t0 = Instant::now();
-    let bytes: usize = run.iter().map(|(c, _)| c.len).sum();
+    let page = sh.p.page_size;
+    let bytes: usize = run.iter().map(|(c, _)| c.read_len(page)).sum();
     let read = if run.len() > 1 {
         read_run(sh.plan, run)
     } else {
         let (c, b) = &mut run[0];
-        read_one(sh.plan, c, b).map(u32::from)
+        read_one(sh.plan, c, page, b).map(u32::from)
     };
     match read {
         Ok(shorts) => {
@@ -159,6 +165,48 @@ struct Chunk {
     handle: Arc<File>,
     offset: u64,
     len: usize,
+    /// A sparse file's chunk: the pages to read.
+    sel: Option<PageSet>,
+}
+
+impl Chunk {
+    /// Bytes this chunk reads from the file.
+    fn read_len(&self, page: usize) -> usize {
+        match &self.sel {
+            None => self.len,
+            Some(sel) => {
+                let n = sel.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+                (n * page).min(self.len)
+            }
+        }
+    }
+}
+
+/// The chunk of a sparse file holding its next listed page at or after `offset`
+/// (chunks start at multiples of `transfer`), with the pages it reads; None when no
+/// listed page is left before `size`.
+fn sparse_chunk(
+    pages: &RoaringBitmap,
+    offset: u64,
+    size: u64,
+    transfer: usize,
+    page: usize,
+) -> Option<(u64, usize, PageSet)> {
+    let (t, pg) = (transfer as u64, page as u64);
+    let next = pages.range((offset / pg) as u32..).next()? as u64;
+    let start = next * pg / t * t;
+    if start >= size {
+        return None;
+    }
+    let len = (size - start).min(t);
+    let first = (start / pg) as u32;
+    let last = (start + len).div_ceil(pg) as u32;
+    let mut sel = [0u64; 32];
+    for q in pages.range(first..last) {
+        let i = (q - first) as usize;
+        sel[i / 64] |= 1 << (i % 64);
+    }
+    Some((start, len as usize, sel))
 }
 
 fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
@@ -191,7 +239,7 @@ impl Cursor {
         let Some((id, handle, offset)) = &mut self.current else {
             return;
         };
-        if *id != file || *offset != end {
+        if *id != file || *offset != end || plan[*id as usize].pages.is_some() {
             return;
         }
         let size = plan[*id as usize].size;
@@ -205,6 +253,7 @@ impl Cursor {
                 handle: handle.clone(),
                 offset: *offset,
                 len,
+                sel: None,
             });
             *offset += len as u64;
         }
@@ -214,19 +263,33 @@ impl Cursor {
         &mut self,
         plan: &[ReadFile],
         state: &[FileState],
-        transfer: usize,
+        (transfer, page): (usize, usize),
         direct: bool,
     ) -> Result<Option<Chunk>> {
         loop {
             if let Some((id, handle, offset)) = &mut self.current {
                 let size = plan[*id as usize].size;
-                if *offset < size {
+                if let Some(pages) = &plan[*id as usize].pages {
+                    if let Some((start, len, sel)) =
+                        sparse_chunk(pages, *offset, size, transfer, page)
+                    {
+                        *offset = start + len as u64;
+                        return Ok(Some(Chunk {
+                            file: *id,
+                            handle: handle.clone(),
+                            offset: start,
+                            len,
+                            sel: Some(sel),
+                        }));
+                    }
+                } else if *offset < size {
                     let len = (size - *offset).min(transfer as u64) as usize;
                     let c = Chunk {
                         file: *id,
                         handle: handle.clone(),
                         offset: *offset,
                         len,
+                        sel: None,
                     };
                     *offset += len as u64;
                     return Ok(Some(c));
@@ -282,12 +345,16 @@ fn read_chunk(c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
 }
 
 /// Reads one chunk; retries without O_DIRECT where a filesystem refuses it late.
-fn read_one(plan: &[ReadFile], c: &Chunk, buf: &mut Buf) -> io::Result<bool> {
-    read_chunk(c, buf).or_else(|e| {
+fn read_one(plan: &[ReadFile], c: &Chunk, page: usize, buf: &mut Buf) -> io::Result<bool> {
+    let read = |c: &Chunk, buf: &mut Buf| match &c.sel {
+        Some(sel) => read_sparse(c, sel, page, buf),
+        None => read_chunk(c, buf),
+    };
+    read(c, buf).or_else(|e| {
         if sys::is_einval(&e) {
             let f = &plan[c.file as usize];
             let h = Arc::new(open_for_read(&f.path, false)?);
-            read_chunk(
+            read(
                 &Chunk {
                     handle: h,
                     ..chunk_clone(c)
@@ -330,7 +397,7 @@ fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
         got -= filled;
         if filled == c.len {
             b.len = c.len;
-        } else if read_one(plan, c, b)? {
+        } else if read_one(plan, c, 0, b)? {
             shorts |= 1 << i;
         }
     }
@@ -343,5 +410,71 @@ fn chunk_clone(c: &Chunk) -> Chunk {
         handle: c.handle.clone(),
         offset: c.offset,
         len: c.len,
+        sel: c.sel,
+    }
+}
+
+/// Reads the selected pages of a sparse chunk in place (one read per run of adjacent
+/// pages); the rest of the chunk reads as zeros. Returns whether the file ended early.
+fn read_sparse(c: &Chunk, sel: &PageSet, page: usize, buf: &mut Buf) -> io::Result<bool> {
+    let space = buf.space();
+    space[..c.len].fill(0);
+    let npages = c.len.div_ceil(page);
+    let bit = |i: usize| sel[i / 64] >> (i % 64) & 1 == 1;
+    let mut short = false;
+    let mut i = 0;
+    while i < npages {
+        if !bit(i) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < npages && bit(j) {
+            j += 1;
+        }
+        let (from, to) = (i * page, (j * page).min(c.len));
+        let mut got = 0;
+        while from + got < to {
+            match c
+                .handle
+                .read_at(&mut space[from + got..to], c.offset + (from + got) as u64)
+            {
+                Ok(0) => {
+                    short = true;
+                    break;
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        i = j;
+    }
+    buf.len = c.len;
+    Ok(short)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparse_chunks_hold_the_listed_pages_and_skip_the_rest() {
+        let pages: RoaringBitmap = [3u32, 4, 300, 301, 700].into_iter().collect();
+        let (t, pg) = (1 << 20, 8192); // 128 pages per chunk
+        let size = 600 * pg as u64; // page 700 is past the end
+        let (start, len, sel) = sparse_chunk(&pages, 0, size, t, pg).unwrap();
+        assert_eq!((start, len), (0, t));
+        assert_eq!(sel[0], 0b11000, "pages 3 and 4");
+        assert!(sel[1..].iter().all(|&w| w == 0));
+        // Chunks 1 (pages 128..255) holds none: the next is chunk 2 (pages 256..383).
+        let (start, len, sel) = sparse_chunk(&pages, t as u64, size, t, pg).unwrap();
+        assert_eq!((start, len), (2 * t as u64, t));
+        assert_eq!(sel[0], 0b11 << 44, "pages 300 and 301");
+        assert_eq!(sparse_chunk(&pages, 3 * t as u64, size, t, pg), None);
+        // The last chunk is cut at the file's end.
+        let short = 300 * pg as u64 + 100;
+        let (start, len, _) = sparse_chunk(&pages, 2 * t as u64, short, t, pg).unwrap();
+        assert_eq!((start, len), (2 * t as u64, (short - start) as usize));
     }
 }

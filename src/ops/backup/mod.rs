@@ -143,6 +143,9 @@ pub struct BackupReport {
     pub discarded: bool,
     pub pages: u64,
     pub files: u64,
+    /// Bytes read from the source.
+    pub read_bytes: u64,
+    /// Bytes the set holds before compression.
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub zero_frames: u64,
@@ -355,12 +358,13 @@ fn backup_set(
         discarded: dest.discard,
         pages: manifest.totals.pages,
         files: manifest.totals.files,
+        read_bytes: out.read_bytes,
         raw_bytes: out.raw_bytes,
         stored_bytes: out.stored_bytes,
         zero_frames: out.zero_frames,
         seconds,
         pipeline_seconds: out.wall.as_secs_f64(),
-        mb_per_sec: mb_per_sec(out.raw_bytes, seconds),
+        mb_per_sec: mb_per_sec(out.read_bytes, seconds),
         stripes: committed,
         devices: dest.specs.clone(),
         config,
@@ -611,6 +615,7 @@ fn pipeline(
             })
             .collect();
         out.files.extend(more.files);
+        out.read_bytes += more.read_bytes;
         out.raw_bytes += more.raw_bytes;
         out.stored_bytes += more.stored_bytes;
         out.zero_frames += more.zero_frames;

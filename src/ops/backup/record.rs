@@ -101,6 +101,7 @@ pub(super) fn manifest(
             .collect(),
         totals: Totals {
             files: files.iter().filter(|f| f.kind == EntryKind::File).count() as u64,
+            read_bytes: out.read_bytes,
             raw_bytes: out.raw_bytes,
             stored_bytes: out.stored_bytes,
             pages,
@@ -141,6 +142,7 @@ pub(super) fn catalog_entry(
         started: manifest.started.clone(),
         finished: manifest.finished.clone(),
         seconds: manifest.seconds,
+        read_bytes: Some(manifest.totals.read_bytes),
         raw_bytes: manifest.totals.raw_bytes,
         stored_bytes: manifest.totals.stored_bytes,
         codec: manifest.codec.clone(),

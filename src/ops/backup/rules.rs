@@ -151,6 +151,7 @@ pub fn plan_of(
                 size: e.size,
                 volume,
                 missing_ok: e.missing_ok,
+                pages: None,
             });
             ids.push(first_id + i);
         }
