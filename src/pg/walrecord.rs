@@ -168,8 +168,10 @@ pub fn walk_segment(
                 buf.extend_from_slice(&c.bytes);
                 match gather(seg, blcksz, pos, rem, &mut buf) {
                     Some(next) => {
-                        let (view, main) = decode_record(&buf, c.lsn, &mut blocks)
-                            .map_err(|m| format!("the record at {}: {m}", super::format_lsn(c.lsn)))?;
+                        let (view, main) =
+                            decode_record(&buf, c.lsn, &mut blocks).map_err(|m| {
+                                format!("the record at {}: {m}", super::format_lsn(c.lsn))
+                            })?;
                         f(&view.with(&blocks, &buf[main]));
                         pos = maxalign(next);
                     }
@@ -571,7 +573,14 @@ mod tests {
         for seg in &segs {
             let w = walk_segment(seg, 256, carry.as_ref(), 1 << 20, |r| {
                 seen.push(r.blocks[0].block);
-                assert_eq!(r.main_data.len(), if r.blocks[0].block == 5 { 9000 } else { 100 + r.blocks[0].block as usize * 30 });
+                assert_eq!(
+                    r.main_data.len(),
+                    if r.blocks[0].block == 5 {
+                        9000
+                    } else {
+                        100 + r.blocks[0].block as usize * 30
+                    }
+                );
                 assert!(r.main_data.iter().all(|&b| b == 7));
             })
             .unwrap();
@@ -583,8 +592,10 @@ mod tests {
         assert_eq!(heads[1..3], [Head::Continued, Head::Continued]);
         // Without the carry the continued record is skipped, and said to be.
         let mut alone = vec![];
-        let w = walk_segment(&segs[2], 256, None, 1 << 20, |r| alone.push(r.blocks[0].block))
-            .unwrap();
+        let w = walk_segment(&segs[2], 256, None, 1 << 20, |r| {
+            alone.push(r.blocks[0].block)
+        })
+        .unwrap();
         assert_eq!(w.head, Head::Skipped);
         assert!(!alone.contains(&5) && !alone.is_empty(), "{alone:?}");
         assert!(w.first_record.unwrap() > 0x100_0000 + 2 * 4096);

@@ -4,8 +4,10 @@
 //! - every block reference marks its block, except in the free space map (not fully
 //!   WAL-logged: a consumer copies FSM forks whole);
 //! - smgr CREATE sets limit block 0 for the fork it creates (not the FSM);
-//! - smgr TRUNCATE sets the limit to the new length for the main fork (HEAP flag) and the
-//!   visibility map (VM flag), which is also how VACUUM's heap truncation is logged;
+//! - smgr TRUNCATE sets the limit to the new length for the main fork (HEAP flag) and to
+//!   the visibility map's new length in map pages (VM flag), which is also how VACUUM's
+//!   heap truncation is logged (17.x servers give the VM limit in map pages: checked
+//!   against 17.11);
 //! - xact COMMIT, ABORT and their PREPARED forms set limit 0 on every fork but the FSM of
 //!   each relation they drop;
 //! - dbase CREATE (FILE_COPY and WAL_LOG) and DROP mark the whole database in each
@@ -49,6 +51,9 @@ const XLOG_SMGR_CREATE: u8 = 0x10;
 const XLOG_SMGR_TRUNCATE: u8 = 0x20;
 const SMGR_TRUNCATE_HEAP: u32 = 0x1;
 const SMGR_TRUNCATE_VM: u32 = 0x2;
+/// Heap blocks one visibility map page covers: 2 bits each over the page after its
+/// 24-byte header (visibilitymap.c's HEAPBLOCKS_PER_PAGE), for 8 KiB pages.
+const HEAPBLOCKS_PER_VM_PAGE: u32 = (super::page::BLCKSZ as u32 - 24) * 4;
 
 const XLOG_XACT_OPMASK: u8 = 0x70;
 const XLOG_XACT_COMMIT: u8 = 0x00;
@@ -123,7 +128,8 @@ pub fn summarize(major: u32, r: &RecordView, out: &mut impl Changes) -> Result<(
                 out.limit(file, MAIN_FORK, blkno);
             }
             if flags & SMGR_TRUNCATE_VM != 0 {
-                out.limit(file, VM_FORK, blkno);
+                // The map keeps the pages that still cover a heap block (a partial last one too).
+                out.limit(file, VM_FORK, blkno.div_ceil(HEAPBLOCKS_PER_VM_PAGE));
             }
         }
         RM_XACT => {
@@ -135,9 +141,9 @@ pub fn summarize(major: u32, r: &RecordView, out: &mut impl Changes) -> Result<(
                     | XLOG_XACT_COMMIT_PREPARED
                     | XLOG_XACT_ABORT_PREPARED
             ) {
-                for file in dropped_relations(r.info, d).map_err(|m| {
-                    format!("the xact record at {}: {m}", super::format_lsn(r.lsn))
-                })? {
+                for file in dropped_relations(r.info, d)
+                    .map_err(|m| format!("the xact record at {}: {m}", super::format_lsn(r.lsn)))?
+                {
                     for fork in [MAIN_FORK, VM_FORK, INIT_FORK] {
                         out.limit(file, fork, 0);
                     }
@@ -221,10 +227,12 @@ mod tests {
 
     impl Changes for Log {
         fn block(&mut self, f: RelFile, fork: u8, block: u32) {
-            self.0.push(format!("b {}/{}/{} {fork} {block}", f.spc, f.db, f.rel));
+            self.0
+                .push(format!("b {}/{}/{} {fork} {block}", f.spc, f.db, f.rel));
         }
         fn limit(&mut self, f: RelFile, fork: u8, limit: u32) {
-            self.0.push(format!("l {}/{}/{} {fork} {limit}", f.spc, f.db, f.rel));
+            self.0
+                .push(format!("l {}/{}/{} {fork} {limit}", f.spc, f.db, f.rel));
         }
         fn database(&mut self, spc: u32, db: u32) {
             self.0.push(format!("d {spc}/{db}"));
@@ -275,12 +283,17 @@ mod tests {
         assert_eq!(run(16, RM_SMGR, 0x10, &create, &[]), ["l 1663/5/16384 0 0"]);
         let fsm = words(&[1663, 5, 16384, 1]);
         assert!(run(16, RM_SMGR, 0x10, &fsm, &[]).is_empty());
-        // Truncate to 3 blocks: heap and VM flags; the FSM flag alone sets nothing.
+        // Truncate to 3 blocks: heap and VM flags (one map page covers 32672 heap
+        // blocks); the FSM flag alone sets nothing.
         let t = words(&[3, 1663, 5, 16384, 0x1 | 0x2 | 0x4]);
         assert_eq!(
             run(15, RM_SMGR, 0x20, &t, &[]),
-            ["l 1663/5/16384 0 3", "l 1663/5/16384 2 3"]
+            ["l 1663/5/16384 0 3", "l 1663/5/16384 2 1"]
         );
+        let t = words(&[32672 * 2 + 1, 1663, 5, 16384, 0x2]);
+        assert_eq!(run(15, RM_SMGR, 0x20, &t, &[]), ["l 1663/5/16384 2 3"]);
+        let t = words(&[32672, 1663, 5, 16384, 0x2]);
+        assert_eq!(run(15, RM_SMGR, 0x20, &t, &[]), ["l 1663/5/16384 2 1"]);
         let t = words(&[3, 1663, 5, 16384, 0x4]);
         assert!(run(15, RM_SMGR, 0x20, &t, &[]).is_empty());
     }
@@ -290,7 +303,9 @@ mod tests {
         // xact_time, xinfo (dbinfo | subxacts | relfilelocators | invals), dbinfo,
         // 2 subxacts, 2 relations, then invalidation bytes that must not be read.
         let mut d = vec![0u8; 8];
-        d.extend(words(&[0b1111, 5, 1663, 2, 900, 901, 2, 1663, 5, 111, 1663, 5, 222]));
+        d.extend(words(&[
+            0b1111, 5, 1663, 2, 900, 901, 2, 1663, 5, 111, 1663, 5, 222,
+        ]));
         d.extend([0xEE; 40]);
         let want = [
             "l 1663/5/111 0 0",
@@ -351,7 +366,10 @@ mod tests {
         assert_eq!(run(17, RM_XLOG, 0x00, &ck, &[]), ["m true"]);
         assert!(run(16, RM_XLOG, 0x00, &ck, &[]).is_empty());
         assert_eq!(run(17, RM_XLOG, 0xE0, &words(&[1]), &[]), ["m false"]);
-        assert_eq!(run(18, RM_XLOG, 0x90, &words(&[0, 0, 1, 1, 0]), &[]), ["m true"]);
+        assert_eq!(
+            run(18, RM_XLOG, 0x90, &words(&[0, 0, 1, 1, 0]), &[]),
+            ["m true"]
+        );
         // An online checkpoint says nothing.
         assert!(run(17, RM_XLOG, 0x10, &ck, &[]).is_empty());
     }

@@ -361,10 +361,16 @@ fn write_summary(
     let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
     let seg_size = bytes.len() as u64;
     let prev = summary::previous(repo, name, seg_size);
-    let sum = summary::summarize(name, hdr.blake3, bytes, s.blcksz as usize, major, prev.as_ref());
-    summary::store(repo, &sum).with_context(|| {
-        format!("{name} is archived, but its block summary could not be stored")
-    })
+    let sum = summary::summarize(
+        name,
+        hdr.blake3,
+        bytes,
+        s.blcksz as usize,
+        major,
+        prev.as_ref(),
+    );
+    summary::store(repo, &sum)
+        .with_context(|| format!("{name} is archived, but its block summary could not be stored"))
 }
 
 fn read_header(p: &Path) -> Result<Header> {

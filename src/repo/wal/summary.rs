@@ -59,13 +59,13 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Blocks from `limit` on are gone (as blkreftable.c forgets them); the lowest
-    /// limit holds.
+    /// A lower limit forgets the blocks marked at or past it (they were cut off); a
+    /// limit not below the current one changes nothing (blkreftable.c's rule).
     fn set_limit(&mut self, limit: u32) {
         if self.limit.is_none_or(|l| limit < l) {
             self.limit = Some(limit);
+            self.blocks.remove_range(limit..);
         }
-        self.blocks.remove_range(limit..);
     }
 }
 
@@ -381,7 +381,9 @@ impl Summary {
         let end = r.u64()?;
         let flags = r.u32()?;
         if flags & !KNOWN_FLAGS != 0 {
-            return Err(format!("its body gives unknown flags {flags:#x} (offset 32)"));
+            return Err(format!(
+                "its body gives unknown flags {flags:#x} (offset 32)"
+            ));
         }
         let major = r.u32()?;
         let nlen = r.count(NOTE_MAX, 1, "note length")?;
@@ -448,7 +450,12 @@ impl Summary {
                     bytes: r.bytes(n)?.to_vec(),
                 })
             }
-            k => return Err(format!("its carry marker is {k} (body offset {})", r.at - 1)),
+            k => {
+                return Err(format!(
+                    "its carry marker is {k} (body offset {})",
+                    r.at - 1
+                ))
+            }
         };
         if r.at != body.len() {
             return Err(format!(
@@ -684,7 +691,9 @@ impl BlockMap {
     /// or in a database created or dropped.
     pub fn may_have_changed(&self, file: RelFile, fork: u8, block: u32) -> bool {
         let c = self.changed(file, fork);
-        c.whole || c.limit.is_some_and(|l| block >= l) || c.blocks.is_some_and(|b| b.contains(block))
+        c.whole
+            || c.limit.is_some_and(|l| block >= l)
+            || c.blocks.is_some_and(|b| b.contains(block))
     }
 }
 
