@@ -318,7 +318,7 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
             store.put_file(&rel, &tmp.path)?;
         }
         // A push retried after the segment was stored but before its summary was.
-        if summarized && !summary::present(repo, &name, &hdr.blake3) {
+        if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {
             write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
         }
         return Ok(done(out, &hdr));

@@ -601,9 +601,16 @@ pub(super) fn store(repo: &Repo, s: &Summary) -> Result<()> {
     repo.store().put(&rel, &s.encode())
 }
 
-/// Whether an intact summary of exactly this segment is stored.
-pub(super) fn present(repo: &Repo, name: &str, blake3: &[u8; 32]) -> bool {
-    matches!(read_unbound(repo, name), Ok(Some((_, s))) if &s.segment_blake3 == blake3)
+/// Whether a push of an already archived segment should (re)write its summary: none
+/// intact of this segment is stored, or it left the head uncovered and the previous
+/// segment's summary is there now.
+pub(super) fn wanted(repo: &Repo, name: &str, blake3: &[u8; 32], seg_size: u64) -> bool {
+    match read_unbound(repo, name) {
+        Ok(Some((_, s))) if &s.segment_blake3 == blake3 => {
+            s.flags & HEAD_SKIPPED != 0 && previous(repo, name, seg_size).is_some()
+        }
+        _ => true,
+    }
 }
 
 /// Removes the summary of segment `name`, if any (retention).
