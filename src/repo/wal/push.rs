@@ -150,12 +150,12 @@ fn write_temp(
     dir: &Path,
     f: &mut File,
     src: &Path,
-    name: &str,
     len: u64,
     n: &WalName,
     seg: Option<&SegInfo>,
     keep: Option<&mut Vec<u8>>,
 ) -> Result<(Temp, Header)> {
+    let name = src.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let (tmp, mut out) = temp_beside(dir, name)?;
     let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
     out.write_all(&[0u8; HDR_LEN]).map_err(werr)?;
@@ -314,7 +314,7 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
             use std::io::Seek;
             f.rewind()?;
             let dir = store.stage_dir(&rel)?;
-            let (tmp, _) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref(), None)?;
+            let (tmp, _) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), None)?;
             store.put_file(&rel, &tmp.path)?;
         }
         // A push retried after the segment was stored but before its summary was.
@@ -327,7 +327,7 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
     // if the name is still free (local: in its final directory, then a link).
     let dir = store.stage_dir(&rel)?;
     let k = summarized.then_some(&mut bytes);
-    let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref(), k)?;
+    let (tmp, hdr) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), k)?;
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }

@@ -664,7 +664,9 @@ impl BlockMap {
             ));
         }
         self.next_seg = s.seg_end;
-        if !s.usable() && !(self.added == 0 && s.flags & UNUSABLE == HEAD_SKIPPED) {
+        // The first summary may start at its first record boundary: the range starts there.
+        let head_only_first = self.added == 0 && s.flags & UNUSABLE == HEAD_SKIPPED;
+        if !s.usable() && !head_only_first {
             self.gaps.push(format!("{}: {}", s.segment, s.note));
         }
         self.added += 1;
