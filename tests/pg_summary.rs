@@ -464,6 +464,19 @@ fn summaries_hold_what_postgres_17_summarizes() {
     );
     std::fs::write(&rel, &good).unwrap();
     assert!(summary::read(&repo, name).unwrap().is_some());
+    // A retried archive-push of a segment whose summary is missing writes it again.
+    std::fs::remove_file(&rel).unwrap();
+    let out = common::ok(&[
+        "archive-push",
+        &common::s(&tmp.path().join(name)),
+        "--repo",
+        &common::s(&repo_dir),
+    ]);
+    assert!(
+        out.contains("already archived") && out.contains("block summary: "),
+        "{out}"
+    );
+    assert_eq!(&summary::read(&repo, name).unwrap().unwrap(), &sums[1]);
     assert_eq!(
         pg.sql("SELECT failed_count FROM pg_stat_archiver"),
         "0",

@@ -22,6 +22,8 @@ pub struct Pushed {
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub seconds: f64,
+    /// What the block summary written by this push holds, or why it is not usable.
+    pub summary: Option<String>,
 }
 
 struct CrcWrite<W> {
@@ -293,6 +295,7 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
         raw_bytes: hdr.raw,
         stored_bytes: hdr.stored,
         seconds: t0.elapsed().as_secs_f64(),
+        summary: None,
     };
     let store = repo.store();
     let stage = std::env::temp_dir();
@@ -318,10 +321,11 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
             store.put_file(&rel, &tmp.path)?;
         }
         // A push retried after the segment was stored but before its summary was.
+        let mut p = done(out, &hdr);
         if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {
-            write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
+            p.summary = write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
         }
-        return Ok(done(out, &hdr));
+        return Ok(p);
     }
     // Compressed and checked in a durable temp file, then made the archived file only
     // if the name is still free (local: in its final directory, then a link).
@@ -334,10 +338,11 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
     let created = store.put_new_file(&rel, &tmp.path)?;
     drop(tmp);
     if created {
+        let mut p = done(Outcome::Archived, &hdr);
         if summarized {
-            write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
+            p.summary = write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
         }
-        return Ok(done(Outcome::Archived, &hdr));
+        return Ok(p);
     }
     // A concurrent push of the same name won the race.
     let out = with_archived(repo, &rel, &stage, |have| {
@@ -347,17 +352,17 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
     Ok(done(out, &hdr))
 }
 
-/// Summarizes an archived segment (its bytes as read) and stores the summary. The
-/// segment is durable already: an error here fails the push, and PostgreSQL's retry
-/// (AlreadyArchived) writes the summary then.
+/// Summarizes an archived segment (its bytes as read) and stores the summary; says what
+/// it holds. The segment is durable already: an error here fails the push, and
+/// PostgreSQL's retry (AlreadyArchived) writes the summary then.
 fn write_summary(
     repo: &Repo,
     name: &str,
     hdr: &Header,
     bytes: &[u8],
     seg: Option<&SegInfo>,
-) -> Result<()> {
-    let Some(s) = seg else { return Ok(()) };
+) -> Result<Option<String>> {
+    let Some(s) = seg else { return Ok(None) };
     let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
     let seg_size = bytes.len() as u64;
     let prev = summary::previous(repo, name, seg_size);
@@ -369,8 +374,22 @@ fn write_summary(
         major,
         prev.as_ref(),
     );
-    summary::store(repo, &sum)
-        .with_context(|| format!("{name} is archived, but its block summary could not be stored"))
+    summary::store(repo, &sum).with_context(|| {
+        format!("{name} is archived, but its block summary could not be stored")
+    })?;
+    Ok(Some(if sum.usable() {
+        let blocks: u64 = sum.rels.values().map(|e| e.blocks.len()).sum();
+        format!(
+            "block summary: {blocks} blocks in {} relation forks, {} databases created or dropped",
+            sum.rels.len(),
+            sum.databases.len()
+        )
+    } else {
+        format!(
+            "block summary stored, but it cannot be used for change tracking: {}",
+            sum.note
+        )
+    }))
 }
 
 fn read_header(p: &Path) -> Result<Header> {
