@@ -588,11 +588,25 @@ pub fn read(repo: &Repo, name: &str) -> Result<Option<Summary>> {
 }
 
 /// The previous segment's summary for a push of `name`, when one can be used: intact
-/// and of that name. Its carry is checked by the continued record's own CRC32C.
+/// and of that name. Its carry is checked by the continued record's own CRC32C. A new
+/// timeline's first segment continues its parent's WAL: the previous segment is then
+/// the parent's, as the timeline's archived history file says.
 pub(super) fn previous(repo: &Repo, name: &str, seg_size: u64) -> Option<Summary> {
     let (tli, segno) = crate::pg::parse_segment_name(name, seg_size)?;
-    let prev = segment_name_for(tli, segno.checked_sub(1)?, seg_size);
-    read_unbound(repo, &prev).ok().flatten().map(|(_, s)| s)
+    let prev = segno.checked_sub(1)?;
+    let read = |t: u32| {
+        read_unbound(repo, &segment_name_for(t, prev, seg_size))
+            .ok()
+            .flatten()
+            .map(|(_, s)| s)
+    };
+    if let Some(s) = read(tli) {
+        return Some(s);
+    }
+    let text = read_history(repo, tli).ok().flatten()?;
+    let spans = crate::pg::history::parse(tli, Some(&text)).ok()?;
+    let parent = crate::pg::history::timeline_of_segment(&spans, prev, seg_size);
+    (parent != tli).then(|| read(parent)).flatten()
 }
 
 /// Writes the summary of a segment just archived (or found archived without one).

@@ -275,3 +275,30 @@ fn push_stores_a_summary_beside_each_segment() {
     assert!(!sum_path(0).exists() && sum_path(1).exists());
     assert!(summary::read(&r, &names[0]).unwrap().is_none());
 }
+
+#[test]
+fn a_new_timelines_first_segment_continues_its_parents_carry() {
+    use super::summary::{self, testing as t};
+    let (d, r) = repo();
+    // A record starts in segment 2 of timeline 1 and ends in segment 3, where timeline
+    // 2 branches off (its first segment holds timeline 1's WAL up to the switch).
+    let recs = vec![t::heap(100, &[1]), t::big(t::SEG), t::heap(200, &[4])];
+    let segs = t::segments(&recs, 2, 2);
+    let p2 = d.path().join("000000010000000000000002");
+    fs::write(&p2, &segs[0]).unwrap();
+    push(&r, &p2).unwrap();
+    let hist = d.path().join("00000002.history");
+    fs::write(&hist, "1\t0/3F00000\tno recovery target specified\n").unwrap();
+    push(&r, &hist).unwrap();
+    let p3 = d.path().join("000000020000000000000003");
+    fs::write(&p3, &segs[1]).unwrap();
+    push(&r, &p3).unwrap();
+    let s = summary::read(&r, "000000020000000000000003")
+        .unwrap()
+        .unwrap();
+    assert!(s.usable(), "{}", s.note);
+    assert!(s.rels.contains_key(&summary::RelFork {
+        file: t::rel(200),
+        fork: 0
+    }));
+}
