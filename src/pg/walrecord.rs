@@ -2,7 +2,8 @@
 //! xlogreader.c's DecodeXLogRecord), the first step of change tracking (issue 21):
 //! which (tablespace, database, relation, fork, block) each record of a segment
 //! references. Records that cross pages are reassembled; one that continues into the
-//! next segment is returned as unfinished.
+//! next segment is returned as unfinished, with its bytes so far (a carry) that the
+//! next segment's walk completes it with.
 
 /// A relation file's identity: tablespace, database and relation file number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
