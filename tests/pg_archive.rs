@@ -189,11 +189,17 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
     assert!(archived.contains(&a.2), "{} not in {archived:?}", a.2);
     let files = archive_files(&repo);
     assert!(
-        files.iter().all(
-            |f| f == "system_identifier" || (f.starts_with("00000001/") && f.ends_with(".zst"))
-        ),
+        files.iter().all(|f| f == "system_identifier"
+            || (f.starts_with("00000001/") && (f.ends_with(".zst") || f.ends_with(".sum")))),
         "unexpected files in the archive: {files:?}"
     );
+    // Every archived segment has its block summary beside it.
+    for n in &archived {
+        assert!(
+            files.contains(&format!("00000001/{n}.sum")),
+            "{n} has no summary: {files:?}"
+        );
+    }
 
     // archive-get returns byte-identical copies of the segments still in pg_wal.
     let tmp = tempfile::tempdir().unwrap();

@@ -63,6 +63,9 @@ pub fn run_push(a: PushArgs) -> Result<()> {
             p.name
         ),
     }
+    if let Some(s) = &p.summary {
+        println!("pagevault: {}: {s}", p.name);
+    }
     Ok(())
 }
 

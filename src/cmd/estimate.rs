@@ -58,7 +58,11 @@ fn show(what: &str, s: &Since) {
             d.changed_blocks,
             d.total_blocks,
             d.percent,
-            if d.whole { ", created or dropped since" } else { "" }
+            if d.whole {
+                ", created or dropped since"
+            } else {
+                ""
+            }
         );
     }
 }

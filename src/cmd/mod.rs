@@ -5,6 +5,7 @@ pub mod archive;
 pub mod backup;
 pub mod bench;
 pub mod demo;
+pub mod estimate;
 pub mod expire;
 pub mod history;
 pub mod info;

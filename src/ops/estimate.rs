@@ -81,9 +81,12 @@ pub fn estimate(o: &EstimateOptions) -> Result<EstimateReport> {
     let tli = full
         .timeline
         .ok_or_else(|| anyhow!("set {} records no timeline", full.set_id))?;
-    let through_wal = wal::list(&repo, tli)?
-        .pop()
-        .ok_or_else(|| anyhow!("no WAL of timeline {tli} is archived in '{}'", repo.describe()))?;
+    let through_wal = wal::list(&repo, tli)?.pop().ok_or_else(|| {
+        anyhow!(
+            "no WAL of timeline {tli} is archived in '{}'",
+            repo.describe()
+        )
+    })?;
     let since_full = since(&repo, full, &through_wal)?;
     let since_newest = match newest.set_id == full.set_id {
         true => None,

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod backup;
+pub mod estimate;
 pub mod expire;
 pub mod restore;
 pub mod tune;

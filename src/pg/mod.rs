@@ -8,6 +8,7 @@ pub mod page;
 pub mod walname;
 pub mod walpage;
 pub mod walrecord;
+pub mod walsummary;
 
 pub use walname::*;
 

@@ -2,7 +2,8 @@
 //! xlogreader.c's DecodeXLogRecord), the first step of change tracking (issue 21):
 //! which (tablespace, database, relation, fork, block) each record of a segment
 //! references. Records that cross pages are reassembled; one that continues into the
-//! next segment is returned as unfinished.
+//! next segment is returned as unfinished, with its bytes so far (a carry) that the
+//! next segment's walk completes it with.
 
 /// A relation file's identity: tablespace, database and relation file number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,6 +42,55 @@ pub struct Decoded {
     pub unfinished_at: Option<u64>,
 }
 
+/// One record as [`walk_segment`] shows it: borrowed, valid during the call.
+#[derive(Debug)]
+pub struct RecordView<'a> {
+    pub lsn: u64,
+    pub rmid: u8,
+    pub info: u8,
+    pub xid: u32,
+    pub blocks: &'a [BlockRef],
+    /// The record's main data (XLogRecGetData), after the block data.
+    pub main_data: &'a [u8],
+}
+
+/// The first bytes of a record that continues into the next segment: what the next
+/// segment's walk needs to decode it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Carry {
+    pub lsn: u64,
+    /// xl_tot_len of the record.
+    pub total: u32,
+    pub bytes: Vec<u8>,
+}
+
+/// How a segment's first bytes were read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Head {
+    /// The segment starts with a record.
+    Record,
+    /// It starts with the rest of a record: the carry given completed it (or grew).
+    Continued,
+    /// It starts with the rest of a record no carry was given for (or whose carry does not
+    /// fit): the bytes up to the first record boundary were skipped.
+    Skipped,
+    /// A carry was given, but this segment does not continue that record (PostgreSQL
+    /// abandoned it after a crash: XLP_FIRST_IS_OVERWRITE_CONTRECORD).
+    Abandoned,
+}
+
+/// What [`walk_segment`] saw besides the records.
+#[derive(Debug)]
+pub struct Walk {
+    pub head: Head,
+    /// LSN of the first record that starts in the segment, if any.
+    pub first_record: Option<u64>,
+    /// The last record starts here but continues past the segment.
+    pub unfinished_at: Option<u64>,
+    /// Its bytes so far, when they fit in `carry_max`.
+    pub carry: Option<Carry>,
+}
+
 use super::walpage::{get_u16, get_u32, get_u64, LONG_PHD, SHORT_PHD, XLP_LONG_HEADER};
 
 const XLP_FIRST_IS_CONTRECORD: u16 = 0x0001;
@@ -67,6 +117,31 @@ fn maxalign(n: u64) -> u64 {
 /// its first page carrying the long header). A record that began in the previous
 /// segment is skipped, as pg_waldump does. Errors name the LSN and what is wrong.
 pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
+    let mut out = Decoded::default();
+    let w = walk_segment(seg, blcksz, None, 0, |r| {
+        out.records.push(Record {
+            lsn: r.lsn,
+            rmid: r.rmid,
+            info: r.info,
+            xid: r.xid,
+            blocks: r.blocks.to_vec(),
+        })
+    })?;
+    out.unfinished_at = w.unfinished_at;
+    Ok(out)
+}
+
+/// Calls `f` for every record that ends in `seg`: with `carry` (the previous segment's
+/// unfinished record), also the one continued at its start. The record still unfinished at
+/// the end is returned as a carry when its bytes so far are at most `carry_max`. Errors
+/// name the LSN and what is wrong.
+pub fn walk_segment(
+    seg: &[u8],
+    blcksz: usize,
+    carry: Option<&Carry>,
+    carry_max: usize,
+    mut f: impl FnMut(&RecordView),
+) -> Result<Walk, String> {
     if seg.len() < LONG_PHD || blcksz < LONG_PHD || !seg.len().is_multiple_of(blcksz) {
         return Err("not a whole segment of WAL pages".into());
     }
@@ -75,28 +150,69 @@ pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
         return Err("the first page has no long header".into());
     }
     let seg_start = get_u64(seg, 8);
-    let mut out = Decoded::default();
+    let mut walk = Walk {
+        head: Head::Record,
+        first_record: None,
+        unfinished_at: None,
+        carry: None,
+    };
+    let mut blocks: Vec<BlockRef> = Vec::with_capacity(MAX_BLOCK_ID as usize + 1);
+    let mut buf = Vec::new();
     // Offset of the first record: after the long header and any continued record.
     let mut pos = LONG_PHD as u64;
     if info & XLP_FIRST_IS_CONTRECORD != 0 {
         let rem = get_u32(seg, 16) as u64;
-        pos =
-            skip_data(seg, blcksz, pos, rem).ok_or("the continued record runs past the segment")?;
-        pos = maxalign(pos);
+        let fits = carry.filter(|c| c.total as u64 == c.bytes.len() as u64 + rem);
+        match fits {
+            Some(c) => {
+                walk.head = Head::Continued;
+                buf.extend_from_slice(&c.bytes);
+                match gather(seg, blcksz, pos, rem, &mut buf) {
+                    Some(next) => {
+                        let (view, main) =
+                            decode_record(&buf, c.lsn, &mut blocks).map_err(|m| {
+                                format!("the record at {}: {m}", super::format_lsn(c.lsn))
+                            })?;
+                        f(&view.with(&blocks, &buf[main]));
+                        pos = maxalign(next);
+                    }
+                    None => {
+                        // The record runs on past this segment too.
+                        walk.unfinished_at = Some(c.lsn);
+                        if buf.len() <= carry_max {
+                            walk.carry = Some(Carry {
+                                lsn: c.lsn,
+                                total: c.total,
+                                bytes: buf,
+                            });
+                        }
+                        return Ok(walk);
+                    }
+                }
+            }
+            None => {
+                walk.head = Head::Skipped;
+                match skip_data(seg, blcksz, pos, rem) {
+                    Some(p) => pos = maxalign(p),
+                    None => return Ok(walk),
+                }
+            }
+        }
+    } else if carry.is_some() {
+        walk.head = Head::Abandoned;
     }
-    let mut buf = Vec::new();
     loop {
         pos = to_data(pos, blcksz);
         if pos >= seg.len() as u64 {
-            return Ok(out);
+            return Ok(walk);
         }
         let lsn = seg_start + pos;
         let tot = match peek_len(seg, pos) {
             None => {
-                out.unfinished_at = Some(lsn);
-                return Ok(out);
+                walk.unfinished_at = Some(lsn);
+                return Ok(walk);
             }
-            Some(0) => return Ok(out),
+            Some(0) => return Ok(walk),
             Some(n) if (n as usize) < RECORD_HEADER || n as usize > MAX_RECORD => {
                 return Err(format!(
                     "the record at {} claims {n} bytes",
@@ -105,20 +221,58 @@ pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
             }
             Some(n) => n as u64,
         };
-        buf.clear();
-        let Some(next) = gather(seg, blcksz, pos, tot, &mut buf) else {
-            out.unfinished_at = Some(lsn);
-            return Ok(out);
+        walk.first_record.get_or_insert(lsn);
+        let in_page = blcksz as u64 - pos % blcksz as u64;
+        // Most records lie within one page: decoded in place, not copied.
+        let (rec, next): (&[u8], u64) = if tot <= in_page {
+            (&seg[pos as usize..(pos + tot) as usize], pos + tot)
+        } else {
+            buf.clear();
+            match gather(seg, blcksz, pos, tot, &mut buf) {
+                Some(next) => (&buf[..], next),
+                None => {
+                    walk.unfinished_at = Some(lsn);
+                    if buf.len() <= carry_max {
+                        walk.carry = Some(Carry {
+                            lsn,
+                            total: tot as u32,
+                            bytes: std::mem::take(&mut buf),
+                        });
+                    }
+                    return Ok(walk);
+                }
+            }
         };
-        let rec = decode_record(&buf, lsn)
+        let (view, main) = decode_record(rec, lsn, &mut blocks)
             .map_err(|m| format!("the record at {}: {m}", super::format_lsn(lsn)))?;
         // A switch record ends the segment's WAL (XLOG_SWITCH of the XLOG resource manager).
-        let switch = rec.rmid == 0 && rec.info & 0xF0 == 0x40;
-        out.records.push(rec);
+        let switch = view.rmid == 0 && view.info & 0xF0 == 0x40;
+        f(&view.with(&blocks, &rec[main]));
         if switch {
-            return Ok(out);
+            return Ok(walk);
         }
         pos = maxalign(next);
+    }
+}
+
+/// A decoded record header, before its blocks and main data are lent out.
+struct Header {
+    lsn: u64,
+    rmid: u8,
+    info: u8,
+    xid: u32,
+}
+
+impl Header {
+    fn with<'a>(&self, blocks: &'a [BlockRef], main_data: &'a [u8]) -> RecordView<'a> {
+        RecordView {
+            lsn: self.lsn,
+            rmid: self.rmid,
+            info: self.info,
+            xid: self.xid,
+            blocks,
+            main_data,
+        }
     }
 }
 
@@ -172,8 +326,13 @@ fn gather(seg: &[u8], blcksz: usize, mut pos: u64, len: u64, out: &mut Vec<u8>) 
     Some(pos)
 }
 
-/// Decodes one whole record's header and block references.
-fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
+/// Decodes one whole record's header and block references (into `blocks`); returns the
+/// header and where its main data lies in `r`.
+fn decode_record(
+    r: &[u8],
+    lsn: u64,
+    blocks: &mut Vec<BlockRef>,
+) -> Result<(Header, std::ops::Range<usize>), String> {
     let tot = get_u32(r, 0) as usize;
     if tot != r.len() {
         return Err(format!("{} bytes gathered of {tot}", r.len()));
@@ -186,15 +345,16 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
             "its CRC32C is {c:#010x}, its header says {crc:#010x}"
         ));
     }
-    let mut rec = Record {
+    let head = Header {
         lsn,
         xid: get_u32(r, 4),
         info: r[16],
         rmid: r[17],
-        blocks: vec![],
     };
+    blocks.clear();
     let mut p = RECORD_HEADER;
     let mut data_total = 0usize;
+    let mut main_len = 0usize;
     let mut last: Option<RelFile> = None;
     let need = |p: usize, n: usize| -> Result<(), String> {
         (p + n <= tot)
@@ -207,13 +367,15 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
         match id {
             BLOCK_ID_DATA_SHORT => {
                 need(p, 1)?;
-                data_total += r[p] as usize;
+                main_len = r[p] as usize;
+                data_total += main_len;
                 p += 1;
                 break;
             }
             BLOCK_ID_DATA_LONG => {
                 need(p, 4)?;
-                data_total += get_u32(r, p) as usize;
+                main_len = get_u32(r, p) as usize;
+                data_total += main_len;
                 p += 4;
                 break;
             }
@@ -250,7 +412,7 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
                 };
                 last = Some(file);
                 need(p, 4)?;
-                rec.blocks.push(BlockRef {
+                blocks.push(BlockRef {
                     file,
                     fork: flags & BKPBLOCK_FORK_MASK,
                     block: get_u32(r, p),
@@ -266,7 +428,8 @@ fn decode_record(r: &[u8], lsn: u64) -> Result<Record, String> {
             "its headers ({p} bytes) and data ({data_total}) do not add up to its length {tot}"
         ));
     }
-    Ok(rec)
+    // Main data comes last, after every block's image and data.
+    Ok((head, tot - main_len..tot))
 }
 
 #[cfg(test)]
@@ -282,8 +445,13 @@ mod tests {
         for v in [1663u32, 5, 16384, block] {
             r.extend_from_slice(&v.to_le_bytes());
         }
-        r.push(BLOCK_ID_DATA_SHORT);
-        r.push(data as u8);
+        if data < 256 {
+            r.push(BLOCK_ID_DATA_SHORT);
+            r.push(data as u8);
+        } else {
+            r.push(BLOCK_ID_DATA_LONG);
+            r.extend_from_slice(&(data as u32).to_le_bytes());
+        }
         r.extend(std::iter::repeat_n(7u8, data));
         let tot = r.len() as u32;
         r[0..4].copy_from_slice(&tot.to_le_bytes());
@@ -354,5 +522,91 @@ mod tests {
         bad[LONG_PHD + 30] ^= 1;
         let e = decode_segment(&bad, 256).unwrap_err();
         assert!(e.contains("CRC32C") && e.contains("0/1000028"), "{e}");
+    }
+
+    /// Lays records out over consecutive segments of `pages` pages each, with the
+    /// continuation flag and remaining length PostgreSQL writes on continued pages.
+    fn segments(records: &[Vec<u8>], blcksz: usize, pages: usize, n: usize) -> Vec<Vec<u8>> {
+        let mut stream = vec![];
+        let mut bounds = vec![]; // (start, end) of each record in the stream
+        for r in records {
+            bounds.push((stream.len(), stream.len() + r.len()));
+            stream.extend_from_slice(r);
+            while stream.len() % 8 != 0 {
+                stream.push(0);
+            }
+        }
+        let seg_len = blcksz * pages;
+        let mut all = vec![0u8; seg_len * n];
+        let (mut pos, mut i) = (0usize, 0usize);
+        while pos < all.len() {
+            let long = pos.is_multiple_of(seg_len);
+            let hdr = if long { LONG_PHD } else { SHORT_PHD };
+            let inside = bounds.iter().find(|(a, e)| *a < i && i < *e);
+            let mut info: u16 = if long { XLP_LONG_HEADER } else { 0 };
+            let rem = inside.map_or(0, |(_, e)| (e - i) as u32);
+            if inside.is_some() {
+                info |= XLP_FIRST_IS_CONTRECORD;
+            }
+            let h = &mut all[pos..];
+            h[0..2].copy_from_slice(&0xD110u16.to_le_bytes());
+            h[2..4].copy_from_slice(&info.to_le_bytes());
+            h[8..16].copy_from_slice(&(0x100_0000u64 + pos as u64).to_le_bytes());
+            h[16..20].copy_from_slice(&rem.to_le_bytes());
+            let k = (blcksz - hdr).min(stream.len().saturating_sub(i));
+            all[pos + hdr..pos + hdr + k].copy_from_slice(&stream[i..i + k]);
+            i += k;
+            pos += blcksz;
+        }
+        all.chunks(seg_len).map(<[u8]>::to_vec).collect()
+    }
+
+    #[test]
+    fn a_record_continued_in_the_next_segments_is_decoded_with_the_carry() {
+        // Record 5 is 9000 bytes: it starts in segment 0 and ends in segment 2.
+        let recs: Vec<Vec<u8>> = (0..12)
+            .map(|i| record(i, if i == 5 { 9000 } else { 100 + i as usize * 30 }))
+            .collect();
+        let segs = segments(&recs, 256, 16, 4);
+        let mut seen = vec![];
+        let mut carry: Option<Carry> = None;
+        let mut heads = vec![];
+        for seg in &segs {
+            let w = walk_segment(seg, 256, carry.as_ref(), 1 << 20, |r| {
+                seen.push(r.blocks[0].block);
+                assert_eq!(
+                    r.main_data.len(),
+                    if r.blocks[0].block == 5 {
+                        9000
+                    } else {
+                        100 + r.blocks[0].block as usize * 30
+                    }
+                );
+                assert!(r.main_data.iter().all(|&b| b == 7));
+            })
+            .unwrap();
+            heads.push(w.head);
+            carry = w.carry;
+        }
+        assert_eq!(seen, (0..12).collect::<Vec<u32>>());
+        assert_eq!(heads[0], Head::Record);
+        assert_eq!(heads[1..3], [Head::Continued, Head::Continued]);
+        // Without the carry the continued record is skipped, and said to be.
+        let mut alone = vec![];
+        let w = walk_segment(&segs[2], 256, None, 1 << 20, |r| {
+            alone.push(r.blocks[0].block)
+        })
+        .unwrap();
+        assert_eq!(w.head, Head::Skipped);
+        assert!(!alone.contains(&5) && !alone.is_empty(), "{alone:?}");
+        assert!(w.first_record.unwrap() > 0x100_0000 + 2 * 4096);
+        // A carry too large to keep is not kept, but the record is still unfinished.
+        let w = walk_segment(&segs[0], 256, None, 100, |_| {}).unwrap();
+        assert!(w.carry.is_none() && w.unfinished_at.is_some());
+        // A carry the next segment does not continue (an abandoned record).
+        let w = walk_segment(&segs[0], 256, None, 1 << 20, |_| {}).unwrap();
+        let fresh = segment(&recs[..1], 256, 16);
+        let w2 = walk_segment(&fresh, 256, w.carry.as_ref(), 1 << 20, |_| {}).unwrap();
+        assert_eq!(w2.head, Head::Abandoned);
     }
 }

@@ -25,6 +25,9 @@ pub trait Store: Send + Sync {
     /// A whole small object; None when absent. One larger than `max` is refused.
     fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>>;
 
+    /// The first `n` bytes of `rel` (fewer if it is shorter); None when absent.
+    fn get_head(&self, rel: &str, n: u64) -> Result<Option<Vec<u8>>>;
+
     /// Creates or replaces `rel`: absent or complete, and durable when it returns.
     fn put(&self, rel: &str, bytes: &[u8]) -> Result<()>;
 
@@ -241,6 +244,20 @@ impl Store for DirStore {
         Ok(Some(b))
     }
 
+    fn get_head(&self, rel: &str, n: u64) -> Result<Option<Vec<u8>>> {
+        let p = self.path(rel);
+        let f = match File::open(&p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
+        };
+        let mut b = Vec::with_capacity(n.min(1 << 20) as usize);
+        f.take(n)
+            .read_to_end(&mut b)
+            .with_context(|| format!("cannot read '{}'", p.display()))?;
+        Ok(Some(b))
+    }
+
     fn put(&self, rel: &str, bytes: &[u8]) -> Result<()> {
         let (tmp, fin) = self.write_temp(rel, bytes)?;
         fs::rename(&tmp.path, &fin)
@@ -392,6 +409,10 @@ impl Store for ObjectStore {
 
     fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>> {
         self.at(rel).get(max)
+    }
+
+    fn get_head(&self, rel: &str, n: u64) -> Result<Option<Vec<u8>>> {
+        self.at(rel).get_head(n)
     }
 
     fn put(&self, rel: &str, bytes: &[u8]) -> Result<()> {

@@ -199,6 +199,21 @@ impl Location {
         }
     }
 
+    /// The first `n` bytes of an object (fewer if it is shorter), with one ranged GET;
+    /// None when it does not exist.
+    pub fn get_head(&self, n: u64) -> Result<Option<Vec<u8>>> {
+        let p = self.path();
+        let r = block_on(async {
+            let size = self.store.head(&p).await?.size;
+            self.store.get_range(&p, 0..n.min(size)).await
+        });
+        match r {
+            Ok(b) => Ok(Some(b.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("cannot read", e)),
+        }
+    }
+
     /// Writes a whole object (a single PUT: atomic, never half visible).
     pub fn put(&self, bytes: Vec<u8>) -> Result<()> {
         let p = self.path();

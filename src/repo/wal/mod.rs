@@ -5,6 +5,7 @@
 //! REPO/wal/system_identifier             the cluster whose WAL this is (decimal), set by the first segment
 //! REPO/wal/TTTTTTTT/NAME.zst             one archived file: a segment (NAME = 24 hex digits), a
 //!                                        NAME.partial, TTTTTTTT.history or NAME.XXXXXXXX.backup
+//! REPO/wal/TTTTTTTT/NAME.sum             the block summary of segment NAME (summary.rs; docs/FORMAT.md)
 //! REPO/wal/TTTTTTTT/.NAME.PID.N.tmp      a push in progress (never read; removed when it ends)
 //! ```
 //!
@@ -141,10 +142,11 @@ pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
     Ok(out)
 }
 
-/// Removes one archived file (retention).
+/// Removes one archived file (retention), and its block summary.
 pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
     let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
-    repo.store().delete(&rel)
+    repo.store().delete(&rel)?;
+    summary::remove(repo, name)
 }
 
 /// The segments of `timeline` from the one holding `start_lsn` to the one holding
@@ -191,6 +193,7 @@ pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
 mod get;
 mod header;
 mod push;
+pub mod summary;
 #[cfg(test)]
 mod tests;
 

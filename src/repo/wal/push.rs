@@ -22,6 +22,8 @@ pub struct Pushed {
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub seconds: f64,
+    /// What the block summary written by this push holds, or why it is not usable.
+    pub summary: Option<String>,
 }
 
 struct CrcWrite<W> {
@@ -72,7 +74,8 @@ pub(super) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> 
 }
 
 /// Reads the whole source once: checks every page (or the text of a history file),
-/// hashes it and feeds `sink` (the compressor), if any. Errors name `src`.
+/// hashes it, feeds `sink` (the compressor), if any, and appends it to `keep` (for the
+/// block summary), if any. Errors name `src`.
 fn scan(
     f: &mut File,
     src: &Path,
@@ -80,6 +83,7 @@ fn scan(
     n: &WalName,
     seg: Option<&SegInfo>,
     mut sink: Option<&mut dyn Write>,
+    mut keep: Option<&mut Vec<u8>>,
 ) -> Result<blake3::Hash> {
     let invalid = |what: String| {
         anyhow!(
@@ -125,6 +129,9 @@ fn scan(
             _ => {}
         }
         h.update(chunk);
+        if let Some(k) = keep.as_deref_mut() {
+            k.extend_from_slice(chunk);
+        }
         if let Some(w) = sink.as_deref_mut() {
             w.write_all(chunk)
                 .context("cannot write to the WAL archive")?;
@@ -145,11 +152,12 @@ fn write_temp(
     dir: &Path,
     f: &mut File,
     src: &Path,
-    name: &str,
     len: u64,
     n: &WalName,
     seg: Option<&SegInfo>,
+    keep: Option<&mut Vec<u8>>,
 ) -> Result<(Temp, Header)> {
+    let name = src.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let (tmp, mut out) = temp_beside(dir, name)?;
     let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
     out.write_all(&[0u8; HDR_LEN]).map_err(werr)?;
@@ -162,7 +170,7 @@ fn write_temp(
     enc.include_checksum(true).map_err(werr)?;
     enc.include_contentsize(true).map_err(werr)?;
     enc.set_pledged_src_size(Some(len)).map_err(werr)?;
-    let hash = scan(f, src, len, n, seg, Some(&mut enc))?;
+    let hash = scan(f, src, len, n, seg, Some(&mut enc), keep)?;
     let cw = enc.finish().map_err(werr)?;
     let hdr = Header {
         kind: n.kind,
@@ -287,37 +295,54 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
         raw_bytes: hdr.raw,
         stored_bytes: hdr.stored,
         seconds: t0.elapsed().as_secs_f64(),
+        summary: None,
     };
     let store = repo.store();
     let stage = std::env::temp_dir();
+    // A complete segment gets a block summary: its bytes are kept as they are read.
+    let summarized = n.kind == Kind::Segment;
+    let mut bytes = Vec::new();
+    if summarized {
+        bytes.reserve_exact(len as usize);
+    }
     // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.
     let have = with_archived(repo, &rel, &stage, |have| {
-        let hash = scan(&mut f, src, len, &n, seg.as_ref(), None)?;
+        let k = summarized.then_some(&mut bytes);
+        let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, k)?;
         let out = compare_existing(have, &name, len, hash.as_bytes())?;
         Ok((out, read_header(have)?))
     })?;
     if let Some((out, hdr)) = have {
-        if out != Outcome::Repaired {
-            return Ok(done(out, &hdr));
+        if out == Outcome::Repaired {
+            use std::io::Seek;
+            f.rewind()?;
+            let dir = store.stage_dir(&rel)?;
+            let (tmp, _) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), None)?;
+            store.put_file(&rel, &tmp.path)?;
         }
-        use std::io::Seek;
-        f.rewind()?;
-        let dir = store.stage_dir(&rel)?;
-        let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref())?;
-        store.put_file(&rel, &tmp.path)?;
-        return Ok(done(out, &hdr));
+        // A push retried after the segment was stored but before its summary was.
+        let mut p = done(out, &hdr);
+        if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {
+            p.summary = write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
+        }
+        return Ok(p);
     }
     // Compressed and checked in a durable temp file, then made the archived file only
     // if the name is still free (local: in its final directory, then a link).
     let dir = store.stage_dir(&rel)?;
-    let (tmp, hdr) = write_temp(&dir, &mut f, src, &name, len, &n, seg.as_ref())?;
+    let k = summarized.then_some(&mut bytes);
+    let (tmp, hdr) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), k)?;
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }
     let created = store.put_new_file(&rel, &tmp.path)?;
     drop(tmp);
     if created {
-        return Ok(done(Outcome::Archived, &hdr));
+        let mut p = done(Outcome::Archived, &hdr);
+        if summarized {
+            p.summary = write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
+        }
+        return Ok(p);
     }
     // A concurrent push of the same name won the race.
     let out = with_archived(repo, &rel, &stage, |have| {
@@ -325,6 +350,46 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
     })?
     .ok_or_else(|| anyhow!("'{}' vanished while being compared", store.describe(&rel)))?;
     Ok(done(out, &hdr))
+}
+
+/// Summarizes an archived segment (its bytes as read) and stores the summary; says what
+/// it holds. The segment is durable already: an error here fails the push, and
+/// PostgreSQL's retry (AlreadyArchived) writes the summary then.
+fn write_summary(
+    repo: &Repo,
+    name: &str,
+    hdr: &Header,
+    bytes: &[u8],
+    seg: Option<&SegInfo>,
+) -> Result<Option<String>> {
+    let Some(s) = seg else { return Ok(None) };
+    let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
+    let seg_size = bytes.len() as u64;
+    let prev = summary::previous(repo, name, seg_size);
+    let sum = summary::summarize(
+        name,
+        hdr.blake3,
+        bytes,
+        s.blcksz as usize,
+        major,
+        prev.as_ref(),
+    );
+    summary::store(repo, &sum).with_context(|| {
+        format!("{name} is archived, but its block summary could not be stored")
+    })?;
+    Ok(Some(if sum.usable() {
+        let blocks: u64 = sum.rels.values().map(|e| e.blocks.len()).sum();
+        format!(
+            "block summary: {blocks} blocks in {} relation forks, {} databases created or dropped",
+            sum.rels.len(),
+            sum.databases.len()
+        )
+    } else {
+        format!(
+            "block summary stored, but it cannot be used for change tracking: {}",
+            sum.note
+        )
+    }))
 }
 
 fn read_header(p: &Path) -> Result<Header> {

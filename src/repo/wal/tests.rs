@@ -205,3 +205,100 @@ fn missing_segments_between_lsns() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn push_stores_a_summary_beside_each_segment() {
+    use super::summary::{self, testing as t};
+    let (d, r) = repo();
+    let recs = vec![t::heap(100, &[1]), t::big(t::SEG), t::heap(200, &[4, 5])];
+    let segs = t::segments(&recs, 2, 3);
+    let names: Vec<String> = (2..5).map(|s| segment_name_for(1, s, SEG)).collect();
+    let path = |i: usize| d.path().join(&names[i]);
+    for (i, s) in segs.iter().enumerate() {
+        fs::write(path(i), s).unwrap();
+    }
+    let sum_path = |i: usize| archived_path(&r, &names[i]).unwrap().with_extension("sum");
+    // Segment 1 pushed before segment 0: its head (the big record's rest) is not covered.
+    push(&r, &path(1)).unwrap();
+    let s1 = summary::read(&r, &names[1]).unwrap().unwrap();
+    assert!(!s1.usable() && s1.flags & summary::HEAD_SKIPPED != 0);
+    // In order: every summary usable, the record that ends in segment 1 and the blocks
+    // after it found through the carry.
+    for i in 0..3 {
+        push(&r, &path(i)).unwrap();
+    }
+    // Segment 1 was already archived: its push again rewrote the summary, now that
+    // segment 0's carry is there.
+    assert!(summary::read(&r, &names[1]).unwrap().unwrap().usable());
+    fs::remove_file(sum_path(1)).unwrap();
+    assert_eq!(
+        push(&r, &path(1)).unwrap().outcome,
+        Outcome::AlreadyArchived
+    );
+    assert!(
+        sum_path(1).is_file(),
+        "a retried push writes the missing summary"
+    );
+    push(&r, &path(2)).unwrap();
+    fs::remove_file(sum_path(2)).unwrap();
+    push(&r, &path(2)).unwrap();
+    let m = summary::block_map(&r, 1, 0x0200_0000, 0x04FF_FFFF, SEG).unwrap();
+    assert!(m.complete(), "{:?}", m.gaps);
+    assert!(m.may_have_changed(t::rel(200), 0, 5) && m.may_have_changed(t::rel(100), 0, 1));
+    assert_eq!(
+        summary::read(&r, &names[0]).unwrap().unwrap().segment,
+        names[0]
+    );
+    // Listing ignores summaries; archive-get does not serve them.
+    assert_eq!(list(&r, 1).unwrap(), names);
+    assert!(all_archived(&r)
+        .unwrap()
+        .iter()
+        .all(|(n, _)| !n.contains(".sum")));
+    let e = format!(
+        "{:#}",
+        fetch(&r, &format!("{}.sum", names[0]), &d.path().join("x")).unwrap_err()
+    );
+    assert!(e.contains("not a WAL file name"), "{e}");
+    // History files get none.
+    let hist = d.path().join("00000002.history");
+    fs::write(&hist, "1\t0/3000000\tno recovery target specified\n").unwrap();
+    push(&r, &hist).unwrap();
+    let dir2 = archived_path(&r, "00000002.history").unwrap();
+    let files: Vec<String> = fs::read_dir(dir2.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files, ["00000002.history.zst"]);
+    // Retention removes a segment's summary with it.
+    remove_archived(&r, &names[0]).unwrap();
+    assert!(!sum_path(0).exists() && sum_path(1).exists());
+    assert!(summary::read(&r, &names[0]).unwrap().is_none());
+}
+
+#[test]
+fn a_new_timelines_first_segment_continues_its_parents_carry() {
+    use super::summary::{self, testing as t};
+    let (d, r) = repo();
+    // A record starts in segment 2 of timeline 1 and ends in segment 3, where timeline
+    // 2 branches off (its first segment holds timeline 1's WAL up to the switch).
+    let recs = vec![t::heap(100, &[1]), t::big(t::SEG), t::heap(200, &[4])];
+    let segs = t::segments(&recs, 2, 2);
+    let p2 = d.path().join("000000010000000000000002");
+    fs::write(&p2, &segs[0]).unwrap();
+    push(&r, &p2).unwrap();
+    let hist = d.path().join("00000002.history");
+    fs::write(&hist, "1\t0/3F00000\tno recovery target specified\n").unwrap();
+    push(&r, &hist).unwrap();
+    let p3 = d.path().join("000000020000000000000003");
+    fs::write(&p3, &segs[1]).unwrap();
+    push(&r, &p3).unwrap();
+    let s = summary::read(&r, "000000020000000000000003")
+        .unwrap()
+        .unwrap();
+    assert!(s.usable(), "{}", s.note);
+    assert!(s.rels.contains_key(&summary::RelFork {
+        file: t::rel(200),
+        fork: 0
+    }));
+}
