@@ -3,13 +3,12 @@
 
 mod common;
 
-use common::pg::Pg;
+use common::pg::{postgres_dir, Pg};
 use common::*;
 
 #[test]
 fn estimate_counts_the_blocks_the_wal_changed() {
-    let t = tempfile::tempdir().unwrap();
-    let repo = s(&t.path().join("repo"));
+    let repo = s(&postgres_dir("repo").join("repo"));
     let push = format!("{} archive-push %p --repo {repo}", bin());
     let pg = Pg::start(true, Some(&push));
     // About 1,000 blocks of 8 KiB; fillfactor leaves room for HOT updates in place.
@@ -30,7 +29,7 @@ fn estimate_counts_the_blocks_the_wal_changed() {
         .unwrap();
     pg.sql("UPDATE t SET v = repeat('y', 100) WHERE (ctid::text::point)[0]::bigint % 10 = 0");
     pg.switch_and_wait();
-    let j = json(&["estimate", "--repo", &repo, "--json"]);
+    let j = json(&["estimate", "--repo", &repo]);
     let since = &j["since_full"];
     assert_eq!(since["complete"], true, "{j}");
     let db: u64 = pg
@@ -58,8 +57,10 @@ fn estimate_counts_the_blocks_the_wal_changed() {
 
     // After a second full, nothing has changed since it yet.
     ok(&["backup", "--source", &url, "--repo", &repo]);
+    // A record, so that the switch ends a segment.
+    pg.sql("CHECKPOINT");
     pg.switch_and_wait();
-    let j = json(&["estimate", "--repo", &repo, "--json"]);
+    let j = json(&["estimate", "--repo", &repo]);
     let d = j["since_full"]["databases"]
         .as_array()
         .unwrap()

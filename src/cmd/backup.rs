@@ -5,6 +5,7 @@ use super::PrintWaits;
 use super::{print_json, Reporter};
 use crate::engine::stats::Progress;
 use crate::format::manifest::BackupType;
+use crate::ops::backup::ChangeMap;
 use crate::ops::backup::{self as ops, BackupConfig, BackupOptions, BackupReport, Watch};
 use crate::units::{self, human};
 use anyhow::Result;
@@ -30,8 +31,10 @@ pub struct BackupArgs {
     /// Stripes to write inside the repository (default 1, or 0 when --to names devices).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub stripes: Option<u32>,
-    /// full (the whole source) or diff (PostgreSQL: pages changed since the newest full
-    /// set of --repo). Log backups are taken by archive-push.
+    /// full (the whole source), diff (PostgreSQL: pages changed since the newest full set
+    /// of --repo) or incr (pages changed since the newest set of any type). diff and incr
+    /// read only the pages the WAL's block summaries list when archive-push archived
+    /// every segment since the base, else every page. Log backups are archive-push's.
     #[arg(long = "type", default_value = "full", value_parser = parse_type)]
     pub backup_type: BackupType,
     /// PostgreSQL data directory, when the URL has no ?pgdata= and the server cannot say.
@@ -273,6 +276,19 @@ fn print_text(r: &BackupReport, verbose: bool) {
                 String::new()
             }
         );
+    }
+    match &r.change_map {
+        Some(ChangeMap::Summaries {
+            segments,
+            sparse_files,
+            listed_pages,
+        }) => println!(
+            "Changed pages from the block summaries of {segments} WAL segment(s): {listed_pages} page(s) listed in {sparse_files} relation file(s) read; files new since the base read whole."
+        ),
+        Some(ChangeMap::LsnScan { reason }) => println!(
+            "Changed pages found by reading every page of the base's relation files (LSN scan): {reason}."
+        ),
+        None => {}
     }
     if r.read_bytes != r.raw_bytes {
         println!(

@@ -38,6 +38,10 @@ pub trait Source {
     /// Ends the backup on the source side: facts for the manifest, and files that
     /// exist only now (the WAL written during the backup), read in a second pass.
     fn finish(&mut self, ok: bool) -> Result<Finish>;
+    /// What the source knows of itself once prepared (the manifest's extra map so far).
+    fn facts(&self) -> Extra {
+        Extra::new()
+    }
     /// The run to stop if the source fails while it is read (a server that goes
     /// away); given before `prepare`.
     fn abort_with(&mut self, _abort: Arc<Abort>) {}

@@ -5,7 +5,7 @@
 //! pass; the WAL from the start to the stop segment is added to the set so the
 //! copy can be made consistent from the set alone.
 
-use super::{Finish, Source, SourceFile};
+use super::{Extra, Finish, Source, SourceFile};
 use crate::engine::backup::{ChunkFilter, PageSet, ReadFile};
 use crate::engine::Abort;
 use crate::format::manifest::SourceKind;
@@ -105,12 +105,15 @@ fn pg_err(e: &postgres::Error) -> String {
     m
 }
 
-/// What a differential needs of its base full backup.
+/// What a differential or incremental needs of its base set.
 #[derive(Clone)]
 pub struct DiffBase {
     pub start_lsn: u64,
     /// Paths the base set holds.
     pub files: HashSet<String>,
+    /// The pages to read come from the WAL's block summaries: the segment holding the
+    /// start is ended at once, so that it is archived and summarized.
+    pub summaries: bool,
 }
 
 const PRIVILEGE_HINT: &str = " (the backup user needs superuser, or EXECUTE on pg_backup_start, pg_backup_stop and pg_control_system)";
@@ -404,6 +407,11 @@ impl Source for Postgres {
             .query_one("SELECT pg_walfile_name($1::text::pg_lsn)", &[&start])?
             .get(0);
         self.timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
+        if self.base.as_ref().is_some_and(|b| b.summaries) {
+            // The WAL up to the start is summarized once archived: end its segment now.
+            // Without the privilege, the backup waits for the archiver or reads every page.
+            let _ = self.client().batch_execute("SELECT pg_switch_wal()");
+        }
         let seg =
             self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
         self.facts = Some(PgFacts {
@@ -541,6 +549,13 @@ impl Source for Postgres {
         })
     }
 
+    fn facts(&self) -> Extra {
+        self.facts
+            .as_ref()
+            .map(PgFacts::to_extra)
+            .unwrap_or_default()
+    }
+
     fn abort_with(&mut self, abort: Arc<Abort>) {
         self.abort = abort;
     }
@@ -576,6 +591,7 @@ impl Source for Postgres {
             diff_ids,
             continue_after_error: self.continue_after_error,
             failures: Mutex::new(vec![]),
+            stale: Mutex::default(),
         }))
     }
 }

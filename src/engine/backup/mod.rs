@@ -43,6 +43,10 @@ pub trait ChunkFilter: Sync {
     fn problems(&self) -> Vec<String> {
         vec![]
     }
+    /// Observations worth a warning that do not damage the set.
+    fn notes(&self) -> Vec<String> {
+        vec![]
+    }
     /// For a differential: which pages of the chunk to store (bit i = page i), or None
     /// to store the whole chunk.
     fn select(&self, _file: &ReadFile, _offset: u64, _data: &[u8]) -> Option<PageSet> {

@@ -22,8 +22,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod changes;
 mod record;
 mod rules;
+pub use changes::ChangeMap;
 use record::*;
 pub use rules::*;
 
@@ -143,6 +145,9 @@ pub struct BackupReport {
     pub discarded: bool,
     pub pages: u64,
     pub files: u64,
+    /// How a differential or incremental found the changed pages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change_map: Option<ChangeMap>,
     /// Bytes read from the source.
     pub read_bytes: u64,
     /// Bytes the set holds before compression.
@@ -194,21 +199,31 @@ impl Watch for () {}
 const STOPPED: &str =
     "backup stopped: its partial stripes were removed (uploads aborted) and no set was recorded";
 
-/// The base of a differential: the newest full set of the repository that may be
-/// one (not copy-only, not damaged, of a PostgreSQL source), and the paths it holds.
-fn diff_base(repo: &Repo, source: &str) -> Result<(CatalogEntry, source::postgres::DiffBase)> {
+/// The base of a differential (the newest full set of the repository that may be one:
+/// not copy-only, not damaged, of a PostgreSQL source) or of an incremental (the newest
+/// such set of any type), and the paths it holds.
+fn diff_base(
+    repo: &Repo,
+    source: &str,
+    ty: BackupType,
+) -> Result<(CatalogEntry, source::postgres::DiffBase)> {
+    let what = match ty {
+        BackupType::Incr => "incremental",
+        _ => "differential",
+    };
     if !source.starts_with("postgres") {
-        bail!("differential backups are for PostgreSQL sources (pages carry LSNs); take a full backup");
+        bail!("{what} backups are for PostgreSQL sources (pages carry LSNs); take a full backup");
     }
     let catalog = repo.catalog()?;
     let Some(base) = catalog.iter().rev().find(|c| {
-        c.backup_type == BackupType::Full
+        (c.backup_type == BackupType::Full || ty == BackupType::Incr)
             && !c.copy_only
             && !c.damaged
             && c.source_kind == SourceKind::Postgres
     }) else {
         bail!(
-            "no usable base for a differential in '{}': it needs a full backup that is not copy-only or damaged; take one with --type full",
+            "no usable base for a{} {what} in '{}': it needs a full backup that is not copy-only or damaged; take one with --type full",
+            if ty == BackupType::Incr { "n" } else { "" },
             repo.describe()
         );
     };
@@ -223,7 +238,11 @@ fn diff_base(repo: &Repo, source: &str) -> Result<(CatalogEntry, source::postgre
     let files = manifest.files.into_iter().map(|f| f.path).collect();
     Ok((
         base.clone(),
-        source::postgres::DiffBase { start_lsn, files },
+        source::postgres::DiffBase {
+            start_lsn,
+            files,
+            summaries: ty == BackupType::Incr,
+        },
     ))
 }
 
@@ -253,6 +272,8 @@ struct Input {
     vols: Volumes,
     /// Stops the pipeline; the source holds it too (a server that goes away).
     abort: Arc<Abort>,
+    /// The filter's warnings that do not damage the set.
+    notes: Vec<String>,
 }
 
 /// Where the set goes: device specs and devices, the repository, the base of a diff.
@@ -298,6 +319,16 @@ fn backup_set(
         .as_ref()
         .map(|_| report::Sampler::start(progress.live.clone()));
     let mut input = prepare(src, &dest)?;
+    let change_map = match (&dest.base, &dest.repo) {
+        // A differential stays an LSN scan until restore reads sparse sets in a chain.
+        (Some((entry, b)), Some(repo)) if o.backup_type == BackupType::Incr => {
+            Some(plan_changes(repo, entry, b, &mut input, o))
+        }
+        (Some(_), Some(_)) => Some(ChangeMap::LsnScan {
+            reason: "differentials read every page of the base's relation files".into(),
+        }),
+        _ => None,
+    };
     let (params, config, hint) = configure(o, codec, &dest.devices, &input);
     watch.config(&config);
 
@@ -334,6 +365,7 @@ fn backup_set(
     );
     let mut warnings = text.warnings;
     warnings.extend(problems.iter().cloned());
+    warnings.extend(input.notes.iter().cloned());
     let committed = set_write::commit(
         &dest.devices,
         out.stripes,
@@ -358,6 +390,7 @@ fn backup_set(
         discarded: dest.discard,
         pages: manifest.totals.pages,
         files: manifest.totals.files,
+        change_map,
         read_bytes: out.read_bytes,
         raw_bytes: out.raw_bytes,
         stored_bytes: out.stored_bytes,
@@ -404,9 +437,11 @@ fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
         (BackupType::Diff, None) => {
             bail!("a differential backup needs --repo: its base is the newest full set there")
         }
-        (BackupType::Diff, Some(repo)) => Some(diff_base(repo, &o.source)?),
-        (BackupType::Incr, _) => {
-            bail!("incremental backups are not taken yet: take a differential (--type diff)")
+        (BackupType::Incr, None) => {
+            bail!("an incremental backup needs --repo: its base is the newest set there")
+        }
+        (ty @ (BackupType::Diff | BackupType::Incr), Some(repo)) => {
+            Some(diff_base(repo, &o.source, ty)?)
         }
         (BackupType::Full, _) => None,
     };
@@ -434,6 +469,32 @@ fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
 
 /// Prepares the source and checks that it is the cluster of the base and of the
 /// repository's other sets; on a refusal the source's backup is ended.
+/// The pages a differential or incremental reads of each base relation file.
+fn plan_changes(
+    repo: &Repo,
+    entry: &CatalogEntry,
+    b: &source::postgres::DiffBase,
+    input: &mut Input,
+    o: &BackupOptions,
+) -> changes::ChangeMap {
+    let now = match crate::pg::facts::PgFacts::from_extra(&input.src.facts()) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            return changes::ChangeMap::LsnScan {
+                reason: "the source gave no WAL position".into(),
+            }
+        }
+        Err(e) => return changes::ChangeMap::LsnScan { reason: e },
+    };
+    let base = changes::Base {
+        start_lsn: b.start_lsn,
+        timeline: entry.timeline.unwrap_or(0),
+        files: &b.files,
+    };
+    let wait = std::time::Duration::from_secs(o.archive_timeout.min(60));
+    changes::plan_pages(repo, &base, &now, &input.entries, &mut input.plan, wait)
+}
+
 fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
     let abort = Arc::new(Abort::default());
     src.abort_with(abort.clone());
@@ -453,6 +514,7 @@ fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
         plan_ids,
         vols,
         abort,
+        notes: vec![],
     })
 }
 
@@ -577,7 +639,8 @@ fn pipeline(
             return Err(e.context(STOPPED));
         }
     };
-    let problems = filter.map(|f| f.problems()).unwrap_or_default();
+    let problems = filter.as_ref().map(|f| f.problems()).unwrap_or_default();
+    input.notes = filter.map(|f| f.notes()).unwrap_or_default();
     let fin = match input.src.finish(true) {
         Ok(f) => f,
         Err(e) => {

@@ -30,6 +30,11 @@ pub(super) fn manifest(
     let kind = &input.info.kind;
     let result_of: HashMap<usize, &backup::FileResult> =
         input.plan_ids.iter().copied().zip(&out.files).collect();
+    let sparse: std::collections::HashSet<usize> = (input.plan_ids.iter())
+        .zip(&input.plan)
+        .filter(|(_, f)| f.pages.is_some())
+        .map(|(&i, _)| i)
+        .collect();
     let mut files: Vec<FileEntry> = vec![];
     let mut text = Text {
         warnings: vec![],
@@ -72,7 +77,7 @@ pub(super) fn manifest(
             mtime: e.mtime,
             pages: p,
             checksum,
-            sparse: false,
+            sparse: sparse.contains(&i),
             link_target: e.link_target.clone(),
         });
     }

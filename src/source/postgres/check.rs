@@ -14,6 +14,34 @@ pub struct PageChecker {
     pub(super) diff_ids: HashSet<u32>,
     pub(super) continue_after_error: bool,
     pub failures: Mutex<Vec<String>>,
+    /// Pages the change map listed whose LSN is before the base's start: how many, and
+    /// the first few by name.
+    pub(super) stale: Mutex<(u64, Vec<String>)>,
+}
+
+/// Stale pages named at most.
+const STALE_NAMED: usize = 5;
+
+impl PageChecker {
+    /// A page read because the change map listed it carries an LSN at or after the
+    /// base's start, or is new; any other is counted and the first few named.
+    fn stale_pages(&self, file: &ReadFile, offset: u64, data: &[u8], base: u64) {
+        for (i, page) in data.chunks_exact(pgpage::BLCKSZ).enumerate() {
+            if pgpage::is_new(page) || pgpage::lsn(page) >= base {
+                continue;
+            }
+            let mut s = self.stale.lock().unwrap();
+            s.0 += 1;
+            if s.1.len() < STALE_NAMED {
+                s.1.push(format!(
+                    "'{}' block {}: LSN {}",
+                    file.path.display(),
+                    offset as usize / pgpage::BLCKSZ + i,
+                    crate::pg::format_lsn(pgpage::lsn(page))
+                ));
+            }
+        }
+    }
 }
 
 impl ChunkFilter for PageChecker {
@@ -33,6 +61,9 @@ impl ChunkFilter for PageChecker {
     }
 
     fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
+        if let (Some(base), true) = (self.base_lsn, file.pages.is_some()) {
+            self.stale_pages(file, offset, data, base);
+        }
         if !self.verify {
             return Ok(());
         }
@@ -78,5 +109,16 @@ impl ChunkFilter for PageChecker {
 
     fn problems(&self) -> Vec<String> {
         self.failures.lock().unwrap().clone()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let s = self.stale.lock().unwrap();
+        match s.0 {
+            0 => vec![],
+            n => vec![format!(
+                "{n} page(s) the block summaries listed carry an LSN before the base's start (they are stored; the summaries over-reported): {}",
+                s.1.join(", ")
+            )],
+        }
     }
 }

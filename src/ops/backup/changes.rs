@@ -1,0 +1,203 @@
+//! Which pages a differential or incremental reads. When the block summaries beside the
+//! archived WAL cover everything from the base's start to this backup's, only the pages
+//! they list are read (and every page from a limit on, and whole files of a database
+//! created or dropped); otherwise every page of the base's relation files is read and
+//! those whose LSN moved are kept (the LSN scan). A file the map cannot speak for is
+//! never skipped: it is read whole.
+
+use crate::engine::backup::ReadFile;
+use crate::pg::facts::PgFacts;
+use crate::pg::page::{RelPath, FSM_FORK, INIT_FORK, MAIN_FORK, RELSEG_SIZE};
+use crate::pg::walrecord::RelFile;
+use crate::pg::{format_lsn, segment_name};
+use crate::repo::wal::summary::{self, BlockMap};
+use crate::repo::Repo;
+use crate::source::SourceFile;
+use roaring::RoaringBitmap;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How the changed pages were found (the report's `change_map`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum ChangeMap {
+    /// From the block summaries of `segments` archived WAL segments.
+    Summaries {
+        segments: u64,
+        /// Relation files read page by page, and the pages listed for them.
+        sparse_files: u64,
+        listed_pages: u64,
+    },
+    /// Every page read; `reason` says why the summaries could not be used.
+    LsnScan { reason: String },
+}
+
+/// What the plan is measured against: the base set's start and timeline, and the
+/// paths it holds.
+pub struct Base<'a> {
+    pub start_lsn: u64,
+    pub timeline: u32,
+    pub files: &'a HashSet<String>,
+}
+
+/// Waits (up to `wait`) for the summary of the segment holding `now`'s start, then
+/// plans the pages of every base relation file in `plan` from the summaries since
+/// `base`'s start. Files left with `pages: None` are read whole.
+pub fn plan_pages(
+    repo: &Repo,
+    base: &Base,
+    now: &PgFacts,
+    entries: &[SourceFile],
+    plan: &mut [ReadFile],
+    wait: Duration,
+) -> ChangeMap {
+    let scan = |reason: String| ChangeMap::LsnScan { reason };
+    if now.timeline != base.timeline {
+        return scan(format!(
+            "the base is of timeline {}, the server is on {}: summaries are followed on one timeline",
+            base.timeline, now.timeline
+        ));
+    }
+    if now.start_lsn < base.start_lsn {
+        return scan("the server's WAL position is before the base's start".into());
+    }
+    let seg = now.wal_segment_size;
+    let start_seg = segment_name(now.timeline, now.start_lsn, seg);
+    let t0 = Instant::now();
+    while !matches!(summary::read(repo, &start_seg), Ok(Some(_))) {
+        if t0.elapsed() > wait {
+            return scan(format!(
+                "WAL segment {start_seg} (this backup's start, {}) was not archived with its block summary within {} s",
+                format_lsn(now.start_lsn),
+                wait.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let map = match summary::block_map(repo, now.timeline, base.start_lsn, now.start_lsn, seg) {
+        Ok(m) => m,
+        Err(e) => return scan(format!("{e:#}")),
+    };
+    if !map.complete() {
+        let first = map.gaps.first().cloned().unwrap_or_default();
+        return scan(format!(
+            "the block summaries have {} gap(s): {first}",
+            map.gaps.len()
+        ));
+    }
+    let segments = now.start_lsn / seg - base.start_lsn / seg + 1;
+    let (mut sparse_files, mut listed_pages) = (0, 0);
+    for f in plan.iter_mut() {
+        let e = &entries[f.id as usize];
+        if let Some(pages) = file_pages(&map, base, &e.rel_path, f.size) {
+            sparse_files += 1;
+            listed_pages += pages.len();
+            f.pages = Some(Arc::new(pages));
+        }
+    }
+    ChangeMap::Summaries {
+        segments,
+        sparse_files,
+        listed_pages,
+    }
+}
+
+/// The pages (from the file's start) to read of one file, or None to read it whole:
+/// a file the base does not hold, a non-relation file, a free space map or init fork.
+fn file_pages(map: &BlockMap, base: &Base, rel_path: &str, size: u64) -> Option<RoaringBitmap> {
+    let r = RelPath::parse(rel_path)?;
+    if !base.files.contains(rel_path) || r.fork == FSM_FORK || r.fork == INIT_FORK {
+        return None;
+    }
+    let blocks = size.div_ceil(crate::pg::page::BLCKSZ as u64) as u32;
+    let first = r.first_block();
+    let file = RelFile {
+        spc: r.spc,
+        db: r.db,
+        rel: r.rel,
+    };
+    let c = map.changed(file, r.fork);
+    let mut pages = RoaringBitmap::new();
+    if c.whole {
+        // A database created or dropped: every page, whatever its LSN.
+        pages.insert_range(0..blocks);
+        return Some(pages);
+    }
+    let end = first + blocks.min(RELSEG_SIZE);
+    if let Some(b) = c.blocks {
+        pages.extend(b.range(first..end).map(|b| b - first));
+    }
+    if let Some(limit) = c.limit {
+        // Created or truncated since the base: every page from the limit on is new.
+        pages.insert_range(limit.max(first) - first..blocks);
+    }
+    debug_assert!(r.fork == MAIN_FORK || r.fork == crate::pg::page::VM_FORK);
+    Some(pages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repo::wal::summary::testing::rel;
+
+    #[test]
+    fn pages_follow_marks_limits_and_databases() {
+        let files: HashSet<String> = ["base/5/16384", "base/5/16384.1", "base/5/16384_fsm"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let base = Base {
+            start_lsn: 0,
+            timeline: 1,
+            files: &files,
+        };
+        let mut map = BlockMap::new();
+        let k = summary::RelFork {
+            file: rel(16384),
+            fork: MAIN_FORK,
+        };
+        let e = map.rels.entry(k).or_default();
+        e.blocks.extend([3u32, 9, RELSEG_SIZE + 2]);
+        let gib = (RELSEG_SIZE as u64) * 8192;
+        let p = |m: &BlockMap, path: &str, size: u64| file_pages(m, &base, path, size);
+        assert_eq!(
+            p(&map, "base/5/16384", gib)
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+            [3, 9]
+        );
+        assert_eq!(
+            p(&map, "base/5/16384.1", 5 * 8192)
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+            [2]
+        );
+        assert_eq!(
+            p(&map, "base/5/16384_fsm", 8192),
+            None,
+            "free space maps are read whole"
+        );
+        assert_eq!(
+            p(&map, "base/5/99999", 8192),
+            None,
+            "a file new since the base is read whole"
+        );
+        assert_eq!(p(&map, "base/5/PG_VERSION", 3), None);
+        // A limit: every page from it on, in the segment that holds it.
+        map.rels.get_mut(&k).unwrap().limit = Some(RELSEG_SIZE + 1);
+        assert_eq!(
+            p(&map, "base/5/16384.1", 4 * 8192)
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        // A database created or dropped: every page.
+        map.databases.insert((1663, 5));
+        assert_eq!(p(&map, "base/5/16384", 3 * 8192).unwrap().len(), 3);
+    }
+}
