@@ -96,8 +96,11 @@ pub fn as_postgres(cmd: &str, args: &[&str]) -> String {
 pub fn postgres_dir(name: &str) -> PathBuf {
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| super::sweep_ended_runs("pagevault-test"));
+    // The counter keeps two tests of one process apart even if both get the same port.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = PathBuf::from(format!(
-        "/tmp/pagevault-test-{}-{name}-{}",
+        "/tmp/pagevault-test-{}-{name}-{}-{n}",
         std::process::id(),
         free_port()
     ));
