@@ -459,6 +459,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_sparse_read_reads_the_selected_pages_in_place_and_zeros_the_rest() {
+        let pg = 8192;
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..6 * pg).map(|i| (i / pg + 1) as u8).collect();
+        std::io::Write::write_all(&mut f, &data).unwrap();
+        let mut sel = [0u64; 32];
+        sel[0] = 0b10_0110; // pages 1, 2 and 5
+        let c = Chunk {
+            file: 0,
+            handle: Arc::new(f),
+            offset: 0,
+            len: 6 * pg,
+            sel: Some(sel),
+        };
+        let pool = crate::engine::pool::Pool::new(1, 8 * pg);
+        let mut buf = pool.try_get().unwrap();
+        buf.space().fill(0xEE);
+        assert!(!read_sparse(&c, &sel, pg, &mut buf).unwrap());
+        let got = buf.payload();
+        assert_eq!(got.len(), 6 * pg);
+        for p in 0..6 {
+            let want = if [1, 2, 5].contains(&p) { p as u8 + 1 } else { 0 };
+            assert!(got[p * pg..(p + 1) * pg].iter().all(|&b| b == want), "page {p}");
+        }
+        assert_eq!(c.read_len(pg), 3 * pg);
+        // A file shorter than planned: the missing page reads as zeros, and says so.
+        let mut last = [0u64; 32];
+        last[0] = 1 << 6;
+        let short = Chunk {
+            len: 7 * pg,
+            sel: Some(last),
+            ..chunk_clone(&c)
+        };
+        assert!(read_sparse(&short, &short.sel.unwrap(), pg, &mut buf).unwrap());
+        assert!(buf.payload()[6 * pg..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
     fn sparse_chunks_hold_the_listed_pages_and_skip_the_rest() {
         let pages: RoaringBitmap = [3u32, 4, 300, 301, 700].into_iter().collect();
         let (t, pg) = (1 << 20, 8192); // 128 pages per chunk
