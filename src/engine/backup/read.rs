@@ -480,8 +480,15 @@ mod tests {
         let got = buf.payload();
         assert_eq!(got.len(), 6 * pg);
         for p in 0..6 {
-            let want = if [1, 2, 5].contains(&p) { p as u8 + 1 } else { 0 };
-            assert!(got[p * pg..(p + 1) * pg].iter().all(|&b| b == want), "page {p}");
+            let want = if [1, 2, 5].contains(&p) {
+                p as u8 + 1
+            } else {
+                0
+            };
+            assert!(
+                got[p * pg..(p + 1) * pg].iter().all(|&b| b == want),
+                "page {p}"
+            );
         }
         assert_eq!(c.read_len(pg), 3 * pg);
         // A file shorter than planned: the missing page reads as zeros, and says so.
