@@ -164,4 +164,18 @@ fn a_chain_of_incrementals_under_load_restores_to_the_latest_and_to_an_lsn() {
     let chain: Vec<String> = chain_of(&r).into_iter().map(|(id, _)| id).collect();
     assert_eq!(chain, ids[..4], "{r}");
     let _ = std::fs::remove_dir_all(target.parent().unwrap());
+
+    // A link without its stripes: refused by name before anything is written.
+    let dir = std::path::Path::new(&repo).join("sets").join(&ids[3]);
+    let stripe = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::remove_file(&stripe).unwrap();
+    let target = postgres_dir("broken").join("data");
+    let e = fails(&["restore", "--repo", &repo, "--to", &s(&target)], 1);
+    assert!(e.contains(&format!("set {} of the chain", ids[3])), "{e}");
+    assert!(!target.exists(), "nothing is written");
 }
