@@ -143,6 +143,19 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
     for n in &r.postgres {
         println!("PostgreSQL: {n}.");
     }
+    if r.chain.len() > 1 {
+        for l in &r.chain {
+            println!(
+                "Set {} ({}): {} frames read ({}), {} written, {} pages superseded.",
+                l.set_id,
+                l.backup_type,
+                l.frames,
+                crate::units::human(l.read_bytes),
+                crate::units::human(l.written_bytes),
+                l.skipped_pages
+            );
+        }
+    }
     r.waits.print();
     let parts: Vec<String> = r
         .phases

@@ -3,7 +3,7 @@
 //! (choosing the set, the pipeline's parameters, the checksum check) lives here.
 
 use crate::device::object::{retry_stats, RetryStats};
-use crate::engine::restore;
+use crate::engine::restore::{self, FileIn};
 use crate::engine::stats::{Progress, WaitStats};
 use crate::format::manifest::{EntryKind, FileEntry, Manifest};
 use crate::format::ContentHash;
@@ -107,12 +107,12 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
 /// Every file's checksum, recomputed from the frames, must match the manifest.
 pub(crate) fn check_checksums(
     m: &Manifest,
-    ids: &[(u32, u64)],
+    ids: &[FileIn],
     got: &[Result<String, String>],
 ) -> Result<()> {
     let by_id: HashMap<u32, &FileEntry> = m.files.iter().map(|f| (f.id, f)).collect();
-    for ((id, _), g) in ids.iter().zip(got) {
-        let f = by_id[id];
+    for (file, g) in ids.iter().zip(got) {
+        let f = by_id[&file.id];
         match g {
             Err(e) => bail!("file '{}' is incomplete in the set: {e}", f.path),
             Ok(c) if *c != f.checksum => bail!(
@@ -143,12 +143,16 @@ pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
     }
 }
 
-/// The manifest id and size of every regular file.
-pub(crate) fn regular_files(m: &Manifest) -> Vec<(u32, u64)> {
+/// Every regular file: manifest id, size, whether sparse.
+pub(crate) fn regular_files(m: &Manifest) -> Vec<FileIn> {
     m.files
         .iter()
         .filter(|f| f.kind == EntryKind::File)
-        .map(|f| (f.id, f.size))
+        .map(|f| FileIn {
+            id: f.id,
+            size: f.size,
+            sparse: f.sparse,
+        })
         .collect()
 }
 

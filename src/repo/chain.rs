@@ -1,5 +1,16 @@
-//! Which sets a restore from a repository uses: a full set and the differential over
-//! it, chosen from the catalog for a recovery target. Pure: no I/O, no server.
+//! Which sets a restore from a repository uses: a chain of a full set, the newest
+//! differential over it and the incrementals after that, chosen from the catalog for a
+//! recovery target. Pure: no I/O, no server.
+//!
+//! Rules: without `--set`, the chain is the newest usable (not damaged) full that ended
+//! before the target, then the newest usable differential whose base is that full and
+//! that ended before the target, then, in catalog order, every usable incremental that
+//! ended before the target and whose base is a link of the chain (a newer incremental
+//! based on an earlier link replaces the links after it: the newest line wins). An
+//! incremental of another line (its base older than the full) is left out; one whose
+//! base is damaged or no longer recorded is refused by name. `--set ID` restores the
+//! chain ending at that set, walked back by `base_set`: each link must be recorded,
+//! undamaged, older than the one after it, and a differential's base must be a full.
 
 use super::CatalogEntry;
 use crate::format::manifest::BackupType;
@@ -18,17 +29,22 @@ pub struct Selector {
     pub until_lsn: Option<u64>,
 }
 
-/// The sets to restore, in order.
+/// The sets to restore, oldest first: a full, then differentials and incrementals, each
+/// based on the one before it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chain {
-    pub full: CatalogEntry,
-    pub diff: Option<CatalogEntry>,
+    pub links: Vec<CatalogEntry>,
 }
 
 impl Chain {
+    /// The full set the chain starts from.
+    pub fn full(&self) -> &CatalogEntry {
+        &self.links[0]
+    }
+
     /// The newest set applied: its backup_label starts recovery.
     pub fn last(&self) -> &CatalogEntry {
-        self.diff.as_ref().unwrap_or(&self.full)
+        self.links.last().expect("a chain holds its full set")
     }
 }
 
@@ -112,28 +128,10 @@ pub fn newest(catalog: &[CatalogEntry]) -> Result<&CatalogEntry> {
         .ok_or_else(|| anyhow!("the repository holds no backup sets"))
 }
 
-/// The chain to restore: the named set (a differential brings its base), or the
-/// newest usable full set before the target and the newest usable differential over it.
+/// The chain to restore for `sel` (the module's rules).
 pub fn select(catalog: &[CatalogEntry], sel: &Selector) -> Result<Chain> {
     if let Some(id) = &sel.set {
-        let c = find(catalog, id)?;
-        if c.backup_type != BackupType::Diff {
-            return Ok(Chain {
-                full: c.clone(),
-                diff: None,
-            });
-        }
-        let base = c.base_set.as_deref().unwrap_or("");
-        let Some(full) = catalog.iter().find(|f| f.set_id == base) else {
-            bail!(
-                "differential {} needs its base full set {base}, which is no longer in the repository",
-                c.set_id
-            );
-        };
-        return Ok(Chain {
-            full: full.clone(),
-            diff: Some(c.clone()),
-        });
+        return ending_at(catalog, find(catalog, id)?);
     }
     let full = catalog
         .iter()
@@ -146,19 +144,87 @@ pub fn select(catalog: &[CatalogEntry], sel: &Selector) -> Result<Chain> {
                 anyhow!("no full backup set in the repository ended before the recovery target")
             }
         })?;
-    let diff = catalog
+    let mut links = vec![full.clone()];
+    let diff = catalog.iter().rev().find(|c| {
+        c.backup_type == BackupType::Diff
+            && !c.damaged
+            && c.base_set.as_deref() == Some(full.set_id.as_str())
+            && sel.ends_before(c)
+    });
+    links.extend(diff.cloned());
+    let after = position(catalog, links.last().unwrap()) + 1;
+    for c in &catalog[after..] {
+        if c.backup_type != BackupType::Incr || c.damaged || !sel.ends_before(c) {
+            continue;
+        }
+        let base = c.base_set.as_deref().unwrap_or("");
+        if let Some(at) = links.iter().position(|l| l.set_id == base) {
+            links.truncate(at + 1);
+            links.push(c.clone());
+            continue;
+        }
+        match catalog.iter().find(|b| b.set_id == base) {
+            None => bail!(
+                "incremental {} needs its base set {base}, which is no longer in the repository; restore an older set with --set",
+                c.set_id
+            ),
+            Some(b) if b.damaged => bail!(
+                "incremental {} is based on set {base}, which is damaged; restore an older set with --set",
+                c.set_id
+            ),
+            // Another line (based on a set before the chain's full).
+            Some(_) => {}
+        }
+    }
+    Ok(Chain { links })
+}
+
+/// Where `c` is in the catalog (it is one of its entries).
+fn position(catalog: &[CatalogEntry], c: &CatalogEntry) -> usize {
+    catalog
         .iter()
-        .rev()
-        .filter(|c| {
-            c.backup_type == BackupType::Diff
-                && !c.damaged
-                && c.base_set.as_deref() == Some(full.set_id.as_str())
-        })
-        .find(|c| sel.ends_before(c));
-    Ok(Chain {
-        full: full.clone(),
-        diff: diff.cloned(),
-    })
+        .position(|x| x.set_id == c.set_id)
+        .unwrap_or(0)
+}
+
+/// The chain ending at the named set, walked back by `base_set` to a full set.
+fn ending_at(catalog: &[CatalogEntry], last: &CatalogEntry) -> Result<Chain> {
+    let mut links = vec![last.clone()];
+    while links[0].backup_type != BackupType::Full {
+        let c = &links[0];
+        let what = match c.backup_type {
+            BackupType::Diff => "differential",
+            _ => "incremental",
+        };
+        let base = c.base_set.as_deref().unwrap_or("");
+        let Some(b) = catalog.iter().find(|b| b.set_id == base) else {
+            bail!(
+                "{what} {} needs its base set {base}, which is no longer in the repository",
+                c.set_id
+            );
+        };
+        if b.damaged {
+            bail!(
+                "{what} {} is based on set {base}, which is damaged",
+                c.set_id
+            );
+        }
+        if position(catalog, b) >= position(catalog, c) {
+            bail!(
+                "{what} {} names base set {base}, which is not older than it",
+                c.set_id
+            );
+        }
+        if c.backup_type == BackupType::Diff && b.backup_type != BackupType::Full {
+            bail!(
+                "differential {} is based on {} {base}: a differential's base must be a full set",
+                c.set_id,
+                b.backup_type
+            );
+        }
+        links.insert(0, b.clone());
+    }
+    Ok(Chain { links })
 }
 
 #[cfg(test)]
@@ -232,40 +298,31 @@ mod tests {
         ]
     }
 
-    fn ids(c: &Chain) -> (String, Option<String>) {
-        (
-            c.full.set_id.clone(),
-            c.diff.as_ref().map(|d| d.set_id.clone()),
-        )
+    fn ids(c: &Chain) -> Vec<String> {
+        c.links.iter().map(|l| l.set_id.clone()).collect()
     }
 
-    fn pick(
-        set: Option<&str>,
-        until: Option<&str>,
-        lsn: Option<&str>,
-    ) -> Result<(String, Option<String>)> {
+    fn pick(set: Option<&str>, until: Option<&str>, lsn: Option<&str>) -> Result<Vec<String>> {
         let cat = catalog();
         select(&cat, &Selector::parse(set, until, lsn)?).map(|c| ids(&c))
     }
 
+    fn v(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn newest_full_and_diff_before_the_target() {
-        assert_eq!(
-            pick(None, None, None).unwrap(),
-            ("bbb1".into(), Some("bbb3".into()))
-        );
+        assert_eq!(pick(None, None, None).unwrap(), v(&["bbb1", "bbb3"]));
         assert_eq!(
             pick(None, Some("2026-11-01 13:30:00+00"), None).unwrap(),
-            ("bbb1".into(), Some("bbb2".into()))
+            v(&["bbb1", "bbb2"])
         );
         assert_eq!(
             pick(None, None, Some("0/5000000")).unwrap(),
-            ("aaa1".into(), Some("aaa2".into()))
+            v(&["aaa1", "aaa2"])
         );
-        assert_eq!(
-            pick(None, None, Some("0/3000000")).unwrap(),
-            ("aaa1".into(), None)
-        );
+        assert_eq!(pick(None, None, Some("0/3000000")).unwrap(), v(&["aaa1"]));
         let e = pick(None, None, Some("0/1000000")).unwrap_err().to_string();
         assert!(e.contains("no full backup set"), "{e}");
         // Damaged sets are passed over.
@@ -273,7 +330,9 @@ mod tests {
         cat[4].damaged = true;
         cat[2].damaged = true;
         let c = select(&cat, &Selector::default()).unwrap();
-        assert_eq!(ids(&c), ("aaa1".into(), Some("aaa2".into())));
+        assert_eq!(ids(&c), v(&["aaa1", "aaa2"]));
+        assert_eq!(c.full().set_id, "aaa1");
+        assert_eq!(c.last().set_id, "aaa2");
         assert!(select(&[], &Selector::default())
             .unwrap_err()
             .to_string()
@@ -284,15 +343,12 @@ mod tests {
     fn named_sets_prefixes_and_bad_targets() {
         assert_eq!(
             pick(Some("bbb2"), None, None).unwrap(),
-            ("bbb1".into(), Some("bbb2".into()))
+            v(&["bbb1", "bbb2"])
         );
-        assert_eq!(
-            pick(Some("aaa1"), None, None).unwrap(),
-            ("aaa1".into(), None)
-        );
+        assert_eq!(pick(Some("aaa1"), None, None).unwrap(), v(&["aaa1"]));
         assert_eq!(
             pick(Some("aaa2"), None, None).unwrap(),
-            ("aaa1".into(), Some("aaa2".into()))
+            v(&["aaa1", "aaa2"])
         );
         let e = pick(Some("bbb"), None, None).unwrap_err().to_string();
         assert!(
@@ -306,10 +362,117 @@ mod tests {
         let mut cat = catalog();
         cat.remove(2);
         let e = select(&cat, &Selector::parse(Some("bbb2"), None, None).unwrap()).unwrap_err();
-        assert!(e.to_string().contains("base full set bbb1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("differential bbb2 needs its base set bbb1"),
+            "{e}"
+        );
         assert!(Selector::parse(None, Some("yesterday"), None).is_err());
         assert!(Selector::parse(None, Some("2026-11-01 10:00:00"), None).is_err());
         assert!(Selector::parse(None, None, Some("12")).is_err());
         assert_eq!(newest(&catalog()).unwrap().set_id, "bbb3");
+    }
+
+    /// bbb1 full, bbb3 diff, then incrementals each based on the one before.
+    fn with_incrs() -> Vec<CatalogEntry> {
+        let mut cat = catalog();
+        let mut base = "bbb3".to_string();
+        for (i, h) in ["15", "16", "17", "18"].iter().enumerate() {
+            let id = format!("ccc{i}");
+            let stop = format!("0/{:X}000100", 0xB + i);
+            let at = format!("2026-11-01T{h}:00:00+00:00");
+            cat.push(set(&id, "incr", Some(&base), &at, &stop));
+            base = id;
+        }
+        cat
+    }
+
+    fn chain_of(cat: &[CatalogEntry], set: Option<&str>, lsn: Option<&str>) -> Result<Vec<String>> {
+        select(cat, &Selector::parse(set, None, lsn)?).map(|c| ids(&c))
+    }
+
+    #[test]
+    fn incrementals_extend_the_chain_up_to_the_target() {
+        let cat = with_incrs();
+        let all = v(&["bbb1", "bbb3", "ccc0", "ccc1", "ccc2", "ccc3"]);
+        assert_eq!(chain_of(&cat, None, None).unwrap(), all);
+        // By LSN and by time: the newest link that ended before the target.
+        assert_eq!(chain_of(&cat, None, Some("0/D000200")).unwrap(), all[..5]);
+        assert_eq!(chain_of(&cat, None, Some("0/C000200")).unwrap(), all[..4]);
+        assert_eq!(chain_of(&cat, None, Some("0/C000000")).unwrap(), all[..3]);
+        let t = Selector::parse(None, Some("2026-11-01 16:30:00+00"), None).unwrap();
+        assert_eq!(ids(&select(&cat, &t).unwrap()), all[..4]);
+        // --set names any link: the chain ending at it.
+        assert_eq!(chain_of(&cat, Some("ccc1"), None).unwrap(), all[..4]);
+        assert_eq!(chain_of(&cat, Some("ccc3"), None).unwrap(), all);
+        // An incremental based on an earlier link replaces the links after it.
+        let mut cat2 = cat.clone();
+        cat2.push(set(
+            "ddd",
+            "incr",
+            Some("ccc0"),
+            "2026-11-01T19:00:00+00:00",
+            "0/F000100",
+        ));
+        assert_eq!(
+            chain_of(&cat2, None, None).unwrap(),
+            v(&["bbb1", "bbb3", "ccc0", "ddd"])
+        );
+        // A damaged incremental is passed over at the end of the chain ...
+        let mut cat3 = cat.clone();
+        cat3[8].damaged = true;
+        assert_eq!(chain_of(&cat3, None, None).unwrap(), all[..5]);
+        // ... and refused by name in the middle of one.
+        let mut cat4 = cat.clone();
+        cat4[6].damaged = true;
+        let e = chain_of(&cat4, None, None).unwrap_err().to_string();
+        assert!(
+            e.contains("incremental ccc2 is based on set ccc1, which is damaged"),
+            "{e}"
+        );
+        let e = chain_of(&cat4, Some("ccc3"), None).unwrap_err().to_string();
+        assert!(
+            e.contains("incremental ccc2 is based on set ccc1, which is damaged"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn broken_links_are_refused_by_name() {
+        // A missing link.
+        let mut cat = with_incrs();
+        cat.remove(6);
+        let e = chain_of(&cat, None, None).unwrap_err().to_string();
+        assert!(
+            e.contains("incremental ccc2 needs its base set ccc1, which is no longer"),
+            "{e}"
+        );
+        let e = chain_of(&cat, Some("ccc3"), None).unwrap_err().to_string();
+        assert!(
+            e.contains("incremental ccc2 needs its base set ccc1"),
+            "{e}"
+        );
+        // A base that is newer than the set, and a differential over an incremental.
+        let mut cat = with_incrs();
+        cat[6].base_set = Some("ccc3".into());
+        let e = chain_of(&cat, Some("ccc1"), None).unwrap_err().to_string();
+        assert!(
+            e.contains("ccc1 names base set ccc3, which is not older"),
+            "{e}"
+        );
+        let mut cat = with_incrs();
+        cat.push(set(
+            "eee",
+            "diff",
+            Some("ccc0"),
+            "2026-11-01T20:00:00+00:00",
+            "0/F000100",
+        ));
+        let e = chain_of(&cat, Some("eee"), None).unwrap_err().to_string();
+        assert!(e.contains("differential eee is based on incr ccc0"), "{e}");
+        // An incremental of another line (based on a set before the full) is left out.
+        let mut cat = with_incrs();
+        cat[5].base_set = Some("aaa2".into());
+        assert_eq!(chain_of(&cat, None, None).unwrap(), v(&["bbb1", "bbb3"]));
     }
 }

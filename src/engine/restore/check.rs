@@ -67,7 +67,7 @@ fn check(
             h.file_id
         )));
     };
-    let size = sh.files[fi].1;
+    let size = sh.files[fi].size;
     let expect = size.saturating_sub(h.offset).min(t);
     let fits = match h.kind {
         FrameKind::Pages => {

@@ -2,6 +2,7 @@
 //! check every frame and write it in place. Verify is the same run without writes.
 
 mod check;
+pub mod layers;
 mod read;
 mod write;
 
@@ -41,6 +42,16 @@ pub struct StripeIn {
     pub frames: u64,
 }
 
+/// A regular file of a set, as its manifest lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIn {
+    pub id: u32,
+    pub size: u64,
+    /// Only the changed chunks have frames (a diff's or incr's): a chunk without one is
+    /// not missing, and the checksum is over the frames present.
+    pub sparse: bool,
+}
+
 pub struct Params {
     pub transfer_size: usize,
     pub page_size: usize,
@@ -65,7 +76,7 @@ pub struct Outcome {
 /// What every stage of one run shares.
 struct Shared<'a> {
     stripes: &'a [StripeIn],
-    files: &'a [(u32, u64)],
+    files: &'a [FileIn],
     p: &'a Params,
     sink: Option<&'a dyn FrameSink>,
     /// Manifest id -> index in `files`.
@@ -87,11 +98,11 @@ struct Item {
     buf: Buf,
 }
 
-/// Restores (or with `sink` None, verifies) the frames of `stripes`. `files` holds the
-/// manifest id and size of every regular file; results come back in that order.
+/// Restores (or with `sink` None, verifies) the frames of `stripes`. `files` holds
+/// every regular file of the set; results come back in that order.
 pub fn run(
     stripes: &[StripeIn],
-    files: &[(u32, u64)],
+    files: &[FileIn],
     p: &Params,
     sink: Option<&dyn FrameSink>,
     progress: &Progress,
@@ -106,10 +117,10 @@ pub fn run(
         files,
         p,
         sink,
-        index: files.iter().enumerate().map(|(i, f)| (f.0, i)).collect(),
+        index: files.iter().enumerate().map(|(i, f)| (f.id, i)).collect(),
         state: files
             .iter()
-            .map(|f| Mutex::new(FileState::new(f.1.div_ceil(t) as usize)))
+            .map(|f| Mutex::new(FileState::new(f.size.div_ceil(t) as usize)))
             .collect(),
         pool: Pool::new(p.buffer_count, buf_size).counted(live.pool_in_use.clone()),
         abort: &abort,
@@ -151,11 +162,13 @@ pub fn run(
     let checksums = files
         .iter()
         .zip(sh.state)
-        .map(|(&(_, size), f)| {
-            let d = f.into_inner().unwrap().digests;
+        .map(|(f, st)| {
+            let d = st.into_inner().unwrap().digests;
             match d.iter().position(Option::is_none) {
-                Some(missing) => Err(format!("no frame holds offset {}", missing as u64 * t)),
-                None => Ok(file_checksum(size, d.iter().map(|x| x.as_ref().unwrap()))),
+                Some(missing) if !f.sparse => {
+                    Err(format!("no frame holds offset {}", missing as u64 * t))
+                }
+                _ => Ok(file_checksum(f.size, d.iter().flatten())),
             }
         })
         .collect();

@@ -1,33 +1,33 @@
-//! The restore use case: chooses the sets (a full and its differential), checks the log
-//! chain recovery will need, writes the files into the target, checks every file
-//! against its manifest checksum, and hands the rest to the source's [`Restorer`].
+//! The restore use case: chooses the chain of sets (a full, differentials and
+//! incrementals), opens every set and checks the log chain recovery will need, writes
+//! the files into the target in one pass (chain.rs), checks every file against its
+//! manifest checksum, and hands the rest to the source's [`Restorer`].
 
-use super::verify::{
-    check_checksums, engine_params, open_repo, regular_files, stripes_of, with_history_hint,
-    ReadOptions, Show,
-};
+mod chain;
+mod wal;
+
+use super::verify::{engine_params, ReadOptions, Show};
 use crate::device::object::{retry_stats, RetryStats};
-use crate::engine::restore;
-use crate::engine::stats::{Live, Progress, WaitStats};
-use crate::format::manifest::BackupType;
-use crate::format::manifest::{EntryKind, Manifest};
+use crate::engine::restore::{self, FileIn, FrameSink};
+use crate::engine::stats::{Progress, WaitStats};
+use crate::format::manifest::{BackupType, EntryKind, Manifest};
 use crate::format::Codec;
-use crate::pg;
-use crate::pg::facts::PgFacts;
-use crate::repo::{chain, walchain, CatalogEntry, Repo};
 use crate::report;
-use crate::set::read::{self as set, OpenSet};
-use crate::source::{self, Extra, Recovery, Restorer};
+use crate::set::read::OpenSet;
+use crate::source::{self, Recovery, Restorer};
 use crate::target::{self, Target};
 use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
+pub use chain::LinkReport;
+use chain::{open_sets, Sets};
 use serde::Serialize;
 use serde_json::json;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use wal::{check_wal_chain, WalCheck};
 
 #[derive(Clone, Debug, Default)]
 pub struct RestoreOptions {
@@ -86,6 +86,8 @@ pub struct RestoreReport {
     pub object_store: RetryStats,
     /// The log chain checked (PostgreSQL with a repository).
     pub wal: Option<serde_json::Value>,
+    /// The sets restored, oldest first, and what each gave.
+    pub chain: Vec<LinkReport>,
     /// The HTML page written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report: Option<PathBuf>,
@@ -149,53 +151,10 @@ impl Serialize for Phases {
 /// Left in the target while a restore runs: its presence says the target is incomplete.
 pub const MARKER: &str = ".pagevault-restore-incomplete";
 
-/// The sets a restore reads: a full one and, from a repository, a differential over it.
-struct Sets {
-    /// The repository and the full set chosen from it (None with stripes named).
-    chosen: Option<(Repo, CatalogEntry)>,
-    diff: Option<CatalogEntry>,
-    full: OpenSet,
-    diff_set: Option<OpenSet>,
-}
-
-fn open_sets(o: &RestoreOptions) -> Result<Sets> {
-    let sel = chain::Selector::parse(
-        o.read.set.as_deref(),
-        o.until.as_deref(),
-        o.until_lsn.as_deref(),
-    )?;
-    let (chosen, diff) = match open_repo(&o.read)? {
-        Some((repo, catalog)) => {
-            let c = chain::select(&catalog, &sel).map_err(|e| with_history_hint(e, &repo))?;
-            (Some((repo, c.full)), c.diff)
-        }
-        None => (None, None),
-    };
-    let from = match &chosen {
-        Some((repo, full)) => stripes_of(repo, full),
-        None => o.read.from.clone(),
-    };
-    let diff_set = match (&chosen, &diff) {
-        (Some((repo, _)), Some(d)) => Some(set::open(&stripes_of(repo, d))?),
-        _ => None,
-    };
-    let full = set::open(&from)?;
-    let m = &full.manifest;
-    if m.backup_type != BackupType::Full {
-        bail!("set {} is a {}: it holds only changed pages; restore it with --repo (and --set {}) so its base chain is restored with it", m.set_id, match m.backup_type { BackupType::Incr => "incremental", _ => "differential" }, m.set_id);
-    }
-    Ok(Sets {
-        chosen,
-        diff,
-        full,
-        diff_set,
-    })
-}
-
 /// The source's restorer, once the options and the target suit it, and the log
 /// chain recovery will need, checked before anything is written.
 fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
-    let m = &sets.full.manifest;
+    let m = &sets.full().manifest;
     let restorer = source::restorer(m.source.kind, &o.tablespace_map);
     if !restorer.recovers() && o.has_recovery_target() {
         bail!(
@@ -204,21 +163,24 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
         );
     }
     restorer.check_target(&o.to)?;
-    let wal_check = match &sets.chosen {
-        Some((repo, entry)) if restorer.recovers() => match (&sets.diff, &sets.diff_set) {
-            (Some(d), Some(ds)) => check_wal_chain(repo, d, &ds.manifest.extra, o)?,
-            _ => check_wal_chain(repo, entry, &m.extra, o)?,
-        },
+    // From the newest set's end: recovery starts there.
+    let newest = sets.newest();
+    let wal_check = match (&sets.repo, &newest.entry) {
+        (Some(repo), Some(entry)) if restorer.recovers() => {
+            check_wal_chain(repo, entry, &newest.set.manifest.extra, o)?
+        }
         _ => None,
     };
     Ok((restorer, wal_check))
 }
 
-/// Restores a set (and its differential) into `o.to`.
+/// Restores a set (or the chain ending at the newest set before the target) into `o.to`.
 pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     let retries = retry_stats();
     let sets = open_sets(o)?;
-    let m = &sets.full.manifest;
+    let full = &sets.full().manifest;
+    // The restored cluster is the newest set's: its files, sizes, links and facts.
+    let m = &sets.newest().set.manifest;
     let (mut restorer, wal_check) = check(o, &sets)?;
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
     restorer.plan(&m.extra)?;
@@ -235,8 +197,6 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     File::create(&marker)
         .with_context(|| format!("cannot write in target '{}'", o.to.display()))?;
     phases.mark("prepare target");
-    let params = engine_params(&o.read, &sets.full);
-    let ids = regular_files(m);
     let incomplete = || {
         format!(
             "restore failed; '{}' is incomplete (it holds {MARKER})",
@@ -244,25 +204,9 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
         )
     };
     let target = Target::new(target::lay_out(m, &place, false)?);
-    let shown = show(progress.clone(), "restore");
-    let out = run_into(&sets.full, &ids, &params, &target, &progress, &mut phases);
-    drop(shown);
-    let mut out = out.with_context(incomplete)?;
+    let written = chain::write_chain(&sets, o, &target, &progress.live, show, &mut phases);
     drop(target);
-    check_checksums(m, &ids, &out.checksums).with_context(incomplete)?;
-    if let Some(ds) = &sets.diff_set {
-        let d = apply_diff(ds, m, &place, &o.read, &progress.live, show).with_context(|| {
-            format!(
-                "applying differential {} failed; '{}' is incomplete (it holds {MARKER})",
-                ds.manifest.set_id,
-                o.to.display()
-            )
-        })?;
-        out.raw_bytes += d.raw_bytes;
-        out.stored_bytes += d.stored_bytes;
-        out.frames += d.frames;
-        phases.mark("apply differential");
-    }
+    let (out, links) = written.with_context(incomplete)?;
     target::finish_entries(m, &place)?;
     phases.mark("links, modes, times");
     restorer.link(&o.to, owner)?;
@@ -279,26 +223,28 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     let secs = phases.total();
     let mut r = RestoreReport {
         command: "restore",
-        set_id: m.set_id.clone(),
+        set_id: full.set_id.clone(),
         target: o.to.clone(),
-        pages: m.totals.pages,
-        files: ids.len(),
+        pages: full.totals.pages,
+        files: m.files.iter().filter(|f| f.kind == EntryKind::File).count(),
         raw_bytes: out.raw_bytes,
         stored_bytes: out.stored_bytes,
         frames: out.frames,
         seconds: secs,
         mb_per_sec: mb_per_sec(out.raw_bytes, secs),
         pool_bytes: out.pool_bytes,
-        set: sets.chosen.as_ref().map(|(_, c)| c.set_id.clone()),
+        set: sets.links[0].entry.as_ref().map(|c| c.set_id.clone()),
         postgres: notes,
         waits: out.waits,
         phases,
         object_store: retry_stats().since(retries),
         wal: wal_check.as_ref().map(WalCheck::json),
+        chain: links,
         report: None,
-        database: m.source.database.clone(),
+        database: full.source.database.clone(),
     };
     if let (Some(path), Some(series)) = (&o.report, series) {
+        let params = engine_params(&o.read, sets.full());
         write_report(path, series, &r, &sets, &params)?;
         r.report = Some(path.clone());
     }
@@ -313,10 +259,10 @@ fn finish(
     wal_check: Option<&WalCheck>,
 ) -> Result<Vec<String>> {
     if !restorer.recovers() {
-        return restorer.finish(&o.to, &sets.full.manifest.extra, &no_recovery());
+        return restorer.finish(&o.to, &sets.full().manifest.extra, &no_recovery());
     }
     let rec = Recovery {
-        restore_command: sets.chosen.as_ref().map(|(repo, _)| {
+        restore_command: sets.repo.as_ref().map(|repo| {
             let exe = std::env::current_exe()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| "pagevault".into());
@@ -336,19 +282,27 @@ fn finish(
         timeline: o.timeline,
     };
     // Facts of the newest set applied: its backup_label starts recovery.
-    let last = sets
-        .diff_set
-        .as_ref()
-        .map(|d| &d.manifest)
-        .unwrap_or(&sets.full.manifest);
+    let last = &sets.newest().set.manifest;
     let mut notes = restorer.finish(&o.to, &last.extra, &rec)?;
     if let Some(w) = wal_check {
         notes.push(w.note());
     }
-    if let Some(d) = &sets.diff {
+    if sets.links.len() > 1 {
+        let names: Vec<String> = (sets.links.iter())
+            .map(|l| {
+                let m = &l.set.manifest;
+                let what = match m.backup_type {
+                    BackupType::Full => "full",
+                    BackupType::Diff => "differential",
+                    BackupType::Incr => "incremental",
+                };
+                format!("{what} {}", m.set_id)
+            })
+            .collect();
         notes.push(format!(
-            "differential {} applied over full {}",
-            d.set_id, sets.full.manifest.set_id
+            "a chain of {} sets restored in one pass, each page from the newest set holding it: {}",
+            names.len(),
+            names.join(", ")
         ));
     }
     Ok(notes)
@@ -370,8 +324,9 @@ fn write_report(
     sets: &Sets,
     params: &restore::Params,
 ) -> Result<()> {
-    let mut read_names: Vec<String> = sets.full.stripes.iter().map(|s| s.name.clone()).collect();
-    for (i, d) in sets.diff_set.iter().flat_map(|d| &d.stripes).enumerate() {
+    // Read newest set first.
+    let mut read_names: Vec<String> = vec![];
+    for (i, d) in (sets.links.iter().rev()).flat_map(|l| l.set.stripes.iter().enumerate()) {
         match read_names.get_mut(i) {
             Some(n) => *n = format!("{n}, then {}", d.name),
             None => read_names.push(d.name.clone()),
@@ -387,7 +342,7 @@ fn write_report(
             "transfer_size": params.transfer_size,
             "block_size": params.block_size,
             "threads": params.threads,
-            "codec": sets.full.manifest.codec,
+            "codec": sets.full().manifest.codec,
         }),
         summary: &summary,
         series,
@@ -406,20 +361,21 @@ fn create_alongside(m: &Manifest) -> bool {
     m.codec == Codec::None.name()
 }
 
-/// Runs the restore pipeline into `target`, its files created alongside or first, and
-/// marks the phases that took.
+/// Runs the restore pipeline into `sink`, the files of `target` created alongside or
+/// first, and marks the phases that took.
 fn run_into(
     set: &OpenSet,
-    ids: &[(u32, u64)],
+    ids: &[FileIn],
     params: &restore::Params,
     target: &Target,
+    sink: &dyn FrameSink,
     progress: &Progress,
     phases: &mut Phases,
 ) -> Result<restore::Outcome> {
     if !create_alongside(&set.manifest) {
         target.files.create_first(params.threads)?;
         phases.mark("create files");
-        let out = restore::run(&set.stripes, ids, params, Some(target), progress);
+        let out = restore::run(&set.stripes, ids, params, Some(sink), progress);
         phases.mark("read, check and write");
         return out;
     }
@@ -427,7 +383,7 @@ fn run_into(
     let stop = AtomicBool::new(false);
     let out = std::thread::scope(|s| {
         let creator = s.spawn(|| target.files.create_all(&stop));
-        let out = restore::run(&set.stripes, ids, params, Some(target), progress);
+        let out = restore::run(&set.stripes, ids, params, Some(sink), progress);
         if out.is_err() {
             stop.store(true, Relaxed);
         }
@@ -438,122 +394,6 @@ fn run_into(
     });
     phases.mark("create files, read, check and write");
     out
-}
-
-/// Writes a differential set over a restored full set: changed pages in place,
-/// whole files where it stores them, new sizes, and files dropped since the base removed.
-fn apply_diff(
-    ds: &OpenSet,
-    base: &Manifest,
-    place: &dyn Fn(&str) -> PathBuf,
-    read: &ReadOptions,
-    live: &Arc<Live>,
-    show: Show,
-) -> Result<restore::Outcome> {
-    let dm = &ds.manifest;
-    let params = engine_params(read, ds);
-    let files = target::lay_out(dm, place, true)?;
-    let keep: std::collections::HashSet<&str> = dm.files.iter().map(|f| f.path.as_str()).collect();
-    for f in base
-        .files
-        .iter()
-        .filter(|f| f.kind == EntryKind::File && !keep.contains(f.path.as_str()))
-    {
-        let _ = fs::remove_file(place(&f.path));
-    }
-    let target = Target::new(files);
-    let ids = regular_files(dm);
-    let progress = Arc::new(Progress {
-        live: live.clone(),
-        ..Progress::default()
-    });
-    let shown = show(progress.clone(), "restore diff");
-    // The differential is one phase of the restore's report.
-    let mut phases = Phases::start();
-    let out = run_into(ds, &ids, &params, &target, &progress, &mut phases);
-    drop(shown);
-    let out = out?;
-    check_checksums(dm, &ids, &out.checksums)?;
-    Ok(out)
-}
-
-/// Finds a broken or damaged log chain before anything is written: every WAL file
-/// recovery will fetch after the set, on every timeline up to the target, must be in
-/// the archive (and intact, unless `no_verify_wal`).
-fn check_wal_chain(
-    repo: &Repo,
-    entry: &CatalogEntry,
-    extra: &Extra,
-    o: &RestoreOptions,
-) -> Result<Option<WalCheck>> {
-    let (Some(tli), Some(stop)) = (
-        entry.timeline,
-        entry.stop_lsn.as_deref().and_then(pg::parse_lsn),
-    ) else {
-        return Ok(None);
-    };
-    let seg_size = PgFacts::from_extra(extra)
-        .map_err(|e| anyhow!("set {}: its manifest's PostgreSQL facts: {e}", entry.set_id))?
-        .map_or(16 << 20, |f| f.wal_segment_size);
-    let end = match o.until_lsn.as_deref().and_then(pg::parse_lsn) {
-        Some(l) => walchain::End::Lsn(l),
-        None => walchain::End::Latest,
-    };
-    let from = walchain::From {
-        set_id: &entry.set_id,
-        tli,
-        stop_lsn: stop,
-        seg_size,
-    };
-    let chain = walchain::plan(repo, &from, end, o.timeline)?;
-    let verified = match o.no_verify_wal {
-        true => None,
-        false => {
-            // Objects are downloaded: more requests in flight than cores.
-            let threads = match repo.store().local_path("wal") {
-                Some(_) => crate::engine::default_threads(),
-                None => 8,
-            };
-            Some(walchain::verify(repo, &chain, threads)?)
-        }
-    };
-    Ok(Some(WalCheck { chain, verified }))
-}
-
-/// The log chain a restore checked.
-struct WalCheck {
-    chain: walchain::WalChain,
-    /// How long reading and checking every file took (None: `no_verify_wal`).
-    verified: Option<Duration>,
-}
-
-impl WalCheck {
-    fn note(&self) -> String {
-        let how = match self.verified {
-            Some(d) => format!(
-                "all {} files read and checked in {:.3} s",
-                self.chain.files.len(),
-                d.as_secs_f64()
-            ),
-            None => format!(
-                "{} files present, their content NOT checked (--no-verify-wal): archive-get checks \
-                 each as recovery fetches it and stops recovery on a damaged one",
-                self.chain.files.len()
-            ),
-        };
-        format!(
-            "recovery will replay from the archive {} up to timeline {}; {how}",
-            self.chain.describe(),
-            self.chain.target_tli
-        )
-    }
-
-    fn json(&self) -> serde_json::Value {
-        let mut j = self.chain.json();
-        j["verified"] = json!(self.verified.is_some());
-        j["verify_seconds"] = json!(self.verified.map(|d| d.as_secs_f64()));
-        j
-    }
 }
 
 #[cfg(test)]

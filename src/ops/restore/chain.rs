@@ -1,0 +1,219 @@
+//! The sets a restore reads, every one opened and checked before anything is written,
+//! and the chain written in one pass: the newest set first, each page of a restored
+//! file written once, from the newest set that holds it (`engine::restore::layers`).
+
+use super::super::verify::{
+    check_checksums, engine_params, open_repo, regular_files, stripes_of, with_history_hint,
+};
+use super::{run_into, Phases, RestoreOptions};
+use crate::engine::restore::layers::{LayerSink, Written};
+use crate::engine::restore::{self, Outcome};
+use crate::engine::stats::{Live, Progress};
+use crate::format::manifest::{BackupType, EntryKind, Manifest};
+use crate::ops::verify::Show;
+use crate::repo::{chain, CatalogEntry, Repo};
+use crate::set::read::{self as set, OpenSet};
+use crate::target::Target;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// One set of the chain: its catalog record (None with stripes named) and its stripes.
+pub(super) struct Link {
+    pub entry: Option<CatalogEntry>,
+    pub set: OpenSet,
+}
+
+/// The sets a restore reads, oldest first: a full set, then the differentials and
+/// incrementals over it (from a repository).
+pub(super) struct Sets {
+    pub repo: Option<Repo>,
+    pub links: Vec<Link>,
+}
+
+impl Sets {
+    pub fn full(&self) -> &OpenSet {
+        &self.links[0].set
+    }
+
+    /// The newest set: its file list, sizes and facts are the restored cluster's.
+    pub fn newest(&self) -> &Link {
+        self.links.last().expect("a chain holds its full set")
+    }
+}
+
+/// Chooses the chain and opens every stripe of every set (headers, tails, manifests).
+pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
+    let sel = chain::Selector::parse(
+        o.read.set.as_deref(),
+        o.until.as_deref(),
+        o.until_lsn.as_deref(),
+    )?;
+    let sets = match open_repo(&o.read)? {
+        Some((repo, catalog)) => {
+            let c = chain::select(&catalog, &sel).map_err(|e| with_history_hint(e, &repo))?;
+            let mut links = vec![];
+            for e in c.links {
+                let set = set::open(&stripes_of(&repo, &e))
+                    .with_context(|| format!("set {} of the chain", e.set_id))?;
+                links.push(Link {
+                    entry: Some(e),
+                    set,
+                });
+            }
+            Sets {
+                repo: Some(repo),
+                links,
+            }
+        }
+        None => Sets {
+            repo: None,
+            links: vec![Link {
+                entry: None,
+                set: set::open(&o.read.from)?,
+            }],
+        },
+    };
+    check_links(&sets.links)?;
+    Ok(sets)
+}
+
+/// Each set must be the one its record names, the first a full, and all of one source
+/// with one page size.
+fn check_links(links: &[Link]) -> Result<()> {
+    let first = &links[0].set.manifest;
+    if first.backup_type != BackupType::Full {
+        bail!("set {} is a {}: it holds only changed pages; restore it with --repo (and --set {}) so its base chain is restored with it", first.set_id, match first.backup_type { BackupType::Incr => "incremental", _ => "differential" }, first.set_id);
+    }
+    for l in links {
+        let m = &l.set.manifest;
+        if let Some(e) = &l.entry {
+            if m.set_id != e.set_id || m.backup_type != e.backup_type {
+                bail!(
+                    "set {}: its stripes hold {} set {}, not the {} the catalog records",
+                    e.set_id,
+                    m.backup_type,
+                    m.set_id,
+                    e.backup_type
+                );
+            }
+        }
+        let same = m.source.kind == first.source.kind
+            && m.source.identity == first.source.identity
+            && l.set.page_size() == links[0].set.page_size();
+        if !same {
+            bail!(
+                "set {} is not of the source (or page size) of full set {}: the chain is broken",
+                m.set_id,
+                first.set_id
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What one set of the chain gave the restore (`restore --json`'s `chain`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkReport {
+    pub set_id: String,
+    pub backup_type: BackupType,
+    pub frames: u64,
+    /// Stored bytes read from its stripes.
+    pub read_bytes: u64,
+    /// Raw bytes its frames hold.
+    pub raw_bytes: u64,
+    /// Bytes it supplied to the restored files.
+    pub written_bytes: u64,
+    /// Pages of its frames a newer set supplied (or dropped, or cut).
+    pub skipped_pages: u64,
+}
+
+/// Writes the chain into `target` (laid out from the newest set), newest set first;
+/// every set's frames and file checksums are checked. Returns the outcome of all sets
+/// (waits and pool of the largest) and what each gave, oldest first.
+pub(super) fn write_chain(
+    sets: &Sets,
+    o: &RestoreOptions,
+    target: &Target,
+    live: &Arc<Live>,
+    show: Show,
+    phases: &mut Phases,
+) -> Result<(Outcome, Vec<LinkReport>)> {
+    let newest = &sets.newest().set.manifest;
+    let restored = regular_files(newest);
+    let page = sets.full().page_size() as u64;
+    let written = Written::new(restored.iter().map(|f| (f.id, f.size)), page)?;
+    let by_path: HashMap<&str, u32> = (newest.files.iter())
+        .filter(|f| f.kind == EntryKind::File)
+        .map(|f| (f.path.as_str(), f.id))
+        .collect();
+    let mut total: Option<Outcome> = None;
+    let mut reports = vec![];
+    for (n, link) in sets.links.iter().rev().enumerate() {
+        let m = &link.set.manifest;
+        let map = m
+            .files
+            .iter()
+            .filter_map(|f| Some((f.id, *by_path.get(f.path.as_str())?)))
+            .collect();
+        let sink = LayerSink::new(target, &written, map);
+        let progress = Arc::new(Progress {
+            live: live.clone(),
+            ..Progress::default()
+        });
+        let ids = regular_files(m);
+        let params = engine_params(&o.read, &link.set);
+        let shown = show(progress.clone(), "restore");
+        // The newest set's run creates the files (all of them, at the newest sizes).
+        let out = match n {
+            0 => run_into(&link.set, &ids, &params, target, &sink, &progress, phases),
+            _ => restore::run(&link.set.stripes, &ids, &params, Some(&sink), &progress),
+        };
+        drop(shown);
+        let out = out
+            .and_then(|out| check_checksums(m, &ids, &out.checksums).map(|_| out))
+            .with_context(|| format!("set {} ({})", m.set_id, m.backup_type))?;
+        if n > 0 {
+            phases.mark("read, check and write older sets");
+        }
+        reports.push(link_report(m, &out, &sink));
+        total = Some(match total {
+            None => out,
+            Some(t) => add(t, out),
+        });
+    }
+    reports.reverse();
+    Ok((total.expect("a chain holds its full set"), reports))
+}
+
+fn link_report(m: &Manifest, out: &Outcome, sink: &LayerSink) -> LinkReport {
+    LinkReport {
+        set_id: m.set_id.clone(),
+        backup_type: m.backup_type,
+        frames: out.frames,
+        read_bytes: out.stored_bytes,
+        raw_bytes: out.raw_bytes,
+        written_bytes: sink.stats.written_bytes.load(Relaxed),
+        skipped_pages: sink.stats.skipped_pages.load(Relaxed),
+    }
+}
+
+/// Two sets' outcomes as one: counts added; the waits and pool of the larger run.
+fn add(a: Outcome, b: Outcome) -> Outcome {
+    let (big, small) = if b.raw_bytes > a.raw_bytes {
+        (b, a)
+    } else {
+        (a, b)
+    };
+    Outcome {
+        checksums: vec![],
+        raw_bytes: big.raw_bytes + small.raw_bytes,
+        stored_bytes: big.stored_bytes + small.stored_bytes,
+        frames: big.frames + small.frames,
+        wall: big.wall + small.wall,
+        waits: big.waits,
+        pool_bytes: big.pool_bytes.max(small.pool_bytes),
+    }
+}
