@@ -84,6 +84,14 @@ fn an_incremental_reads_the_changed_pages_only() {
         incr2["change_map"]["listed_pages"].as_u64().unwrap() < listed / 2,
         "{incr2}"
     );
+
+    // A differential goes back to the full: it lists at least what the first incr did.
+    let diff = backup(&url, &repo, "diff");
+    assert_eq!(diff["change_map"]["method"], "summaries", "{diff}");
+    assert!(
+        diff["change_map"]["listed_pages"].as_u64().unwrap() >= listed,
+        "{diff}"
+    );
 }
 
 #[test]

@@ -241,7 +241,7 @@ fn diff_base(
         source::postgres::DiffBase {
             start_lsn,
             files,
-            summaries: ty == BackupType::Incr,
+            summaries: true,
         },
     ))
 }
@@ -320,13 +320,7 @@ fn backup_set(
         .map(|_| report::Sampler::start(progress.live.clone()));
     let mut input = prepare(src, &dest)?;
     let change_map = match (&dest.base, &dest.repo) {
-        // A differential stays an LSN scan until restore reads sparse sets in a chain.
-        (Some((entry, b)), Some(repo)) if o.backup_type == BackupType::Incr => {
-            Some(plan_changes(repo, entry, b, &mut input, o))
-        }
-        (Some(_), Some(_)) => Some(ChangeMap::LsnScan {
-            reason: "differentials read every page of the base's relation files".into(),
-        }),
+        (Some((entry, b)), Some(repo)) => Some(plan_changes(repo, entry, b, &mut input, o)),
         _ => None,
     };
     let (params, config, hint) = configure(o, codec, &dest.devices, &input);
