@@ -8,7 +8,7 @@ use crate::pg::page::{RelPath, BLCKSZ};
 use crate::pg::{self, parse_segment_name};
 use crate::repo::wal::{self, summary};
 use crate::repo::{CatalogEntry, Repo};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -103,8 +103,7 @@ pub fn estimate(o: &EstimateOptions) -> Result<EstimateReport> {
 /// The summaries' union from `set`'s start to the end of `through`, against the
 /// relation blocks `set` holds.
 fn since(repo: &Repo, set: &CatalogEntry, through: &str) -> Result<Since> {
-    let manifest = crate::set::read::open_any(&repo.stripe_path(&set.stripes[0]))
-        .with_context(|| format!("cannot read set {}", set.set_id))?;
+    let manifest = super::set_manifest(repo, set)?;
     let facts = PgFacts::from_extra(&manifest.extra)
         .map_err(|e| anyhow!("set {}: {e}", set.set_id))?
         .ok_or_else(|| anyhow!("set {} holds no PostgreSQL facts", set.set_id))?;

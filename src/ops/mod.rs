@@ -10,3 +10,18 @@ pub mod expire;
 pub mod restore;
 pub mod tune;
 pub mod verify;
+
+use anyhow::Context;
+
+/// The manifest of a set the catalog records (from its first stripe).
+pub(crate) fn set_manifest(
+    repo: &crate::repo::Repo,
+    set: &crate::repo::CatalogEntry,
+) -> anyhow::Result<crate::format::manifest::Manifest> {
+    let first = set
+        .stripes
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("set {} records no stripe", set.set_id))?;
+    crate::set::read::open_any(&repo.stripe_path(first))
+        .with_context(|| format!("cannot read set {}", set.set_id))
+}

@@ -51,17 +51,14 @@ fn frame(
     let p = sh.p;
     let t = p.transfer_size as u64;
     let raw = item.buf.payload();
-    let mut pages = None;
+    let file = &sh.plan[item.file as usize];
     if let Some(f) = sh.filter {
-        let file = &sh.plan[item.file as usize];
         f.check(file, item.offset, raw).map_err(|e| anyhow!(e))?;
-        pages = match item.sel {
-            None => f.select(file, item.offset, raw),
-            Some(_) => None,
-        };
     }
-    // A sparse chunk holds the pages it read, whatever the filter would choose.
-    pages = item.sel.or(pages);
+    // A sparse chunk holds the pages it read; otherwise the filter may choose some.
+    let pages = item
+        .sel
+        .or_else(|| sh.filter.and_then(|f| f.select(file, item.offset, raw)));
     if let Some(sel) = pages {
         // Keep the chosen pages only, behind their bitmap, in the scratch buffer; the
         // raw buffer then serves as scratch.

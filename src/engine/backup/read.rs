@@ -121,7 +121,7 @@ fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) 
     let page = sh.p.page_size;
     let bytes: usize = run.iter().map(|(c, _)| c.read_len(page)).sum();
     let read = if run.len() > 1 {
-        read_run(sh.plan, run)
+        read_run(sh.plan, page, run)
     } else {
         let (c, b) = &mut run[0];
         read_one(sh.plan, c, page, b).map(u32::from)
@@ -373,7 +373,7 @@ const MAX_MERGE: usize = 16;
 /// Reads adjacent chunks of one file with one preadv; a chunk the call did not fill
 /// (end of file, a short read, a refusal) is read on its own. Bit i of the result:
 /// chunk i was short.
-fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
+fn read_run(plan: &[ReadFile], page: usize, run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
     let handle = run[0].0.handle.clone();
     let offset = run[0].0.offset;
     let last = run.len() - 1;
@@ -397,7 +397,7 @@ fn read_run(plan: &[ReadFile], run: &mut [(Chunk, Buf)]) -> io::Result<u32> {
         got -= filled;
         if filled == c.len {
             b.len = c.len;
-        } else if read_one(plan, c, 0, b)? {
+        } else if read_one(plan, c, page, b)? {
             shorts |= 1 << i;
         }
     }

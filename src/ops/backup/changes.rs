@@ -66,7 +66,12 @@ pub fn plan_pages(
     let seg = now.wal_segment_size;
     let start_seg = segment_name(now.timeline, now.start_lsn, seg);
     let t0 = Instant::now();
-    while !matches!(summary::read(repo, &start_seg), Ok(Some(_))) {
+    loop {
+        match summary::read(repo, &start_seg) {
+            Ok(Some(_)) => break,
+            Ok(None) => {}
+            Err(e) => return scan(format!("{e:#}")),
+        }
         if t0.elapsed() > wait {
             return scan(format!(
                 "WAL segment {start_seg} (this backup's start, {}) was not archived with its block summary within {} s",

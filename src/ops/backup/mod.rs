@@ -232,9 +232,7 @@ fn diff_base(
         .as_deref()
         .and_then(crate::pg::parse_lsn)
         .ok_or_else(|| anyhow::anyhow!("base set {} records no start LSN", base.set_id))?;
-    let first = repo.stripe_path(&base.stripes[0]);
-    let manifest = crate::set::read::open_any(&first)
-        .with_context(|| format!("cannot read the base set {}", base.set_id))?;
+    let manifest = super::set_manifest(repo, base).context("cannot read the base set")?;
     let files = manifest.files.into_iter().map(|f| f.path).collect();
     Ok((
         base.clone(),
