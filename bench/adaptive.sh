@@ -19,28 +19,18 @@
 set -euo pipefail
 {
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WORK=${WORK_DIR:-/var/tmp/pagevault-bench/adaptive}
+source "$ROOT/bench/lib.sh"
+WORK=${WORK_DIR:-$WORK/adaptive}
 FILES=${FILES:-20000}
 LARGE_MB=${LARGE_MB:-1024}
 REPS=${REPS:-3}
-PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --work) WORK=$2; shift 2 ;;
-    --files) FILES=$2; shift 2 ;;
-    --large-mb) LARGE_MB=$2; shift 2 ;;
-    --reps) REPS=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
+parse_options --work=WORK --files=FILES --large-mb=LARGE_MB --reps=REPS -- "$@"
 [ "$(id -u)" = 0 ] || { echo "bench/adaptive.sh needs root (drop_caches)" >&2; exit 1; }
 command -v jq >/dev/null || { echo "jq is missing: PAGEVAULT_BENCH=1 scripts/setup.sh" >&2; exit 1; }
 [ -x "$PV" ] || (cd "$ROOT" && cargo build --release)
 mkdir -p "$WORK"
 BIN="$WORK/pagevault.bin"; cp "$PV" "$BIN"
 OUT="$WORK/results/adaptive-$(date +%Y%m%d-%H%M%S)"; mkdir -p "$OUT"
-log() { echo "[$(date +%T)] $*"; }
 
 SRC_F="$WORK/fragmented-$FILES-$LARGE_MB"
 SRC_U="$WORK/unfragmented-$FILES-$LARGE_MB"

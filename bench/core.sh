@@ -19,34 +19,18 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WORK=${WORK_DIR:-/var/tmp/pagevault-bench}
+source "$ROOT/bench/lib.sh"
 SIZE_GB=${SIZE_GB:-4}
 REPS=${REPS:-2}
 NFILES=${NFILES:-8}
 SWEEP=${SWEEP:-1}
-QUIET_BUDGET=${QUIET_BUDGET:-120}   # seconds in all to wait for other CPU load (a build) to pass
-NO_BUILD=${NO_BUILD:-0}
-PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
 DATA_VERSION=1            # bump when the generator changes: forces new data
 
-pos=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --work) WORK=$2; shift 2 ;;
-        --size-gb) SIZE_GB=$2; shift 2 ;;
-        --reps) REPS=$2; shift 2 ;;
-        --files) NFILES=$2; shift 2 ;;
-        --sweep) SWEEP=$2; shift 2 ;;
-        --no-build) NO_BUILD=1; shift ;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        -*) echo "unknown option: $1 (try --help)" >&2; exit 2 ;;
-        *) pos+=("$1"); shift ;;
-    esac
-done
+parse_args --work=WORK --size-gb=SIZE_GB --reps=REPS --files=NFILES --sweep=SWEEP --no-build=NO_BUILD=1 -- "$@"
 [ ${#pos[@]} -ge 1 ] && WORK=${pos[0]}
 [ ${#pos[@]} -ge 2 ] && SIZE_GB=${pos[1]}
-[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "REPS must be a positive integer" >&2; exit 2; }
-[[ $NFILES =~ ^[1-9][0-9]*$ ]] || { echo "NFILES must be a positive integer" >&2; exit 2; }
+need_posint REPS "$REPS"
+need_posint NFILES "$NFILES"
 [[ $SIZE_GB =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "SIZE_GB must be a number" >&2; exit 2; }
 
 SRC=$WORK/src
@@ -56,29 +40,16 @@ STAMP=$(date +%Y%m%d-%H%M%S)
 RUNDIR=$WORK/results/$STAMP
 RESULTS=$RUNDIR/runs.tsv
 
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 source "$ROOT/bench/vm-memory.sh"
 cleanup() { rm -rf "$STRIPES" "$RESTORE"; release_guest_memory; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- 1. tools ----
-need_pkg() { # need_pkg COMMAND-PATH PACKAGE
-    if [ ! -x "$1" ] && ! command -v "$1" >/dev/null 2>&1; then
-        log "installing $2"
-        if [ "$(id -u)" -ne 0 ]; then die "$2 is missing and we are not root"; fi
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null 2>&1 ||
-            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null; } ||
-            die "cannot install $2"
-    fi
-}
 need_pkg fio fio
 need_pkg /usr/bin/time time
 command -v python3 >/dev/null || need_pkg python3 python3
 
-source "$ROOT/bench/lib.sh"
 ensure_binary
 
 # ------------------------------------------------------------ page cache ----

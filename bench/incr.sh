@@ -26,29 +26,14 @@ set -euo pipefail
 {
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WORK=${WORK_DIR:-/var/tmp/pagevault-bench}
+source "$ROOT/bench/lib.sh"
 SCALE=${SCALE:-400}
 ROUNDS=${ROUNDS:-7}
-NO_BUILD=${NO_BUILD:-0}
-QUIET_BUDGET=${QUIET_BUDGET:-300}
 PG_BIN=${PG17:-/var/tmp/pagevault-tools/pg17/bin}
 PGBR=${PGBACKREST:-/var/tmp/pagevault-tools/bin/pgbackrest}
-PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --work) WORK=$2; shift 2 ;;
-        --scale) SCALE=$2; shift 2 ;;
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --no-build) NO_BUILD=1; shift ;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "unknown option: $1 (try --help)" >&2; exit 2 ;;
-    esac
-done
+parse_options --work=WORK --scale=SCALE --rounds=ROUNDS --no-build=NO_BUILD=1 -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 as_pg() { runuser -u postgres -- "$@"; }
-source "$ROOT/bench/lib.sh"
 ensure_binary
 [ -x "$PG_BIN/pg_combinebackup" ] || die "no PostgreSQL 17 at $PG_BIN (scripts/setup.sh installs it)"
 [ -x "$PGBR" ] || die "no pgBackRest at $PGBR: build release/2.59.1 (meson setup build && ninja -C build) and copy build/src/pgbackrest there"

@@ -1,5 +1,54 @@
-# bench/lib.sh: what every benchmark script shares; sourced after it defines log, die,
-# ROOT, PV, NO_BUILD and QUIET_BUDGET.
+# bench/lib.sh: what every benchmark script shares; sourced right after ROOT is set.
+
+# What every script reads from the environment (a script may change a default after sourcing).
+WORK=${WORK_DIR:-/var/tmp/pagevault-bench}
+NO_BUILD=${NO_BUILD:-0}
+QUIET_BUDGET=${QUIET_BUDGET:-300}   # seconds in all to wait for other CPU load (a build) to pass
+PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# The script's header comment, up to `set -euo`, is its --help.
+show_help() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
+unknown_option() { echo "unknown option: $1 (try --help)" >&2; exit 2; }
+# parse_args SPEC... -- ARGS...: each SPEC is --name=VAR (the option's value goes to VAR),
+# --name=VAR=VALUE (a flag setting VAR) or --name=VAR+ (each value appended to array VAR);
+# -h/--help shows the header; other words go to the array pos; an unknown option exits 2.
+parse_args() {
+    local spec=() a w var found
+    while [ "$1" != -- ]; do spec+=("$1"); shift; done
+    shift
+    pos=()
+    while [ $# -gt 0 ]; do
+        a=$1; shift; found=0
+        case "$a" in -h|--help) show_help ;; esac
+        for w in "${spec[@]}"; do
+            [ "$a" = "${w%%=*}" ] || continue
+            found=1; var=${w#*=}
+            if [[ $var == *=* ]]; then printf -v "${var%%=*}" '%s' "${var#*=}"; continue; fi
+            [ $# -gt 0 ] || { echo "$a needs a value (try --help)" >&2; exit 2; }
+            if [[ $var == *+ ]]; then eval "${var%+}+=(\"\$1\")"; else printf -v "$var" '%s' "$1"; fi
+            shift
+        done
+        [ $found = 1 ] && continue
+        case "$a" in -*) unknown_option "$a" ;; *) pos+=("$a") ;; esac
+    done
+}
+# parse_options: parse_args for a script that takes no positional arguments.
+parse_options() { parse_args "$@"; [ ${#pos[@]} -eq 0 ] || unknown_option "${pos[0]}"; }
+need_posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "$1 must be a positive integer" >&2; exit 2; }; }
+
+# need_pkg COMMAND-OR-PATH PACKAGE: installs PACKAGE from apt when COMMAND is missing.
+need_pkg() {
+    if [ ! -x "$1" ] && ! command -v "$1" >/dev/null 2>&1; then
+        log "installing $2"
+        [ "$(id -u)" -eq 0 ] || die "$2 is missing and we are not root"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null; } ||
+            die "cannot install $2"
+    fi
+}
 
 now_ns() { date +%s%N; }
 # Busy CPU ticks of the whole machine (user nice system irq softirq steal), to tell
@@ -40,6 +89,22 @@ ensure_binary() {
     [ -x "$PV" ] || die "no pagevault binary at $PV"
 }
 
+# cluster_is_current DIR WANT: DIR/manifest says WANT and DIR/data holds a cluster.
+cluster_is_current() { [ -f "$1/manifest" ] && [ "$(cat "$1/manifest")" = "$2" ] && [ -f "$1/data/PG_VERSION" ]; }
+
+# fresh_cluster_dir DIR NEED_MB WHAT: stops and removes the cluster in DIR, makes DIR/run for
+# the postgres user; dies unless NEED_MB MiB (for WHAT) are free beside DIR. Needs pg_stop.
+fresh_cluster_dir() {
+    local parent avail_mb
+    [ -d "$1/data" ] && pg_stop "$1/data"
+    rm -rf "$1"
+    mkdir -p "$1/run"
+    parent=$(dirname "$1")
+    avail_mb=$(($(df -Pk "$parent" | awk 'NR==2 {print $4}') / 1024))
+    [ "$avail_mb" -gt "$2" ] || die "need about $2 MiB free under $parent for $3, have $avail_mb"
+    chown -R postgres: "$1"
+}
+
 # bench_initdb DATA LOGDIR SCRIPT: a cluster with data checksums and the settings every
 # benchmark uses (needs as_pg and PG_BIN).
 bench_initdb() {
@@ -53,4 +118,25 @@ max_wal_size = 4GB
 checkpoint_timeout = 30min
 archive_mode = off
 EOF
+}
+
+# trap_signals FUNCTION: FUNCTION runs on exit; an error names its line; signals exit with
+# the shell's status for them.
+trap_signals() {
+    trap "$1" EXIT
+    trap 'log "error: exit $? at line $LINENO: $BASH_COMMAND"' ERR
+    trap 'log "interrupted (SIGINT)"; exit 130' INT
+    trap 'log "terminated (SIGTERM)"; exit 143' TERM
+    trap 'log "hung up (SIGHUP)"; exit 129' HUP
+}
+
+# snapshot_binary DIR: others may rebuild target/release while a benchmark runs, so it
+# measures one copy of the binary throughout (PV becomes DIR/pagevault); sets PV_BUILT,
+# commit and dirty for the report.
+snapshot_binary() {
+    PV_BUILT=$(date -u -r "$PV" '+%Y-%m-%d %H:%M UTC')
+    commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    dirty=$(cd "$ROOT" && git status --porcelain -- src Cargo.toml 2>/dev/null | grep -q . && echo "+uncommitted src changes" || true)
+    cp "$PV" "$1/pagevault"
+    PV=$1/pagevault
 }

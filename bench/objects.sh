@@ -36,41 +36,26 @@ set -euo pipefail
 {
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WORK=${WORK_DIR:-/var/tmp/pagevault-bench/objects}
+source "$ROOT/bench/lib.sh"
+WORK=${WORK_DIR:-$WORK/objects}
 SCALE=${SCALE:-70}
 REPS=${REPS:-2}
 STORES=${STORES:-s3,azure}
 CODECS=${CODECS:-none,lz4,zstd}
 STRIPES=${STRIPES:-1,3}
-QUIET_BUDGET=${QUIET_BUDGET:-120}   # seconds in all to wait for other CPU load (a build) to pass
 KEEP_STORES=${KEEP_STORES:-0}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 TOOLS=${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}
-PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
 WALG=${WALG:-$TOOLS/bin/wal-g}
 # WAL-G's release tags (v3.x) are no Go module versions (its module path has no /v3): pin a commit,
 # master of 2026-09-13 (needs Go >= 1.27).
 WALG_VERSION=${WALG_VERSION:-v1.1.3-rc-with-build.0.20260913163159-ae2b1dfb71ed}
 DATA_VERSION=1            # bump when the cluster's making changes: forces a new cluster
 
-pos=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --work) WORK=$2; shift 2 ;;
-        --scale) SCALE=$2; shift 2 ;;
-        --reps) REPS=$2; shift 2 ;;
-        --stores) STORES=$2; shift 2 ;;
-        --codecs) CODECS=$2; shift 2 ;;
-        --stripes) STRIPES=$2; shift 2 ;;
-        --keep-stores) KEEP_STORES=1; shift ;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        -*) echo "unknown option: $1 (try --help)" >&2; exit 2 ;;
-        *) pos+=("$1"); shift ;;
-    esac
-done
+parse_args --work=WORK --scale=SCALE --reps=REPS --stores=STORES --codecs=CODECS --stripes=STRIPES --keep-stores=KEEP_STORES=1 -- "$@"
 [ ${#pos[@]} -ge 1 ] && SCALE=${pos[0]}
-[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "REPS must be a positive integer" >&2; exit 2; }
-[[ $SCALE =~ ^[1-9][0-9]*$ ]] || { echo "SCALE must be a positive integer" >&2; exit 2; }
+need_posint REPS "$REPS"
+need_posint SCALE "$SCALE"
 IFS=', ' read -r -a STORE_LIST <<< "$STORES"
 IFS=', ' read -r -a CODEC_LIST <<< "$CODECS"
 IFS=', ' read -r -a STRIPE_LIST <<< "$STRIPES"
@@ -94,9 +79,6 @@ S3_USER=pvbenchadmin
 S3_SECRET=pvbench-secret-Qx27
 AZ_ACCOUNT=devstoreaccount1
 AZ_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
-
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- 1. tools ----
 SETUP_HINT="install it with: PAGEVAULT_BENCH=1 scripts/setup.sh"
@@ -230,19 +212,10 @@ cleanup() {
 }
 source "$ROOT/bench/vm-memory.sh"
 source "$ROOT/bench/scratch.sh"
-trap cleanup EXIT
-trap 'log "error: exit $? at line $LINENO: $BASH_COMMAND"' ERR
-trap 'log "interrupted (SIGINT)"; exit 130' INT
-trap 'log "terminated (SIGTERM)"; exit 143' TERM
-trap 'log "hung up (SIGHUP)"; exit 129' HUP
+trap_signals cleanup
 
 mkdir -p "$RUNDIR" "$PGW"
-# Others may rebuild target/release while this runs: measure one copy of the binary throughout.
-PV_BUILT=$(date -u -r "$PV" '+%Y-%m-%d %H:%M UTC')
-commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(cd "$ROOT" && git status --porcelain -- src Cargo.toml 2>/dev/null | grep -q . && echo "+uncommitted src changes" || true)
-cp "$PV" "$RUNDIR/pagevault"
-PV=$RUNDIR/pagevault
+snapshot_binary "$RUNDIR"
 
 # ------------------------------------------------------------ 2. the stores ----
 # A private CA and a server certificate for 127.0.0.1/localhost signed by it (a self-signed
@@ -340,18 +313,12 @@ prefix_do() { node "$RUNDIR/prefix.js" "$@"; }   # prefix_do s3|azure du|rm BUCK
 make_cluster() {
     local dir=$PGW want="version=$DATA_VERSION scale=$SCALE"
     DATA=$dir/data
-    if [ -f "$dir/manifest" ] && [ "$(cat "$dir/manifest")" = "$want" ] && [ -f "$dir/data/PG_VERSION" ]; then
+    if cluster_is_current "$dir" "$want"; then
         log "reusing the pgbench cluster in $dir ($want)"
         pg_start "$DATA" "$dir/run" "$dir/server.log" 55532 || die "PostgreSQL did not start (see $dir/server.log)"
         return
     fi
-    [ -d "$dir/data" ] && pg_stop "$dir/data"
-    rm -rf "$dir"
-    mkdir -p "$dir/run"
-    local need_mb=$((SCALE * 15 * 3 + 1024)) avail_mb
-    avail_mb=$(($(df -Pk "$WORK" | awk 'NR==2 {print $4}') / 1024))
-    [ "$avail_mb" -gt "$need_mb" ] || die "need about $need_mb MiB free under $WORK (cluster, stores, a restore), have $avail_mb"
-    chown -R postgres: "$dir"
+    fresh_cluster_dir "$dir" $((SCALE * 15 * 3 + 1024)) "the cluster, the stores and a restore"
     log "creating the pgbench cluster in $dir"
     bench_initdb "$DATA" "$dir" bench/objects.sh
     pg_start "$DATA" "$dir/run" "$dir/server.log" 55532 || die "PostgreSQL did not start (see $dir/server.log)"
@@ -430,7 +397,6 @@ for st in "${STORE_LIST[@]}"; do PGBR_CONF[$st]=$(pgbr_conf "$st"); done
 printf 'store\tcodec\ttool\tstripes\trep\tphase\tseconds\trss_kib\tcpu_s\tstore_cpu_s\tserver_cpu_s\tbusy_ticks\tstored_bytes\tobjects\tstatus\tout\n' > "$RESULTS"
 : > "$RUNDIR/notes.txt"
 : > "$RUNDIR/failures.txt"
-source "$ROOT/bench/lib.sh"
 warm_up() { find "$DATA" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true; }
 # warm_stores: an untimed 256 MiB upload and read-back per store before each repetition.
 # Azurite (node) is slow while its heap grows, in its first minute most: without this, the

@@ -40,7 +40,7 @@ set -euo pipefail
 {
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WORK=${WORK_DIR:-/var/tmp/pagevault-bench}
+source "$ROOT/bench/lib.sh"
 SCALE=${SCALE:-140}
 REAL_MB=${REAL_MB:-1024}
 REPS=${REPS:-2}
@@ -48,35 +48,15 @@ CACHES=${CACHES:-warm,cold}
 DATASETS=${DATASETS:-pgbench,real}
 PV_DEST=${PV_DEST:-file}
 VERIFY=${VERIFY:-1}
-QUIET_BUDGET=${QUIET_BUDGET:-300}   # seconds in all to wait for other CPU load (a build) to pass
-NO_BUILD=${NO_BUILD:-0}
 KEEP_RUNNING=${KEEP_RUNNING:-0}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
 DATA_VERSION=1            # bump when a generator changes: forces new clusters
 
-pos=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --work) WORK=$2; shift 2 ;;
-        --scale) SCALE=$2; shift 2 ;;
-        --real-mb) REAL_MB=$2; shift 2 ;;
-        --reps) REPS=$2; shift 2 ;;
-        --cache|--caches) CACHES=$2; shift 2 ;;
-        --sets) DATASETS=$2; shift 2 ;;
-        --pv-dest) PV_DEST=$2; shift 2 ;;
-        --verify) VERIFY=$2; shift 2 ;;
-        --no-build) NO_BUILD=1; shift ;;
-        --keep-running) KEEP_RUNNING=1; shift ;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        -*) echo "unknown option: $1 (try --help)" >&2; exit 2 ;;
-        *) pos+=("$1"); shift ;;
-    esac
-done
+parse_args --work=WORK --scale=SCALE --real-mb=REAL_MB --reps=REPS --cache=CACHES --caches=CACHES --sets=DATASETS --pv-dest=PV_DEST --verify=VERIFY --no-build=NO_BUILD=1 --keep-running=KEEP_RUNNING=1 -- "$@"
 [ ${#pos[@]} -ge 1 ] && SCALE=${pos[0]}
-[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "REPS must be a positive integer" >&2; exit 2; }
-[[ $SCALE =~ ^[1-9][0-9]*$ ]] || { echo "SCALE must be a positive integer" >&2; exit 2; }
-[[ $REAL_MB =~ ^[1-9][0-9]*$ ]] || { echo "REAL_MB must be a positive integer" >&2; exit 2; }
+need_posint REPS "$REPS"
+need_posint SCALE "$SCALE"
+need_posint REAL_MB "$REAL_MB"
 [[ $PV_DEST =~ ^(file|repo)$ ]] || { echo "PV_DEST must be file or repo" >&2; exit 2; }
 IFS=', ' read -r -a CACHE_LIST <<< "$CACHES"
 IFS=', ' read -r -a SET_LIST <<< "$DATASETS"
@@ -94,18 +74,7 @@ STAMP=$(date +%Y%m%d-%H%M%S)
 RUNDIR=$WORK/results/pg-$STAMP
 RESULTS=$RUNDIR/runs.tsv
 
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 # ---------------------------------------------------------------- 1. tools ----
-APT_UPDATED=0
-need_pkg() { # need_pkg COMMAND-OR-PATH PACKAGE
-    if [ ! -x "$1" ] && ! command -v "$1" >/dev/null 2>&1; then
-        log "installing $2"
-        if [ "$APT_UPDATED" = 0 ]; then apt-get update -q >/dev/null 2>&1 || true; APT_UPDATED=1; fi
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null || die "cannot install $2"
-    fi
-}
 if [ ! -x "$PG_BIN/initdb" ]; then
     # No default cluster on port 5432: this script makes its own.
     mkdir -p /etc/postgresql-common
@@ -122,7 +91,6 @@ need_pkg fio fio
 command -v python3 >/dev/null || need_pkg python3 python3
 id postgres >/dev/null 2>&1 || die "there is no postgres user (install postgresql-15)"
 
-source "$ROOT/bench/lib.sh"
 ensure_binary
 "$PV" --version >/dev/null || die "$PV does not run"
 
@@ -186,11 +154,7 @@ cleanup() {
     rm -f "$RUNDIR/pagevault"
     release_guest_memory
 }
-trap cleanup EXIT
-trap 'log "error: exit $? at line $LINENO: $BASH_COMMAND"' ERR
-trap 'log "interrupted (SIGINT)"; exit 130' INT
-trap 'log "terminated (SIGTERM)"; exit 143' TERM
-trap 'log "hung up (SIGHUP)"; exit 129' HUP
+trap_signals cleanup
 
 # The realistic rows: one batch of ids :lo..:hi.
 REAL_SCHEMA="
@@ -235,20 +199,15 @@ make_cluster() {
         real) want="version=$DATA_VERSION set=real mb=$REAL_MB" ;;
     esac
     DATA[$set]=$dir/data
-    if [ -f "$dir/manifest" ] && [ "$(cat "$dir/manifest")" = "$want" ] && [ -f "$dir/data/PG_VERSION" ]; then
+    if cluster_is_current "$dir" "$want"; then
         log "reusing the $set cluster in $dir ($want)"
         pg_start "$dir/data" "$dir/run" "$dir/server.log" 55432 || die "PostgreSQL did not start (see $dir/server.log)"
         PORT[$set]=$STARTED_PORT
         return
     fi
-    [ -d "$dir/data" ] && pg_stop "$dir/data"
-    rm -rf "$dir"
-    local need_mb avail_mb
+    local need_mb
     case $set in pgbench) need_mb=$((SCALE * 15 * 4 + 2048)) ;; real) need_mb=$((REAL_MB * 4 + 2048)) ;; esac
-    mkdir -p "$dir/run"
-    avail_mb=$(($(df -Pk "$PGW" | awk 'NR==2 {print $4}') / 1024))
-    [ "$avail_mb" -gt "$need_mb" ] || die "need about $need_mb MiB free under $PGW for the $set cluster and its copies, have $avail_mb"
-    chown -R postgres: "$dir"
+    fresh_cluster_dir "$dir" "$need_mb" "the $set cluster and its copies"
     log "creating the $set cluster in $dir"
     bench_initdb "$dir/data" "$dir" bench/pg.sh
     pg_start "$dir/data" "$dir/run" "$dir/server.log" 55432 || die "PostgreSQL did not start (see $dir/server.log)"
@@ -302,12 +261,7 @@ main_table() { case $1 in pgbench) echo "bench pgbench_accounts" ;; real) echo "
 
 # ------------------------------------------------------ 3. measurements ----
 mkdir -p "$RUNDIR" "$PGW"
-# Others may rebuild target/release while this runs: measure one copy of the binary throughout.
-PV_BUILT=$(date -u -r "$PV" '+%Y-%m-%d %H:%M UTC')
-commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(cd "$ROOT" && git status --porcelain -- src Cargo.toml 2>/dev/null | grep -q . && echo "+uncommitted src changes" || true)
-cp "$PV" "$RUNDIR/pagevault"
-PV=$RUNDIR/pagevault
+snapshot_binary "$RUNDIR"
 printf 'set\ttool\tvariant\tcache\trep\tphase\tseconds\tbytes\tstatus\tbusy_ticks\tcpu_s\tout\n' > "$RESULTS"
 printf 'set\tdb_bytes\tdescription\n' > "$RUNDIR/sets.tsv"
 : > "$RUNDIR/notes.txt"

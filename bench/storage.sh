@@ -26,40 +26,22 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/bench/lib.sh"
 DIR=${BENCH_DIR:-/var/tmp}
 SIZE=${SIZE:-1G}
 DURATION=${DURATION:-5}
 REPS=${REPS:-1}
 PROFILES=${PROFILES:-oltp-log,oltp-data,bulk-insert,read-ahead,backup,restore,checkdb}
-NO_BUILD=${NO_BUILD:-0}
 OUT=""
-PV=${PAGEVAULT:-$ROOT/target/release/pagevault}
 
-pos=()
 asked=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --dir) DIR=$2; shift 2 ;;
-        --size) SIZE=$2; shift 2 ;;
-        --duration) DURATION=$2; shift 2 ;;
-        --reps) REPS=$2; shift 2 ;;
-        --profile) asked+=("$2"); shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
-        --no-build) NO_BUILD=1; shift ;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        -*) echo "unknown option: $1 (try --help)" >&2; exit 2 ;;
-        *) pos+=("$1"); shift ;;
-    esac
-done
+parse_args --dir=DIR --size=SIZE --duration=DURATION --reps=REPS --profile=asked+ --out=OUT --no-build=NO_BUILD=1 -- "$@"
 [ ${#pos[@]} -ge 1 ] && DIR=${pos[0]}
 [ ${#pos[@]} -ge 2 ] && SIZE=${pos[1]}
 [ ${#pos[@]} -ge 3 ] && DURATION=${pos[2]}
 [ ${#asked[@]} -gt 0 ] && PROFILES=$(IFS=,; echo "${asked[*]}")
 [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "DURATION must be a number of seconds" >&2; exit 2; }
-[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "REPS must be a positive integer" >&2; exit 2; }
-
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+need_posint REPS "$REPS"
 
 [ -d "$DIR" ] || die "$DIR is not a directory"
 TMP=$(mktemp -d)
@@ -70,15 +52,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- tools ----
-need_pkg() { # need_pkg COMMAND PACKAGE
-    if ! command -v "$1" >/dev/null 2>&1; then
-        log "installing $2"
-        [ "$(id -u)" -eq 0 ] || die "$2 is missing and we are not root"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null 2>&1 ||
-            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null; } ||
-            die "cannot install $2"
-    fi
-}
 need_pkg fio fio
 need_pkg jq jq
 
