@@ -4,7 +4,9 @@
 //! pgbench load that must not make pg_wal pile up.
 
 mod common;
-use common::pg::{as_postgres, connect_args, give_to_postgres, postgres_dir, sql_at, Pg, BIN};
+use common::pg::{
+    as_postgres, connect_args, give_to_postgres, postgres_dir, push_cmd, sql_at, Pg, BIN,
+};
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,10 +20,6 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn push_cmd(repo: &Path) -> String {
-    format!("{} archive-push %p --repo {}", bin(), s(repo))
 }
 
 /// (archived_count, failed_count, last_archived_wal, last_failed_wal)
@@ -153,12 +151,18 @@ impl Drop for Cleanup {
     }
 }
 
+/// The test lock, a repository removed when the test passes, and a server with
+/// checksums archiving into it (the server is dropped first: it is declared last).
+fn archiving() -> (std::sync::MutexGuard<'static, ()>, Cleanup, PathBuf, Pg) {
+    let g = lock();
+    let repo = postgres_dir("repo");
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    (g, Cleanup(repo.clone()), repo, pg)
+}
+
 #[test]
 fn live_cluster_archives_and_recovers_through_archive_get() {
-    let _g = lock();
-    let repo = postgres_dir("repo");
-    let _clean = Cleanup(repo.clone());
-    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    let (_g, _clean, repo, pg) = archiving();
     pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text NOT NULL)");
     let start = archiver(&pg).0;
     for i in 0..4 {
@@ -485,10 +489,7 @@ fn corrupt_and_foreign_segments_are_refused() {
 
 #[test]
 fn pgbench_load_does_not_pile_up_wal() {
-    let _g = lock();
-    let repo = postgres_dir("repo");
-    let _clean = Cleanup(repo.clone());
-    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    let (_g, _clean, repo, pg) = archiving();
     let data = pg.data.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let max_ready = Arc::new(AtomicUsize::new(0));

@@ -3,7 +3,7 @@
 
 mod common;
 use common::pg::{
-    amcheck, assert_pgbench_consistent, give_to_postgres, pgbench, postgres_dir,
+    amcheck, assert_pgbench_consistent, give_to_postgres, pgbench, postgres_dir, push_cmd,
     restore_for_postgres, Pg,
 };
 use common::*;
@@ -77,8 +77,7 @@ fn hot_backup_under_pgbench_restores_and_starts_consistent() {
 fn point_in_time_recovery_to_an_lsn_and_to_a_time() {
     let repo = postgres_dir("pitr-repo");
     let repo_s = s(&repo);
-    let archive = format!("{} archive-push %p --repo {repo_s}", bin());
-    let pg = Pg::start(true, Some(&archive));
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
     pg.sql("CREATE TABLE marks(id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())");
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
     ok(&[

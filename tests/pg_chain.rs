@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::pg::{as_postgres, postgres_dir, restore_repo, Pg};
+use common::pg::{as_postgres, postgres_dir, push_cmd, restore_repo, Pg};
 use common::*;
 use serde_json::Value;
 
@@ -58,8 +58,7 @@ fn chain_of(r: &Value) -> Vec<(String, String)> {
 }
 
 fn archiving_pg(repo: &str) -> (Pg, String) {
-    let push = format!("{} archive-push %p --repo {repo}", bin());
-    let pg = Pg::start(true, Some(&push));
+    let pg = Pg::start(true, Some(&push_cmd(repo)));
     pg.pgbench_init(5);
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
     (pg, url)

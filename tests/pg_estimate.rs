@@ -3,18 +3,15 @@
 
 mod common;
 
-use common::pg::{postgres_dir, Pg};
+use common::pg::{postgres_dir, push_cmd, Pg};
 use common::*;
 
 #[test]
 fn estimate_counts_the_blocks_the_wal_changed() {
     let repo = s(&postgres_dir("repo").join("repo"));
-    let push = format!("{} archive-push %p --repo {repo}", bin());
-    let pg = Pg::start(true, Some(&push));
-    // About 1,000 blocks of 8 KiB; fillfactor leaves room for HOT updates in place.
-    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text) WITH (fillfactor = 50)");
-    pg.sql("INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1, 30000) g");
-    pg.sql("VACUUM (FREEZE, ANALYZE) t");
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    // About 1,000 blocks of 8 KiB.
+    pg.hot_table(30000, 100);
     pg.sql("CHECKPOINT");
     pg.switch_and_wait();
     let e = fails(&["estimate", "--repo", &repo], 1);

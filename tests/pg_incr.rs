@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::pg::{postgres_dir, Pg};
+use common::pg::{postgres_dir, push_cmd, Pg};
 use common::*;
 
 /// Bytes of the set's files under pg_wal/ (the WAL of the backup, copied whole).
@@ -33,11 +33,8 @@ fn backup(url: &str, repo: &str, ty: &str) -> serde_json::Value {
 #[test]
 fn an_incremental_reads_the_changed_pages_only() {
     let repo = s(&postgres_dir("repo").join("repo"));
-    let push = format!("{} archive-push %p --repo {repo}", bin());
-    let pg = Pg::start(true, Some(&push));
-    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text) WITH (fillfactor = 50)");
-    pg.sql("INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, 60000) g");
-    pg.sql("VACUUM (FREEZE, ANALYZE) t");
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    pg.hot_table(60000, 200);
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
     let full = backup(&url, &repo, "full");
     let blocks: u64 = pg

@@ -10,7 +10,7 @@
 //!   refused by name.
 
 mod common;
-use common::pg::{postgres_dir, Pg, PgOptions};
+use common::pg::{postgres_dir, push_cmd, Pg, PgOptions};
 use pagevault::pg::walrecord::{walk_segment, Carry, RelFile};
 use pagevault::pg::walsummary::{summarize, Changes};
 use pagevault::repo::wal::summary::{self, Summary};
@@ -173,11 +173,7 @@ fn summaries_hold_what_postgres_17_summarizes() {
     let repo_dir = dir.join("repo");
     let pg = Pg::start_with(&PgOptions {
         major: 17,
-        archive: Some(format!(
-            "{} archive-push %p --repo {}",
-            common::bin(),
-            repo_dir.display()
-        )),
+        archive: Some(push_cmd(&repo_dir)),
         extra_conf: "summarize_wal = on\nmax_wal_size = 1GB\ncheckpoint_timeout = 1h".into(),
         ..PgOptions::default()
     });
@@ -495,11 +491,7 @@ fn summaries_of_postgres_15_and_18() {
         let repo_dir = dir.join("repo");
         let pg = Pg::start_with(&PgOptions {
             major,
-            archive: Some(format!(
-                "{} archive-push %p --repo {}",
-                common::bin(),
-                repo_dir.display()
-            )),
+            archive: Some(push_cmd(&repo_dir)),
             ..PgOptions::default()
         });
         pg.switch_and_wait();

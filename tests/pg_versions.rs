@@ -2,7 +2,7 @@
 //! PyPI wheel scripts/setup.sh unpacks, started with the same helpers as 15.
 
 mod common;
-use common::pg::{sql_at, Pg, PgOptions};
+use common::pg::{push_cmd, sql_at, Pg, PgOptions};
 
 #[test]
 fn postgres_18_starts_and_answers() {
@@ -36,14 +36,6 @@ fn postgres_18_with_1mb_wal_segments_and_checksums() {
     assert_eq!(pg.sql("SHOW data_checksums"), "on");
     assert_eq!(pg.sql("SHOW max_wal_size"), "64MB");
     assert!(pg.sql("SHOW server_version_num").starts_with("18"));
-}
-
-fn push_cmd(repo: &std::path::Path) -> String {
-    format!(
-        "{} archive-push %p --repo {}",
-        common::bin(),
-        repo.display()
-    )
 }
 
 /// `n` new WAL segments, each with one row in `marks`.

@@ -111,17 +111,11 @@ fn backup_and_restore_reports_add_up() {
     let total = data_set(&src, 4, 256);
     let stripe = dir.path().join("a.pv");
     let page = dir.path().join("backup.html");
-    let j = json(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&src)),
-        "--to",
+    let j = backup_files_json(
+        &src,
         &s(&stripe),
-        "--threads",
-        "1",
-        "--report",
-        &s(&page),
-    ]);
+        &["--threads", "1", "--report", &s(&page)],
+    );
     assert_eq!(j["report"], s(&page));
     let d = report_data(&page);
     assert_eq!(d["command"], "backup");

@@ -51,29 +51,22 @@ fn round_trip(codec: &str, stripes: usize, transfer: &str, block: &str) {
     assert_same_tree(&src, &out);
 }
 
-#[test]
-fn none_one_stripe_default_sizes() {
-    round_trip("none", 1, "1M", "4K");
+// One test per case: codec, stripes, transfer size, block size.
+macro_rules! round_trips {
+    ($($name:ident: $codec:expr, $stripes:expr, $transfer:expr, $block:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            round_trip($codec, $stripes, $transfer, $block);
+        }
+    )*};
 }
 
-#[test]
-fn lz4_two_stripes_small_transfer_small_block() {
-    round_trip("lz4", 2, "64K", "512");
-}
-
-#[test]
-fn zstd_five_stripes_large_block() {
-    round_trip("zstd:5", 5, "128K", "64K");
-}
-
-#[test]
-fn zstd_two_stripes_block_as_large_as_transfer() {
-    round_trip("zstd", 2, "1M", "1M");
-}
-
-#[test]
-fn none_five_stripes_64k() {
-    round_trip("none", 5, "64K", "4K");
+round_trips! {
+    none_one_stripe_default_sizes: "none", 1, "1M", "4K";
+    lz4_two_stripes_small_transfer_small_block: "lz4", 2, "64K", "512";
+    zstd_five_stripes_large_block: "zstd:5", 5, "128K", "64K";
+    zstd_two_stripes_block_as_large_as_transfer: "zstd", 2, "1M", "1M";
+    none_five_stripes_64k: "none", 5, "64K", "4K";
 }
 
 #[test]
@@ -99,13 +92,7 @@ fn sparse_file_stays_sparse_and_zero_frames_are_counted() {
     let f = std::fs::File::create(src.join("hole")).unwrap();
     f.set_len(64 << 20).unwrap();
     let st = s(&dir.path().join("x.pv"));
-    let b = json(&[
-        "backup",
-        "--source",
-        &format!("files:{}", s(&src)),
-        "--to",
-        &st,
-    ]);
+    let b = backup_files_json(&src, &st, &[]);
     assert_eq!(b["zero_frames"], 64);
     assert!(
         std::fs::metadata(&st).unwrap().len() < 1 << 20,
@@ -129,17 +116,11 @@ fn merged_adjacent_reads_restore_the_same_bytes_as_single_reads() {
     std::fs::write(src.join("text"), bytes(42, 2 * 1024 * 1024, true)).unwrap();
     for mode in ["on", "off"] {
         let stripe = s(&dir.path().join(format!("{mode}.pv")));
-        let b = json(&[
-            "backup",
-            "--source",
-            &format!("files:{}", s(&src)),
-            "--to",
+        let b = backup_files_json(
+            &src,
             &stripe,
-            "--max-transfer-size",
-            "64K",
-            "--adaptive-readers",
-            mode,
-        ]);
+            &["--max-transfer-size", "64K", "--adaptive-readers", mode],
+        );
         assert_eq!(b["adaptive_readers"]["enabled"], mode == "on");
         let target = dir.path().join(format!("r-{mode}"));
         ok(&["restore", "--from", &stripe, "--to", &s(&target)]);

@@ -165,6 +165,12 @@ pub fn backup_files(src: &Path, set: &str, extra: &[&str]) -> String {
     ok(&a)
 }
 
+/// `backup --source files:SRC --to SET EXTRA... --json`, parsed.
+pub fn backup_files_json(src: &Path, set: &str, extra: &[&str]) -> serde_json::Value {
+    let source = format!("files:{}", s(src));
+    json(&backup_args(&source, &[set], extra))
+}
+
 pub fn json(args: &[&str]) -> serde_json::Value {
     let mut a = args.to_vec();
     a.push("--json");

@@ -11,6 +11,15 @@ use std::process::{Command, Stdio};
 /// Debian's PostgreSQL 15, the default server and the client [`sql_at`] uses.
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 
+/// The archive_command that pushes each WAL segment into the repository at `repo`.
+pub fn push_cmd(repo: impl AsRef<Path>) -> String {
+    format!(
+        "{} archive-push %p --repo {}",
+        super::bin(),
+        repo.as_ref().display()
+    )
+}
+
 /// Where scripts/setup.sh caches the test tools.
 pub fn tools_dir() -> PathBuf {
     std::env::var_os("PAGEVAULT_TOOLS")
@@ -319,6 +328,16 @@ impl Pg {
     }
 
     /// Runs SQL with psql in database postgres; returns unaligned, tuples-only output.
+    /// Table `t(id, v)` of `rows` rows of `width` bytes, frozen and analysed, with room
+    /// for HOT updates in place (fillfactor 50).
+    pub fn hot_table(&self, rows: u32, width: u32) {
+        self.sql("CREATE TABLE t(id int PRIMARY KEY, v text) WITH (fillfactor = 50)");
+        self.sql(&format!(
+            "INSERT INTO t SELECT g, repeat('x', {width}) FROM generate_series(1, {rows}) g"
+        ));
+        self.sql("VACUUM (FREEZE, ANALYZE) t");
+    }
+
     pub fn sql(&self, sql: &str) -> String {
         self.sql_db("postgres", sql)
     }
