@@ -3,9 +3,6 @@
 # pgBackRest (--type=incr, repo-block=y, repo-bundle=y, process-max 2) and PostgreSQL 17's
 # own incremental backup (summarize_wal, pg_basebackup --incremental, pg_combinebackup).
 #
-# STATUS: written in session 13 and not yet run end to end; the restore half waits for
-# issue 21 item 3 (a chain of incrementals restored in one pass).
-#
 # One PostgreSQL 17 cluster with data checksums (pgbench at SCALE, fillfactor 90 so that
 # updates stay on their page, vacuumed), archiving into pagevault's repository and
 # pgBackRest's. Then:
@@ -14,7 +11,11 @@
 #      chosen by block number), the pages whose LSN moved counted (pageinspect), and an
 #      incremental with each tool (timed, bytes read from /proc/PID/io);
 #   3. the chain restored with each tool (timed, cold cache): pagevault restore --repo,
-#      pgbackrest restore, pg_combinebackup of the full and every incremental.
+#      pgbackrest restore, pg_combinebackup of the full and every incremental; and the full
+#      alone (pagevault restore --set FULL, pgbackrest restore --set FULL, a copy of
+#      pg_basebackup's full);
+#   4. pagevault merge of the chain (a synthetic full), when the binary has it.
+# pagevault's backups run as postgres (its archive-push writes the same repository).
 # Prints one markdown table and the goals' ratios; keeps everything under WORK/results/.
 #
 # Usage: bench/incr.sh [--work DIR] [--scale N] [--rounds N] [--no-build]
@@ -35,6 +36,7 @@ parse_options --work=WORK --scale=SCALE --rounds=ROUNDS --no-build=NO_BUILD=1 --
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
 as_pg() { runuser -u postgres -- "$@"; }
 ensure_binary
+need_pkg jq jq
 [ -x "$PG_BIN/pg_combinebackup" ] || die "no PostgreSQL 17 at $PG_BIN (scripts/setup.sh installs it)"
 [ -x "$PGBR" ] || die "no pgBackRest at $PGBR: build release/2.59.1 (meson setup build && ninja -C build) and copy build/src/pgbackrest there"
 
@@ -43,8 +45,10 @@ RUNDIR=$WORK/results/incr-$(date +%Y%m%d-%H%M%S)
 DATA=$D/data PVREPO=$D/pv-repo BRREPO=$D/br-repo PG17B=$D/pg17
 PORT=55632
 mkdir -p "$RUNDIR" "$D"
+snapshot_binary "$RUNDIR"
+chmod 755 "$RUNDIR" "$PV"
 RESULTS=$RUNDIR/runs.tsv
-printf 'round\ttool\tphase\tseconds\tread_bytes\tstored_bytes\tchanged_pages\n' > "$RESULTS"
+printf 'round\ttool\tphase\tseconds\tread_bytes\tlisted_pages\tchanged_pages\n' > "$RESULTS"
 psql_db() { "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $PORT -U postgres -d bench "$@"; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 cleanup() { as_pg "$PG_BIN/pg_ctl" -D "$DATA" -w -m fast stop >/dev/null 2>&1 || true; }
@@ -95,14 +99,18 @@ timed() {
     "$@" > "$out" 2>&1 || die "$tool $phase failed (see $out)"
     t1=$(now_ns)
     sync
-    local read=""
-    [ "$tool" = pagevault ] && read=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("read_bytes",""))' "$out" 2>/dev/null || true)
-    printf '%s\t%s\t%s\t%s\t%s\t\t%s\n' "$round" "$tool" "$phase" "$(( (t1 - t0) / 1000000 ))e-3" "$read" "${CHANGED:-}" >> "$RESULTS"
+    local read="" listed=""
+    if [ "$tool" = pagevault ]; then
+        read=$(jq -r '.read_bytes // ""' "$out" 2>/dev/null || true)
+        listed=$(jq -r '.change_map.listed_pages // ""' "$out" 2>/dev/null || true)
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$tool" "$phase" "$(( (t1 - t0) / 1000000 ))e-3" "$read" "$listed" "${CHANGED:-}" >> "$RESULTS"
+    log "  $tool $phase $round: $(( (t1 - t0) / 1000000 )) ms${read:+, read $read bytes}${listed:+, $listed pages listed}"
 }
 
 SRC="postgres://postgres@127.0.0.1:$PORT/postgres?pgdata=$DATA"
 CHANGED=""
-timed pagevault full 0 "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json
+timed pagevault full 0 as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json
 timed pgbackrest full 0 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup
 timed pg17 full 0 as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/0" -c fast
 BASE_LSN=$(psql_db -c "SELECT pg_current_wal_lsn()")
@@ -111,7 +119,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     CHANGED=$(psql_db -c "SELECT count(*) FROM generate_series(0, pg_relation_size('pgbench_accounts') / 8192 - 1) b WHERE (page_header(get_raw_page('pgbench_accounts', b::int))).lsn > '$BASE_LSN'")
     BASE_LSN=$(psql_db -c "SELECT pg_current_wal_lsn()")
     log "round $r: $CHANGED pages of pgbench_accounts changed"
-    timed pagevault incr "$r" "$PV" backup --source "$SRC" --repo "$PVREPO" --type incr --compress lz4 --json
+    timed pagevault incr "$r" as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --type incr --compress lz4 --json
     timed pgbackrest incr "$r" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=incr backup
     timed pg17 incr "$r" as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/$r" -c fast \
         --incremental="$PG17B/$((r - 1))/backup_manifest"
@@ -122,16 +130,30 @@ as_pg "$PG_BIN/pg_ctl" -D "$DATA" -w -m fast stop >/dev/null
 # --------------------------------------------------------------- restores ----
 R=$D/restore
 restore_dir() { rm -rf "$R"; install -d -m 700 -o postgres -g postgres "$R"; }
+PV_FULL=$(jq -r '.set_id' "$RUNDIR/pagevault-full-0.out")
+BR_FULL=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[0].label')
+restore_dir
+timed pagevault restore-full 0 "$PV" restore --repo "$PVREPO" --set "$PV_FULL" --to "$R" --owner postgres --json
 restore_dir
 timed pagevault restore "$ROUNDS" "$PV" restore --repo "$PVREPO" --to "$R" --owner postgres --json
 restore_dir
+timed pgbackrest restore-full 0 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --pg1-path="$R" --set="$BR_FULL" restore
+restore_dir
 timed pgbackrest restore "$ROUNDS" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --pg1-path="$R" restore
+rm -rf "$R"
+timed pg17 restore-full 0 as_pg cp -a "$PG17B/0" "$R"
 rm -rf "$R"
 chain=(); for ((r = 0; r <= ROUNDS; r++)); do chain+=("$PG17B/$r"); done
 timed pg17 restore "$ROUNDS" as_pg "$PG_BIN/pg_combinebackup" -o "$R" "${chain[@]}"
+rm -rf "$R"
+if "$PV" merge --help >/dev/null 2>&1; then
+    timed pagevault merge "$ROUNDS" as_pg "$PV" merge --repo "$PVREPO" --json
+else
+    log "this pagevault has no merge: not measured"
+fi
 
 # ------------------------------------------------------------- the table ----
-export RESULTS DB_BYTES ROUNDS
+export RESULTS DB_BYTES ROUNDS PAGE=8192
 python3 - > "$RUNDIR/table.md" <<'PY'
 import csv, os, statistics
 rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
@@ -139,19 +161,46 @@ def secs(tool, phase):
     v = [float(r["seconds"]) for r in rows if r["tool"] == tool and r["phase"] == phase]
     return statistics.median(v) if v else None
 print(f"database {int(os.environ['DB_BYTES']) / 2**30:.1f} GiB, {os.environ['ROUNDS']} rounds of 1% of pgbench_accounts' pages\n")
-print("| tool | full s | incr s (median) | restore s (chain) |")
-print("|---|---:|---:|---:|")
+fmt = lambda x: "-" if x is None else f"{x:.2f}"
+print("| tool | full s | incr s median (min-max) | restore full alone s | restore chain s | merge s |")
+print("|---|---:|---:|---:|---:|---:|")
 for t in ("pagevault", "pgbackrest", "pg17"):
-    f, i, r = secs(t, "full"), secs(t, "incr"), secs(t, "restore")
-    fmt = lambda x: "-" if x is None else f"{x:.2f}"
-    print(f"| {t} | {fmt(f)} | {fmt(i)} | {fmt(r)} |")
+    inc = [float(r["seconds"]) for r in rows if r["tool"] == t and r["phase"] == "incr"]
+    spread = f" ({min(inc):.2f}-{max(inc):.2f})" if inc else ""
+    print(f"| {t} | {fmt(secs(t, 'full'))} | {fmt(secs(t, 'incr'))}{spread} | {fmt(secs(t, 'restore-full'))} "
+          f"| {fmt(secs(t, 'restore'))} | {fmt(secs(t, 'merge'))} |")
+page = int(os.environ["PAGE"])
+print("\n| round | pages changed (pageinspect) | pages listed | bytes read | of which whole files | read / (changed + whole) |")
+print("|---:|---:|---:|---:|---:|---:|")
+worst = 0.0
+for r in rows:
+    if r["tool"] != "pagevault" or r["phase"] != "incr" or not r["read_bytes"] or not r["listed_pages"]:
+        continue
+    read, listed, changed = int(r["read_bytes"]), int(r["listed_pages"]), int(r["changed_pages"])
+    whole = read - listed * page
+    ratio = read / (changed * page + whole)
+    worst = max(worst, ratio)
+    print(f"| {r['round']} | {changed:,} | {listed:,} | {read:,} | {whole:,} | {ratio:.3f} |")
+print("\nGoals (one run):")
 pv_i, pv_f = secs("pagevault", "incr"), secs("pagevault", "full")
+if worst:
+    print(f"- incr reads / (changed blocks + whole files) = {worst:.3f} at worst (goal <= 1.25)")
+if pv_i and pv_f:
+    print(f"- incr / full (pagevault) = {pv_i / pv_f:.3f} (goal <= 0.1)")
 for peer, goal in (("pgbackrest", 3.0), ("pg17", 1.5)):
     p = secs(peer, "incr")
     if p and pv_i:
-        print(f"\nincr: {peer} / pagevault = {p / pv_i:.2f}x (goal >= {goal}x)")
-if pv_i and pv_f:
-    print(f"incr / full (pagevault) = {pv_i / pv_f:.3f} (goal <= 0.1)")
+        print(f"- incr: {peer} / pagevault = {p / pv_i:.2f}x (goal >= {goal}x)")
+rf, rc = secs("pagevault", "restore-full"), secs("pagevault", "restore")
+if rf and rc:
+    print(f"- restore chain / restore full (pagevault) = {rc / rf:.2f} (goal <= 1.15)")
+for peer in ("pgbackrest", "pg17"):
+    p = secs(peer, "restore")
+    if p and rc:
+        print(f"- restore chain: {peer} / pagevault = {p / rc:.2f}x (goal >= 2x)")
+m = secs("pagevault", "merge")
+if m and rc:
+    print(f"- merge / restore chain (pagevault) = {m / rc:.2f} (goal <= 1.0)")
 PY
 cat "$RUNDIR/table.md"
 log "results in $RUNDIR"

@@ -211,6 +211,32 @@ impl Postgres {
         Ok(row.get::<_, String>(0))
     }
 
+    /// Waits until the archiver has archived each of `names` (files of pg_wal), as
+    /// pg_backup_stop's own wait does: archived once `.done` is marked or the file has
+    /// left pg_wal. Bounded by --archive-timeout; a signal ends it.
+    fn wait_archived(&self, names: &[&str]) -> Result<()> {
+        let pg_wal = self.pgdata().join("pg_wal");
+        let status = pg_wal.join("archive_status");
+        let busy = |n: &str| !status.join(format!("{n}.done")).exists() && pg_wal.join(n).exists();
+        let t0 = std::time::Instant::now();
+        while let Some(name) = names.iter().find(|n| busy(n)) {
+            if let Some(sig) = crate::interrupt::received() {
+                return Err(crate::interrupt::error(sig));
+            }
+            if let Some(m) = self.gone.get() {
+                bail!("{m}");
+            }
+            if t0.elapsed().as_secs() >= self.archive_timeout {
+                bail!(
+                    "waited {} s for the archiver to archive {name}: archive_command is failing or too slow (see pg_stat_archiver and the server log); the backup is not valid",
+                    self.archive_timeout
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     pub fn pgdata(&self) -> &Path {
         self.pgdata.as_deref().expect("pgdata known after prepare")
     }
@@ -456,41 +482,20 @@ impl Source for Postgres {
         if let Some(m) = self.gone.get() {
             bail!("{m}");
         }
-        // pg_backup_stop waits for the WAL to be archived; a broken archive_command
-        // would make it wait forever.
-        let limit = self.archive_timeout;
-        client.batch_execute(&format!("SET statement_timeout = '{limit}s'"))?;
-        // The wait can be long: a signal cancels it, and the backup fails as it would.
-        let token = client.cancel_token();
-        let (done, finished) = crossbeam_channel::bounded::<()>(1);
-        let row = std::thread::scope(|s| {
-            s.spawn(move || {
-                // Wakes at once when the query returns, else every 50 ms to look.
-                let tick = std::time::Duration::from_millis(50);
-                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                    finished.recv_timeout(tick)
-                {
-                    if crate::interrupt::received().is_some() {
-                        let _ = token.cancel_query(postgres::NoTls);
-                        return;
-                    }
-                }
-            });
-            let r = client.query_one(
-                "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(true)",
+        let archiving: bool = client
+            .query_one("SELECT current_setting('archive_mode') <> 'off'", &[])
+            .map_err(|e| anyhow!("reading archive_mode failed: {}", pg_err(&e)))?
+            .get(0);
+        // pagevault waits for the archiver itself (below): the server's own wait
+        // looks once a second.
+        let row = client
+            .query_one(
+                "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(false)",
                 &[],
-            );
-            drop(done);
-            r
-        });
-        let row = row
+            )
             .map_err(|e| {
-                if let Some(sig) = crate::interrupt::received() {
-                    crate::interrupt::error(sig)
-                } else if e.as_db_error().is_none() {
+                if e.as_db_error().is_none() {
                     anyhow!("{}", went_away(&self.location, &e))
-                } else if e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) {
-                    anyhow!("pg_backup_stop waited {limit} s for the WAL to be archived: archive_command is failing or too slow (see pg_stat_archiver and the server log); the backup is not valid")
                 } else {
                     anyhow!("pg_backup_stop failed: {}", pg_err(&e))
                 }
@@ -510,6 +515,10 @@ impl Source for Postgres {
             tablespace_map: spcmap.unwrap_or_default(),
         });
         let (start_wal, seg_size) = (facts.start_wal.clone(), facts.wal_segment_size);
+        if archiving {
+            let history = format!("{start_wal}.{:08X}.backup", facts.start_lsn % seg_size);
+            self.wait_archived(&[&stop_wal, &history])?;
+        }
         // The WAL that makes the copy consistent: start to stop segment, from pg_wal.
         let pg_wal = self.pgdata().join("pg_wal");
         let mut late = vec![];

@@ -79,7 +79,7 @@ pub fn plan_pages(
                 wait.as_secs()
             ));
         }
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(20));
     }
     let map = match summary::block_map(repo, now.timeline, base.start_lsn, now.start_lsn, seg) {
         Ok(m) => m,
