@@ -6,10 +6,13 @@
 # One PostgreSQL 17 cluster with data checksums (pgbench at SCALE, fillfactor 90 so that
 # updates stay on their page, vacuumed), archiving into pagevault's repository and
 # pgBackRest's. Then:
-#   1. a full backup with each tool (timed);
+#   1. once the archive has taken the load's WAL, a full backup with each tool (timed);
+# Every timed command starts with a cold page cache, every backup after a CHECKPOINT.
 #   2. ROUNDS times: rows of every 100th block of pgbench_accounts updated (1% of its pages,
-#      chosen by block number), the pages whose LSN moved counted (pageinspect), and an
-#      incremental with each tool (timed, bytes read from /proc/PID/io);
+#      chosen by block number), the pages of every table, index and visibility map whose
+#      LSN moved counted (pageinspect: rows that do not fit their page move, and their
+#      index entries with them), and an incremental with each tool (timed; pagevault's
+#      bytes read from its JSON);
 #   3. the chain restored with each tool (timed, cold cache): pagevault restore --repo,
 #      pgbackrest restore, pg_combinebackup of the full and every incremental; and the full
 #      alone (pagevault restore --set FULL, pgbackrest restore --set FULL, a copy of
@@ -89,11 +92,25 @@ psql_db -c "VACUUM (FREEZE, ANALYZE)" -c "CREATE EXTENSION pageinspect" -c "CHEC
 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench stanza-create >/dev/null
 DB_BYTES=$(psql_db -c "SELECT pg_database_size('bench')")
 
+# The WAL of the load archived (both archivers) before anything is timed: pg_backup_stop
+# would otherwise wait for the backlog in the first backup.
+wait_archived() {
+    psql_db -c "CHECKPOINT" -c "SELECT pg_switch_wal()" >/dev/null
+    local t0=$SECONDS
+    while ls "$DATA/pg_wal/archive_status/" | grep -q '\.ready$'; do
+        [ $((SECONDS - t0)) -lt 1800 ] || die "the WAL archive did not catch up in 30 minutes"
+        sleep 1
+    done
+}
 # timed TOOL PHASE ROUND CMD...: wall seconds and bytes read by the command's processes.
+# Before each backup an untimed CHECKPOINT (the first tool after the updates would
+# otherwise pay the flush of their dirty buffers in its own pg_backup_start); before
+# every command a cold page cache.
 timed() {
     local tool=$1 phase=$2 round=$3; shift 3
+    case $phase in full | incr) psql_db -c "CHECKPOINT" ;; esac
+    drop_caches
     wait_quiet
-    [ "$phase" = restore ] && drop_caches
     local t0 t1 out=$RUNDIR/$tool-$phase-$round.out
     t0=$(now_ns)
     "$@" > "$out" 2>&1 || die "$tool $phase failed (see $out)"
@@ -110,15 +127,23 @@ timed() {
 
 SRC="postgres://postgres@127.0.0.1:$PORT/postgres?pgdata=$DATA"
 CHANGED=""
+log "waiting for the archive to take the load's WAL"
+wait_archived
 timed pagevault full 0 as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json
 timed pgbackrest full 0 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup
 timed pg17 full 0 as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/0" -c fast
 BASE_LSN=$(psql_db -c "SELECT pg_current_wal_lsn()")
+# Pages of every table, index and visibility map of the database whose LSN is past
+# BASE_LSN (a psql variable): the blocks an ideal incremental reads.
+CHANGED_SQL="SELECT count(*) FROM pg_class c CROSS JOIN (VALUES ('main'), ('vm')) f(fork),
+    LATERAL generate_series(0, pg_relation_size(c.oid, f.fork) / 8192 - 1) b
+  WHERE c.relkind IN ('r', 'i', 't', 'm') AND c.relpersistence = 'p'
+    AND (page_header(get_raw_page(c.oid::regclass::text, f.fork, b::int))).lsn > :'base'"
 for ((r = 1; r <= ROUNDS; r++)); do
     psql_db -c "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE ((ctid::text::point)[0])::bigint % 100 = $((r % 100))"
-    CHANGED=$(psql_db -c "SELECT count(*) FROM generate_series(0, pg_relation_size('pgbench_accounts') / 8192 - 1) b WHERE (page_header(get_raw_page('pgbench_accounts', b::int))).lsn > '$BASE_LSN'")
+    CHANGED=$(psql_db -v base="$BASE_LSN" <<< "$CHANGED_SQL")
     BASE_LSN=$(psql_db -c "SELECT pg_current_wal_lsn()")
-    log "round $r: $CHANGED pages of pgbench_accounts changed"
+    log "round $r: $CHANGED pages changed (tables, indexes, visibility maps)"
     timed pagevault incr "$r" as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --type incr --compress lz4 --json
     timed pgbackrest incr "$r" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=incr backup
     timed pg17 incr "$r" as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/$r" -c fast \
