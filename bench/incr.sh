@@ -98,7 +98,7 @@ DB_BYTES=$(psql_db -c "SELECT pg_database_size('bench')")
 wait_archived() {
     psql_db -c "CHECKPOINT" -c "SELECT pg_switch_wal()" >/dev/null
     local t0=$SECONDS
-    while ls "$DATA/pg_wal/archive_status/" | grep -q '\.ready$'; do
+    while compgen -G "$DATA/pg_wal/archive_status/*.ready" >/dev/null; do
         [ $((SECONDS - t0)) -lt 1800 ] || die "the WAL archive did not catch up in 30 minutes"
         sleep 1
     done

@@ -50,6 +50,8 @@ enum Command {
     Expire(cmd::expire::ExpireArgs),
     /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
     Estimate(cmd::estimate::EstimateArgs),
+    /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
+    Merge(cmd::merge::MergeArgs),
     /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
     Sql(cmd::sql::SqlArgs),
     /// Find the fastest buffer count, transfer size, readers, stripes, codec and threads on a sample of a source.
@@ -90,6 +92,7 @@ fn main() -> ExitCode {
         Command::History(a) => cmd::history::run(a),
         Command::Expire(a) => cmd::expire::run(a),
         Command::Estimate(a) => cmd::estimate::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Sql(a) => cmd::sql::run(a),

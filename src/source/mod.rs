@@ -6,6 +6,7 @@ pub mod files;
 pub mod postgres;
 pub mod postgres_restore;
 pub mod sqlite;
+pub mod staged;
 
 use crate::engine::backup::ChunkFilter;
 use crate::engine::Abort;

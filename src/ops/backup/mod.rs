@@ -251,8 +251,19 @@ pub fn backup(
     progress: &Arc<Progress>,
     watch: &mut dyn Watch,
 ) -> Result<BackupReport> {
+    backup_of(o, None, progress, watch)
+}
+
+/// A backup of `source` when given (a merge's staged copy; `o.source` only names it),
+/// else of the source `o.source` names.
+pub fn backup_of(
+    o: &BackupOptions,
+    source: Option<Box<dyn Source>>,
+    progress: &Arc<Progress>,
+    watch: &mut dyn Watch,
+) -> Result<BackupReport> {
     let set_id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
-    let r = backup_set(o, set_id, progress, watch);
+    let r = backup_set(o, set_id, source, progress, watch);
     if let (Err(_), Some(repo)) = (&r, &o.repo) {
         // Failed stripes are removed by their devices; drop the then empty set folder.
         let _ = std::fs::remove_dir(Path::new(repo).join("sets").join(hex::encode(set_id)));
@@ -283,16 +294,9 @@ struct Dest {
     discard: bool,
 }
 
-fn backup_set(
-    o: &BackupOptions,
-    set_id: [u8; 16],
-    progress: &Arc<Progress>,
-    watch: &mut dyn Watch,
-) -> Result<BackupReport> {
-    let codec = CodecSpec::parse(&o.compress)?;
-    let set_hex = hex::encode(set_id);
-    let dest = destination(o, &set_hex)?;
-    let src = source::parse(
+/// The source `o.source` names.
+fn parse_source(o: &BackupOptions, dest: &Dest, set_hex: &str) -> Result<Box<dyn Source>> {
+    source::parse(
         &o.source,
         &source::Options {
             page_size: o.page_size as u32,
@@ -306,7 +310,23 @@ fn backup_set(
             archive_timeout: o.archive_timeout,
             base: dest.base.as_ref().map(|(_, b)| b.clone()),
         },
-    )?;
+    )
+}
+
+fn backup_set(
+    o: &BackupOptions,
+    set_id: [u8; 16],
+    given: Option<Box<dyn Source>>,
+    progress: &Arc<Progress>,
+    watch: &mut dyn Watch,
+) -> Result<BackupReport> {
+    let codec = CodecSpec::parse(&o.compress)?;
+    let set_hex = hex::encode(set_id);
+    let dest = destination(o, &set_hex)?;
+    let src = match given {
+        Some(s) => s,
+        None => parse_source(o, &dest, &set_hex)?,
+    };
     // The clock starts before the source is prepared: a snapshot copy or a
     // checkpoint is part of what the user waits for.
     let started = chrono::Utc::now();

@@ -51,6 +51,9 @@ pub struct RestoreOptions {
     pub tablespace_map: Vec<String>,
     /// Write an HTML page with the run's timeline here.
     pub report: Option<PathBuf>,
+    /// Only the set's files, for a merge to read back: no log chain check, recovery
+    /// settings, owner or sync.
+    pub stage_only: bool,
 }
 
 impl RestoreOptions {
@@ -166,7 +169,7 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
     // From the newest set's end: recovery starts there.
     let newest = sets.newest();
     let wal_check = match (&sets.repo, &newest.entry) {
-        (Some(repo), Some(entry)) if restorer.recovers() => {
+        (Some(repo), Some(entry)) if restorer.recovers() && !o.stage_only => {
             check_wal_chain(repo, entry, &newest.set.manifest.extra, o)?
         }
         _ => None,
@@ -210,12 +213,15 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     target::finish_entries(m, &place)?;
     phases.mark("links, modes, times");
     restorer.link(&o.to, owner)?;
-    // One syncfs makes every restored file durable before we say so.
-    target::sync_fs(&o.to);
-    phases.mark("sync to disk");
-    let notes = finish(o, &sets, restorer.as_ref(), wal_check.as_ref())?;
-    if let Some((uid, gid)) = owner {
-        target::chown_tree(&o.to, uid, gid)?;
+    let mut notes = vec![];
+    if !o.stage_only {
+        // One syncfs makes every restored file durable before we say so.
+        target::sync_fs(&o.to);
+        phases.mark("sync to disk");
+        notes = finish(o, &sets, restorer.as_ref(), wal_check.as_ref())?;
+        if let Some((uid, gid)) = owner {
+            target::chown_tree(&o.to, uid, gid)?;
+        }
     }
     fs::remove_file(&marker)?;
     let series = sampler.map(report::Sampler::finish);

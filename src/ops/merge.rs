@@ -1,0 +1,249 @@
+//! The merge use case (a synthetic full): the newest chain of a repository (or the chain
+//! ending at a chosen set), a full and the differentials and incrementals after it,
+//! becomes one new full set without touching the database. The chain is restored in
+//! one pass into a private scratch directory (every frame and file checked, no
+//! recovery settings), then backed up from there through the same pipeline as a full
+//! set that carries the newest set's facts (its LSNs, backup_label, tablespace_map);
+//! the scratch directory is removed whatever happens.
+
+use super::backup::{backup_of, BackupOptions, BackupReport, Watch};
+use super::restore::{restore, RestoreOptions};
+use super::verify::{ReadOptions, Show};
+use crate::engine::stats::Progress;
+use crate::format::manifest::{BackupType, EntryKind, Manifest};
+use crate::pg::facts::PgFacts;
+use crate::repo::chain::{self, Selector};
+use crate::repo::Repo;
+use crate::source::{self, staged::Staged, SourceFile};
+use crate::units::mb_per_sec;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Default)]
+pub struct MergeOptions {
+    pub repo: String,
+    /// The chain ending at this set (an id or its first characters; default: the newest).
+    pub set: Option<String>,
+    /// Where the chain is restored first (default: a private directory inside a
+    /// repository on disk; required for an object store).
+    pub scratch: Option<PathBuf>,
+    /// none, lz4, zstd or zstd:LEVEL (default: the full set's).
+    pub compress: Option<String>,
+    /// Threads of each pipeline (default: one per core).
+    pub threads: Option<u32>,
+}
+
+/// What `merge --json` prints.
+#[derive(Debug, Serialize)]
+pub struct MergeReport {
+    pub command: &'static str,
+    /// The new full set.
+    pub set_id: String,
+    /// The sets merged, oldest first.
+    pub merged: Vec<String>,
+    /// Stored bytes read from the chain's stripes.
+    pub read_bytes: u64,
+    /// Raw and stored bytes of the new set.
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub stage_seconds: f64,
+    pub backup_seconds: f64,
+    pub seconds: f64,
+    /// Raw bytes of the new set per second of the whole merge.
+    pub mb_per_sec: f64,
+    pub scratch: PathBuf,
+    pub backup: BackupReport,
+}
+
+/// Removes the scratch directory when the merge ends, in success or failure.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn merge(
+    o: &MergeOptions,
+    show: Show,
+    progress: &Arc<Progress>,
+    watch: &mut dyn Watch,
+) -> Result<MergeReport> {
+    let t0 = Instant::now();
+    let repo = Repo::open(&o.repo, false)?;
+    let catalog = repo.catalog()?;
+    let chain = chain::select(&catalog, &Selector::parse(o.set.as_deref(), None, None)?)?;
+    let (full, newest) = (chain.full(), chain.last());
+    if chain.links.len() < 2 {
+        bail!(
+            "set {} is a full set with nothing after it: a merge makes one full set of a full and the differentials and incrementals after it",
+            full.set_id
+        );
+    }
+    let m = super::set_manifest(&repo, newest)?;
+    let scratch = Scratch(make_scratch(o)?);
+    let data = scratch.0.join("data");
+    let tablespaces = tablespace_map(&m, &scratch.0)?;
+
+    let staged = restore(
+        &RestoreOptions {
+            read: ReadOptions {
+                repo: Some(o.repo.clone()),
+                set: Some(newest.set_id.clone()),
+                threads: o.threads.map(|t| t as usize),
+                ..ReadOptions::default()
+            },
+            to: data.clone(),
+            tablespace_map: tablespaces.clone(),
+            stage_only: true,
+            ..RestoreOptions::default()
+        },
+        show,
+    )
+    .context("merge: restoring the chain into the scratch directory")?;
+    let stage_seconds = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let src = staged_source(&m, &data, &tablespaces)?;
+    let names: Vec<String> = chain.links.iter().map(|l| l.set_id.clone()).collect();
+    let b = backup_of(
+        &BackupOptions {
+            source: m.source.location.clone(),
+            repo: Some(o.repo.clone()),
+            stripes: Some(full.stripes.len().max(1) as u32),
+            backup_type: BackupType::Full,
+            compress: o.compress.clone().unwrap_or_else(|| full.codec.clone()),
+            threads: o.threads,
+            page_size: m.page_size as u64,
+            name: Some(format!(
+                "merge of {} ({} sets, {} to {})",
+                short(&full.set_id),
+                names.len(),
+                short(&full.set_id),
+                short(&newest.set_id)
+            )),
+            ..BackupOptions::default()
+        },
+        Some(Box::new(src)),
+        progress,
+        watch,
+    )
+    .context("merge: writing the new full set")?;
+    let backup_seconds = t1.elapsed().as_secs_f64();
+    let seconds = t0.elapsed().as_secs_f64();
+    Ok(MergeReport {
+        command: "merge",
+        set_id: b.set_id.clone(),
+        merged: names,
+        read_bytes: staged.stored_bytes,
+        raw_bytes: b.raw_bytes,
+        stored_bytes: b.stored_bytes,
+        stage_seconds,
+        backup_seconds,
+        seconds,
+        mb_per_sec: mb_per_sec(b.raw_bytes, seconds),
+        scratch: scratch.0.clone(),
+        backup: b,
+    })
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+/// A new private (0700) directory: `--scratch`, or `.merge-PID-NANOS` in a repository
+/// on disk. An existing path is refused, never reused.
+fn make_scratch(o: &MergeOptions) -> Result<PathBuf> {
+    let dir = match &o.scratch {
+        Some(d) => d.clone(),
+        None if o.repo.contains("://") => bail!(
+            "a merge in an object-store repository needs --scratch DIR: a local directory with room for one restored copy of the cluster"
+        ),
+        None => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            Path::new(&o.repo).join(format!(".merge-{}-{nanos}", std::process::id()))
+        }
+    };
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| {
+            format!(
+                "cannot create the scratch directory '{}' (it must not exist yet)",
+                dir.display()
+            )
+        })?;
+    Ok(dir)
+}
+
+/// PostgreSQL: every tablespace of the set restored under `scratch/tblspc/OID`, never
+/// where the set says it lived. The OIDs come from the set: digits only.
+fn tablespace_map(m: &Manifest, scratch: &Path) -> Result<Vec<String>> {
+    let facts = PgFacts::from_extra(&m.extra).map_err(|e| anyhow!("set {}: {e}", m.set_id))?;
+    let Some(facts) = facts else {
+        return Ok(vec![]);
+    };
+    facts
+        .tablespaces()
+        .into_iter()
+        .map(|(oid, _)| {
+            if oid.is_empty() || !oid.bytes().all(|c| c.is_ascii_digit()) {
+                bail!(
+                    "set {}: tablespace OID '{oid}' in its tablespace_map is not a number",
+                    m.set_id
+                );
+            }
+            Ok(format!(
+                "{oid}={}",
+                scratch.join("tblspc").join(oid).display()
+            ))
+        })
+        .collect()
+}
+
+/// The newest set's entries, each read from where the staging restore put it.
+fn staged_source(m: &Manifest, data: &Path, tablespaces: &[String]) -> Result<Staged> {
+    let mut restorer = source::restorer(m.source.kind, tablespaces);
+    restorer.plan(&m.extra)?;
+    let mut entries = vec![];
+    for f in &m.files {
+        let abs = restorer.place(data, &f.path);
+        let meta = std::fs::symlink_metadata(&abs)
+            .with_context(|| format!("the staged copy has no '{}'", abs.display()))?;
+        if f.kind == EntryKind::File && meta.len() != f.size {
+            bail!(
+                "the staged '{}' holds {} bytes, its set says {}",
+                abs.display(),
+                meta.len(),
+                f.size
+            );
+        }
+        entries.push(SourceFile {
+            rel_path: f.path.clone(),
+            abs_path: abs,
+            kind: f.kind,
+            size: f.size,
+            mode: f.mode,
+            mtime: f.mtime,
+            dev: meta.dev(),
+            missing_ok: false,
+            link_target: f.link_target.clone(),
+        });
+    }
+    let facts = PgFacts::from_extra(&m.extra).map_err(|e| anyhow!("set {}: {e}", m.set_id))?;
+    Ok(Staged {
+        info: m.source.clone(),
+        page_size: m.page_size,
+        entries,
+        extra: m.extra.clone(),
+        page_check: facts.map(|f| (f.data_checksums, f.start_lsn)),
+    })
+}

@@ -1,0 +1,180 @@
+//! `pagevault merge` (issue 21, item 4), against a real PostgreSQL 15 archiving into the
+//! repository: a chain of a full, incrementals and a differential (with a TRUNCATE and
+//! a table created and dropped between them) becomes one full set that restores alone
+//! to the same rows, bases the next incremental, and leaves the old chain to expire; a
+//! chain with a missing stripe is refused and leaves nothing behind.
+
+mod common;
+
+use common::pg::{as_postgres, postgres_dir, push_cmd, restore_repo, Pg};
+use common::*;
+use serde_json::Value;
+
+fn backup(url: &str, repo: &str, ty: &str) -> Value {
+    json(&["backup", "--source", url, "--repo", repo, "--type", ty])
+}
+
+fn id(j: &Value) -> String {
+    j["set_id"].as_str().unwrap().to_string()
+}
+
+fn rows(pg: &Pg) -> String {
+    pg.sql(
+        "SELECT (SELECT count(*) || '/' || sum(abalance) FROM pgbench_accounts) || ' ' || \
+         (SELECT count(*) FROM pgbench_history) || ' ' || \
+         (SELECT count(*) FROM pg_class WHERE relname = 'gone')",
+    )
+}
+
+/// The ids of the chain a restore used, oldest first.
+fn chain_of(r: &Value) -> Vec<String> {
+    (r["chain"].as_array().unwrap().iter())
+        .map(|l| l["set_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn check_restored(target: &std::path::Path, want: &str) {
+    let mut r = Pg::adopt(target);
+    r.wait_promoted();
+    assert_eq!(rows(&r), want, "{}", r.log());
+    r.stop();
+    let bin = common::pg::bin_dir(15).join("pg_checksums");
+    let out = as_postgres(bin.to_str().unwrap(), &["--check", "-D", &s(target)]);
+    assert!(out.contains("Bad checksums:  0"), "{out}");
+    drop(r);
+    let _ = std::fs::remove_dir_all(target.parent().unwrap());
+}
+
+fn history(repo: &str) -> Vec<Value> {
+    json(&["history", "--repo", repo])["sets"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Names in the repository's top directory and in sets/.
+fn repo_listing(repo: &str) -> Vec<String> {
+    let root = std::path::Path::new(repo);
+    let mut names: Vec<String> = [root.to_path_buf(), root.join("sets")]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
+    let repo = s(&postgres_dir("repo").join("repo"));
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    pg.pgbench_init(5);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let mut ids = vec![id(&backup(&url, &repo, "full"))];
+    pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 3 WHERE aid % 50 = 0");
+    ids.push(id(&backup(&url, &repo, "incr")));
+    pg.sql("TRUNCATE pgbench_history");
+    pg.sql("CREATE TABLE gone(x int); INSERT INTO gone SELECT generate_series(1, 1000)");
+    ids.push(id(&backup(&url, &repo, "diff")));
+    pg.sql("DROP TABLE gone");
+    pg.sql("INSERT INTO pgbench_history(tid, bid, aid, delta) SELECT 1, 1, g, g FROM generate_series(1, 500) g");
+    pg.sql("UPDATE pgbench_accounts SET abalance = abalance - 1 WHERE aid % 70 = 0");
+    ids.push(id(&backup(&url, &repo, "incr")));
+    pg.switch_and_wait();
+    let want = rows(&pg);
+
+    let m = json(&["merge", "--repo", &repo]);
+    assert_eq!(m["command"], "merge");
+    let merged = id(&m);
+    let names: Vec<String> = (m["merged"].as_array().unwrap().iter())
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    // The differential replaced the first incremental in the chain.
+    assert_eq!(names, [&*ids[0], &*ids[2], &*ids[3]], "{m}");
+    assert!(m["read_bytes"].as_u64().unwrap() > 0, "{m}");
+    assert!(
+        !repo_listing(&repo).iter().any(|n| n.starts_with(".merge-")),
+        "the scratch directory is gone"
+    );
+    let h = history(&repo);
+    let rec = h.iter().find(|s| s["set_id"] == merged.as_str()).unwrap();
+    assert_eq!(rec["backup_type"], "full", "{rec}");
+    let last = h.iter().find(|s| s["set_id"] == ids[3].as_str()).unwrap();
+    assert_eq!(rec["stop_lsn"], last["stop_lsn"], "the chain's end: {rec}");
+    assert_eq!(rec["start_lsn"], last["start_lsn"], "{rec}");
+    let v = json(&["verify", "--repo", &repo, "--set", &merged]);
+    assert_eq!(v["valid"], true, "{v}");
+
+    // Restored alone (a chain of one), to the same rows.
+    let (target, r) = restore_repo(&repo, &[]);
+    assert_eq!(chain_of(&r), std::slice::from_ref(&merged), "{r}");
+    check_restored(&target, &want);
+
+    // The next incremental bases on the merged full.
+    pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid % 90 = 0");
+    let next = backup(&url, &repo, "incr");
+    assert_eq!(next["change_map"]["method"], "summaries", "{next}");
+    pg.switch_and_wait();
+    let want = rows(&pg);
+    let (target, r) = restore_repo(&repo, &[]);
+    assert_eq!(chain_of(&r), [merged.clone(), id(&next)], "{r}");
+    check_restored(&target, &want);
+
+    // The old chain is an older full's: expire keeping one full removes it.
+    let e = json(&["expire", "--repo", &repo, "--keep-full", "1"]);
+    let mut expired: Vec<String> = (e["expired"].as_array().unwrap().iter())
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    expired.sort();
+    let mut old = ids.clone();
+    old.sort();
+    assert_eq!(expired, old, "{e}");
+    let left: Vec<String> = history(&repo)
+        .iter()
+        .map(|s| s["set_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left, [merged, id(&next)]);
+}
+
+#[test]
+fn a_chain_missing_a_stripe_is_refused_and_leaves_nothing() {
+    let repo = s(&postgres_dir("repo").join("repo"));
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    pg.pgbench_init(2);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let full = id(&backup(&url, &repo, "full"));
+    // A full alone: nothing to merge.
+    let e = fails(&["merge", "--repo", &repo], 1);
+    assert!(e.contains("nothing after it"), "{e}");
+    pg.sql("UPDATE pgbench_accounts SET abalance = 1 WHERE aid % 10 = 0");
+    let incr = id(&backup(&url, &repo, "incr"));
+    pg.switch_and_wait();
+    // An existing --scratch is never reused.
+    let taken = postgres_dir("taken");
+    let e = fails(&["merge", "--repo", &repo, "--scratch", &s(&taken)], 1);
+    assert!(e.contains("must not exist yet"), "{e}");
+    assert!(taken.exists());
+
+    let dir = std::path::Path::new(&repo).join("sets").join(&incr);
+    for f in std::fs::read_dir(&dir).unwrap().flatten() {
+        std::fs::remove_file(f.path()).unwrap();
+    }
+    let before = repo_listing(&repo);
+    let e = fails(&["merge", "--repo", &repo], 1);
+    assert!(e.contains(&incr), "the missing link is named: {e}");
+    assert_eq!(repo_listing(&repo), before, "no scratch, no new set left");
+    let mut ids: Vec<String> = std::fs::read_dir(std::path::Path::new(&repo).join("catalog"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .trim_end_matches(".json")
+                .to_string()
+        })
+        .collect();
+    ids.sort();
+    let mut want = [full, incr];
+    want.sort();
+    assert_eq!(ids, want, "no new record");
+}
