@@ -78,24 +78,24 @@ fn main() -> ExitCode {
     // them in per-thread arenas and let RSS drift past the buffer pool.
     pagevault::sys::set_mmap_threshold(1 << 20);
     let cli = Cli::parse();
-    device::object::set_options(device::object::StoreOptions {
+    let store = device::object::StoreOptions {
         s3_endpoint: cli.s3_endpoint.clone(),
-    });
+    };
     let result = match cli.command {
-        Command::Backup(a) => cmd::backup::run(a),
-        Command::Restore(a) => cmd::restore::run_restore(a),
-        Command::Verify(a) => cmd::restore::run_verify(a),
-        Command::Header(a) => cmd::info::run_header(a),
-        Command::Files(a) => cmd::info::run_files(a),
-        Command::ArchivePush(a) => cmd::archive::run_push(a),
-        Command::ArchiveGet(a) => cmd::archive::run_get(a),
-        Command::History(a) => cmd::history::run(a),
-        Command::Expire(a) => cmd::expire::run(a),
-        Command::Estimate(a) => cmd::estimate::run(a),
-        Command::Merge(a) => cmd::merge::run(a),
+        Command::Backup(a) => cmd::backup::run(a, &store),
+        Command::Restore(a) => cmd::restore::run_restore(a, &store),
+        Command::Verify(a) => cmd::restore::run_verify(a, &store),
+        Command::Header(a) => cmd::info::run_header(a, &store),
+        Command::Files(a) => cmd::info::run_files(a, &store),
+        Command::ArchivePush(a) => cmd::archive::run_push(a, &store),
+        Command::ArchiveGet(a) => cmd::archive::run_get(a, &store),
+        Command::History(a) => cmd::history::run(a, &store),
+        Command::Expire(a) => cmd::expire::run(a, &store),
+        Command::Estimate(a) => cmd::estimate::run(a, &store),
+        Command::Merge(a) => cmd::merge::run(a, &store),
         Command::Bench(a) => cmd::bench::run(a),
-        Command::Tune(a) => cmd::tune::run(a),
-        Command::Sql(a) => cmd::sql::run(a),
+        Command::Tune(a) => cmd::tune::run(a, &store),
+        Command::Sql(a) => cmd::sql::run(a, &store),
         Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
     };
     match result {

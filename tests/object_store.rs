@@ -288,7 +288,7 @@ fn postgres_chain_through_an_s3_repository_striped_over_three_objects() {
     assert_eq!(sets_objs.len(), 1, "{sets_objs:?}");
     // Block summaries: one beside each kept segment, read back with a ranged GET of the
     // segment's header; the expired segments' went with them.
-    let r = pagevault::repo::Repo::open(&repo, false).unwrap();
+    let r = pagevault::repo::Repo::open(&repo, false, &Default::default()).unwrap();
     let segs = pagevault::repo::wal::list(&r, 1).unwrap();
     assert!(!segs.is_empty());
     for n in &segs {

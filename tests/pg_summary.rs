@@ -239,7 +239,7 @@ fn summaries_hold_what_postgres_17_summarizes() {
     let (s_from, s_to) = (servers[0].1, servers.last().unwrap().2);
 
     // Every archived segment of the range, decoded with the carry chained, as events.
-    let repo = Repo::open(repo_dir.to_str().unwrap(), false).unwrap();
+    let repo = Repo::open(repo_dir.to_str().unwrap(), false, &Default::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let mut events = Events {
         lsn: 0,
@@ -512,7 +512,7 @@ fn summaries_of_postgres_15_and_18() {
             .unwrap();
         let end = lsn_now(&pg);
         pg.switch_and_wait();
-        let repo = Repo::open(repo_dir.to_str().unwrap(), false).unwrap();
+        let repo = Repo::open(repo_dir.to_str().unwrap(), false, &Default::default()).unwrap();
         let map = summary::block_map(&repo, 1, start, end, SEG).unwrap();
         assert!(map.complete(), "PostgreSQL {major}: {:?}", map.gaps);
         let f = |rel| RelFile {

@@ -14,6 +14,7 @@
 //! that cannot be read, exits 126: PostgreSQL treats a status above 125 as fatal and
 //! stops recovery with an error, instead of ending it early and promoting.
 
+use crate::device::object::StoreOptions;
 use crate::ops::archive;
 use crate::repo::wal;
 use crate::units::human;
@@ -41,10 +42,11 @@ pub struct GetArgs {
     pub repo: String,
 }
 
-pub fn run_push(a: PushArgs) -> Result<()> {
+pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
     let p = archive::push(&archive::PushOptions {
         path: a.path,
         repo: a.repo,
+        store: store.clone(),
     })?;
     match p.outcome {
         wal::Outcome::Archived => println!(
@@ -72,11 +74,12 @@ pub fn run_push(a: PushArgs) -> Result<()> {
 /// archive-get's status for a file that is there but cannot be used: above 125.
 pub const GET_FATAL: u8 = 126;
 
-pub fn run_get(a: GetArgs) -> Result<()> {
+pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
     let fetched = archive::get(&archive::GetOptions {
         name: a.name.clone(),
         dest: a.dest,
         repo: a.repo,
+        store: store.clone(),
     });
     match fetched {
         Ok(_) => Ok(()),

@@ -3,6 +3,7 @@
 
 use super::PrintWaits;
 use super::{print_json, Reporter};
+use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
 use crate::format::manifest::BackupType;
 use crate::ops::backup::ChangeMap;
@@ -137,6 +138,7 @@ impl BackupArgs {
             direct_io: self.direct_io.on(),
             spool: self.spool.clone(),
             report: self.report.clone(),
+            store: StoreOptions::default(),
         }
     }
 
@@ -151,10 +153,14 @@ impl BackupArgs {
     }
 }
 
-pub fn run(a: BackupArgs) -> Result<()> {
+pub fn run(a: BackupArgs, store: &StoreOptions) -> Result<()> {
     let show = a.show();
     let progress = Arc::new(Progress::default());
-    let r = ops::backup(&a.options(), &progress, &mut show.watch(&progress))?;
+    let o = BackupOptions {
+        store: store.clone(),
+        ..a.options()
+    };
+    let r = ops::backup(&o, &progress, &mut show.watch(&progress))?;
     show.print(&r)
 }
 

@@ -2,6 +2,7 @@
 //! the block summaries alone (see ops::estimate).
 
 use super::printed_json;
+use crate::device::object::StoreOptions;
 use crate::ops::estimate::{estimate, EstimateOptions, Since};
 use anyhow::Result;
 use clap::Args;
@@ -19,8 +20,11 @@ pub struct EstimateArgs {
     pub json: bool,
 }
 
-pub fn run(a: EstimateArgs) -> Result<()> {
-    let r = estimate(&EstimateOptions { repo: a.repo })?;
+pub fn run(a: EstimateArgs, store: &StoreOptions) -> Result<()> {
+    let r = estimate(&EstimateOptions {
+        repo: a.repo,
+        store: store.clone(),
+    })?;
     if printed_json(&r, a.json) {
         return Ok(());
     }

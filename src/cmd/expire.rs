@@ -1,6 +1,7 @@
 //! `pagevault expire`: retention (see ops::expire).
 
 use super::print_json;
+use crate::device::object::StoreOptions;
 use crate::ops::expire::{expire, ExpireOptions};
 use crate::units::human;
 use anyhow::Result;
@@ -25,11 +26,12 @@ pub struct ExpireArgs {
     pub json: bool,
 }
 
-pub fn run(a: ExpireArgs) -> Result<()> {
+pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
     let r = expire(&ExpireOptions {
         repo: a.repo,
         keep_full: a.keep_full,
         dry_run: a.dry_run,
+        store: store.clone(),
     })?;
     if a.json {
         print_json(&serde_json::to_value(&r)?);

@@ -1,6 +1,7 @@
 //! `pagevault history`: the sets a repository holds, oldest first.
 
 use super::print_json;
+use crate::device::object::StoreOptions;
 use crate::repo::Repo;
 use crate::units::human;
 use anyhow::Result;
@@ -17,8 +18,8 @@ pub struct HistoryArgs {
     pub json: bool,
 }
 
-pub fn run(a: HistoryArgs) -> Result<()> {
-    let repo = Repo::open(&a.repo, false)?;
+pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
+    let repo = Repo::open(&a.repo, false, store)?;
     let sets = repo.catalog()?;
     if a.json {
         print_json(&json!({ "sets": sets }));

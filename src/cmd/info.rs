@@ -1,6 +1,7 @@
 //! `pagevault header` (RESTORE HEADERONLY) and `pagevault files` (FILELISTONLY).
 
 use super::print_json;
+use crate::device::object::StoreOptions;
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::ContentHash;
 use crate::pg::{facts::PgFacts, format_lsn};
@@ -27,11 +28,11 @@ pub struct InfoArgs {
 }
 
 /// The stripes named, or those of the chosen set of --repo.
-fn stripes_of(a: &InfoArgs) -> Result<Vec<String>> {
+fn stripes_of(a: &InfoArgs, store: &StoreOptions) -> Result<Vec<String>> {
     let Some(r) = &a.repo else {
         return Ok(a.from.clone());
     };
-    let repo = crate::repo::Repo::open(r, false)?;
+    let repo = crate::repo::Repo::open(r, false, store)?;
     let catalog = repo.catalog()?;
     let entry = match &a.set {
         Some(id) => catalog.iter().find(|c| c.set_id.starts_with(id.as_str())),
@@ -45,8 +46,8 @@ fn stripes_of(a: &InfoArgs) -> Result<Vec<String>> {
     Ok(entry.stripes.iter().map(|s| repo.stripe_path(s)).collect())
 }
 
-pub fn run_header(a: InfoArgs) -> Result<()> {
-    print_header(&set::describe(&stripes_of(&a)?)?, a.json)
+pub fn run_header(a: InfoArgs, store: &StoreOptions) -> Result<()> {
+    print_header(&set::describe(&stripes_of(&a, store)?, store)?, a.json)
 }
 
 /// A set's header: one row per fact, or its manifest without the file list as JSON.
@@ -128,8 +129,8 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn run_files(a: InfoArgs) -> Result<()> {
-    print_files(&set::describe(&stripes_of(&a)?)?, a.json)
+pub fn run_files(a: InfoArgs, store: &StoreOptions) -> Result<()> {
+    print_files(&set::describe(&stripes_of(&a, store)?, store)?, a.json)
 }
 
 /// A set's files: path, kind, size, pages and checksum (or link target).

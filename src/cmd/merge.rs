@@ -4,6 +4,7 @@ use super::backup::Show;
 use super::printed_json;
 use super::restore::shower;
 use super::waits::PrintWaits;
+use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
 use crate::ops::merge::{merge, MergeOptions};
 use crate::units::human;
@@ -42,7 +43,7 @@ pub struct MergeArgs {
     pub json: bool,
 }
 
-pub fn run(a: MergeArgs) -> Result<()> {
+pub fn run(a: MergeArgs, store: &StoreOptions) -> Result<()> {
     let show = Show {
         stats: a.stats,
         json: a.json,
@@ -56,6 +57,7 @@ pub fn run(a: MergeArgs) -> Result<()> {
             scratch: a.scratch,
             compress: a.compress,
             threads: a.threads,
+            store: store.clone(),
         },
         &shower(a.stats, a.json),
         &progress,

@@ -3,6 +3,7 @@
 
 use super::PrintWaits;
 use super::Reporter;
+use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
 use crate::ops::restore::{self, RestoreOptions, RestoreReport};
 use crate::ops::verify::{self, ReadOptions, VerifyOptions, VerifyReport};
@@ -44,6 +45,7 @@ impl ReadArgs {
             set: self.set.clone(),
             threads: self.threads.map(|t| t as usize),
             buffer_count: self.buffer_count.map(|b| b as usize),
+            store: StoreOptions::default(),
         }
     }
 }
@@ -123,8 +125,10 @@ pub fn shower(
     move |progress, verb| Box::new(Reporter::start(progress, stats, json, verb))
 }
 
-pub fn run_restore(a: RestoreArgs) -> Result<()> {
-    let r = restore::restore(&a.options(), &shower(a.read.stats, a.read.json))?;
+pub fn run_restore(a: RestoreArgs, store: &StoreOptions) -> Result<()> {
+    let mut o = a.options();
+    o.read.store = store.clone();
+    let r = restore::restore(&o, &shower(a.read.stats, a.read.json))?;
     print_restore(&r, a.read.json);
     Ok(())
 }
@@ -171,9 +175,12 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
     }
 }
 
-pub fn run_verify(a: VerifyArgs) -> Result<()> {
+pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
     let o = VerifyOptions {
-        read: a.read.options(),
+        read: ReadOptions {
+            store: store.clone(),
+            ..a.read.options()
+        },
     };
     let r = verify::verify(&o, &shower(a.read.stats, a.read.json))?;
     print_verify(&r, a.read.json);

@@ -4,6 +4,7 @@
 
 use super::backup::Show;
 use super::{info, restore};
+use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
 use crate::ops::backup::{self as ops, BackupOptions, BLOCK_SIZE, TRANSFER_SIZE};
 use crate::ops::verify::{verify, ReadOptions, VerifyOptions};
@@ -199,7 +200,7 @@ fn num(name: &str, v: &Option<Tok>) -> Result<u64> {
     }
 }
 
-fn run_backup(p: &mut P, a: &SqlArgs) -> Result<()> {
+fn run_backup(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
     if p.word("LOG") {
         bail!("BACKUP LOG: log backups are continuous WAL archiving here; set archive_command = 'pagevault archive-push %p --repo DIR' (every archived segment is a log backup)");
     }
@@ -221,6 +222,7 @@ fn run_backup(p: &mut P, a: &SqlArgs) -> Result<()> {
         source,
         to,
         repo: if nul { None } else { a.repo.clone() },
+        store: store.clone(),
         ..BackupOptions::default()
     };
     let mut show = Show::default();
@@ -279,7 +281,7 @@ fn sized(name: &str, v: &Option<Tok>, rule: &ops::SizeRule) -> Result<u64> {
     Ok(n)
 }
 
-fn run_restore(p: &mut P) -> Result<()> {
+fn run_restore(p: &mut P, store: &StoreOptions) -> Result<()> {
     let kind = match p.next() {
         Some(Tok::Word(w))
             if ["VERIFYONLY", "HEADERONLY", "FILELISTONLY"].contains(&w.as_str()) =>
@@ -302,6 +304,7 @@ fn run_restore(p: &mut P) -> Result<()> {
             let o = VerifyOptions {
                 read: ReadOptions {
                     from,
+                    store: store.clone(),
                     ..ReadOptions::default()
                 },
             };
@@ -309,12 +312,12 @@ fn run_restore(p: &mut P) -> Result<()> {
             restore::print_verify(&r, false);
             Ok(())
         }
-        "HEADERONLY" => info::print_header(&set::describe(&from)?, false),
-        _ => info::print_files(&set::describe(&from)?, false),
+        "HEADERONLY" => info::print_header(&set::describe(&from, store)?, false),
+        _ => info::print_files(&set::describe(&from, store)?, false),
     }
 }
 
-pub fn run(a: SqlArgs) -> Result<()> {
+pub fn run(a: SqlArgs, store: &StoreOptions) -> Result<()> {
     let text = a
         .statements
         .join(" ")
@@ -332,8 +335,8 @@ pub fn run(a: SqlArgs) -> Result<()> {
     for st in statements {
         let mut p = P { toks: st, at: 0 };
         let r = match p.next() {
-            Some(Tok::Word(w)) if w == "BACKUP" => run_backup(&mut p, &a),
-            Some(Tok::Word(w)) if w == "RESTORE" => run_restore(&mut p),
+            Some(Tok::Word(w)) if w == "BACKUP" => run_backup(&mut p, &a, store),
+            Some(Tok::Word(w)) if w == "RESTORE" => run_restore(&mut p, store),
             _ => Err(anyhow!("only BACKUP and RESTORE statements are understood")),
         };
         r?;

@@ -2,6 +2,7 @@
 //! table of the points.
 
 use super::printed_json;
+use crate::device::object::StoreOptions;
 use crate::ops::tune::{human_flag, Measured, Point, TuneOptions, TuneReport, TuneWatch};
 use crate::units::{human, parse_size};
 use anyhow::Result;
@@ -76,7 +77,7 @@ impl TuneWatch for Show {
     }
 }
 
-pub fn run(a: TuneArgs) -> Result<()> {
+pub fn run(a: TuneArgs, store: &StoreOptions) -> Result<()> {
     let o = TuneOptions {
         source: a.source,
         to: a.to,
@@ -91,6 +92,7 @@ pub fn run(a: TuneArgs) -> Result<()> {
             .collect(),
         cold: a.cold,
         pgdata: a.pgdata,
+        store: store.clone(),
     };
     if a.json {
         printed_json(&crate::ops::tune::tune(&o, &mut ())?, true);

@@ -56,11 +56,11 @@ pub trait StripeSource: Send + Sync {
 
 /// Parses a DEVICE argument: `NUL`, `nul:`, `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB`,
 /// or a file path.
-pub fn parse(spec: &str) -> Result<Box<dyn Device>> {
+pub fn parse(spec: &str, o: &object::StoreOptions) -> Result<Box<dyn Device>> {
     if spec.eq_ignore_ascii_case("nul") || spec.eq_ignore_ascii_case("nul:") {
         return Ok(Box::new(nul::Nul));
     }
-    if let Some(loc) = object::parse(spec)? {
+    if let Some(loc) = object::parse(spec, o)? {
         return Ok(Box::new(object::ObjectDevice::new(loc)));
     }
     if let Some((scheme, _)) = spec.split_once("://") {

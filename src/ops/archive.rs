@@ -10,6 +10,8 @@ pub struct PushOptions {
     /// The file to archive (`%p`).
     pub path: PathBuf,
     pub repo: String,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -19,11 +21,13 @@ pub struct GetOptions {
     /// Where it goes (`%p`).
     pub dest: PathBuf,
     pub repo: String,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 /// Archives one file: durable in the repository when this returns Ok.
 pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
-    let repo = Repo::open(&o.repo, true)?;
+    let repo = Repo::open(&o.repo, true, &o.store)?;
     wal::push(&repo, &o.path)
 }
 
@@ -31,6 +35,6 @@ pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
 /// `wal::NotArchived` (downcast) means the archive does not hold it; any other error
 /// means it is there but cannot be used, or the archive cannot be read.
 pub fn get(o: &GetOptions) -> Result<u64> {
-    let repo = Repo::open(&o.repo, false)?;
+    let repo = Repo::open(&o.repo, false, &o.store)?;
     wal::fetch(&repo, &o.name, &o.dest)
 }

@@ -18,6 +18,8 @@ const GAPS_SHOWN: usize = 5;
 #[derive(Debug, Clone, Default)]
 pub struct EstimateOptions {
     pub repo: String,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 /// What `--json` prints.
@@ -61,7 +63,7 @@ pub struct DbChange {
 }
 
 pub fn estimate(o: &EstimateOptions) -> Result<EstimateReport> {
-    let repo = Repo::open(&o.repo, false)?;
+    let repo = Repo::open(&o.repo, false, &o.store)?;
     let catalog: Vec<CatalogEntry> = repo
         .catalog()?
         .into_iter()

@@ -17,6 +17,8 @@ pub struct ExpireOptions {
     pub repo: String,
     pub keep_full: u32,
     pub dry_run: bool,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 /// What it did (or, with `dry_run`, would do); `--json` prints this.
@@ -108,7 +110,7 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
     if o.keep_full == 0 {
         bail!("--keep-full must be 1 or more: expire never removes the last full backup");
     }
-    let repo = Repo::open(&o.repo, false)?;
+    let repo = Repo::open(&o.repo, false, &o.store)?;
     let sets = repo.catalog()?;
     let p = plan(&sets, o.keep_full as usize);
     let expired_sets: Vec<CatalogEntry> = p

@@ -35,6 +35,8 @@ pub struct MergeOptions {
     pub compress: Option<String>,
     /// Threads of each pipeline (default: one per core).
     pub threads: Option<u32>,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 /// What `merge --json` prints.
@@ -75,7 +77,7 @@ pub fn merge(
     watch: &mut dyn Watch,
 ) -> Result<MergeReport> {
     let t0 = Instant::now();
-    let repo = Repo::open(&o.repo, false)?;
+    let repo = Repo::open(&o.repo, false, &o.store)?;
     let catalog = repo.catalog()?;
     let chain = chain::select(&catalog, &Selector::parse(o.set.as_deref(), None, None)?)?;
     let (full, newest) = (chain.full(), chain.last());
@@ -96,6 +98,7 @@ pub fn merge(
                 repo: Some(o.repo.clone()),
                 set: Some(newest.set_id.clone()),
                 threads: o.threads.map(|t| t as usize),
+                store: o.store.clone(),
                 ..ReadOptions::default()
             },
             to: data.clone(),
@@ -120,6 +123,7 @@ pub fn merge(
             compress: o.compress.clone().unwrap_or_else(|| full.codec.clone()),
             threads: o.threads,
             page_size: m.page_size as u64,
+            store: o.store.clone(),
             name: Some(format!(
                 "merge of {} ({} sets, {} to {})",
                 short(&full.set_id),

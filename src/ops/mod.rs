@@ -23,6 +23,6 @@ pub(crate) fn set_manifest(
         .stripes
         .first()
         .ok_or_else(|| anyhow::anyhow!("set {} records no stripe", set.set_id))?;
-    crate::set::read::open_any(&repo.stripe_path(first))
+    crate::set::read::open_any(&repo.stripe_path(first), repo.options())
         .with_context(|| format!("cannot read set {}", set.set_id))
 }

@@ -33,6 +33,8 @@ pub struct TuneOptions {
     /// Drop the sample from the page cache before every trial.
     pub cold: bool,
     pub pgdata: Option<PathBuf>,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 impl Default for TuneOptions {
@@ -46,6 +48,7 @@ impl Default for TuneOptions {
             codecs: vec!["none".into(), "lz4".into()],
             cold: false,
             pgdata: None,
+            store: Default::default(),
         }
     }
 }
@@ -206,15 +209,19 @@ fn drop_cache(plan: &[ReadFile]) {
 }
 
 /// Where trial stripes go.
-fn trial_devices(to: &str, n: usize) -> Result<Vec<Box<dyn device::Device>>> {
+fn trial_devices(
+    to: &str,
+    n: usize,
+    o: &crate::device::object::StoreOptions,
+) -> Result<Vec<Box<dyn device::Device>>> {
     if to.eq_ignore_ascii_case("nul") || to.eq_ignore_ascii_case("nul:") {
-        return (0..n).map(|_| device::parse("NUL")).collect();
+        return (0..n).map(|_| device::parse("NUL", o)).collect();
     }
     let pid = std::process::id();
     if to.contains("://") {
         let base = to.trim_end_matches('/');
         return (0..n)
-            .map(|i| device::parse(&format!("{base}/pagevault-tune-{pid}-{i}.pv")))
+            .map(|i| device::parse(&format!("{base}/pagevault-tune-{pid}-{i}.pv"), o))
             .collect();
     }
     if !Path::new(to).is_dir() {
@@ -227,6 +234,7 @@ fn trial_devices(to: &str, n: usize) -> Result<Vec<Box<dyn device::Device>>> {
                     .join(format!("pagevault-tune-{pid}-{i}.pv"))
                     .display()
                     .to_string(),
+                o,
             )
         })
         .collect()
@@ -238,6 +246,7 @@ struct Trial<'a> {
     filter: Option<&'a dyn backup::ChunkFilter>,
     page_size: usize,
     to: &'a str,
+    store: &'a crate::device::object::StoreOptions,
     cold: bool,
 }
 
@@ -275,7 +284,7 @@ impl Trial<'_> {
         if self.cold {
             drop_cache(self.plan);
         }
-        let devices = trial_devices(self.to, p.stripes)?;
+        let devices = trial_devices(self.to, p.stripes, self.store)?;
         let raw: u64 = self.plan.iter().map(|f| f.size).sum();
         let hint = CreateHint {
             expected_bytes: raw / p.stripes as u64,
@@ -358,6 +367,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             filter: filter.as_deref(),
             page_size: src.page_size() as usize,
             to: &o.to,
+            store: &o.store,
             cold: o.cold,
         };
         let (grid, default) = grid_and_defaults(&o.codecs);

@@ -37,6 +37,8 @@ pub struct ReadOptions {
     pub threads: Option<usize>,
     /// Buffers in the pool (default: 4 per stripe + 2 per thread).
     pub buffer_count: Option<usize>,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -76,7 +78,7 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         }
         None => o.read.from.clone(),
     };
-    let set = set::open(&from)?;
+    let set = set::open(&from, &o.read.store)?;
     let m = &set.manifest;
     let params = engine_params(&o.read, &set);
     let ids = regular_files(m);
@@ -164,7 +166,7 @@ pub(crate) fn open_repo(o: &ReadOptions) -> Result<Option<(Repo, Vec<CatalogEntr
     if !o.from.is_empty() {
         bail!("name either --from stripes or --repo, not both");
     }
-    let repo = Repo::open(r, false)?;
+    let repo = Repo::open(r, false, &o.store)?;
     let catalog = repo.catalog()?;
     Ok(Some((repo, catalog)))
 }

@@ -20,7 +20,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::device::object::Location;
+use crate::device::object::{Location, StoreOptions};
 pub use store::{create_dir, inherit_owner};
 use store::{DirStore, ObjectStore, Store};
 
@@ -62,6 +62,8 @@ pub struct CatalogEntry {
 
 pub struct Repo {
     store: Box<dyn Store>,
+    /// The object-store options it was opened with: stripes outside it open with them.
+    options: StoreOptions,
 }
 
 /// Writes `bytes` to `path` so that it is either absent or complete and durable.
@@ -85,9 +87,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 impl Repo {
     /// Opens a repository, creating it when `create` and it does not exist yet.
-    pub fn open(spec: &str, create: bool) -> Result<Repo> {
-        if let Some(loc) = crate::device::object::parse(spec)? {
-            return Self::open_object(loc, create);
+    pub fn open(spec: &str, create: bool, options: &StoreOptions) -> Result<Repo> {
+        if let Some(loc) = crate::device::object::parse(spec, options)? {
+            return Self::open_object(loc, create, options);
         }
         if let Some((scheme, _)) = spec.split_once("://") {
             bail!("repository '{spec}': the {scheme}:// scheme is not supported; use a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX");
@@ -119,10 +121,11 @@ impl Repo {
         }
         Ok(Repo {
             store: Box::new(DirStore::new(root)),
+            options: options.clone(),
         })
     }
 
-    fn open_object(loc: Location, create: bool) -> Result<Repo> {
+    fn open_object(loc: Location, create: bool, options: &StoreOptions) -> Result<Repo> {
         let marker = loc.join(MARKER);
         if !marker.exists()? {
             if !create {
@@ -141,7 +144,13 @@ impl Repo {
         }
         Ok(Repo {
             store: Box::new(ObjectStore::new(loc)),
+            options: options.clone(),
         })
+    }
+
+    /// The object-store options it was opened with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
     }
 
     /// Where the repository's files live.
@@ -222,7 +231,7 @@ impl Repo {
             let spec = self.stripe_path(s);
             // Stripes written elsewhere (--to) are the user's to manage.
             if self.relative(&spec) != spec {
-                crate::device::parse(&spec)?.remove()?;
+                crate::device::parse(&spec, &self.options)?.remove()?;
             }
         }
         self.store.remove_empty_dir(&format!("sets/{}", e.set_id));

@@ -323,7 +323,12 @@ mod tests {
     /// and holds segments 5..=8. A set on timeline 1 ended at 0/2000100.
     fn archive() -> (tempfile::TempDir, Repo) {
         let d = tempfile::tempdir().unwrap();
-        let r = Repo::open(d.path().join("r").to_str().unwrap(), true).unwrap();
+        let r = Repo::open(
+            d.path().join("r").to_str().unwrap(),
+            true,
+            &Default::default(),
+        )
+        .unwrap();
         for s in 2..=6 {
             push_segment(&r, d.path(), 1, s);
         }

@@ -1,6 +1,7 @@
 //! Reading a backup set from its stripes: headers, tails, manifests, and the
 //! checks that every stripe is present, finished and of the same set.
 
+use crate::device::object::StoreOptions;
 use crate::device::{self, StripeSource};
 use crate::engine::restore::StripeIn;
 use crate::format::manifest::Manifest;
@@ -22,8 +23,8 @@ struct Opened {
     manifest: Manifest,
 }
 
-fn open_one(spec: &str) -> Result<Opened> {
-    let dev = device::parse(spec)?;
+fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
+    let dev = device::parse(spec, o)?;
     let source = dev.open()?;
     let name = dev.describe();
     let len = source.len();
@@ -106,13 +107,13 @@ fn open_one(spec: &str) -> Result<Opened> {
 }
 
 /// Opens every stripe named and checks they make one complete set.
-pub fn open(specs: &[String]) -> Result<OpenSet> {
+pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
     if specs.is_empty() {
         bail!("name the stripes of the set with --from (one per stripe)");
     }
     let mut opened = specs
         .iter()
-        .map(|s| open_one(s))
+        .map(|s| open_one(s, o))
         .collect::<Result<Vec<_>>>()?;
     let first = &opened[0];
     let set_id = first.header.set_id;
@@ -204,18 +205,18 @@ impl OpenSet {
 }
 
 /// The manifest of one stripe, without the rest of its set.
-pub fn open_any(spec: &str) -> Result<Manifest> {
-    Ok(open_one(spec)?.manifest)
+pub fn open_any(spec: &str, o: &StoreOptions) -> Result<Manifest> {
+    Ok(open_one(spec, o)?.manifest)
 }
 
 /// The manifest of the set the stripes name; one stripe alone describes its set
 /// without demanding the others.
-pub fn describe(specs: &[String]) -> Result<Manifest> {
+pub fn describe(specs: &[String], o: &StoreOptions) -> Result<Manifest> {
     if specs.len() == 1 {
-        if let Ok(s) = open(specs) {
+        if let Ok(s) = open(specs, o) {
             return Ok(s.manifest);
         }
-        return open_any(&specs[0]);
+        return open_any(&specs[0], o);
     }
-    Ok(open(specs)?.manifest)
+    Ok(open(specs, o)?.manifest)
 }

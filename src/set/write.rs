@@ -1,6 +1,7 @@
 //! Writing a set's stripes: one sink per device, a media header each, and then all
 //! of them committed or none left behind.
 
+use crate::device::object::StoreOptions;
 use crate::device::{self, CreateHint, Device, StripeSink};
 use crate::engine::backup::StripeResult;
 use crate::format::media::{trailer, MediaHeader};
@@ -9,10 +10,10 @@ use serde::Serialize;
 
 /// The devices of a set from their specs. NUL is alone or not at all: a set is
 /// either discarded or kept whole.
-pub fn devices(specs: &[String]) -> Result<Vec<Box<dyn Device>>> {
+pub fn devices(specs: &[String], o: &StoreOptions) -> Result<Vec<Box<dyn Device>>> {
     let devices = specs
         .iter()
-        .map(|d| device::parse(d))
+        .map(|d| device::parse(d, o))
         .collect::<Result<Vec<_>>>()?;
     let discard = devices.iter().filter(|d| d.is_discard()).count();
     if discard > 0 && discard < devices.len() {
@@ -193,7 +194,7 @@ mod tests {
             spec(&dir.path().join("a.pv")),
             spec(&dir.path().join("b.pv")),
         ];
-        let devs = devices(&specs).unwrap();
+        let devs = devices(&specs, &StoreOptions::default()).unwrap();
         assert!(!is_discard(&devs));
         let s = started(&devs);
         assert_eq!(names(dir.path()), ["a.pv.partial", "b.pv.partial"]);
@@ -214,9 +215,9 @@ mod tests {
         let a = dir.path().join("a.pv");
         let c = dir.path().join("c.pv");
         let devs: Vec<Box<dyn Device>> = vec![
-            device::parse(&spec(&a)).unwrap(),
+            device::parse(&spec(&a), &StoreOptions::default()).unwrap(),
             Box::new(Failing),
-            device::parse(&spec(&c)).unwrap(),
+            device::parse(&spec(&c), &StoreOptions::default()).unwrap(),
         ];
         let s = started(&devs);
         let e = commit(&devs, s, b"{}", 4096).unwrap_err();
@@ -231,19 +232,22 @@ mod tests {
             spec(&dir.path().join("a.pv")),
             spec(&dir.path().join("missing").join("b.pv")),
         ];
-        let devs = devices(&specs).unwrap();
+        let devs = devices(&specs, &StoreOptions::default()).unwrap();
         assert!(create(&devs, &CreateHint::default()).is_err());
         assert!(names(dir.path()).is_empty());
     }
 
     #[test]
     fn nul_alone_is_committed_and_never_striped_with_files() {
-        let devs = devices(&["NUL".into(), "nul:".into()]).unwrap();
+        let devs = devices(&["NUL".into(), "nul:".into()], &StoreOptions::default()).unwrap();
         assert!(is_discard(&devs));
         let s = started(&devs);
         assert_eq!(commit(&devs, s, b"{}", 4096).unwrap().len(), 2);
         let dir = tempfile::tempdir().unwrap();
-        let mixed = devices(&["NUL".into(), spec(&dir.path().join("a.pv"))]);
+        let mixed = devices(
+            &["NUL".into(), spec(&dir.path().join("a.pv"))],
+            &StoreOptions::default(),
+        );
         assert!(mixed.is_err());
         assert!(names(dir.path()).is_empty());
     }

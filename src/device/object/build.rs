@@ -159,11 +159,9 @@ pub(super) fn retry_config() -> RetryConfig {
     }
 }
 
-pub(super) fn build_s3(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
+pub(super) fn build_s3(bucket: &str, o: &StoreOptions) -> Result<Arc<dyn ObjectStore>> {
     let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-    let endpoint = OPTIONS
-        .get()
-        .and_then(|o| o.s3_endpoint.clone())
+    let endpoint = (o.s3_endpoint.clone())
         .map(|e| (e, "--s3-endpoint"))
         .or_else(|| {
             std::env::var("AWS_ENDPOINT_URL")

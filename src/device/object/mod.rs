@@ -72,27 +72,22 @@ impl Kind {
     }
 }
 
-/// Options from the command line that apply to every object store of a run.
-#[derive(Default, Clone)]
+/// Options from the command line for the object stores a use case opens; passed down
+/// with the locations they apply to.
+#[derive(Default, Clone, Debug, PartialEq)]
 pub struct StoreOptions {
+    /// `--s3-endpoint`: overrides AWS_ENDPOINT_URL.
     pub s3_endpoint: Option<String>,
 }
 
-static OPTIONS: OnceLock<StoreOptions> = OnceLock::new();
-
-/// Sets the options once, before any store is opened (from main).
-pub fn set_options(o: StoreOptions) {
-    let _ = OPTIONS.set(o);
-}
-
-/// ` --s3-endpoint URL` when one was given, for commands pagevault writes for
-/// another process (restore_command); empty otherwise.
-pub fn endpoint_option() -> String {
-    OPTIONS
-        .get()
-        .and_then(|o| o.s3_endpoint.as_ref())
-        .map(|e| format!(" --s3-endpoint {e}"))
-        .unwrap_or_default()
+impl StoreOptions {
+    /// ` --s3-endpoint URL` when one was given, for commands pagevault writes for
+    /// another process (restore_command); empty otherwise.
+    pub fn endpoint_option(&self) -> String {
+        (self.s3_endpoint.as_ref())
+            .map(|e| format!(" --s3-endpoint {e}"))
+            .unwrap_or_default()
+    }
 }
 
 /// The runtime object_store's futures run on; stripe threads block on them.
@@ -286,9 +281,28 @@ impl Location {
     }
 }
 
+type StoreKey = (Kind, String, Option<String>);
+
+/// The store of `bucket`, built once per kind, bucket and endpoint for the process.
+fn shared_store(kind: Kind, bucket: &str, o: &StoreOptions) -> Result<Arc<dyn ObjectStore>> {
+    static STORES: OnceLock<Mutex<HashMap<StoreKey, Arc<dyn ObjectStore>>>> = OnceLock::new();
+    let stores = STORES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = stores.lock().unwrap();
+    let key = (kind, bucket.to_string(), o.s3_endpoint.clone());
+    if let Some(s) = map.get(&key) {
+        return Ok(s.clone());
+    }
+    let s = match kind {
+        Kind::S3 => build_s3(bucket, o)?,
+        Kind::Azure => build_azure(bucket)?,
+    };
+    map.insert(key, s.clone());
+    Ok(s)
+}
+
 /// Parses `s3://BUCKET[/KEY]` or `azure://CONTAINER[/BLOB]`; None for other specs.
-/// Stores are shared per bucket, so stripes to one bucket share connections.
-pub fn parse(spec: &str) -> Result<Option<Location>> {
+/// Stores are shared per bucket and endpoint, so stripes to one bucket share connections.
+pub fn parse(spec: &str, o: &StoreOptions) -> Result<Option<Location>> {
     let Some((scheme, rest)) = spec.split_once("://") else {
         return Ok(None);
     };
@@ -308,21 +322,7 @@ pub fn parse(spec: &str) -> Result<Option<Location>> {
     if key.split('/').any(|s| s == ".." || s == ".") {
         bail!("'{spec}': a key may not contain '.' or '..' segments");
     }
-    type Stores = Mutex<HashMap<(Kind, String), Arc<dyn ObjectStore>>>;
-    static STORES: OnceLock<Stores> = OnceLock::new();
-    let stores = STORES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = stores.lock().unwrap();
-    let store = match map.get(&(kind, bucket.to_string())) {
-        Some(s) => s.clone(),
-        None => {
-            let s = match kind {
-                Kind::S3 => build_s3(bucket)?,
-                Kind::Azure => build_azure(bucket)?,
-            };
-            map.insert((kind, bucket.to_string()), s.clone());
-            s
-        }
-    };
+    let store = shared_store(kind, bucket, o)?;
     Ok(Some(Location {
         kind,
         bucket: bucket.to_string(),

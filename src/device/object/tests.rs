@@ -47,3 +47,22 @@ fn signatures_are_redacted() {
     let r = redact("GET http://h/b/k?X-Amz-Credential=AKIA/x&X-Amz-Signature=abc123 failed");
     assert!(!r.contains("abc123") && !r.contains("AKIA"), "{r}");
 }
+
+#[test]
+fn stores_are_shared_per_bucket_and_endpoint() {
+    // Building a store needs credentials, not a server: no request is made.
+    for (k, v) in [("AWS_ACCESS_KEY_ID", "unit"), ("AWS_SECRET_ACCESS_KEY", "unit")] {
+        if std::env::var_os(k).is_none() {
+            std::env::set_var(k, v);
+        }
+    }
+    let at = |e: &str| StoreOptions {
+        s3_endpoint: Some(e.to_string()),
+    };
+    let (a, b) = (at("http://127.0.0.1:9"), at("http://127.0.0.1:10"));
+    let store = |o: &StoreOptions| parse("s3://pv-unit/k", o).unwrap().unwrap().store;
+    assert!(Arc::ptr_eq(&store(&a), &store(&a)));
+    assert!(!Arc::ptr_eq(&store(&a), &store(&b)));
+    assert_eq!(a.endpoint_option(), " --s3-endpoint http://127.0.0.1:9");
+    assert_eq!(StoreOptions::default().endpoint_option(), "");
+}

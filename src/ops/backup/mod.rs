@@ -65,6 +65,8 @@ pub struct BackupOptions {
     pub spool: Option<PathBuf>,
     /// An HTML page with the timeline is written there.
     pub report: Option<PathBuf>,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
 }
 
 impl Default for BackupOptions {
@@ -92,6 +94,7 @@ impl Default for BackupOptions {
             direct_io: false,
             spool: None,
             report: None,
+            store: Default::default(),
         }
     }
 }
@@ -444,7 +447,11 @@ fn backup_set(
 
 /// The devices of the set: the repository's stripes first, then `to`.
 fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
-    let repo = o.repo.as_deref().map(|r| Repo::open(r, true)).transpose()?;
+    let repo = o
+        .repo
+        .as_deref()
+        .map(|r| Repo::open(r, true, &o.store))
+        .transpose()?;
     let base = match (o.backup_type, &repo) {
         (BackupType::Diff, None) => {
             bail!("a differential backup needs --repo: its base is the newest full set there")
@@ -468,7 +475,7 @@ fn destination(o: &BackupOptions, set_hex: &str) -> Result<Dest> {
     if specs.is_empty() {
         bail!("no device: name --to DEVICE or --repo with --stripes 1 or more");
     }
-    let devices = set_write::devices(&specs)?;
+    let devices = set_write::devices(&specs, &o.store)?;
     let discard = set_write::is_discard(&devices);
     Ok(Dest {
         specs,

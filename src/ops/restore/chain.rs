@@ -56,7 +56,7 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
             let c = chain::select(&catalog, &sel).map_err(|e| with_history_hint(e, &repo))?;
             let mut links = vec![];
             for e in c.links {
-                let set = set::open(&stripes_of(&repo, &e))
+                let set = set::open(&stripes_of(&repo, &e), repo.options())
                     .with_context(|| format!("set {} of the chain", e.set_id))?;
                 links.push(Link {
                     entry: Some(e),
@@ -72,7 +72,7 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
             repo: None,
             links: vec![Link {
                 entry: None,
-                set: set::open(&o.read.from)?,
+                set: set::open(&o.read.from, &o.read.store)?,
             }],
         },
     };

@@ -275,7 +275,7 @@ fn finish(
             format!(
                 "{exe} archive-get %f \"%p\" --repo {}{}",
                 repo.spec_for_command(),
-                crate::device::object::endpoint_option()
+                repo.options().endpoint_option()
             )
         }),
         target: o

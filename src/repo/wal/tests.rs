@@ -47,7 +47,12 @@ use testing::*;
 
 fn repo() -> (tempfile::TempDir, Repo) {
     let d = tempfile::tempdir().unwrap();
-    let r = Repo::open(d.path().join("r").to_str().unwrap(), true).unwrap();
+    let r = Repo::open(
+        d.path().join("r").to_str().unwrap(),
+        true,
+        &Default::default(),
+    )
+    .unwrap();
     (d, r)
 }
 
@@ -181,7 +186,9 @@ fn concurrent_pushes_of_one_segment() {
     let hs: Vec<_> = (0..4)
         .map(|_| {
             let (src, root) = (src.clone(), root.clone());
-            std::thread::spawn(move || push(&Repo::open(&root, true).unwrap(), &src).unwrap())
+            std::thread::spawn(move || {
+                push(&Repo::open(&root, true, &Default::default()).unwrap(), &src).unwrap()
+            })
         })
         .collect();
     let outs: Vec<Outcome> = hs.into_iter().map(|h| h.join().unwrap().outcome).collect();
