@@ -601,8 +601,10 @@ pg_stop "$DATA"; PG_RUNNING=""
 WALG_NOTE="WAL-G ${WALG_NOT:-skipped these stores and codecs}"
 WALG_NOTE="${WALG_NOTE%% (*}, see above"
 export RESULTS RUNDIR HZ NCPU DB_BYTES WALG_NOTE
-python3 > "$RUNDIR/table.md" <<'PY'
-import csv, json, os, statistics
+BENCH_DIR=$ROOT/bench python3 > "$RUNDIR/table.md" <<'PY'
+import csv, json, os, statistics, sys
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from runs import group, ok_runs, outputs
 MIB = 1048576.0
 HZ, NCPU, DB = float(os.environ["HZ"]), int(os.environ["NCPU"]), int(os.environ["DB_BYTES"])
 rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
@@ -610,36 +612,25 @@ STORE_ORDER = {"s3": 0, "azure": 1}
 CODEC_ORDER = {"none": 0, "lz4": 1, "zstd": 2}
 STORE_NAME = {"s3": "MinIO (S3)", "azure": "Azurite (Azure)"}
 PAR = {"pgbackrest": "- (process-max=2)", "wal-g": "- (concurrency 2)"}
-keys, runs = [], {}
-for r in rows:
-    k = (r["store"], r["codec"], r["tool"], r["stripes"])
-    if k not in keys:
-        keys.append(k)
-    runs.setdefault(k + (r["phase"],), []).append(r)
+keys, runs = group(rows, lambda r: (r["store"], r["codec"], r["tool"], r["stripes"]))
 keys.sort(key=lambda k: (STORE_ORDER[k[0]], CODEC_ORDER[k[1]], k[2] != "pagevault", k[3]))
 
 def stat(k, phase):
-    rs = runs.get(k + (phase,), [])
-    ok = [r for r in rs if r["status"] == "ok"]
+    ok, failed = ok_runs(runs, k, phase)
     if not ok:
-        return None, len(rs)
+        return None, failed
     secs = [float(r["seconds"]) for r in ok]
     def med(field):
         v = [float(r[field]) for r in ok if r.get(field)]
         return statistics.median(v) if v else None
-    js = []
-    for r in ok:
-        try:
-            js.append(json.load(open(r["out"])))
-        except Exception:
-            pass
+    js = outputs(ok)
     others = [max(0.0, int(r["busy_ticks"]) / HZ - float(r["cpu_s"] or 0) - float(r["store_cpu_s"] or 0)
                   - float(r["server_cpu_s"] or 0)) / (NCPU * float(r["seconds"])) * 100 for r in ok if r["busy_ticks"]]
     return {"sec": min(secs), "med": statistics.median(secs), "max": max(secs), "n": len(ok),
             "rss": max(int(r["rss_kib"]) for r in ok), "cpu": med("cpu_s"), "store_cpu": med("store_cpu_s"),
             "server_cpu": med("server_cpu_s"),
             "stored": med("stored_bytes"), "objects": med("objects"), "json": js,
-            "others": max(others) if others else 0.0}, len(rs) - len(ok)
+            "others": max(others) if others else 0.0}, failed
 
 def secs(st):
     if st is None:

@@ -538,8 +538,10 @@ for SET in "${SET_LIST[@]}"; do [ "$KEEP_RUNNING" = 1 ] || pg_stop "${DATA[$SET]
 
 # ------------------------------------------------------------ 4. the table ----
 export RESULTS RUNDIR HZ NCPU
-python3 > "$RUNDIR/table.md" <<'PY'
-import csv, json, os, statistics
+BENCH_DIR=$ROOT/bench python3 > "$RUNDIR/table.md" <<'PY'
+import csv, json, os, statistics, sys
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from runs import group, ok_runs, outputs
 MIB = 1048576.0
 HZ, NCPU = float(os.environ["HZ"]), int(os.environ["NCPU"])
 rundir = os.environ["RUNDIR"]
@@ -547,19 +549,12 @@ sets = {r["set"]: r for r in csv.DictReader(open(os.path.join(rundir, "sets.tsv"
 rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
 
 # (set, tool, variant, cache, phase) -> runs
-runs = {}
-order = []
-for r in rows:
-    k = (r["set"], r["tool"], r["variant"], r["cache"])
-    if k not in order:
-        order.append(k)
-    runs.setdefault(k + (r["phase"],), []).append(r)
+order, runs = group(rows, lambda r: (r["set"], r["tool"], r["variant"], r["cache"]))
 
 def stat(k, phase):
-    rs = runs.get(k + (phase,), [])
-    ok = [r for r in rs if r["status"] == "ok"]
+    ok, failed = ok_runs(runs, k, phase)
     if not ok:
-        return None, len(rs)
+        return None, failed
     secs = [float(r["seconds"]) for r in ok]
     if k[1] == "device":   # fio's own time of its I/O: it takes 0.3-0.5 s to start its jobs
         secs = [max(j["job_runtime"] for j in json.load(open(r["out"]))["jobs"]) / 1000 for r in ok]
@@ -567,17 +562,12 @@ def stat(k, phase):
     cpu = [float(r["cpu_s"]) for r in ok if r.get("cpu_s")]
     others = [max(0.0, int(r["busy_ticks"]) / HZ - float(r["cpu_s"] or 0)) / (NCPU * float(r["seconds"])) * 100
               for r in ok if r["busy_ticks"]]
-    js = []
-    for r in ok:
-        try:
-            js.append(json.load(open(r["out"])))
-        except Exception:
-            pass
+    js = outputs(ok)
     return {
         "sec": min(secs), "med": statistics.median(secs), "min": min(secs), "max": max(secs), "n": len(ok),
         "bytes": statistics.median(sizes) if sizes else None,
         "cpu": statistics.median(cpu) if cpu else None, "others": max(others) if others else 0.0, "json": js,
-    }, len(rs) - len(ok)
+    }, failed
 
 def f2(x):
     return "-" if x is None else f"{x:.2f}"

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::pg::{as_postgres, postgres_dir, push_cmd, restore_repo, Pg};
+use common::pg::{archiving_pgbench, check_restored, postgres_dir, restore_repo, Pg};
 use common::*;
 use serde_json::Value;
 
@@ -31,20 +31,6 @@ fn file_bytes(repo: &str, id: &str) -> u64 {
         .sum()
 }
 
-/// Starts the restored cluster, waits for the end of recovery, checks its rows, stops
-/// it and checks every page's checksum.
-fn check_restored(target: &std::path::Path, want: &str) {
-    let mut r = Pg::adopt(target);
-    r.wait_promoted();
-    assert_eq!(rows(&r), want, "{}", r.log());
-    r.stop();
-    let bin = common::pg::bin_dir(15).join("pg_checksums");
-    let out = as_postgres(bin.to_str().unwrap(), &["--check", "-D", &s(target)]);
-    assert!(out.contains("Bad checksums:  0"), "{out}");
-    drop(r);
-    let _ = std::fs::remove_dir_all(target.parent().unwrap());
-}
-
 /// The chain the restore reports: set ids and types, oldest first.
 fn chain_of(r: &Value) -> Vec<(String, String)> {
     (r["chain"].as_array().unwrap().iter())
@@ -57,17 +43,10 @@ fn chain_of(r: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-fn archiving_pg(repo: &str) -> (Pg, String) {
-    let pg = Pg::start(true, Some(&push_cmd(repo)));
-    pg.pgbench_init(5);
-    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
-    (pg, url)
-}
-
 #[test]
 fn a_full_and_a_differential_restore_in_one_pass() {
     let repo = s(&postgres_dir("repo").join("repo"));
-    let (pg, url) = archiving_pg(&repo);
+    let (pg, url) = archiving_pgbench(&repo, 5);
     let full = backup(&url, &repo, "full");
     pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 3 WHERE aid % 100 = 0");
     let diff = backup(&url, &repo, "diff");
@@ -100,13 +79,13 @@ fn a_full_and_a_differential_restore_in_one_pass() {
         .sum();
     assert!(written <= file_bytes(&repo, &ids[1]), "{r}");
     assert_eq!(r["set"], ids[0].as_str());
-    check_restored(&target, &want);
+    check_restored(&target, &want, rows);
 }
 
 #[test]
 fn a_chain_of_incrementals_under_load_restores_to_the_latest_and_to_an_lsn() {
     let repo = s(&postgres_dir("repo").join("repo"));
-    let (pg, url) = archiving_pg(&repo);
+    let (pg, url) = archiving_pgbench(&repo, 5);
     let load = |secs: &str| {
         common::pg::pgbench(&pg, &["-T", secs, "-c", "2", "-n", "-R", "300"])
             .stdout(std::process::Stdio::null())
@@ -149,14 +128,14 @@ fn a_chain_of_incrementals_under_load_restores_to_the_latest_and_to_an_lsn() {
         .sum();
     assert!(written <= file_bytes(&repo, &ids[5]), "{r}");
     assert!(r["chain"][0]["skipped_pages"].as_u64().unwrap() > 0, "{r}");
-    check_restored(&target, &want);
+    check_restored(&target, &want, rows);
 
     // To an LSN after the fourth set (the second incremental): the chain ends there.
     let (lsn, want) = at_lsn.unwrap();
     let (target, r) = restore_repo(&repo, &["--until-lsn", &lsn]);
     let chain: Vec<String> = chain_of(&r).into_iter().map(|(id, _)| id).collect();
     assert_eq!(chain, ids[..4], "{r}");
-    check_restored(&target, &want);
+    check_restored(&target, &want, rows);
 
     // --set names a link: the chain ending at it.
     let (target, r) = restore_repo(&repo, &["--set", &ids[3]]);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::pg::{as_postgres, postgres_dir, push_cmd, restore_repo, Pg};
+use common::pg::{archiving_pgbench, check_restored, postgres_dir, restore_repo, Pg};
 use common::*;
 use serde_json::Value;
 
@@ -33,18 +33,6 @@ fn chain_of(r: &Value) -> Vec<String> {
         .collect()
 }
 
-fn check_restored(target: &std::path::Path, want: &str) {
-    let mut r = Pg::adopt(target);
-    r.wait_promoted();
-    assert_eq!(rows(&r), want, "{}", r.log());
-    r.stop();
-    let bin = common::pg::bin_dir(15).join("pg_checksums");
-    let out = as_postgres(bin.to_str().unwrap(), &["--check", "-D", &s(target)]);
-    assert!(out.contains("Bad checksums:  0"), "{out}");
-    drop(r);
-    let _ = std::fs::remove_dir_all(target.parent().unwrap());
-}
-
 fn history(repo: &str) -> Vec<Value> {
     json(&["history", "--repo", repo])["sets"]
         .as_array()
@@ -67,9 +55,7 @@ fn repo_listing(repo: &str) -> Vec<String> {
 #[test]
 fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
     let repo = s(&postgres_dir("repo").join("repo"));
-    let pg = Pg::start(true, Some(&push_cmd(&repo)));
-    pg.pgbench_init(5);
-    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let (pg, url) = archiving_pgbench(&repo, 5);
     let mut ids = vec![id(&backup(&url, &repo, "full"))];
     pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 3 WHERE aid % 50 = 0");
     ids.push(id(&backup(&url, &repo, "incr")));
@@ -108,7 +94,7 @@ fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
     // Restored alone (a chain of one), to the same rows.
     let (target, r) = restore_repo(&repo, &[]);
     assert_eq!(chain_of(&r), std::slice::from_ref(&merged), "{r}");
-    check_restored(&target, &want);
+    check_restored(&target, &want, rows);
 
     // The next incremental bases on the merged full.
     pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid % 90 = 0");
@@ -118,7 +104,7 @@ fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
     let want = rows(&pg);
     let (target, r) = restore_repo(&repo, &[]);
     assert_eq!(chain_of(&r), [merged.clone(), id(&next)], "{r}");
-    check_restored(&target, &want);
+    check_restored(&target, &want, rows);
 
     // The old chain is an older full's: expire keeping one full removes it.
     let e = json(&["expire", "--repo", &repo, "--keep-full", "1"]);
@@ -139,9 +125,7 @@ fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
 #[test]
 fn a_chain_missing_a_stripe_is_refused_and_leaves_nothing() {
     let repo = s(&postgres_dir("repo").join("repo"));
-    let pg = Pg::start(true, Some(&push_cmd(&repo)));
-    pg.pgbench_init(2);
-    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let (pg, url) = archiving_pgbench(&repo, 2);
     let full = id(&backup(&url, &repo, "full"));
     // A full alone: nothing to merge.
     let e = fails(&["merge", "--repo", &repo], 1);

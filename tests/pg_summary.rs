@@ -139,10 +139,8 @@ fn server_contents(pg: &Pg, (tli, s, e): (u32, u64, u64), t: &mut Table) {
 fn wait_summarized(pg: &Pg, lsn: u64) {
     let t0 = Instant::now();
     loop {
-        let got: u64 = pg
-            .sql("SELECT summarized_lsn - '0/0' FROM pg_get_wal_summarizer_state()")
-            .parse()
-            .unwrap();
+        let got: u64 =
+            pg.sql_num("SELECT summarized_lsn - '0/0' FROM pg_get_wal_summarizer_state()");
         if got >= lsn {
             return;
         }
@@ -197,10 +195,7 @@ fn summaries_hold_what_postgres_17_summarizes() {
     pg.sql("DELETE FROM c WHERE id > 2000");
     pg.sql("VACUUM c");
     let c_node = filenode(&pg, "postgres", "c");
-    let c_blocks: u32 = pg
-        .sql("SELECT pg_relation_size('c') / 8192")
-        .parse()
-        .unwrap();
+    let c_blocks: u32 = pg.sql_num("SELECT pg_relation_size('c') / 8192");
     // TRUNCATE: a new relation file; the old one is dropped at commit.
     let f_old = filenode(&pg, "postgres", "f");
     pg.sql("TRUNCATE f");
@@ -226,10 +221,7 @@ fn summaries_hold_what_postgres_17_summarizes() {
     pg.sql("UPDATE a SET v = 'w' WHERE id % 97 = 0");
     // The server ends a summary at each redo point: this one closes the range compared.
     pg.sql("CHECKPOINT");
-    let redo: u64 = pg
-        .sql("SELECT redo_lsn - '0/0' FROM pg_control_checkpoint()")
-        .parse()
-        .unwrap();
+    let redo: u64 = pg.sql_num("SELECT redo_lsn - '0/0' FROM pg_control_checkpoint()");
     let end = lsn_now(&pg);
     pg.switch_and_wait();
     wait_summarized(&pg, redo);
@@ -506,10 +498,7 @@ fn summaries_of_postgres_15_and_18() {
         let gone = filenode(&pg, "postgres", "gone");
         pg.sql("DROP TABLE gone");
         pg.sql("CREATE DATABASE dw STRATEGY WAL_LOG");
-        let dw: u32 = pg
-            .sql("SELECT oid FROM pg_database WHERE datname = 'dw'")
-            .parse()
-            .unwrap();
+        let dw: u32 = pg.sql_num("SELECT oid FROM pg_database WHERE datname = 'dw'");
         let end = lsn_now(&pg);
         pg.switch_and_wait();
         let repo = Repo::open(repo_dir.to_str().unwrap(), false, &Default::default()).unwrap();

@@ -425,16 +425,22 @@ mod tests {
         // ... and refused by name in the middle of one.
         let mut cat4 = cat.clone();
         cat4[6].damaged = true;
-        let e = chain_of(&cat4, None, None).unwrap_err().to_string();
-        assert!(
-            e.contains("incremental ccc2 is based on set ccc1, which is damaged"),
-            "{e}"
+        refused(
+            &cat4,
+            None,
+            "incremental ccc2 is based on set ccc1, which is damaged",
         );
-        let e = chain_of(&cat4, Some("ccc3"), None).unwrap_err().to_string();
-        assert!(
-            e.contains("incremental ccc2 is based on set ccc1, which is damaged"),
-            "{e}"
+        refused(
+            &cat4,
+            Some("ccc3"),
+            "incremental ccc2 is based on set ccc1, which is damaged",
         );
+    }
+
+    /// The chain of `cat` ending at `set` is refused with an error saying `want`.
+    fn refused(cat: &[CatalogEntry], set: Option<&str>, want: &str) {
+        let e = chain_of(cat, set, None).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
     }
 
     #[test]
@@ -442,23 +448,23 @@ mod tests {
         // A missing link.
         let mut cat = with_incrs();
         cat.remove(6);
-        let e = chain_of(&cat, None, None).unwrap_err().to_string();
-        assert!(
-            e.contains("incremental ccc2 needs its base set ccc1, which is no longer"),
-            "{e}"
+        refused(
+            &cat,
+            None,
+            "incremental ccc2 needs its base set ccc1, which is no longer",
         );
-        let e = chain_of(&cat, Some("ccc3"), None).unwrap_err().to_string();
-        assert!(
-            e.contains("incremental ccc2 needs its base set ccc1"),
-            "{e}"
+        refused(
+            &cat,
+            Some("ccc3"),
+            "incremental ccc2 needs its base set ccc1",
         );
         // A base that is newer than the set, and a differential over an incremental.
         let mut cat = with_incrs();
         cat[6].base_set = Some("ccc3".into());
-        let e = chain_of(&cat, Some("ccc1"), None).unwrap_err().to_string();
-        assert!(
-            e.contains("ccc1 names base set ccc3, which is not older"),
-            "{e}"
+        refused(
+            &cat,
+            Some("ccc1"),
+            "ccc1 names base set ccc3, which is not older",
         );
         let mut cat = with_incrs();
         cat.push(set(
@@ -468,8 +474,7 @@ mod tests {
             "2026-11-01T20:00:00+00:00",
             "0/F000100",
         ));
-        let e = chain_of(&cat, Some("eee"), None).unwrap_err().to_string();
-        assert!(e.contains("differential eee is based on incr ccc0"), "{e}");
+        refused(&cat, Some("eee"), "differential eee is based on incr ccc0");
         // An incremental of another line (based on a set before the full) is left out.
         let mut cat = with_incrs();
         cat[5].base_set = Some("aaa2".into());

@@ -85,6 +85,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// A new repository in a temporary directory, for unit tests.
+#[cfg(test)]
+pub(crate) fn temp_repo() -> (tempfile::TempDir, Repo) {
+    let d = tempfile::tempdir().unwrap();
+    let r = Repo::open(
+        d.path().join("r").to_str().unwrap(),
+        true,
+        &Default::default(),
+    );
+    (d, r.unwrap())
+}
+
 impl Repo {
     /// Opens a repository, creating it when `create` and it does not exist yet.
     pub fn open(spec: &str, create: bool, options: &StoreOptions) -> Result<Repo> {

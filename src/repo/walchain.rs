@@ -322,13 +322,7 @@ mod tests {
     /// Timeline 1 segments 2..=6; timeline 2 branched off at 0/5000100 (in segment 5)
     /// and holds segments 5..=8. A set on timeline 1 ended at 0/2000100.
     fn archive() -> (tempfile::TempDir, Repo) {
-        let d = tempfile::tempdir().unwrap();
-        let r = Repo::open(
-            d.path().join("r").to_str().unwrap(),
-            true,
-            &Default::default(),
-        )
-        .unwrap();
+        let (d, r) = crate::repo::temp_repo();
         for s in 2..=6 {
             push_segment(&r, d.path(), 1, s);
         }

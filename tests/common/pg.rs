@@ -20,6 +20,33 @@ pub fn push_cmd(repo: impl AsRef<Path>) -> String {
     )
 }
 
+/// A PostgreSQL 15 server with checksums archiving into `repo`, holding pgbench at
+/// `scale`, and the source URL a backup of it takes.
+pub fn archiving_pgbench(repo: &str, scale: u32) -> (Pg, String) {
+    let pg = Pg::start(true, Some(&push_cmd(repo)));
+    pg.pgbench_init(scale);
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    (pg, url)
+}
+
+/// Starts the cluster restored at `target`, waits for the end of recovery, checks that
+/// `rows` of it is `want`, stops it, checks every page's checksum and removes the
+/// target's parent.
+pub fn check_restored(target: &Path, want: &str, rows: impl Fn(&Pg) -> String) {
+    let mut r = Pg::adopt(target);
+    r.wait_promoted();
+    assert_eq!(rows(&r), want, "{}", r.log());
+    r.stop();
+    let bin = bin_dir(15).join("pg_checksums");
+    let out = as_postgres(
+        bin.to_str().unwrap(),
+        &["--check", "-D", &target.display().to_string()],
+    );
+    assert!(out.contains("Bad checksums:  0"), "{out}");
+    drop(r);
+    let _ = std::fs::remove_dir_all(target.parent().unwrap());
+}
+
 /// Where scripts/setup.sh caches the test tools.
 pub fn tools_dir() -> PathBuf {
     std::env::var_os("PAGEVAULT_TOOLS")
@@ -336,6 +363,16 @@ impl Pg {
             "INSERT INTO t SELECT g, repeat('x', {width}) FROM generate_series(1, {rows}) g"
         ));
         self.sql("VACUUM (FREEZE, ANALYZE) t");
+    }
+
+    /// Runs `sql` and parses the one value it returns.
+    pub fn sql_num<T: std::str::FromStr>(&self, sql: &str) -> T
+    where
+        T::Err: std::fmt::Debug,
+    {
+        let v = self.sql(sql);
+        v.parse()
+            .unwrap_or_else(|e| panic!("'{v}' from {sql}: {e:?}"))
     }
 
     pub fn sql(&self, sql: &str) -> String {

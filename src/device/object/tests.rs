@@ -51,7 +51,10 @@ fn signatures_are_redacted() {
 #[test]
 fn stores_are_shared_per_bucket_and_endpoint() {
     // Building a store needs credentials, not a server: no request is made.
-    for (k, v) in [("AWS_ACCESS_KEY_ID", "unit"), ("AWS_SECRET_ACCESS_KEY", "unit")] {
+    for (k, v) in [
+        ("AWS_ACCESS_KEY_ID", "unit"),
+        ("AWS_SECRET_ACCESS_KEY", "unit"),
+    ] {
         if std::env::var_os(k).is_none() {
             std::env::set_var(k, v);
         }

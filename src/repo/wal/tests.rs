@@ -46,14 +46,7 @@ pub(crate) mod testing {
 use testing::*;
 
 fn repo() -> (tempfile::TempDir, Repo) {
-    let d = tempfile::tempdir().unwrap();
-    let r = Repo::open(
-        d.path().join("r").to_str().unwrap(),
-        true,
-        &Default::default(),
-    )
-    .unwrap();
-    (d, r)
+    crate::repo::temp_repo()
 }
 
 #[test]
