@@ -143,7 +143,8 @@ const SKIP_FILES: &[&str] = &[
 ];
 
 mod check;
-pub use check::PageChecker;
+use check::relation_files;
+pub use check::{full_page_checker, PageChecker};
 
 impl Postgres {
     /// Parses the source URL; `pgdata` from `?pgdata=` or the option.
@@ -599,32 +600,6 @@ impl Source for Postgres {
             failures: Mutex::new(vec![]),
             stale: Mutex::default(),
         }))
-    }
-}
-
-/// The relation files among `entries`, with their entry ids.
-fn relation_files(entries: &[SourceFile]) -> impl Iterator<Item = (usize, &SourceFile)> + Clone {
-    entries
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.kind == EntryKind::File && pgpage::is_relation_file(&e.rel_path))
-}
-
-/// The page check of a full set of `entries` taken from another copy of a cluster
-/// (a merge): checksums verified when `verify`, pages torn at or after `start_lsn`
-/// tolerated as in a hot backup.
-pub fn full_page_checker(entries: &[SourceFile], verify: bool, start_lsn: u64) -> PageChecker {
-    PageChecker {
-        segments: relation_files(entries)
-            .map(|(i, e)| (i as u32, pgpage::segment_number(&e.rel_path)))
-            .collect(),
-        verify,
-        start_lsn,
-        base_lsn: None,
-        diff_ids: HashSet::new(),
-        continue_after_error: false,
-        failures: Mutex::new(vec![]),
-        stale: Mutex::default(),
     }
 }
 

@@ -122,3 +122,31 @@ impl ChunkFilter for PageChecker {
         }
     }
 }
+
+/// The relation files among `entries`, with their entry ids.
+pub(super) fn relation_files(
+    entries: &[SourceFile],
+) -> impl Iterator<Item = (usize, &SourceFile)> + Clone {
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == EntryKind::File && pgpage::is_relation_file(&e.rel_path))
+}
+
+/// The page check of a full set of `entries` taken from another copy of a cluster
+/// (a merge): checksums verified when `verify`, pages torn at or after `start_lsn`
+/// tolerated as in a hot backup.
+pub fn full_page_checker(entries: &[SourceFile], verify: bool, start_lsn: u64) -> PageChecker {
+    PageChecker {
+        segments: relation_files(entries)
+            .map(|(i, e)| (i as u32, pgpage::segment_number(&e.rel_path)))
+            .collect(),
+        verify,
+        start_lsn,
+        base_lsn: None,
+        diff_ids: HashSet::new(),
+        continue_after_error: false,
+        failures: Mutex::new(vec![]),
+        stale: Mutex::default(),
+    }
+}
