@@ -263,7 +263,9 @@ impl Pg {
         let t0 = std::time::Instant::now();
         loop {
             let last = self.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver");
-            if last.len() == 24 && last.as_str() >= seg {
+            // The last archived file may be a backup history file archived after `seg`.
+            let done = self.data.join(format!("pg_wal/archive_status/{seg}.done"));
+            if (last.len() == 24 && last.as_str() >= seg) || done.exists() {
                 return;
             }
             assert!(
