@@ -119,6 +119,11 @@ pub trait Restorer {
     fn plan(&mut self, _extra: &Extra) -> Result<()> {
         Ok(())
     }
+    /// Refuses places outside the target that already hold something (after `plan`,
+    /// before anything is written).
+    fn check_places(&self) -> Result<()> {
+        Ok(())
+    }
     /// Where a set path is restored.
     fn place(&self, to: &Path, rel: &str) -> PathBuf {
         to.join(rel)

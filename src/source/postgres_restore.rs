@@ -43,6 +43,10 @@ impl Restorer for PgRestorer {
         Ok(())
     }
 
+    fn check_places(&self) -> Result<()> {
+        check_empty(&self.spaces)
+    }
+
     fn place(&self, to: &Path, rel: &str) -> PathBuf {
         place(to, rel, &self.spaces)
     }
@@ -68,7 +72,7 @@ impl Restorer for PgRestorer {
 }
 
 /// Where each tablespace of a PostgreSQL set goes: OID -> directory, from the set's
-/// tablespace_map unless relocated. Each must be empty or missing: nothing is overwritten.
+/// tablespace_map unless relocated.
 fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<String, PathBuf>> {
     let mut dirs: HashMap<String, PathBuf> = HashMap::new();
     for (oid, path) in facts.tablespaces() {
@@ -91,7 +95,12 @@ fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<Stri
         }
         dirs.insert(oid.to_string(), dir);
     }
-    for (oid, dir) in &dirs {
+    Ok(dirs)
+}
+
+/// Each tablespace directory must be empty or missing: nothing is overwritten.
+fn check_empty(dirs: &HashMap<String, PathBuf>) -> Result<()> {
+    for (oid, dir) in dirs {
         if fs::read_dir(dir)
             .map(|mut d| d.next().is_some())
             .unwrap_or(false)
@@ -99,7 +108,7 @@ fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<Stri
             bail!("tablespace {oid} would be restored into '{}', which is not empty: relocate it with --tablespace-map {oid}=DIR", dir.display());
         }
     }
-    Ok(dirs)
+    Ok(())
 }
 
 /// The restored location of a set path: inside the target, or in a tablespace directory.

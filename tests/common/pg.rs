@@ -33,9 +33,20 @@ pub fn archiving_pgbench(repo: &str, scale: u32) -> (Pg, String) {
 /// `rows` of it is `want`, stops it, checks every page's checksum and removes the
 /// target's parent.
 pub fn check_restored(target: &Path, want: &str, rows: impl Fn(&Pg) -> String) {
+    check_restored_with(target, want, rows, |_| {})
+}
+
+/// [`check_restored`], running `also` against the started copy before it stops.
+pub fn check_restored_with(
+    target: &Path,
+    want: &str,
+    rows: impl Fn(&Pg) -> String,
+    also: impl Fn(&Pg),
+) {
     let mut r = Pg::adopt(target);
     r.wait_promoted();
     assert_eq!(rows(&r), want, "{}", r.log());
+    also(&r);
     r.stop();
     let bin = bin_dir(15).join("pg_checksums");
     let out = as_postgres(

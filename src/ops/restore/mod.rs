@@ -187,6 +187,7 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     let (mut restorer, wal_check) = check(o, &sets)?;
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
     restorer.plan(&m.extra)?;
+    restorer.check_places()?;
     let place = |rel: &str| restorer.place(&o.to, rel);
     let mut phases = Phases::start();
     let progress = Arc::new(Progress::default());
