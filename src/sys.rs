@@ -18,6 +18,16 @@ pub fn is_enospc(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOSPC)
 }
 
+/// The first `len` bytes of a file, mapped read-only (and populated: one call maps
+/// what the page cache holds).
+pub fn map_file(f: &std::fs::File, len: u64) -> io::Result<memmap2::Mmap> {
+    let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a WAL segment handed to archive_command is complete: PostgreSQL neither
+    // writes, truncates nor recycles it until the command returns. A file cut short by
+    // someone else raises SIGBUS (the push fails); it cannot make us read other memory.
+    unsafe { memmap2::MmapOptions::new().len(len).populate().map(f) }
+}
+
 /// Page cache advice for a range; `len` 0 means to the end of the file.
 #[derive(Clone, Copy)]
 pub enum Advice {

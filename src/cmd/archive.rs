@@ -29,6 +29,12 @@ pub struct PushArgs {
     /// The repository to archive into.
     #[arg(long)]
     pub repo: String,
+    /// Store each segment's block summary beside it (which blocks its records change):
+    /// what lets `backup --type incr` and `diff` read only the changed pages, and
+    /// `estimate` count them. Off saves the summarizing CPU; those backups then read
+    /// every page of the cluster.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub summaries: String,
 }
 
 #[derive(Args)]
@@ -46,15 +52,18 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
     let p = archive::push(&archive::PushOptions {
         path: a.path,
         repo: a.repo,
+        no_summaries: a.summaries == "off",
         store: store.clone(),
     })?;
     match p.outcome {
         wal::Outcome::Archived => println!(
-            "pagevault: archived {} ({} -> {}) in {:.3} s",
+            "pagevault: archived {} ({} -> {}) in {:.3} s, {:.3} s CPU (summary {:.3} s CPU)",
             p.name,
             human(p.raw_bytes),
             human(p.stored_bytes),
-            p.seconds
+            p.seconds,
+            p.cpu_seconds,
+            p.summary_cpu_seconds
         ),
         wal::Outcome::AlreadyArchived => println!(
             "pagevault: {} was already archived with identical content: nothing to do",

@@ -10,6 +10,8 @@ pub struct PushOptions {
     /// The file to archive (`%p`).
     pub path: PathBuf,
     pub repo: String,
+    /// Archive a segment without its block summary (incrementals over it read every page).
+    pub no_summaries: bool,
     /// Object-store options (`--s3-endpoint`).
     pub store: crate::device::object::StoreOptions,
 }
@@ -28,7 +30,7 @@ pub struct GetOptions {
 /// Archives one file: durable in the repository when this returns Ok.
 pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
     let repo = Repo::open(&o.repo, true, &o.store)?;
-    wal::push(&repo, &o.path)
+    wal::push_with(&repo, &o.path, !o.no_summaries)
 }
 
 /// Restores one file, every byte checked; complete at `dest` or not there at all.

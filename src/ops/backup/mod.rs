@@ -21,6 +21,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 mod changes;
 mod dest;
@@ -162,6 +163,8 @@ pub struct BackupReport {
     /// What the user waited for: preparing, the pipeline, making every stripe durable.
     pub seconds: f64,
     pub pipeline_seconds: f64,
+    /// Where the seconds went, step by step.
+    pub phases: BackupPhases,
     pub mb_per_sec: f64,
     pub stripes: Vec<Committed>,
     pub devices: Vec<String>,
@@ -186,6 +189,24 @@ pub struct BackupReport {
     /// Reads in flight per volume before adaptive readers raised them.
     #[serde(skip)]
     pub base_in_flight: usize,
+}
+
+/// Seconds of each step of a backup, in order.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BackupPhases {
+    /// The source made ready and walked (PostgreSQL: pg_backup_start, its checkpoint).
+    pub prepare: f64,
+    /// Which pages a differential or incremental reads (waiting for the summary of
+    /// this backup's start segment included).
+    pub plan: f64,
+    /// The pipeline over the source's files.
+    pub read: f64,
+    /// The source's backup ended (PostgreSQL: pg_backup_stop, the archiver's wait).
+    pub finish: f64,
+    /// Files only known at the end read in a second pass (PostgreSQL: the WAL).
+    pub late: f64,
+    /// Every stripe made durable, the catalog record written.
+    pub commit: f64,
 }
 
 /// What the caller shows while a backup runs; the use case itself prints nothing.
@@ -268,11 +289,20 @@ fn backup_set(
         .report
         .as_ref()
         .map(|_| report::Sampler::start(progress.live.clone()));
+    let mut phases = BackupPhases::default();
+    let mut clock = Instant::now();
+    let mut lap = || {
+        let s = clock.elapsed().as_secs_f64();
+        clock = Instant::now();
+        s
+    };
     let mut input = prepare(src, &dest)?;
+    phases.prepare = lap();
     let change_map = match (&dest.base, &dest.repo) {
         (Some((entry, b)), Some(repo)) => Some(plan_changes(repo, entry, b, &mut input, o)),
         _ => None,
     };
+    phases.plan = lap();
     let (params, config, hint) = configure(o, codec, &dest.devices, &input);
     watch.config(&config);
 
@@ -301,8 +331,9 @@ fn backup_set(
         stripes,
     );
     watch.started();
-    let run = pipeline(&mut input, sinks, headers, &params, progress);
+    let run = pipeline(&mut input, sinks, headers, &params, progress, &mut phases);
     watch.stopped();
+    lap();
     let (out, extra, problems) = run?;
     let (manifest, text) = manifest(
         o, &set_hex, &dest, &input, &out, &params, extra, &problems, started,
@@ -320,6 +351,7 @@ fn backup_set(
     if let (Some(repo), false) = (&dest.repo, dest.discard) {
         repo.record(&catalog_entry(o, &dest, repo, &manifest, &input.info))?;
     }
+    phases.commit = lap();
     let series = sampler.map(report::Sampler::finish);
     let seconds = (chrono::Utc::now() - started)
         .num_microseconds()
@@ -341,6 +373,7 @@ fn backup_set(
         zero_frames: out.zero_frames,
         seconds,
         pipeline_seconds: out.wall.as_secs_f64(),
+        phases,
         mb_per_sec: mb_per_sec(out.read_bytes, seconds),
         stripes: committed,
         devices: dest.specs.clone(),
@@ -498,7 +531,9 @@ fn pipeline(
     headers: Vec<Vec<u8>>,
     params: &Params,
     progress: &Progress,
+    phases: &mut BackupPhases,
 ) -> Result<(Outcome, BTreeMap<String, serde_json::Value>, Vec<String>)> {
+    let t = Instant::now();
     let volumes = input.vols.names.len().max(1);
     let filter = input.src.filter(&input.entries);
     let abort = input.abort.clone();
@@ -520,6 +555,8 @@ fn pipeline(
     };
     let problems = filter.as_ref().map(|f| f.problems()).unwrap_or_default();
     input.notes = filter.map(|f| f.notes()).unwrap_or_default();
+    phases.read = t.elapsed().as_secs_f64();
+    let t = Instant::now();
     let fin = match input.src.finish(true) {
         Ok(f) => f,
         Err(e) => {
@@ -527,6 +564,8 @@ fn pipeline(
             return Err(e.context(STOPPED));
         }
     };
+    phases.finish = t.elapsed().as_secs_f64();
+    let t = Instant::now();
     if !fin.late.is_empty() {
         let first = input.entries.len();
         let (plan2, ids2) = plan_of(&fin.late, first, &mut input.vols, input.info.kind);
@@ -565,5 +604,6 @@ fn pipeline(
         input.plan_ids.extend(ids2);
         input.entries.extend(fin.late);
     }
+    phases.late = t.elapsed().as_secs_f64();
     Ok((out, fin.extra, problems))
 }

@@ -200,7 +200,7 @@ mod tests;
 use get::{damaged, decode_to};
 pub use get::{fetch, read_history, verify, NotArchived};
 use header::Header;
-pub use push::{push, Outcome, Pushed};
+pub use push::{push, push_with, Outcome, Pushed};
 use push::{read_full, CrcRead};
 #[cfg(test)]
 pub(crate) use tests::testing;

@@ -24,6 +24,10 @@ pub struct Pushed {
     pub seconds: f64,
     /// What the block summary written by this push holds, or why it is not usable.
     pub summary: Option<String>,
+    /// CPU seconds of this process (user and system) when the push ended, and those
+    /// spent summarizing and storing the summary.
+    pub cpu_seconds: f64,
+    pub summary_cpu_seconds: f64,
 }
 
 struct CrcWrite<W> {
@@ -73,9 +77,9 @@ pub(super) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> 
     Ok(n)
 }
 
-/// Reads the whole source once: checks every page (or the text of a history file),
-/// hashes it, feeds `sink` (the compressor), if any, and appends it to `keep` (for the
-/// block summary), if any. Errors name `src`.
+/// Reads the whole source once, from `mapped` when given (its bytes, mapped), else
+/// from `f`: checks every page (or the text of a history file), hashes it and feeds
+/// `sink` (the compressor), if any. Errors name `src`.
 fn scan(
     f: &mut File,
     src: &Path,
@@ -83,7 +87,7 @@ fn scan(
     n: &WalName,
     seg: Option<&SegInfo>,
     mut sink: Option<&mut dyn Write>,
-    mut keep: Option<&mut Vec<u8>>,
+    mapped: Option<&[u8]>,
 ) -> Result<blake3::Hash> {
     let invalid = |what: String| {
         anyhow!(
@@ -92,11 +96,25 @@ fn scan(
         )
     };
     let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; CHUNK.min(len.max(1) as usize)];
+    let mut buf = vec![
+        0u8;
+        if mapped.is_some() {
+            0
+        } else {
+            CHUNK.min(len.max(1) as usize)
+        }
+    ];
     let mut off = 0u64;
     loop {
-        let k =
-            read_full(f, &mut buf).with_context(|| format!("cannot read '{}'", src.display()))?;
+        let chunk = match mapped {
+            Some(m) => &m[off as usize..m.len().min(off as usize + CHUNK)],
+            None => {
+                let k = read_full(f, &mut buf)
+                    .with_context(|| format!("cannot read '{}'", src.display()))?;
+                &buf[..k]
+            }
+        };
+        let k = chunk.len();
         if k == 0 {
             break;
         }
@@ -106,7 +124,6 @@ fn scan(
                 src.display()
             );
         }
-        let chunk = &buf[..k];
         match (n.kind, seg) {
             (Kind::Segment, Some(s)) => {
                 // Chunks are multiples of the WAL block size, so headers never straddle them.
@@ -129,9 +146,6 @@ fn scan(
             _ => {}
         }
         h.update(chunk);
-        if let Some(k) = keep.as_deref_mut() {
-            k.extend_from_slice(chunk);
-        }
         if let Some(w) = sink.as_deref_mut() {
             w.write_all(chunk)
                 .context("cannot write to the WAL archive")?;
@@ -155,7 +169,7 @@ fn write_temp(
     len: u64,
     n: &WalName,
     seg: Option<&SegInfo>,
-    keep: Option<&mut Vec<u8>>,
+    mapped: Option<&[u8]>,
 ) -> Result<(Temp, Header)> {
     let name = src.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let (tmp, mut out) = temp_beside(dir, name)?;
@@ -170,7 +184,7 @@ fn write_temp(
     enc.include_checksum(true).map_err(werr)?;
     enc.include_contentsize(true).map_err(werr)?;
     enc.set_pledged_src_size(Some(len)).map_err(werr)?;
-    let hash = scan(f, src, len, n, seg, Some(&mut enc), keep)?;
+    let hash = scan(f, src, len, n, seg, Some(&mut enc), mapped)?;
     let cw = enc.finish().map_err(werr)?;
     let hdr = Header {
         kind: n.kind,
@@ -235,8 +249,15 @@ fn record_system_identifier(repo: &Repo, sysid: u64) -> Result<()> {
     }
 }
 
-/// Archives one file PostgreSQL hands to archive_command (`%p`).
+/// Archives one file PostgreSQL hands to archive_command (`%p`), a segment with its
+/// block summary.
 pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
+    push_with(repo, src, true)
+}
+
+/// [`push`]; without `summaries` a segment is archived alone (incrementals over its
+/// range then read every page).
+pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
     let t0 = Instant::now();
     let name = src
         .file_name()
@@ -296,19 +317,26 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
         stored_bytes: hdr.stored,
         seconds: t0.elapsed().as_secs_f64(),
         summary: None,
+        cpu_seconds: crate::sys::cpu_seconds(),
+        summary_cpu_seconds: 0.0,
     };
     let store = repo.store();
     let stage = std::env::temp_dir();
-    // A complete segment gets a block summary: its bytes are kept as they are read.
-    let summarized = n.kind == Kind::Segment;
-    let mut bytes = Vec::new();
-    if summarized {
-        bytes.reserve_exact(len as usize);
-    }
+    // A complete segment gets a block summary: its bytes are mapped, and the hash, the
+    // compressor and the summary all read that one copy.
+    let summarized = summaries && n.kind == Kind::Segment;
+    let map = match summarized {
+        true => Some(
+            crate::sys::map_file(&f, len)
+                .with_context(|| format!("cannot map '{}' to read it", src.display()))?,
+        ),
+        false => None,
+    };
+    let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+    let mapped = map.as_deref();
     // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.
     let have = with_archived(repo, &rel, &stage, |have| {
-        let k = summarized.then_some(&mut bytes);
-        let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, k)?;
+        let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, mapped)?;
         let out = compare_existing(have, &name, len, hash.as_bytes())?;
         Ok((out, read_header(have)?))
     })?;
@@ -323,15 +351,14 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
         // A push retried after the segment was stored but before its summary was.
         let mut p = done(out, &hdr);
         if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {
-            p.summary = write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
+            summarize_into(&mut p, repo, &hdr, bytes, seg.as_ref(), t0)?;
         }
         return Ok(p);
     }
     // Compressed and checked in a durable temp file, then made the archived file only
     // if the name is still free (local: in its final directory, then a link).
     let dir = store.stage_dir(&rel)?;
-    let k = summarized.then_some(&mut bytes);
-    let (tmp, hdr) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), k)?;
+    let (tmp, hdr) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), mapped)?;
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }
@@ -340,7 +367,7 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
     if created {
         let mut p = done(Outcome::Archived, &hdr);
         if summarized {
-            p.summary = write_summary(repo, &name, &hdr, &bytes, seg.as_ref())?;
+            summarize_into(&mut p, repo, &hdr, bytes, seg.as_ref(), t0)?;
         }
         return Ok(p);
     }
@@ -350,6 +377,23 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
     })?
     .ok_or_else(|| anyhow!("'{}' vanished while being compared", store.describe(&rel)))?;
     Ok(done(out, &hdr))
+}
+
+/// [`write_summary`] for a pushed segment, its CPU time counted.
+fn summarize_into(
+    p: &mut Pushed,
+    repo: &Repo,
+    hdr: &Header,
+    bytes: &[u8],
+    seg: Option<&SegInfo>,
+    t0: Instant,
+) -> Result<()> {
+    let cpu = crate::sys::cpu_seconds();
+    p.summary = write_summary(repo, &p.name, hdr, bytes, seg)?;
+    p.cpu_seconds = crate::sys::cpu_seconds();
+    p.summary_cpu_seconds = p.cpu_seconds - cpu;
+    p.seconds = t0.elapsed().as_secs_f64();
+    Ok(())
 }
 
 /// Summarizes an archived segment (its bytes as read) and stores the summary; says what
