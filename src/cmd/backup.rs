@@ -286,10 +286,16 @@ fn print_text(r: &BackupReport, verbose: bool) {
     match &r.change_map {
         Some(ChangeMap::Summaries {
             segments,
+            live,
             sparse_files,
             listed_pages,
         }) => println!(
-            "Changed pages from the block summaries of {segments} WAL segment(s): {listed_pages} page(s) listed in {sparse_files} relation file(s) read; files new since the base read whole."
+            "Changed pages from the block summaries of {segments} WAL segment(s){}: {listed_pages} page(s) listed in {sparse_files} relation file(s) read; files new since the base read whole.",
+            if *live {
+                " (the last one summarized from the server's pg_wal up to this backup's start)"
+            } else {
+                ""
+            }
         ),
         Some(ChangeMap::LsnScan { reason }) => println!(
             "Changed pages found by reading every page of the base's relation files (LSN scan): {reason}."

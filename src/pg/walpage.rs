@@ -150,3 +150,45 @@ pub fn check_page(s: &SegInfo, off: u64, h: &[u8]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The head of segment `name` while the server still writes it (`bytes`, read from
+/// pg_wal up to at least `upto`): its first page checked as [`check_first_page`], every
+/// later page before `upto` written and of this segment ([`check_page`]), and every byte
+/// from `upto` on zeroed, so that a walk of it ends at `upto` (a record boundary: the
+/// redo point of a checkpoint). `bytes` becomes a whole segment.
+pub fn live_head(name: &str, bytes: &mut Vec<u8>, upto: u64) -> Result<SegInfo, String> {
+    let n = super::parse_name(name).ok_or_else(|| format!("'{name}' is not a segment name"))?;
+    let first = bytes.get(..LONG_PHD).unwrap_or(bytes);
+    let seg_size = if first.len() >= LONG_PHD {
+        get_u32(first, 32) as u64
+    } else {
+        0
+    };
+    let s = check_first_page(name, &n, seg_size, first)?;
+    if upto < s.seg_start + LONG_PHD as u64 || upto >= s.seg_start + seg_size {
+        return Err(format!("{} is not inside segment {name}", format_lsn(upto)));
+    }
+    let end = (upto - s.seg_start) as usize;
+    if bytes.len() < end {
+        return Err(format!(
+            "only {} bytes of {name} could be read, {end} were wanted",
+            bytes.len()
+        ));
+    }
+    let mut off = s.blcksz;
+    while off < end as u64 {
+        let h = &bytes[off as usize..off as usize + SHORT_PHD];
+        if h.iter().all(|&b| b == 0) {
+            return Err(format!(
+                "page {} of {name} (before {}) is not written yet",
+                off / s.blcksz,
+                format_lsn(upto)
+            ));
+        }
+        check_page(&s, off, h)?;
+        off += s.blcksz;
+    }
+    bytes.truncate(end);
+    bytes.resize(seg_size as usize, 0);
+    Ok(s)
+}

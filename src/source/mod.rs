@@ -39,6 +39,12 @@ pub trait Source {
     /// Ends the backup on the source side: facts for the manifest, and files that
     /// exist only now (the WAL written during the backup), read in a second pass.
     fn finish(&mut self, ok: bool) -> Result<Finish>;
+    /// PostgreSQL: the WAL segment holding the backup's start (its name and bytes), as
+    /// the server had written it up to the start, the rest zeroed; once, after
+    /// `prepare`. None when not read (then the segment is ended and archived instead).
+    fn start_wal_head(&mut self) -> Option<(String, Vec<u8>)> {
+        None
+    }
     /// What the source knows of itself once prepared (the manifest's extra map so far).
     fn facts(&self) -> Extra {
         Extra::new()

@@ -41,6 +41,9 @@ pub struct Postgres {
     gone: Arc<OnceLock<String>>,
     /// The pipeline to stop when the server goes away.
     abort: Arc<Abort>,
+    /// The segment holding the start, as pg_wal held it up to the start (see
+    /// [`Source::start_wal_head`]).
+    start_head: Option<(String, Vec<u8>)>,
 }
 
 /// Owns the backup's connection while the files are read and asks the server every
@@ -112,7 +115,8 @@ pub struct DiffBase {
     /// Paths the base set holds.
     pub files: HashSet<String>,
     /// The pages to read come from the WAL's block summaries: the segment holding the
-    /// start is ended at once, so that it is archived and summarized.
+    /// start is read from pg_wal up to the start (or, when it cannot be, ended at once,
+    /// so that it is archived and summarized).
     pub summaries: bool,
 }
 
@@ -197,6 +201,7 @@ impl Postgres {
             watcher: None,
             gone: Arc::new(OnceLock::new()),
             abort: Arc::default(),
+            start_head: None,
         })
     }
 
@@ -435,9 +440,16 @@ impl Source for Postgres {
             .get(0);
         self.timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
         if self.base.as_ref().is_some_and(|b| b.summaries) {
-            // The WAL up to the start is summarized once archived: end its segment now.
-            // Without the privilege, the backup waits for the archiver or reads every page.
-            let _ = self.client().batch_execute("SELECT pg_switch_wal()");
+            // The WAL up to the start is summarized from pg_wal's copy of its segment;
+            // when that cannot be read, the segment is ended now to be archived and
+            // summarized (without the privilege, the backup waits for the archiver or
+            // reads every page).
+            match read_start_head(&pgdata, &start_wal, self.start_lsn) {
+                Ok(bytes) => self.start_head = Some((start_wal.clone(), bytes)),
+                Err(_) => {
+                    let _ = self.client().batch_execute("SELECT pg_switch_wal()");
+                }
+            }
         }
         let seg =
             self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
@@ -559,6 +571,10 @@ impl Source for Postgres {
         })
     }
 
+    fn start_wal_head(&mut self) -> Option<(String, Vec<u8>)> {
+        self.start_head.take()
+    }
+
     fn facts(&self) -> Extra {
         self.facts
             .as_ref()
@@ -614,6 +630,22 @@ fn wal_range(first: &str, last: &str, seg_size: u64) -> Result<Vec<String>> {
     Ok((a..=b.max(a))
         .map(|s| crate::pg::segment_name_for(tli, s, seg_size))
         .collect())
+}
+
+/// The segment holding `start` as pg_wal holds it, up to `start` (checked and the rest
+/// zeroed: [`crate::pg::walpage::live_head`]).
+fn read_start_head(pgdata: &Path, name: &str, start: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let path = pgdata.join("pg_wal").join(name);
+    let f =
+        std::fs::File::open(&path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let seg_size = f.metadata()?.len();
+    let want = (start % seg_size.max(1)) as usize;
+    let mut bytes = Vec::with_capacity(seg_size as usize);
+    f.take(want as u64).read_to_end(&mut bytes)?;
+    crate::pg::walpage::live_head(name, &mut bytes, start)
+        .map_err(|m| anyhow!("'{}': {m}", path.display()))?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

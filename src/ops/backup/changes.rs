@@ -26,6 +26,9 @@ pub enum ChangeMap {
     /// From the block summaries of `segments` archived WAL segments.
     Summaries {
         segments: u64,
+        /// The last segment (this backup's start) summarized from the server's copy
+        /// up to the start, not from the archive.
+        live: bool,
         /// Relation files read page by page, and the pages listed for them.
         sparse_files: u64,
         listed_pages: u64,
@@ -42,13 +45,16 @@ pub struct Base<'a> {
     pub files: &'a HashSet<String>,
 }
 
-/// Waits (up to `wait`) for the summary of the segment holding `now`'s start, then
-/// plans the pages of every base relation file in `plan` from the summaries since
-/// `base`'s start. Files left with `pages: None` are read whole.
+/// Plans the pages of every base relation file in `plan` from the summaries since
+/// `base`'s start up to `now`'s. With `live` (the segment holding `now`'s start as the
+/// server wrote it up to there), the archived summaries before that segment and the
+/// live one's; else the archived summaries up to that segment's, waited for (up to
+/// `wait`). Files left with `pages: None` are read whole.
 pub fn plan_pages(
     repo: &Repo,
     base: &Base,
     now: &PgFacts,
+    live: Option<(String, Vec<u8>)>,
     entries: &[SourceFile],
     plan: &mut [ReadFile],
     wait: Duration,
@@ -65,23 +71,36 @@ pub fn plan_pages(
     }
     let seg = now.wal_segment_size;
     let start_seg = segment_name(now.timeline, now.start_lsn, seg);
+    let live = live.filter(|(name, _)| *name == start_seg);
+    let segno = now.start_lsn / seg;
+    // The last archived segment wanted: the one before the live one, or the start's.
+    let wanted = match &live {
+        Some(_) if segno == base.start_lsn / seg => None,
+        Some(_) => Some(segment_name(now.timeline, now.start_lsn - seg, seg)),
+        None => Some(start_seg.clone()),
+    };
     let t0 = Instant::now();
-    loop {
-        match summary::read(repo, &start_seg) {
+    while let Some(name) = &wanted {
+        match summary::read(repo, name) {
             Ok(Some(_)) => break,
             Ok(None) => {}
             Err(e) => return scan(format!("{e:#}")),
         }
         if t0.elapsed() > wait {
             return scan(format!(
-                "WAL segment {start_seg} (this backup's start, {}) was not archived with its block summary within {} s",
+                "WAL segment {name} (before this backup's start, {}) was not archived with its block summary within {} s",
                 format_lsn(now.start_lsn),
                 wait.as_secs()
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let map = match summary::block_map(repo, now.timeline, base.start_lsn, now.start_lsn, seg) {
+    let from_server = live.is_some();
+    let map = match live {
+        Some((name, mut bytes)) => live_map(repo, base, now, &name, &mut bytes),
+        None => summary::block_map(repo, now.timeline, base.start_lsn, now.start_lsn, seg),
+    };
+    let map = match map {
         Ok(m) => m,
         Err(e) => return scan(format!("{e:#}")),
     };
@@ -104,9 +123,40 @@ pub fn plan_pages(
     }
     ChangeMap::Summaries {
         segments,
+        live: from_server,
         sparse_files,
         listed_pages,
     }
+}
+
+/// The summaries from `base`'s start: archived ones, then the live segment's up to
+/// `now`'s start.
+fn live_map(
+    repo: &Repo,
+    base: &Base,
+    now: &PgFacts,
+    name: &str,
+    bytes: &mut Vec<u8>,
+) -> anyhow::Result<BlockMap> {
+    let info = crate::pg::walpage::live_head(name, bytes, now.start_lsn)
+        .map_err(|m| anyhow::anyhow!("the server's copy of {name}: {m}"))?;
+    let seg = now.wal_segment_size;
+    let prev = match now.start_lsn / seg > 0 {
+        true => summary::read(repo, &segment_name(now.timeline, now.start_lsn - seg, seg))
+            .ok()
+            .flatten(),
+        false => None,
+    };
+    let major = now.version_num / 10000;
+    let live = summary::summarize_live(
+        name,
+        bytes,
+        info.blcksz as usize,
+        major,
+        prev.as_ref(),
+        now.start_lsn,
+    );
+    summary::block_map_until(repo, now.timeline, base.start_lsn, &live, seg)
 }
 
 /// The pages (from the file's start) to read of one file, or None to read it whole:

@@ -432,7 +432,16 @@ fn plan_changes(
         files: &b.files,
     };
     let wait = std::time::Duration::from_secs(o.archive_timeout.min(60));
-    changes::plan_pages(repo, &base, &now, &input.entries, &mut input.plan, wait)
+    let live = input.src.start_wal_head();
+    changes::plan_pages(
+        repo,
+        &base,
+        &now,
+        live,
+        &input.entries,
+        &mut input.plan,
+        wait,
+    )
 }
 
 fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {

@@ -302,3 +302,33 @@ fn a_new_timelines_first_segment_continues_its_parents_carry() {
         fork: 0
     }));
 }
+
+#[test]
+fn a_live_head_is_checked_up_to_the_start_and_zeroed_after() {
+    use crate::pg::walpage::live_head;
+    use testing::{segment, BLK, SEG};
+    let name = segment_name_for(1, 7, SEG);
+    let start = 7 * SEG;
+    // Three pages written; the start is inside the third.
+    let upto = start + 2 * BLK as u64 + 300;
+    let mut head = segment(1, 7, 5, 3)[..(upto - start) as usize].to_vec();
+    let s = live_head(&name, &mut head, upto).unwrap();
+    assert_eq!((s.seg_start, head.len() as u64), (start, SEG));
+    assert!(head[(upto - start) as usize..].iter().all(|&b| b == 0));
+    assert_eq!(head[2 * BLK + 299], segment(1, 7, 5, 3)[2 * BLK + 299]);
+
+    // A page before the start not written yet, a stale page, too little read, another name.
+    let mut short = segment(1, 7, 5, 2)[..(upto - start) as usize].to_vec();
+    let e = live_head(&name, &mut short, upto).unwrap_err();
+    assert!(e.contains("page 2") && e.contains("not written"), "{e}");
+    let mut stale = segment(1, 7, 5, 3)[..(upto - start) as usize].to_vec();
+    stale[BLK + 8..BLK + 16].copy_from_slice(&(3 * SEG + BLK as u64).to_le_bytes());
+    let e = live_head(&name, &mut stale, upto).unwrap_err();
+    assert!(e.contains("recycled"), "{e}");
+    let mut cut = segment(1, 7, 5, 3)[..BLK].to_vec();
+    assert!(live_head(&name, &mut cut, upto)
+        .unwrap_err()
+        .contains("could be read"));
+    let mut other = segment(1, 7, 5, 3)[..(upto - start) as usize].to_vec();
+    assert!(live_head(&segment_name_for(1, 8, SEG), &mut other, upto).is_err());
+}

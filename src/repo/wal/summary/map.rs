@@ -90,11 +90,31 @@ impl BlockMap {
 /// The union of the summaries of timeline `tli`'s segments holding `from`..=`to`.
 /// Missing or refused summaries are gaps in it (see [`BlockMap::complete`]).
 pub fn block_map(repo: &Repo, tli: u32, from: u64, to: u64, seg_size: u64) -> Result<BlockMap> {
+    archived_map(repo, tli, from / seg_size, to / seg_size + 1, seg_size)
+}
+
+/// [`block_map`] from `from` to the end of `live`, the summary of a segment the
+/// server still writes ([`summarize_live`]): archived summaries up to it, then it.
+pub fn block_map_until(
+    repo: &Repo,
+    tli: u32,
+    from: u64,
+    live: &Summary,
+    seg_size: u64,
+) -> Result<BlockMap> {
+    let last = live.seg_start / seg_size;
+    let mut m = archived_map(repo, tli, from / seg_size, last, seg_size)?;
+    m.add(live);
+    Ok(m)
+}
+
+/// The union of the archived summaries of segments `first..end` (numbers).
+fn archived_map(repo: &Repo, tli: u32, first: u64, end: u64, seg_size: u64) -> Result<BlockMap> {
     if !valid_seg_size(seg_size) {
         bail!("{seg_size} is not a WAL segment size PostgreSQL uses");
     }
     let mut m = BlockMap::new();
-    for segno in from / seg_size..=to / seg_size {
+    for segno in first..end {
         let name = segment_name_for(tli, segno, seg_size);
         match read(repo, &name) {
             Ok(Some(s)) => m.add(&s),

@@ -258,6 +258,23 @@ pub fn summarize(
     s
 }
 
+/// The summary of segment `name` while the server still writes it: `seg` holds its
+/// records up to `upto` and zeros after ([`crate::pg::walpage::live_head`]). It covers
+/// the records starting before `upto`; it is never stored.
+pub fn summarize_live(
+    name: &str,
+    seg: &[u8],
+    blcksz: usize,
+    major: u32,
+    prev: Option<&Summary>,
+    upto: u64,
+) -> Summary {
+    let mut s = summarize(name, [0; 32], seg, blcksz, major, prev);
+    s.end = s.end.min(upto);
+    s.carry = None;
+    s
+}
+
 /// Where the summary of segment `name` lives.
 pub fn summary_rel(name: &str) -> Option<String> {
     let n = parse_name(name).filter(|n| n.kind == Kind::Segment)?;
