@@ -63,6 +63,8 @@ impl FrameSink for Target {
             .map_err(|e| self.named(file, e))
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
+        // A fresh file reads as zeros there once it exists: it exists when this returns.
+        self.files.ensure(file)?;
         if self.files.overlay {
             static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
             let f = self.file(file)?;

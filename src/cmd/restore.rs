@@ -106,7 +106,7 @@ impl RestoreArgs {
             owner: self.owner.clone(),
             tablespace_map: self.tablespace_map.clone(),
             report: self.report.clone(),
-            stage_only: false,
+            ..RestoreOptions::default()
         }
     }
 }

@@ -2,15 +2,18 @@
 //! ending at a chosen set), a full and the differentials and incrementals after it,
 //! becomes one new full set without touching the database. The chain is restored in
 //! one pass into a private scratch directory (every frame and file checked, no
-//! recovery settings), then backed up from there through the same pipeline as a full
-//! set that carries the newest set's facts (its LSNs, backup_label, tablespace_map);
-//! the scratch directory is removed whatever happens.
+//! recovery settings) while the same copy is backed up through the same pipeline as a
+//! full set that carries the newest set's facts (its LSNs, backup_label,
+//! tablespace_map): each file is read once the restore has written it whole (a gate),
+//! and the new set is committed only once the restore has checked every frame and
+//! file. The scratch directory is removed whatever happens.
 
 use super::backup::{backup_of, BackupOptions, BackupReport, Watch};
 use super::restore::{restore, RestoreOptions};
-use super::verify::{ReadOptions, Show};
+use super::verify::{quiet, ReadOptions, Show};
+use crate::engine::gate::Gate;
 use crate::engine::stats::Progress;
-use crate::format::manifest::{BackupType, EntryKind, Manifest};
+use crate::format::manifest::{BackupType, Manifest};
 use crate::pg::facts::PgFacts;
 use crate::repo::chain::{self, Selector};
 use crate::repo::Repo;
@@ -52,6 +55,7 @@ pub struct MergeReport {
     /// Raw and stored bytes of the new set.
     pub raw_bytes: u64,
     pub stored_bytes: u64,
+    /// The restore into the scratch directory, and the backup of it (they overlap).
     pub stage_seconds: f64,
     pub backup_seconds: f64,
     pub seconds: f64,
@@ -92,53 +96,57 @@ pub fn merge(
     let data = scratch.0.join("data");
     let tablespaces = tablespace_map(&m, &scratch.0)?;
 
-    let staged = restore(
-        &RestoreOptions {
-            read: ReadOptions {
-                repo: Some(o.repo.clone()),
-                set: Some(newest.set_id.clone()),
-                threads: o.threads.map(|t| t as usize),
-                store: o.store.clone(),
-                ..ReadOptions::default()
-            },
-            to: data.clone(),
-            tablespace_map: tablespaces.clone(),
-            stage_only: true,
-            ..RestoreOptions::default()
-        },
-        show,
-    )
-    .context("merge: restoring the chain into the scratch directory")?;
-    let stage_seconds = t0.elapsed().as_secs_f64();
-
-    let t1 = Instant::now();
-    let src = staged_source(&m, &data, &tablespaces)?;
+    let gate = Arc::new(Gate::default());
+    let src = staged_source(&m, &data, &tablespaces, &gate)?;
     let names: Vec<String> = chain.links.iter().map(|l| l.set_id.clone()).collect();
-    let b = backup_of(
-        &BackupOptions {
-            source: m.source.location.clone(),
+    let restore_options = RestoreOptions {
+        read: ReadOptions {
             repo: Some(o.repo.clone()),
-            stripes: Some(full.stripes.len().max(1) as u32),
-            backup_type: BackupType::Full,
-            compress: o.compress.clone().unwrap_or_else(|| full.codec.clone()),
-            threads: o.threads,
-            page_size: m.page_size as u64,
+            set: Some(newest.set_id.clone()),
+            threads: o.threads.map(|t| t as usize),
             store: o.store.clone(),
-            name: Some(format!(
-                "merge of {} ({} sets, {} to {})",
-                short(&full.set_id),
-                names.len(),
-                short(&full.set_id),
-                short(&newest.set_id)
-            )),
-            ..BackupOptions::default()
+            ..ReadOptions::default()
         },
-        Some(Box::new(src)),
-        progress,
-        watch,
-    )
-    .context("merge: writing the new full set")?;
-    let backup_seconds = t1.elapsed().as_secs_f64();
+        to: data.clone(),
+        tablespace_map: tablespaces.clone(),
+        stage_only: true,
+        gate: Some(gate.clone()),
+        ..RestoreOptions::default()
+    };
+    let backup_options = BackupOptions {
+        source: m.source.location.clone(),
+        repo: Some(o.repo.clone()),
+        stripes: Some(full.stripes.len().max(1) as u32),
+        backup_type: BackupType::Full,
+        compress: o.compress.clone().unwrap_or_else(|| full.codec.clone()),
+        threads: o.threads,
+        page_size: m.page_size as u64,
+        store: o.store.clone(),
+        name: Some(format!(
+            "merge of {} ({} sets, {} to {})",
+            short(&full.set_id),
+            names.len(),
+            short(&full.set_id),
+            short(&newest.set_id)
+        )),
+        ..BackupOptions::default()
+    };
+    // The restore runs beside the backup (which shows the progress); the backup waits
+    // for each file, and for the whole restore before it commits.
+    let _ = show;
+    let (staged, b, stage_seconds, backup_seconds) = std::thread::scope(|s| {
+        let restoring = s.spawn(|| {
+            let r = restore(&restore_options, &quiet);
+            gate.finish(r.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
+            (r, t0.elapsed().as_secs_f64())
+        });
+        let b = backup_of(&backup_options, Some(Box::new(src)), progress, watch);
+        let backup_secs = t0.elapsed().as_secs_f64();
+        let (staged, secs) = restoring.join().expect("the restore thread panicked");
+        (staged, b, secs, backup_secs)
+    });
+    let staged = staged.context("merge: restoring the chain into the scratch directory")?;
+    let b = b.context("merge: writing the new full set")?;
     let seconds = t0.elapsed().as_secs_f64();
     Ok(MergeReport {
         command: "merge",
@@ -213,23 +221,24 @@ fn tablespace_map(m: &Manifest, scratch: &Path) -> Result<Vec<String>> {
         .collect()
 }
 
-/// The newest set's entries, each read from where the staging restore put it.
-fn staged_source(m: &Manifest, data: &Path, tablespaces: &[String]) -> Result<Staged> {
+/// The newest set's entries, each read from where the staging restore puts it once
+/// `gate` opens it (all of them on the scratch directory's file system).
+fn staged_source(
+    m: &Manifest,
+    data: &Path,
+    tablespaces: &[String],
+    gate: &Arc<Gate>,
+) -> Result<Staged> {
     let mut restorer = source::restorer(m.source.kind, tablespaces);
     restorer.plan(&m.extra)?;
+    let dev = std::fs::metadata(data.parent().unwrap_or(data))
+        .with_context(|| format!("cannot stat '{}'", data.display()))?
+        .dev();
     let mut entries = vec![];
+    let mut ids = vec![];
     for f in &m.files {
         let abs = restorer.place(data, &f.path);
-        let meta = std::fs::symlink_metadata(&abs)
-            .with_context(|| format!("the staged copy has no '{}'", abs.display()))?;
-        if f.kind == EntryKind::File && meta.len() != f.size {
-            bail!(
-                "the staged '{}' holds {} bytes, its set says {}",
-                abs.display(),
-                meta.len(),
-                f.size
-            );
-        }
+        ids.push(f.id);
         entries.push(SourceFile {
             rel_path: f.path.clone(),
             abs_path: abs,
@@ -237,7 +246,7 @@ fn staged_source(m: &Manifest, data: &Path, tablespaces: &[String]) -> Result<St
             size: f.size,
             mode: f.mode,
             mtime: f.mtime,
-            dev: meta.dev(),
+            dev,
             missing_ok: false,
             link_target: f.link_target.clone(),
         });
@@ -249,5 +258,6 @@ fn staged_source(m: &Manifest, data: &Path, tablespaces: &[String]) -> Result<St
         entries,
         extra: m.extra.clone(),
         page_check: facts.map(|f| (f.data_checksums, f.start_lsn)),
+        gate: Some((gate.clone(), ids)),
     })
 }

@@ -47,6 +47,11 @@ pub trait ChunkFilter: Sync {
     fn notes(&self) -> Vec<String> {
         vec![]
     }
+    /// Whether `file` may be read yet, waiting up to `wait` (a merge's copy is
+    /// written while it is read); `Err` fails the backup with that message.
+    fn ready(&self, _file: &ReadFile, _wait: std::time::Duration) -> Result<bool, String> {
+        Ok(true)
+    }
     /// For a differential: which pages of the chunk to store (bit i = page i), or None
     /// to store the whole chunk.
     fn select(&self, _file: &ReadFile, _offset: u64, _data: &[u8]) -> Option<PageSet> {

@@ -1,7 +1,7 @@
 //! The read stage: each volume's files in order, chunk by chunk, into pool buffers;
 //! adjacent chunks merged into one vectored read when adaptive.
 
-use super::{FileState, Item, PageSet, ReadFile, Shared};
+use super::{Item, PageSet, ReadFile, Shared};
 use crate::engine::adapt::Adapt;
 use crate::engine::pool::{self, Buf};
 use crate::engine::stats::Lane;
@@ -58,10 +58,7 @@ pub(super) fn reader(
         if !adapt.admit(k, abort) {
             break;
         }
-        let next = vol
-            .lock()
-            .unwrap()
-            .next(plan, &sh.state, (t, p.page_size), p.direct_io);
+        let next = vol.lock().unwrap().next(sh, (t, p.page_size), p.direct_io);
         let chunk = match next {
             Ok(Some(c)) => c,
             Ok(None) => {
@@ -261,11 +258,11 @@ impl Cursor {
 
     fn next(
         &mut self,
-        plan: &[ReadFile],
-        state: &[FileState],
+        sh: &Shared,
         (transfer, page): (usize, usize),
         direct: bool,
     ) -> Result<Option<Chunk>> {
+        let (plan, state) = (sh.plan, &sh.state);
         loop {
             if let Some((id, handle, offset)) = &mut self.current {
                 let size = plan[*id as usize].size;
@@ -303,6 +300,20 @@ impl Cursor {
             let f = &plan[id as usize];
             if f.size == 0 {
                 continue;
+            }
+            if let Some(filter) = sh.filter {
+                loop {
+                    if sh.abort.aborted() {
+                        return Ok(None);
+                    }
+                    match filter.ready(f, std::time::Duration::from_millis(100)) {
+                        Ok(true) => break,
+                        Ok(false) => {}
+                        Err(e) => {
+                            return Err(anyhow!("'{}' cannot be read: {e}", f.path.display()))
+                        }
+                    }
+                }
             }
             match open_for_read(&f.path, direct) {
                 Ok(h) => self.current = Some((id, Arc::new(h), 0)),

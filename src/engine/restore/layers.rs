@@ -10,18 +10,22 @@
 //! set's checked frames into the target through it.
 
 use super::FrameSink;
+use crate::engine::gate::Gate;
 use roaring::RoaringBitmap;
 use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The files a chain restores and the pages of each written so far.
 pub struct Written {
     page: u64,
     /// Restored file id -> its size and the pages written.
     files: HashMap<u32, (u64, Mutex<RoaringBitmap>)>,
+    /// With a gate: bytes written per restored file, and the gate each whole file opens.
+    done: HashMap<u32, AtomicU64>,
+    gate: Option<Arc<Gate>>,
 }
 
 impl Written {
@@ -36,7 +40,35 @@ impl Written {
             }
             map.insert(id, (size, Mutex::new(RoaringBitmap::new())));
         }
-        Ok(Written { page, files: map })
+        Ok(Written {
+            page,
+            files: map,
+            done: HashMap::new(),
+            gate: None,
+        })
+    }
+
+    /// Opens `gate` for each file once all its bytes are written.
+    pub fn with_gate(mut self, gate: Arc<Gate>) -> Written {
+        self.done = self
+            .files
+            .keys()
+            .map(|&id| (id, AtomicU64::new(0)))
+            .collect();
+        self.gate = Some(gate);
+        self
+    }
+
+    /// `n` more bytes of restored file `id` written.
+    fn count(&self, id: u32, n: u64) {
+        let (Some(gate), Some(done), Some((size, _))) =
+            (&self.gate, self.done.get(&id), self.files.get(&id))
+        else {
+            return;
+        };
+        if done.fetch_add(n, Relaxed) + n == *size {
+            gate.open(id);
+        }
     }
 
     /// Pages of restored files that no set wrote so far (they read as zeros).
@@ -134,6 +166,7 @@ impl FrameSink for LayerSink<'_> {
             self.stats
                 .written_bytes
                 .fetch_add(bytes.len() as u64, Relaxed);
+            self.written.count(to, bytes.len() as u64);
         }
         Ok(())
     }
@@ -146,6 +179,7 @@ impl FrameSink for LayerSink<'_> {
             let n = r.end - r.start;
             self.inner.write_zeros(to, r.start, n as usize)?;
             self.stats.written_bytes.fetch_add(n, Relaxed);
+            self.written.count(to, n);
         }
         Ok(())
     }

@@ -144,7 +144,10 @@ pub(super) fn write_chain(
     let newest = &sets.newest().set.manifest;
     let restored = regular_files(newest);
     let page = sets.full().page_size() as u64;
-    let written = Written::new(restored.iter().map(|f| (f.id, f.size)), page)?;
+    let mut written = Written::new(restored.iter().map(|f| (f.id, f.size)), page)?;
+    if let Some(g) = &o.gate {
+        written = written.with_gate(g.clone());
+    }
     let by_path: HashMap<&str, u32> = (newest.files.iter())
         .filter(|f| f.kind == EntryKind::File)
         .map(|f| (f.path.as_str(), f.id))

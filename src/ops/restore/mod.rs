@@ -54,6 +54,9 @@ pub struct RestoreOptions {
     /// Only the set's files, for a merge to read back: no log chain check, recovery
     /// settings, owner or sync.
     pub stage_only: bool,
+    /// Opened for each restored file once it is whole (by its id in the newest set),
+    /// for a merge reading the copy while it is written.
+    pub gate: Option<Arc<crate::engine::gate::Gate>>,
 }
 
 impl RestoreOptions {
