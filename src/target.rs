@@ -18,6 +18,9 @@ pub struct Target {
     /// With `files.overlay` (a differential), zero ranges must be written.
     pub files: Files,
     open: Mutex<HashMap<u32, Arc<File>>>,
+    /// Start writing each frame back at once (not for a copy read back and removed
+    /// before it needs to reach the disk: a merge's).
+    writeback: bool,
 }
 
 impl Target {
@@ -25,7 +28,14 @@ impl Target {
         Target {
             files,
             open: Mutex::new(HashMap::new()),
+            writeback: true,
         }
+    }
+
+    /// A target whose frames are left to the kernel to write back.
+    pub fn without_writeback(mut self) -> Target {
+        self.writeback = false;
+        self
     }
 
     fn file(&self, id: u32) -> io::Result<Arc<File>> {
@@ -77,7 +87,13 @@ impl FrameSink for Target {
         }
         Ok(())
     }
+    fn whole(&self, file: u32) {
+        self.open.lock().unwrap().remove(&file);
+    }
     fn written(&self, file: u32, offset: u64, len: u64) {
+        if !self.writeback {
+            return;
+        }
         // Once per frame, not per page of a differential's frame.
         if let Ok(f) = self.file(file) {
             crate::device::disk::start_writeback(&f, offset, len);

@@ -223,6 +223,8 @@ fn a_chain_through_every_kind_of_relation_change_restores_clean() {
     let r = restore_and_check(&repo, &ts_oid, &[], &want);
     assert_eq!(chain_of(&r), [merged, id(&j)], "{r}");
     let _ = std::fs::remove_dir_all(&ts_dir);
+    drop(pg);
+    let _ = std::fs::remove_dir_all(std::path::Path::new(&repo).parent().unwrap());
 }
 
 /// A failover between two sets: incrementals taken on timeline 1, the primary lost, a
@@ -270,4 +272,6 @@ fn a_chain_across_a_promotion_restores() {
     let (target, r) = restore_repo(&repo, &[]);
     assert_eq!(chain_of(&r), ids, "{r}");
     check_restored_with(&target, &want, pgbench_rows, amcheck);
+    drop(b);
+    let _ = std::fs::remove_dir_all(std::path::Path::new(&repo).parent().unwrap());
 }

@@ -9,6 +9,7 @@ use crate::engine::backup::{ChunkFilter, PageSet, ReadFile};
 use crate::engine::gate::Gate;
 use crate::format::manifest::SourceKind;
 use anyhow::{anyhow, Result};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,18 +26,28 @@ pub struct Staged {
     pub gate: Option<(Arc<Gate>, Vec<u32>)>,
 }
 
-/// The source's filter, reading each file only once the gate opens it.
+/// The source's filter, reading each file only once the gate opens it, and removing
+/// it once every byte was read (its pages then need never reach the disk).
 struct Gated {
     inner: Option<Box<dyn ChunkFilter>>,
     gate: Arc<Gate>,
     ids: Vec<u32>,
+    /// Bytes read per entry.
+    read: Vec<AtomicU64>,
 }
 
 impl ChunkFilter for Gated {
     fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
         self.inner
             .as_ref()
-            .map_or(Ok(()), |f| f.check(file, offset, data))
+            .map_or(Ok(()), |f| f.check(file, offset, data))?;
+        if let Some(n) = self.read.get(file.id as usize) {
+            let len = data.len() as u64;
+            if n.fetch_add(len, Relaxed) + len == file.size {
+                let _ = std::fs::remove_file(&file.path);
+            }
+        }
+        Ok(())
     }
     fn problems(&self) -> Vec<String> {
         self.inner.as_ref().map_or(vec![], |f| f.problems())
@@ -96,6 +107,7 @@ impl Source for Staged {
                 inner,
                 gate: gate.clone(),
                 ids: ids.clone(),
+                read: ids.iter().map(|_| AtomicU64::new(0)).collect(),
             })),
             None => inner,
         }

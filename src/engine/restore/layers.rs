@@ -59,16 +59,12 @@ impl Written {
         self
     }
 
-    /// `n` more bytes of restored file `id` written.
-    fn count(&self, id: u32, n: u64) {
-        let (Some(gate), Some(done), Some((size, _))) =
-            (&self.gate, self.done.get(&id), self.files.get(&id))
-        else {
-            return;
+    /// `n` more bytes of restored file `id` written: whether that made it whole.
+    fn count(&self, id: u32, n: u64) -> bool {
+        let (Some(done), Some((size, _))) = (self.done.get(&id), self.files.get(&id)) else {
+            return false;
         };
-        if done.fetch_add(n, Relaxed) + n == *size {
-            gate.open(id);
-        }
+        done.fetch_add(n, Relaxed) + n == *size
     }
 
     /// Pages of restored files that no set wrote so far (they read as zeros).
@@ -155,6 +151,19 @@ impl<'a> LayerSink<'a> {
     }
 }
 
+impl LayerSink<'_> {
+    /// `n` bytes of restored file `to` written: once it is whole, the target is told
+    /// and the gate opened.
+    fn counted(&self, to: u32, n: u64) {
+        if self.written.count(to, n) {
+            self.inner.whole(to);
+            if let Some(g) = &self.written.gate {
+                g.open(to);
+            }
+        }
+    }
+}
+
 impl FrameSink for LayerSink<'_> {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
         let Some((to, runs)) = self.claim(file, offset, data.len() as u64) else {
@@ -166,7 +175,7 @@ impl FrameSink for LayerSink<'_> {
             self.stats
                 .written_bytes
                 .fetch_add(bytes.len() as u64, Relaxed);
-            self.written.count(to, bytes.len() as u64);
+            self.counted(to, bytes.len() as u64);
         }
         Ok(())
     }
@@ -179,7 +188,7 @@ impl FrameSink for LayerSink<'_> {
             let n = r.end - r.start;
             self.inner.write_zeros(to, r.start, n as usize)?;
             self.stats.written_bytes.fetch_add(n, Relaxed);
-            self.written.count(to, n);
+            self.counted(to, n);
         }
         Ok(())
     }

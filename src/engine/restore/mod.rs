@@ -32,6 +32,8 @@ pub trait FrameSink: Sync {
     }
     /// A frame's range of `file` is written (by one write, or page by page).
     fn written(&self, _file: u32, _offset: u64, _len: u64) {}
+    /// Every byte of `file` is written: nothing more will be.
+    fn whole(&self, _file: u32) {}
 }
 
 pub struct StripeIn {

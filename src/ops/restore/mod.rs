@@ -210,7 +210,10 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
             o.to.display()
         )
     };
-    let target = Target::new(target::lay_out(m, &place, false)?);
+    let mut target = Target::new(target::lay_out(m, &place, false)?);
+    if o.stage_only {
+        target = target.without_writeback();
+    }
     let written = chain::write_chain(&sets, o, &target, &progress.live, show, &mut phases);
     drop(target);
     let (out, links) = written.with_context(incomplete)?;
