@@ -68,6 +68,9 @@ fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
     ids.push(id(&backup(&url, &repo, "incr")));
     pg.switch_and_wait();
     let want = rows(&pg);
+    // A time after the chain's end, before the merge.
+    let before_merge = pg.sql("SELECT now()::text");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
 
     let m = json(&["merge", "--repo", &repo]);
     assert_eq!(m["command"], "merge");
@@ -82,12 +85,15 @@ fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
         !repo_listing(&repo).iter().any(|n| n.starts_with(".merge-")),
         "the scratch directory is gone"
     );
+    let want_merged = want.clone();
     let h = history(&repo);
     let rec = h.iter().find(|s| s["set_id"] == merged.as_str()).unwrap();
     assert_eq!(rec["backup_type"], "full", "{rec}");
     let last = h.iter().find(|s| s["set_id"] == ids[3].as_str()).unwrap();
     assert_eq!(rec["stop_lsn"], last["stop_lsn"], "the chain's end: {rec}");
     assert_eq!(rec["start_lsn"], last["start_lsn"], "{rec}");
+    // Its data is of the newest merged set's time, not the merge's.
+    assert_eq!(rec["finished"], last["finished"], "{rec}");
     let v = json(&["verify", "--repo", &repo, "--set", &merged]);
     assert_eq!(v["valid"], true, "{v}");
 
@@ -119,7 +125,12 @@ fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
         .iter()
         .map(|s| s["set_id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(left, [merged, id(&next)]);
+    assert_eq!(left, [merged.clone(), id(&next)]);
+
+    // A time between the chain's end and the merge: the merged set, the old chain gone.
+    let (target, r) = restore_repo(&repo, &["--until", &before_merge]);
+    assert_eq!(chain_of(&r), std::slice::from_ref(&merged), "{r}");
+    check_restored(&target, &want_merged, rows);
 }
 
 #[test]

@@ -133,6 +133,7 @@ impl BackupArgs {
             threads: self.threads,
             copy_only: self.copy_only,
             name: self.name.clone(),
+            data_finished: None,
             page_size: self.page_size,
             adaptive_readers: self.adaptive_readers.on(),
             direct_io: self.direct_io.on(),

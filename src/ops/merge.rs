@@ -122,6 +122,8 @@ pub fn merge(
         threads: o.threads,
         page_size: m.page_size as u64,
         store: o.store.clone(),
+        // Restores to a time pick it as they would the newest merged set.
+        data_finished: Some(newest.finished.clone()),
         name: Some(format!(
             "merge of {} ({} sets, {} to {})",
             short(&full.set_id),

@@ -60,6 +60,10 @@ pub struct BackupOptions {
     pub threads: Option<u32>,
     pub copy_only: bool,
     pub name: Option<String>,
+    /// The time the set's data is of, when not the backup's end (a merge: the newest
+    /// merged set's `finished`), as RFC 3339: restores to a time go by it. `started`
+    /// stays the backup's own (the catalog's order).
+    pub data_finished: Option<String>,
     /// Page size of a files: source.
     pub page_size: u64,
     pub adaptive_readers: bool,
@@ -92,6 +96,7 @@ impl Default for BackupOptions {
             threads: None,
             copy_only: false,
             name: None,
+            data_finished: None,
             page_size: 8 << 10,
             adaptive_readers: true,
             direct_io: false,

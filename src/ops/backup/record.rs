@@ -94,7 +94,7 @@ pub(super) fn manifest(
         transfer_size: o.max_transfer_size as u32,
         page_size: page_size as u32,
         started: started.to_rfc3339(),
-        finished: finished.to_rfc3339(),
+        finished: (o.data_finished.clone()).unwrap_or_else(|| finished.to_rfc3339()),
         seconds: out.wall.as_secs_f64(),
         stripes: (out.stripes.iter().zip(&dest.devices).enumerate())
             .map(|(i, (s, d))| StripeInfo {
