@@ -64,8 +64,26 @@ pub fn mb_per_sec(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / 1_048_576.0 / secs.max(1e-6)
 }
 
+/// A word for `sh -c`: as it is when it holds only characters the shell leaves alone,
+/// else in single quotes (a quote inside written `'\''`).
+pub fn sh_quote(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:=@%,".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn shell_words_are_quoted_unless_plain() {
+        assert_eq!(super::sh_quote("/backup/repo-1"), "/backup/repo-1");
+        assert_eq!(super::sh_quote("/backup/my repo"), "'/backup/my repo'");
+        assert_eq!(super::sh_quote("it's"), "'it'\\''s'");
+        assert_eq!(super::sh_quote(""), "''");
+    }
+
     use super::*;
 
     #[test]

@@ -304,3 +304,28 @@ fn object_store_timeline_chain_and_a_store_that_goes_away() {
         "{err}"
     );
 }
+
+/// A repository whose path holds a space: the restore_command quotes it,
+/// so recovery fetches every segment after the set (else each fetch fails, which
+/// PostgreSQL reads as the archive's end: recovery would end early, rows missing).
+#[test]
+fn a_repository_path_with_a_space_recovers_everything() {
+    let repo = postgres_dir("repo").join("my repo");
+    let push = format!("{} archive-push %p --repo \"{}\"", bin(), repo.display());
+    let pg = Pg::start(true, Some(&push));
+    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");
+    insert(&pg, 1, 100);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    ok(&["backup", "--source", &url, "--repo", &s(&repo)]);
+    insert(&pg, 101, 300);
+    pg.switch_and_wait();
+    insert(&pg, 301, 400);
+    pg.switch_and_wait();
+    let (rows, j, _copy) = restore_rows(&s(&repo), &[], &[]);
+    assert_eq!(rows, "400:400", "{j}");
+    let conf = std::fs::read_to_string(
+        Path::new(j["target"].as_str().unwrap()).join("postgresql.auto.conf"),
+    )
+    .unwrap();
+    assert!(conf.contains("--repo '"), "{conf}");
+}

@@ -172,13 +172,10 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
     if rec.restore_command.is_some() || rec.target.is_some() || rec.timeline.is_some() {
         let mut conf = String::from("\n# Added by pagevault restore\n");
         if let Some(cmd) = &rec.restore_command {
-            conf.push_str(&format!(
-                "restore_command = '{}'\n",
-                cmd.replace('\'', "''")
-            ));
+            conf.push_str(&format!("restore_command = {}\n", conf_quote(cmd)));
         }
         if let Some((name, value)) = &rec.target {
-            conf.push_str(&format!("recovery_target_{name} = '{}'\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", value.replace('\'', "''")));
+            conf.push_str(&format!("recovery_target_{name} = {}\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", conf_quote(value)));
             notes.push(format!("recovery stops before {name} {value}"));
         }
         if let Some(t) = rec.timeline {
@@ -197,9 +194,34 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
     Ok(notes)
 }
 
+/// A string value for postgresql.conf: in single quotes, with the quote doubled and
+/// the backslash, newline and carriage return escaped as its parser reads them.
+fn conf_quote(s: &str) -> String {
+    let mut out = String::from("'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conf_values_are_quoted_as_the_parser_reads_them() {
+        assert_eq!(conf_quote("a'b"), "'a''b'");
+        assert_eq!(conf_quote("a\\"), "'a\\\\'");
+        assert_eq!(conf_quote("x\ny"), "'x\\ny'");
+        assert_eq!(conf_quote("plain"), "'plain'");
+    }
 
     fn facts_with(map: &str) -> PgFacts {
         PgFacts {

@@ -279,10 +279,15 @@ fn finish(
             let exe = std::env::current_exe()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| "pagevault".into());
+            // The shell runs it: every word we give is quoted (a path with a space or a
+            // quote must not split it, or every fetch fails and recovery ends early).
+            let endpoint = (repo.options().s3_endpoint.as_deref())
+                .map(|e| format!(" --s3-endpoint {}", crate::units::sh_quote(e)))
+                .unwrap_or_default();
             format!(
-                "{exe} archive-get %f \"%p\" --repo {}{}",
-                repo.spec_for_command(),
-                repo.options().endpoint_option()
+                "{} archive-get %f \"%p\" --repo {}{endpoint}",
+                crate::units::sh_quote(&exe),
+                crate::units::sh_quote(&repo.spec_for_command()),
             )
         }),
         target: o
