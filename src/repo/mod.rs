@@ -113,10 +113,13 @@ impl Repo {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", root.display());
             }
             // Another process (archive-push) may be creating the same repository.
+            // (The marker is written through `pagevault.tmp`: see write_atomic.)
+            let marker_tmp = Path::new(MARKER).with_extension("tmp");
             let foreign = |n: &std::ffi::OsStr| {
                 !["sets", "catalog", "wal", MARKER]
                     .iter()
                     .any(|k| n.to_str().is_some_and(|n| n == *k || n.starts_with(MARKER)))
+                    && n != marker_tmp.as_os_str()
             };
             if root.exists()
                 && fs::read_dir(&root)?

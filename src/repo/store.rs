@@ -147,7 +147,8 @@ pub fn inherit_owner(path: &Path) {
 
 /// Creates a directory (and its parents) owned like the directory above it.
 pub fn create_dir(path: &Path) -> Result<()> {
-    if path.is_dir() {
+    // "" is the parent of a relative path's first component: the working directory.
+    if path.as_os_str().is_empty() || path.is_dir() {
         return Ok(());
     }
     if let Some(p) = path.parent() {
@@ -478,6 +479,29 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = DirStore::new(d.path().join("r"));
         (d, s)
+    }
+
+    #[test]
+    fn a_repository_another_process_is_creating_is_not_foreign() {
+        let d = tempfile::tempdir().unwrap();
+        // archive-push midway through creating it: its marker still a temp file.
+        fs::create_dir_all(d.path().join("wal")).unwrap();
+        fs::write(d.path().join("pagevault.tmp"), b"pagevault").unwrap();
+        let spec = d.path().to_str().unwrap();
+        crate::repo::Repo::open(spec, true, &Default::default()).unwrap();
+        let e = d.path().join("x");
+        fs::create_dir(&e).unwrap();
+        fs::write(e.join("stranger"), b"x").unwrap();
+        let err = crate::repo::Repo::open(e.to_str().unwrap(), true, &Default::default());
+        assert!(format!("{:#}", err.err().unwrap()).contains("not empty"));
+    }
+
+    #[test]
+    fn a_relative_path_s_empty_parent_is_the_working_directory() {
+        create_dir(Path::new("")).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        create_dir(&d.path().join("a/b")).unwrap();
+        assert!(d.path().join("a/b").is_dir());
     }
 
     /// Names in `dir` that are temp files.
