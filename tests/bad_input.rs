@@ -410,3 +410,52 @@ fn a_file_that_cannot_be_created_fails_the_restore_by_name() {
         assert!(to.join(".pagevault-restore-incomplete").exists(), "{codec}");
     }
 }
+
+/// A forged catalog record (anyone who can write to the repository) naming stripes
+/// outside it: expire removes the record and nothing outside the repository.
+#[test]
+fn expire_never_deletes_outside_the_repository() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    let source = format!("files:{}", s(&src));
+    for _ in 0..2 {
+        ok(&["backup", "--source", &source, "--repo", &s(&repo)]);
+    }
+    let victim = dir.path().join("victim");
+    fs::write(&victim, b"keep me").unwrap();
+    let abs_victim = dir.path().join("abs-victim");
+    fs::write(&abs_victim, b"keep me too").unwrap();
+    // A copy of the oldest record, as an older full with other stripes.
+    let catalog = repo.join("catalog");
+    let mut names: Vec<_> = fs::read_dir(&catalog)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    let mut rec: serde_json::Value = serde_json::from_slice(&fs::read(&names[0]).unwrap()).unwrap();
+    let forged = "00000000000000000000000000000001";
+    rec["set_id"] = forged.into();
+    rec["started"] = "2001-01-01T00:00:00+00:00".into();
+    rec["finished"] = "2001-01-01T00:00:01+00:00".into();
+    rec["stripes"] = serde_json::json!([
+        "../victim",
+        s(&abs_victim),
+        format!("sets/{forged}/../../../victim")
+    ]);
+    fs::write(
+        catalog.join(format!("{forged}.json")),
+        serde_json::to_vec(&rec).unwrap(),
+    )
+    .unwrap();
+    let e = json(&["expire", "--repo", &s(&repo), "--keep-full", "1"]);
+    let expired = e["expired"].as_array().unwrap();
+    assert!(expired.iter().any(|v| v == forged), "{e}");
+    assert_eq!(fs::read(&victim).unwrap(), b"keep me");
+    assert_eq!(fs::read(&abs_victim).unwrap(), b"keep me too");
+    // A record whose id is not a set id: refused, nothing removed.
+    rec["set_id"] = "../../x".into();
+    fs::write(catalog.join("bad.json"), serde_json::to_vec(&rec).unwrap()).unwrap();
+    let out = run(&["expire", "--repo", &s(&repo), "--keep-full", "1"]);
+    no_panic(&out.stderr);
+    assert_eq!(fs::read(&victim).unwrap(), b"keep me");
+}

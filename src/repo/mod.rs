@@ -241,15 +241,65 @@ impl Repo {
     }
 
     /// Removes every stripe of a set kept inside the repository.
+    /// Only files this repository would have named for the set are removed: a record
+    /// is data (possibly forged), and a path in it never leads anywhere else.
     pub fn remove_set_files(&self, e: &CatalogEntry) -> Result<()> {
+        if !is_set_id(&e.set_id) {
+            bail!(
+                "catalog record of set '{}': not a set id (32 hexadecimal digits); nothing removed",
+                e.set_id.escape_debug()
+            );
+        }
         for s in &e.stripes {
             let spec = self.stripe_path(s);
             // Stripes written elsewhere (--to) are the user's to manage.
-            if self.relative(&spec) != spec {
+            if own_stripe(&e.set_id, &self.relative(&spec)) {
                 crate::device::parse(&spec, &self.options)?.remove()?;
             }
         }
         self.store.remove_empty_dir(&format!("sets/{}", e.set_id));
         Ok(())
+    }
+}
+
+/// A set id as backups make them: 32 lowercase hexadecimal digits.
+pub fn is_set_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether `rel` (a path relative to the repository) is a stripe the repository names
+/// for set `id`: exactly `sets/ID/N.pv`.
+fn own_stripe(id: &str, rel: &str) -> bool {
+    let Some(rest) = rel.strip_prefix("sets/").and_then(|r| r.strip_prefix(id)) else {
+        return false;
+    };
+    let Some(n) = rest.strip_prefix('/').and_then(|r| r.strip_suffix(".pv")) else {
+        return false;
+    };
+    !n.is_empty() && n.len() <= 4 && n.bytes().all(|c| c.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod own_stripe_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_paths_a_repository_makes_are_its_stripes() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert!(is_set_id(id));
+        assert!(own_stripe(id, &format!("sets/{id}/1.pv")));
+        assert!(own_stripe(id, &format!("sets/{id}/12.pv")));
+        for bad in [
+            format!("sets/{id}/../../victim"),
+            format!("sets/{id}/1.pv/../../x"),
+            format!("sets/{id}x/1.pv"),
+            format!("sets/{id}/.pv"),
+            "../victim".to_string(),
+            format!("/abs/sets/{id}/1.pv"),
+        ] {
+            assert!(!own_stripe(id, &bad), "{bad}");
+        }
+        assert!(!is_set_id("../../etc"));
+        assert!(!is_set_id("0123456789ABCDEF0123456789ABCDEF"));
     }
 }
