@@ -72,11 +72,25 @@ impl Restorer for PgRestorer {
 }
 
 /// Where each tablespace of a PostgreSQL set goes: OID -> directory, from the set's
-/// tablespace_map unless relocated.
+/// tablespace_map unless relocated. The set's map is data: its OIDs must be numbers
+/// (an OID names a link under pg_tblspc) and its locations absolute, without `..`.
 fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<String, PathBuf>> {
     let mut dirs: HashMap<String, PathBuf> = HashMap::new();
     for (oid, path) in facts.tablespaces() {
-        dirs.insert(oid.to_string(), PathBuf::from(path));
+        if oid.is_empty() || oid.len() > 10 || !oid.bytes().all(|c| c.is_ascii_digit()) {
+            bail!(
+                "the set's tablespace_map names tablespace '{}', which is not an OID: the set is damaged or forged",
+                oid.escape_debug()
+            );
+        }
+        let dir = PathBuf::from(path);
+        if !plain_absolute(&dir) {
+            bail!(
+                "the set's tablespace_map puts tablespace {oid} at '{}', not an absolute path without '..': the set is damaged or forged",
+                path.escape_debug()
+            );
+        }
+        dirs.insert(oid.to_string(), dir);
     }
     for o in overrides {
         let Some((oid, dir)) = o.split_once('=') else {
@@ -87,9 +101,9 @@ fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<Stri
             bail!("--tablespace-map: the set has no tablespace {oid} (it has {known:?})");
         }
         let dir = PathBuf::from(dir);
-        if !dir.is_absolute() {
+        if !plain_absolute(&dir) {
             bail!(
-                "--tablespace-map {oid}: '{}' must be an absolute path",
+                "--tablespace-map {oid}: '{}' must be an absolute path without '..'",
                 dir.display()
             );
         }
@@ -98,14 +112,30 @@ fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<Stri
     Ok(dirs)
 }
 
-/// Each tablespace directory must be empty or missing: nothing is overwritten.
+/// An absolute path whose components are all names (no `..` or `.`).
+fn plain_absolute(p: &Path) -> bool {
+    use std::path::Component;
+    p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+/// Each tablespace directory must be an empty directory or missing: nothing is
+/// overwritten, and what cannot be read is not taken for empty.
 fn check_empty(dirs: &HashMap<String, PathBuf>) -> Result<()> {
     for (oid, dir) in dirs {
-        if fs::read_dir(dir)
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(false)
-        {
-            bail!("tablespace {oid} would be restored into '{}', which is not empty: relocate it with --tablespace-map {oid}=DIR", dir.display());
+        let relocate = format!("relocate it with --tablespace-map {oid}=DIR");
+        match fs::read_dir(dir).map(|mut d| d.next().is_none()) {
+            Ok(true) => {}
+            Ok(false) => bail!(
+                "tablespace {oid} would be restored into '{}', which is not empty: {relocate}",
+                dir.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => bail!(
+                "tablespace {oid} would be restored into '{}', which cannot be used ({e}): {relocate}",
+                dir.display()
+            ),
         }
     }
     Ok(())
@@ -267,9 +297,33 @@ mod tests {
     #[test]
     fn bad_tablespace_maps_are_refused() {
         let e = facts_with("16389 /nowhere/a\n");
-        for bad in ["16389", "99=/x", "16389=relative"] {
+        for bad in ["16389", "99=/x", "16389=relative", "16389=/a/../etc"] {
             assert!(tablespace_dirs(&e, &[bad.to_string()]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_forged_tablespace_map_is_refused() {
+        for map in [
+            "../../x /tmp/a\n",
+            "16389 relative\n",
+            "16389 /a/../../etc\n",
+        ] {
+            let e = format!("{:#}", tablespace_dirs(&facts_with(map), &[]).unwrap_err());
+            assert!(e.contains("forged"), "{map}: {e}");
+        }
+        assert!(tablespace_dirs(&facts_with("16389 /srv/ts\n"), &[]).is_ok());
+    }
+
+    #[test]
+    fn a_tablespace_place_that_is_a_file_or_unreadable_is_not_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let dirs = HashMap::from([("1".to_string(), file)]);
+        assert!(check_empty(&dirs).is_err());
+        let fresh = HashMap::from([("1".to_string(), d.path().join("new"))]);
+        assert!(check_empty(&fresh).is_ok());
     }
 
     #[test]
