@@ -254,7 +254,9 @@ pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf) -> Result<(
     }
     for f in m.files.iter().rev().filter(|f| f.kind != EntryKind::Link) {
         let p = place(&f.path);
-        let _ = fs::set_permissions(&p, fs::Permissions::from_mode(f.mode));
+        // setuid and setgid bits from a set are dropped: a set is data, and a
+        // restore often runs as root.
+        let _ = fs::set_permissions(&p, fs::Permissions::from_mode(f.mode & !0o6000));
         set_mtime(&p, f.mtime);
     }
     Ok(())

@@ -459,3 +459,25 @@ fn expire_never_deletes_outside_the_repository() {
     no_panic(&out.stderr);
     assert_eq!(fs::read(&victim).unwrap(), b"keep me");
 }
+
+/// setuid and setgid bits in a set do not come back: a restore often runs as root.
+#[test]
+fn setuid_bits_are_dropped_on_restore() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, src) = tree_in_tempdir();
+    let tool = src.join("tool");
+    fs::write(&tool, b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(&tool, fs::Permissions::from_mode(0o6755)).unwrap();
+    let set = s(&dir.path().join("s.pv"));
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--to",
+        &set,
+    ]);
+    let out = dir.path().join("out");
+    ok(&["restore", "--from", &set, "--to", &s(&out)]);
+    let mode = fs::metadata(out.join("tool")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o755, "{mode:o}");
+}
