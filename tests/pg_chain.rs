@@ -86,24 +86,12 @@ fn a_full_and_a_differential_restore_in_one_pass() {
 fn a_chain_of_incrementals_under_load_restores_to_the_latest_and_to_an_lsn() {
     let repo = s(&postgres_dir("repo").join("repo"));
     let (pg, url) = archiving_pgbench(&repo, 5);
-    let load = |secs: &str| {
-        common::pg::pgbench(&pg, &["-T", secs, "-c", "2", "-n", "-R", "300"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let load = |secs: u32| common::pg::pgbench_load(&pg, secs, 300);
     let mut sets = vec![backup(&url, &repo, "full")];
     let mut at_lsn = None;
     for (i, ty) in ["diff", "incr", "incr", "incr", "incr"].iter().enumerate() {
-        let mut l = load("4");
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        let j = backup(&url, &repo, ty);
-        assert!(l.wait().unwrap().success());
-        if *ty == "incr" {
-            assert_eq!(j["change_map"]["method"], "summaries", "{j}");
-        }
-        sets.push(j);
+        let settle = std::time::Duration::from_secs(1);
+        sets.push(common::pg::backup_during(load(4), settle, &url, &repo, ty));
         if i == 2 {
             // Quiet: the rows at this LSN are the ones a restore to it must hold.
             at_lsn = Some((pg.sql("SELECT pg_current_wal_insert_lsn()"), rows(&pg)));

@@ -83,13 +83,9 @@ fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<Stri
                 oid.escape_debug()
             );
         }
-        let dir = PathBuf::from(path);
-        if !plain_absolute(&dir) {
-            bail!(
-                "the set's tablespace_map puts tablespace {oid} at '{}', not an absolute path without '..': the set is damaged or forged",
-                path.escape_debug()
-            );
-        }
+        let dir = absolute_dir(path, || {
+            format!("the set's tablespace_map puts tablespace {oid} at '{}', which is not an absolute path without '..': the set is damaged or forged", path.escape_debug())
+        })?;
         dirs.insert(oid.to_string(), dir);
     }
     for o in overrides {
@@ -100,24 +96,25 @@ fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<Stri
             let known: Vec<&String> = dirs.keys().collect();
             bail!("--tablespace-map: the set has no tablespace {oid} (it has {known:?})");
         }
-        let dir = PathBuf::from(dir);
-        if !plain_absolute(&dir) {
-            bail!(
-                "--tablespace-map {oid}: '{}' must be an absolute path without '..'",
-                dir.display()
-            );
-        }
+        let dir = absolute_dir(dir, || {
+            format!("--tablespace-map {oid}: '{dir}' must be an absolute path without '..'")
+        })?;
         dirs.insert(oid.to_string(), dir);
     }
     Ok(dirs)
 }
 
-/// An absolute path whose components are all names (no `..` or `.`).
-fn plain_absolute(p: &Path) -> bool {
+/// `path` when it is absolute and every component a name (no `..` or `.`), else the
+/// error `why` says.
+fn absolute_dir(path: &str, why: impl Fn() -> String) -> Result<PathBuf> {
     use std::path::Component;
-    p.is_absolute()
-        && p.components()
-            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+    let p = PathBuf::from(path);
+    let plain = p.is_absolute()
+        && (p.components()).all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain {
+        bail!("{}", why());
+    }
+    Ok(p)
 }
 
 /// Each tablespace directory must be an empty directory or missing: nothing is

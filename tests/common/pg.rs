@@ -483,6 +483,45 @@ pub fn pgbench(pg: &Pg, args: &[&str]) -> Command {
     c
 }
 
+/// pgbench in the background against `pg` for `secs` seconds at up to `rate`
+/// transactions a second (2 clients), its output discarded.
+pub fn pgbench_load(pg: &Pg, secs: u32, rate: u32) -> std::process::Child {
+    pgbench(
+        pg,
+        &[
+            "-T",
+            &secs.to_string(),
+            "-c",
+            "2",
+            "-n",
+            "-R",
+            &rate.to_string(),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap()
+}
+
+/// A `ty` backup of `url` into `repo` taken while `load` runs (after `settle`), then
+/// the load waited for; an incremental must have used the block summaries. Its JSON.
+pub fn backup_during(
+    mut load: std::process::Child,
+    settle: std::time::Duration,
+    url: &str,
+    repo: &str,
+    ty: &str,
+) -> serde_json::Value {
+    std::thread::sleep(settle);
+    let j = super::json(&["backup", "--source", url, "--repo", repo, "--type", ty]);
+    assert!(load.wait().unwrap().success());
+    if ty == "incr" {
+        assert_eq!(j["change_map"]["method"], "summaries", "{j}");
+    }
+    j
+}
+
 /// pgbench's invariant: every transaction moves the same delta through all four tables.
 pub fn assert_pgbench_consistent(pg: &Pg) {
     let sums = pg.sql(
