@@ -2,7 +2,6 @@
 
 use super::backup::Show;
 use super::printed_json;
-use super::restore::shower;
 use super::waits::PrintWaits;
 use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
@@ -59,7 +58,6 @@ pub fn run(a: MergeArgs, store: &StoreOptions) -> Result<()> {
             threads: a.threads,
             store: store.clone(),
         },
-        &shower(a.stats, a.json),
         &progress,
         &mut show.watch(&progress),
     )?;

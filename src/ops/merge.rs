@@ -10,7 +10,7 @@
 
 use super::backup::{backup_of, BackupOptions, BackupReport, Watch};
 use super::restore::{restore, RestoreOptions};
-use super::verify::{quiet, ReadOptions, Show};
+use super::verify::{quiet, ReadOptions};
 use crate::engine::gate::Gate;
 use crate::engine::stats::Progress;
 use crate::format::manifest::{BackupType, Manifest};
@@ -76,7 +76,6 @@ impl Drop for Scratch {
 
 pub fn merge(
     o: &MergeOptions,
-    show: Show,
     progress: &Arc<Progress>,
     watch: &mut dyn Watch,
 ) -> Result<MergeReport> {
@@ -135,7 +134,6 @@ pub fn merge(
     };
     // The restore runs beside the backup (which shows the progress); the backup waits
     // for each file, and for the whole restore before it commits.
-    let _ = show;
     let (staged, b, stage_seconds, backup_seconds) = std::thread::scope(|s| {
         let restoring = s.spawn(|| {
             let r = restore(&restore_options, &quiet);

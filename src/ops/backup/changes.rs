@@ -80,9 +80,14 @@ pub fn plan_pages(
         None => Some(start_seg.clone()),
     };
     let t0 = Instant::now();
+    // The last archived summary wanted, once there (the live segment continues it).
+    let mut last = None;
     while let Some(name) = &wanted {
         match summary::read(repo, name) {
-            Ok(Some(_)) => break,
+            Ok(Some(s)) => {
+                last = Some(s);
+                break;
+            }
             Ok(None) => {}
             Err(e) => return scan(format!("{e:#}")),
         }
@@ -97,7 +102,7 @@ pub fn plan_pages(
     }
     let from_server = live.is_some();
     let map = match live {
-        Some((name, mut bytes)) => live_map(repo, base, now, &name, &mut bytes),
+        Some((name, mut bytes)) => live_map(repo, base, now, last.as_ref(), &name, &mut bytes),
         None => summary::block_map(repo, now.timeline, base.start_lsn, now.start_lsn, seg),
     };
     let map = match map {
@@ -131,21 +136,31 @@ pub fn plan_pages(
 
 /// The summaries from `base`'s start: archived ones, then the live segment's up to
 /// `now`'s start.
+/// `prev`: the previous segment's summary, when read (its unfinished record
+/// continues into the live one).
 fn live_map(
     repo: &Repo,
     base: &Base,
     now: &PgFacts,
+    prev: Option<&summary::Summary>,
     name: &str,
     bytes: &mut Vec<u8>,
 ) -> anyhow::Result<BlockMap> {
     let info = crate::pg::walpage::live_head(name, bytes, now.start_lsn)
         .map_err(|m| anyhow::anyhow!("the server's copy of {name}: {m}"))?;
     let seg = now.wal_segment_size;
-    let prev = match now.start_lsn / seg > 0 {
-        true => summary::read(repo, &segment_name(now.timeline, now.start_lsn - seg, seg))
-            .ok()
-            .flatten(),
-        false => None,
+    // When the base starts in the live segment too, its predecessor was not waited
+    // for: its summary, if archived, still gives the carry.
+    let read_prev;
+    let prev = match prev {
+        Some(p) => Some(p),
+        None if now.start_lsn / seg > 0 => {
+            read_prev = summary::read(repo, &segment_name(now.timeline, now.start_lsn - seg, seg))
+                .ok()
+                .flatten();
+            read_prev.as_ref()
+        }
+        None => None,
     };
     let major = now.version_num / 10000;
     let live = summary::summarize_live(
@@ -153,7 +168,7 @@ fn live_map(
         bytes,
         info.blcksz as usize,
         major,
-        prev.as_ref(),
+        prev,
         now.start_lsn,
     );
     summary::block_map_until(repo, now.timeline, base.start_lsn, &live, seg)
