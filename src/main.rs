@@ -26,6 +26,11 @@ struct Cli {
     /// repositories; overrides AWS_ENDPOINT_URL. Plain http:// only to loopback.
     #[arg(long, global = true, value_name = "URL")]
     s3_endpoint: Option<String>,
+    /// Create files 0640 and directories 0750 (PostgreSQL's group access) instead of
+    /// the private default, 0600 and 0700: sets, catalog records, archived WAL,
+    /// reports and restored files until their own modes are set.
+    #[arg(long, global = true)]
+    group_read: bool,
 }
 
 #[derive(Subcommand)]
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
     // them in per-thread arenas and let RSS drift past the buffer pool.
     pagevault::sys::set_mmap_threshold(1 << 20);
     let cli = Cli::parse();
+    pagevault::sys::private_umask(cli.group_read);
     let store = device::object::StoreOptions {
         s3_endpoint: cli.s3_endpoint.clone(),
     };

@@ -10,6 +10,22 @@ use std::path::Path;
 /// `O_DIRECT` for `OpenOptionsExt::custom_flags`.
 pub const O_DIRECT: i32 = libc::O_DIRECT;
 
+/// Opens that must not follow a link in the last component (a planted or swapped link
+/// would redirect the read or write), nor wait on a FIFO.
+pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
+
+/// The mask for every file and directory this process creates: private (0600/0700),
+/// or readable by the group (0640/0750) as PostgreSQL's group access.
+pub fn private_umask(group_read: bool) {
+    use rustix::fs::Mode;
+    let mask = if group_read {
+        Mode::from_raw_mode(0o027)
+    } else {
+        Mode::from_raw_mode(0o077)
+    };
+    rustix::process::umask(mask);
+}
+
 pub fn is_einval(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EINVAL)
 }

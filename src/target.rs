@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -47,7 +47,12 @@ impl Target {
             open.clear(); // in-flight writers keep their Arc
         }
         let path = self.files.ensure(id)?;
-        let f = Arc::new(OpenOptions::new().write(true).open(path)?);
+        let f = Arc::new(
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(crate::sys::O_NOFOLLOW)
+                .open(path)?,
+        );
         open.insert(id, f.clone());
         Ok(f)
     }
@@ -101,8 +106,12 @@ impl FrameSink for Target {
     }
 }
 
-/// Makes `dir` an empty directory: created, or emptied with `replace`.
-pub fn prepare(dir: &Path, replace: bool) -> Result<()> {
+/// Makes `dir` an empty directory, private (0700) before anything is written into
+/// it: created, or emptied with `replace`. Returns the mode it had, if it existed.
+pub fn prepare(dir: &Path, replace: bool) -> Result<Option<u32>> {
+    let before = fs::symlink_metadata(dir)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o7777);
     match fs::read_dir(dir) {
         Ok(mut it) => {
             if it.next().is_some() {
@@ -127,7 +136,9 @@ pub fn prepare(dir: &Path, replace: bool) -> Result<()> {
             .with_context(|| format!("cannot create target '{}'", dir.display()))?,
         Err(e) => return Err(e).with_context(|| format!("cannot read target '{}'", dir.display())),
     }
-    Ok(())
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot make target '{}' private", dir.display()))?;
+    Ok(before)
 }
 
 pub fn set_mtime(p: &Path, mtime: i64) {
@@ -166,7 +177,9 @@ impl Files {
             let mut o = OpenOptions::new();
             o.write(true);
             if self.overlay {
-                o.create(true).truncate(false);
+                o.create(true)
+                    .truncate(false)
+                    .custom_flags(crate::sys::O_NOFOLLOW);
             } else {
                 o.create_new(true);
             }

@@ -38,10 +38,19 @@ impl Device for Disk {
             );
         }
         let partial = self.partial();
+        // A stale .partial (an interrupted backup's) goes; a link planted there is
+        // removed, never written through: the stripe is created new.
+        match fs::remove_file(&partial) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| {
+                    format!("cannot remove stale stripe file '{}'", partial.display())
+                })
+            }
+            _ => {}
+        }
         let file = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(&partial)
             .with_context(|| format!("cannot create stripe file '{}'", partial.display()))?;
         Ok(Box::new(DiskSink {

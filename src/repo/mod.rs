@@ -66,21 +66,24 @@ pub struct Repo {
     options: StoreOptions,
 }
 
-/// Writes `bytes` to `path` so that it is either absent or complete and durable.
+/// Writes `bytes` to `path` so that it is either absent or complete and durable. The
+/// temp file is created new under a unique name (never through a planted link); a link
+/// at `path` itself is replaced, not followed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f =
-            fs::File::create(&tmp).with_context(|| format!("cannot create '{}'", tmp.display()))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    inherit_owner(&tmp);
-    fs::rename(&tmp, path).with_context(|| format!("cannot rename '{}'", tmp.display()))?;
-    if let Some(d) = path.parent() {
-        if let Ok(d) = fs::File::open(d) {
-            let _ = d.sync_all();
-        }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let (tmp, mut f) = store::temp_beside(dir, &name)?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
+    inherit_owner(&tmp.path);
+    fs::rename(&tmp.path, path)
+        .with_context(|| format!("cannot rename '{}'", tmp.path.display()))?;
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
     }
     Ok(())
 }
@@ -113,13 +116,14 @@ impl Repo {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", root.display());
             }
             // Another process (archive-push) may be creating the same repository.
-            // (The marker is written through `pagevault.tmp`: see write_atomic.)
-            let marker_tmp = Path::new(MARKER).with_extension("tmp");
+            // (The marker is written through `.MARKER.*.tmp`: see write_atomic.)
             let foreign = |n: &std::ffi::OsStr| {
-                !["sets", "catalog", "wal", MARKER]
-                    .iter()
-                    .any(|k| n.to_str().is_some_and(|n| n == *k || n.starts_with(MARKER)))
-                    && n != marker_tmp.as_os_str()
+                let ours = |n: &str| {
+                    ["sets", "catalog", "wal"].contains(&n)
+                        || n.starts_with(MARKER)
+                        || n.strip_prefix('.').is_some_and(|t| t.starts_with(MARKER))
+                };
+                !n.to_str().is_some_and(ours)
             };
             if root.exists()
                 && fs::read_dir(&root)?

@@ -87,7 +87,9 @@ pub fn write(path: &Path, r: &Report) -> Result<()> {
     };
     let tmp = tmp_name(dir, path.file_name().unwrap_or(OsStr::new("report")));
     let written = (|| -> std::io::Result<()> {
-        let mut f = fs::File::create(&tmp)?;
+        // Created new: a link planted at the temp name is removed, never followed.
+        let _ = fs::remove_file(&tmp);
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(html.as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp, path)

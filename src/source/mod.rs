@@ -11,7 +11,7 @@ pub mod staged;
 use crate::engine::backup::ChunkFilter;
 use crate::engine::Abort;
 use crate::format::manifest::SourceKind;
-use crate::format::manifest::{EntryKind, SourceInfo};
+use crate::format::manifest::{EntryKind, Manifest, SourceInfo};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -119,6 +119,11 @@ pub trait Restorer {
     }
     /// Refuses a target that must not be written (before anything is).
     fn check_target(&self, _to: &Path) -> Result<()> {
+        Ok(())
+    }
+    /// Refuses a set whose entries the restore must not create as they are (before
+    /// anything is written).
+    fn check_entries(&self, _m: &Manifest) -> Result<()> {
         Ok(())
     }
     /// Settles where the set's paths go, from its source facts.

@@ -302,6 +302,16 @@ impl Postgres {
                 out.push(private_dir(rel_full.clone(), target.clone(), &m));
                 continue;
             }
+            if ft.is_symlink() && depth1 && EMPTY_DIRS.contains(&name.as_ref()) {
+                // pg_wal elsewhere (initdb --waldir): restored as a directory of the
+                // copy's own, never as a link into the source's live WAL.
+                out.push(private_dir(rel_full.clone(), e.path().to_path_buf(), &m));
+                if name == "pg_wal" {
+                    let status = e.path().join("archive_status");
+                    out.push(private_dir("pg_wal/archive_status".into(), status, &m));
+                }
+                continue;
+            }
             let kind = if ft.is_dir() {
                 EntryKind::Dir
             } else if ft.is_file() {

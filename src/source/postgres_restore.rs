@@ -4,6 +4,7 @@
 
 use super::postgres::EMPTY_DIRS;
 use super::{Extra, Recovery, Restorer};
+use crate::format::manifest::{EntryKind, Manifest};
 use crate::pg::facts::PgFacts;
 use crate::target;
 use anyhow::{anyhow, bail, Context, Result};
@@ -11,6 +12,15 @@ use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+/// Files the restore writes by name in the data directory.
+const OWN_FILES: &[&str] = &[
+    "backup_label",
+    "tablespace_map",
+    "postgresql.auto.conf",
+    "recovery.signal",
+    "standby.signal",
+];
 
 pub struct PgRestorer {
     /// `--tablespace-map` as given: OID=DIR.
@@ -35,6 +45,23 @@ impl Restorer for PgRestorer {
 
     fn check_target(&self, to: &Path) -> Result<()> {
         check_not_running(to)
+    }
+
+    fn check_entries(&self, m: &Manifest) -> Result<()> {
+        // The restore writes these names itself and fills these directories: a link
+        // from the set there would carry those writes outside the target.
+        let ours = |p: &str| OWN_FILES.contains(&p) || p == "pg_tblspc" || EMPTY_DIRS.contains(&p);
+        match m
+            .files
+            .iter()
+            .find(|f| f.kind == EntryKind::Link && ours(&f.path))
+        {
+            Some(f) => bail!(
+                "the set is damaged or forged: '{}' is a link, where restore writes a file or directory of its own",
+                f.path
+            ),
+            None => Ok(()),
+        }
     }
 
     fn plan(&mut self, extra: &Extra) -> Result<()> {
@@ -210,15 +237,35 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
             notes.push(format!("recovery follows timeline {t}"));
         }
         let auto = target.join("postgresql.auto.conf");
-        let mut text = std::fs::read_to_string(&auto).unwrap_or_default();
+        let mut text = read_own(&auto)?;
         text.push_str(&conf);
         crate::repo::write_atomic(&auto, text.as_bytes())?;
-        std::fs::write(target.join("recovery.signal"), b"")?;
+        crate::repo::write_atomic(&target.join("recovery.signal"), b"")?;
         notes.push("recovery.signal and restore settings written to postgresql.auto.conf".into());
     }
     // PostgreSQL refuses a data directory others can read.
     std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o700))?;
     Ok(notes)
+}
+
+/// A file of the restored data directory, never read through a link ("" if absent).
+fn read_own(p: &Path) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(crate::sys::O_NOFOLLOW)
+        .open(p);
+    let mut text = String::new();
+    match f {
+        Ok(mut f) => f
+            .read_to_string(&mut text)
+            .map(drop)
+            .with_context(|| format!("cannot read '{}'", p.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
+    }
+    Ok(text)
 }
 
 /// A string value for postgresql.conf: in single quotes, with the quote doubled and
@@ -241,6 +288,49 @@ fn conf_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_where_restore_writes_its_own_files_are_refused() {
+        use crate::format::manifest::{tests::sample, FileEntry};
+        let with_link = |path: &str| {
+            let mut m = sample();
+            m.files = vec![FileEntry {
+                id: 0,
+                path: path.into(),
+                kind: EntryKind::Link,
+                size: 0,
+                mode: 0o777,
+                mtime: 0,
+                pages: 0,
+                checksum: String::new(),
+                sparse: false,
+                link_target: Some("/etc/passwd".into()),
+            }];
+            m
+        };
+        let r = PgRestorer::new(&[]);
+        for bad in [
+            "recovery.signal",
+            "postgresql.auto.conf",
+            "backup_label",
+            "pg_wal",
+        ] {
+            let e = r.check_entries(&with_link(bad)).unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("forged"), "{e}");
+        }
+        r.check_entries(&with_link("postgresql.conf")).unwrap();
+    }
+
+    #[test]
+    fn the_auto_conf_is_never_read_through_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, "x").unwrap();
+        let auto = d.path().join("postgresql.auto.conf");
+        assert_eq!(read_own(&auto).unwrap(), "");
+        std::os::unix::fs::symlink(&secret, &auto).unwrap();
+        assert!(read_own(&auto).is_err());
+    }
 
     #[test]
     fn conf_values_are_quoted_as_the_parser_reads_them() {

@@ -99,11 +99,25 @@ impl Source for Sqlite {
             self.path.file_name().unwrap_or_default().to_string_lossy(),
             std::process::id()
         );
-        let spool = tempfile_path::Spool(dir.join(name));
+        let path = dir.join(name);
+        // Created new (a link planted at the name is removed, never written through),
+        // private by the process's umask.
+        let _ = std::fs::remove_file(&path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("cannot create spool file '{}'", path.display()))?;
+        let spool = tempfile_path::Spool(path);
         let t = Instant::now();
         {
-            let mut dst = Connection::open(&spool.0)
-                .with_context(|| format!("cannot create spool file '{}'", spool.0.display()))?;
+            let mut dst = Connection::open_with_flags(
+                &spool.0,
+                OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                    | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+            )
+            .with_context(|| format!("cannot create spool file '{}'", spool.0.display()))?;
             let b = rusqlite::backup::Backup::new(&src, &mut dst)?;
             // One step copies every page under a single read transaction: a snapshot.
             b.step(-1).context("SQLite online backup failed")?;

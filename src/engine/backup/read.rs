@@ -206,18 +206,27 @@ fn sparse_chunk(
     Some((start, len as usize, sel))
 }
 
+/// Opens a file the walk listed as regular: never through a link put in its place,
+/// never a FIFO or device (which could hang the backup or read another file).
 fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
-    if direct {
-        if let Ok(f) = OpenOptions::new()
+    let open = |flags| {
+        OpenOptions::new()
             .read(true)
-            .custom_flags(sys::O_DIRECT)
+            .custom_flags(sys::O_NOFOLLOW | flags)
             .open(path)
-        {
-            return Ok(f);
-        }
+    };
+    let (f, direct) = match direct.then(|| open(sys::O_DIRECT)) {
+        Some(Ok(f)) => (f, true),
+        _ => (open(0)?, false),
+    };
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(
+            "is no longer a regular file (it was when the backup listed it)",
+        ));
     }
-    let f = File::open(path)?;
-    sys::fadvise(&f, 0, 0, sys::Advice::Sequential);
+    if !direct {
+        sys::fadvise(&f, 0, 0, sys::Advice::Sequential);
+    }
     Ok(f)
 }
 
@@ -468,6 +477,29 @@ fn read_sparse(c: &Chunk, sel: &PageSet, page: usize, buf: &mut Buf) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_swapped_for_a_link_or_a_fifo_is_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let (secret, link, fifo) = (d.path().join("s"), d.path().join("l"), d.path().join("f"));
+        std::fs::write(&secret, b"secret").unwrap();
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        for direct in [false, true] {
+            assert!(open_for_read(&secret, direct).is_ok());
+            assert!(open_for_read(&link, direct).is_err());
+            // Fails at once: a FIFO with no writer would block a plain open forever.
+            let e = open_for_read(&fifo, direct).unwrap_err();
+            assert!(e.to_string().contains("no longer a regular file"), "{e}");
+        }
+    }
 
     #[test]
     fn a_sparse_read_reads_the_selected_pages_in_place_and_zeros_the_rest() {

@@ -22,7 +22,8 @@ pub use chain::LinkReport;
 use chain::{open_sets, Sets};
 use serde::Serialize;
 use serde_json::json;
-use std::fs::{self, File};
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -169,6 +170,8 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
         );
     }
     restorer.check_target(&o.to)?;
+    // The newest set's entries are the ones laid out.
+    restorer.check_entries(&sets.newest().set.manifest)?;
     // From the newest set's end: recovery starts there.
     let newest = sets.newest();
     let wal_check = match (&sets.repo, &newest.entry) {
@@ -199,9 +202,12 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
         .report
         .as_ref()
         .map(|_| report::Sampler::start(progress.live.clone()));
-    target::prepare(&o.to, o.replace)?;
+    let mode_before = target::prepare(&o.to, o.replace)?;
     let marker = o.to.join(MARKER);
-    File::create(&marker)
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&marker)
         .with_context(|| format!("cannot write in target '{}'", o.to.display()))?;
     phases.mark("prepare target");
     let incomplete = || {
@@ -231,6 +237,10 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
         }
     }
     fs::remove_file(&marker)?;
+    if let Some(mode) = mode_before.filter(|_| !restorer.recovers()) {
+        // Private while it was written; the directory the user gave keeps its mode.
+        fs::set_permissions(&o.to, fs::Permissions::from_mode(mode))?;
+    }
     let series = sampler.map(report::Sampler::finish);
     phases.mark("recovery settings, owner");
     let secs = phases.total();
