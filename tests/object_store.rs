@@ -249,14 +249,49 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
     drop(r);
     let _ = std::fs::remove_dir_all(target.parent().unwrap());
 
-    // Retention: a second full; keeping one full expires the first and its diff,
-    // and the WAL before the kept full's start.
+    // Merge inside the object store (stripes read with ranged GETs): a full with the
+    // diff's end that restores alone to the same point.
+    let scratch = postgres_dir("os-scratch").join("s");
+    let m = json(&["merge", "--repo", repo, "--scratch", &s(&scratch)]);
+    assert!(!scratch.exists(), "the scratch directory is removed");
+    let merged = m["set_id"].as_str().unwrap().to_string();
+    let sets = history(repo);
+    assert_eq!(sets.len(), 3);
+    assert_eq!(sets[2]["set_id"], merged.as_str());
+    assert_eq!(sets[2]["backup_type"], "full");
+    assert_eq!(sets[2]["stop_lsn"], sets[1]["stop_lsn"]);
+    let target = postgres_dir("os-merged").join("data");
+    let out = ok(&[
+        "restore",
+        "--repo",
+        repo,
+        "--to",
+        &s(&target),
+        "--until-lsn",
+        &lsn,
+        "--owner",
+        "postgres",
+        "--json",
+    ]);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["chain"][0]["set_id"], merged.as_str(), "{r}");
+    let r = Pg::adopt(&target);
+    r.wait_promoted();
+    assert_eq!(
+        r.sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM marks"),
+        "1,2"
+    );
+    drop(r);
+    let _ = std::fs::remove_dir_all(target.parent().unwrap());
+
+    // Retention: a second full; keeping one full expires the first, its diff and the
+    // merged full, and the WAL before the kept full's start.
     ok(&["backup", "--source", &url, "--repo", repo, "--stripes", "1"]);
     let sets = history(repo);
-    let kept_start = sets[2]["start_wal"].as_str().unwrap().to_string();
+    let kept_start = sets[3]["start_wal"].as_str().unwrap().to_string();
     let dry = json(&["expire", "--repo", repo, "--keep-full", "1", "--dry-run"]);
-    assert_eq!(dry["expired"].as_array().unwrap().len(), 2, "{dry}");
-    assert_eq!(history(repo).len(), 3, "a dry run removes nothing");
+    assert_eq!(dry["expired"].as_array().unwrap().len(), 3, "{dry}");
+    assert_eq!(history(repo).len(), 4, "a dry run removes nothing");
     let e = json(&["expire", "--repo", repo, "--keep-full", "1"]);
     let wal_gone: Vec<&str> = e["wal_expired"]
         .as_array()

@@ -303,8 +303,25 @@ fn tablespaces_are_read_on_their_own_volume_and_restored() {
         "tablespace files must be in the set under {prefix}"
     );
     let target = work.join("r");
-    // The original location is in use by the running cluster: refused, then relocated.
+    // The set's own location lies outside the target: refused until accepted.
     let e = fails(&["restore", "--from", &st, "--to", &s(&target)], 1);
+    assert!(
+        e.contains(&format!("{oid} at ")) && e.contains("--tablespaces-from-set"),
+        "{e}"
+    );
+    assert!(!target.exists(), "nothing may be written before consent");
+    // Accepted, but in use by the running cluster: refused, then relocated.
+    let e = fails(
+        &[
+            "restore",
+            "--from",
+            &st,
+            "--to",
+            &s(&target),
+            "--tablespaces-from-set",
+        ],
+        1,
+    );
     assert!(
         e.contains("not empty") && e.contains("--tablespace-map"),
         "{e}"

@@ -30,17 +30,19 @@ pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
         "set", "type", "copy-only", "finished", "size", "stored", "start lsn", "stop lsn"
     );
     for s in &sets {
+        // A catalog record is data: its strings are shown escaped, cut by characters.
+        let text = |v: Option<&str>| super::shown(v.unwrap_or("-"));
         println!(
             "{:<32} {:<5} {:<9} {:<25} {:>10} {:>10} {:<18} {:<18} {}",
-            s.set_id,
+            text(Some(&s.set_id)),
             s.backup_type,
             if s.copy_only { "yes" } else { "no" },
-            &s.finished[..s.finished.len().min(25)],
+            text(Some(&s.finished)).chars().take(25).collect::<String>(),
             human(s.raw_bytes),
             human(s.stored_bytes),
-            s.start_lsn.as_deref().unwrap_or("-"),
-            s.stop_lsn.as_deref().unwrap_or("-"),
-            s.base_set.as_deref().unwrap_or("-")
+            text(s.start_lsn.as_deref()),
+            text(s.stop_lsn.as_deref()),
+            text(s.base_set.as_deref())
         );
     }
     if sets.is_empty() {

@@ -124,7 +124,7 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
         ),
     ];
     for (k, v) in rows {
-        println!("{k:<22} {v}");
+        println!("{k:<22} {}", super::shown(&v));
     }
     Ok(())
 }
@@ -150,13 +150,15 @@ pub fn print_files(m: &Manifest, json: bool) -> Result<()> {
             EntryKind::Link => "link",
         };
         let ck = if f.checksum.is_empty() {
-            f.link_target.clone().unwrap_or_default()
+            super::shown(f.link_target.as_deref().unwrap_or_default())
         } else {
-            f.checksum[..16].to_string()
+            f.checksum.chars().take(16).collect()
         };
         println!(
             "{:<50} {kind:>6} {:>14} {:>10} {ck}",
-            f.path, f.size, f.pages
+            super::shown(&f.path),
+            f.size,
+            f.pages
         );
     }
     Ok(())

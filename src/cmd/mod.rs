@@ -143,6 +143,20 @@ impl Switch {
     }
 }
 
+/// A string from a set or a catalog record as text output shows it: control characters
+/// escaped, so a forged name cannot drive the terminal.
+pub fn shown(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 pub fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap());
 }
@@ -168,5 +182,14 @@ pub fn print_retries() {
             "Object storage: {} request(s) retried after throttling, timeouts or dropped connections, {:.1} s spent backing off (part of the stage that issued them).",
             r.retries, r.backoff_seconds
         );
+    }
+}
+
+#[cfg(test)]
+mod shown_tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(super::shown("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+        assert_eq!(super::shown("base/1/1259 é"), "base/1/1259 é");
     }
 }

@@ -83,9 +83,15 @@ pub struct RestoreArgs {
     /// Give the restored files to this user (restoring as root for a server that runs as another).
     #[arg(long)]
     pub owner: Option<String>,
-    /// PostgreSQL: restore tablespace OID into DIR (default: its original location). Repeatable.
+    /// PostgreSQL: restore tablespace OID into DIR (an empty or new directory). Repeatable.
+    /// A set with tablespaces needs this for each, or --tablespaces-from-set.
     #[arg(long = "tablespace-map", value_name = "OID=DIR")]
     pub tablespace_map: Vec<String>,
+    /// PostgreSQL: restore the tablespaces not in --tablespace-map to the locations the
+    /// set names (outside --to). Without it such a set is refused: a set is data, and
+    /// anyone who reaches the storage could have written those paths.
+    #[arg(long)]
+    pub tablespaces_from_set: bool,
     /// Write an HTML page with the timeline (throughput, latency, pool, waits, CPU).
     #[arg(long, value_name = "FILE.html", value_parser = crate::report::writable_path)]
     pub report: Option<PathBuf>,
@@ -105,6 +111,7 @@ impl RestoreArgs {
             no_verify_wal: self.no_verify_wal,
             owner: self.owner.clone(),
             tablespace_map: self.tablespace_map.clone(),
+            tablespaces_from_set: self.tablespaces_from_set,
             report: self.report.clone(),
             ..RestoreOptions::default()
         }

@@ -229,7 +229,7 @@ fn staged_source(
     tablespaces: &[String],
     gate: &Arc<Gate>,
 ) -> Result<Staged> {
-    let mut restorer = source::restorer(m.source.kind, tablespaces);
+    let mut restorer = source::restorer(m.source.kind, tablespaces, false);
     restorer.plan(&m.extra)?;
     let dev = std::fs::metadata(data.parent().unwrap_or(data))
         .with_context(|| format!("cannot stat '{}'", data.display()))?

@@ -486,7 +486,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         // archive-push midway through creating it: its marker still a temp file.
         fs::create_dir_all(d.path().join("wal")).unwrap();
-        fs::write(d.path().join("pagevault.tmp"), b"pagevault").unwrap();
+        fs::write(d.path().join(".pagevault.repo.77.123.tmp"), b"pagevault").unwrap();
         let spec = d.path().to_str().unwrap();
         crate::repo::Repo::open(spec, true, &Default::default()).unwrap();
         let e = d.path().join("x");

@@ -156,9 +156,18 @@ pub struct Plain;
 impl Restorer for Plain {}
 
 /// The restorer for a set of source `kind` (the manifest's `source.kind`).
-pub fn restorer(kind: SourceKind, tablespace_map: &[String]) -> Box<dyn Restorer> {
+/// The restorer of a source kind; `set_locations` accepts the locations outside the
+/// target that the set names (PostgreSQL tablespaces not in `tablespace_map`).
+pub fn restorer(
+    kind: SourceKind,
+    tablespace_map: &[String],
+    set_locations: bool,
+) -> Box<dyn Restorer> {
     match kind {
-        SourceKind::Postgres => Box::new(postgres_restore::PgRestorer::new(tablespace_map)),
+        SourceKind::Postgres => Box::new(postgres_restore::PgRestorer::new(
+            tablespace_map,
+            set_locations,
+        )),
         SourceKind::Files | SourceKind::Sqlite => Box::new(Plain),
     }
 }
@@ -170,7 +179,7 @@ mod tests {
     #[test]
     fn plain_sources_restore_under_the_target() {
         for kind in [SourceKind::Files, SourceKind::Sqlite] {
-            let mut r = restorer(kind, &["1=/x".to_string()]);
+            let mut r = restorer(kind, &["1=/x".to_string()], false);
             assert!(!r.recovers());
             r.plan(&Extra::new()).unwrap();
             assert_eq!(
@@ -178,6 +187,6 @@ mod tests {
                 Path::new("/t/pg_tblspc/1/a")
             );
         }
-        assert!(restorer(SourceKind::Postgres, &[]).recovers());
+        assert!(restorer(SourceKind::Postgres, &[], false).recovers());
     }
 }

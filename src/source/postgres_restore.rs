@@ -25,14 +25,17 @@ const OWN_FILES: &[&str] = &[
 pub struct PgRestorer {
     /// `--tablespace-map` as given: OID=DIR.
     overrides: Vec<String>,
+    /// `--tablespaces-from-set`: the set's own locations may be written.
+    set_locations: bool,
     /// OID -> directory, once `plan` has run.
     spaces: HashMap<String, PathBuf>,
 }
 
 impl PgRestorer {
-    pub fn new(tablespace_map: &[String]) -> PgRestorer {
+    pub fn new(tablespace_map: &[String], set_locations: bool) -> PgRestorer {
         PgRestorer {
             overrides: tablespace_map.to_vec(),
+            set_locations,
             spaces: HashMap::new(),
         }
     }
@@ -66,7 +69,7 @@ impl Restorer for PgRestorer {
 
     fn plan(&mut self, extra: &Extra) -> Result<()> {
         let facts = facts(extra)?;
-        self.spaces = tablespace_dirs(&facts, &self.overrides)?;
+        self.spaces = tablespace_dirs(&facts, &self.overrides, self.set_locations)?;
         Ok(())
     }
 
@@ -101,7 +104,13 @@ impl Restorer for PgRestorer {
 /// Where each tablespace of a PostgreSQL set goes: OID -> directory, from the set's
 /// tablespace_map unless relocated. The set's map is data: its OIDs must be numbers
 /// (an OID names a link under pg_tblspc) and its locations absolute, without `..`.
-fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<String, PathBuf>> {
+/// Where each tablespace goes: `--tablespace-map`, else the set's own location, which
+/// lies outside the target and is written only once the user accepts it.
+fn tablespace_dirs(
+    facts: &PgFacts,
+    overrides: &[String],
+    set_locations: bool,
+) -> Result<HashMap<String, PathBuf>> {
     let mut dirs: HashMap<String, PathBuf> = HashMap::new();
     for (oid, path) in facts.tablespaces() {
         if oid.is_empty() || oid.len() > 10 || !oid.bytes().all(|c| c.is_ascii_digit()) {
@@ -127,6 +136,22 @@ fn tablespace_dirs(facts: &PgFacts, overrides: &[String]) -> Result<HashMap<Stri
             format!("--tablespace-map {oid}: '{dir}' must be an absolute path without '..'")
         })?;
         dirs.insert(oid.to_string(), dir);
+    }
+    let mapped = |oid: &str| {
+        overrides
+            .iter()
+            .any(|o| o.split_once('=').is_some_and(|(k, _)| k == oid))
+    };
+    let mut unconfirmed: Vec<String> = (dirs.iter())
+        .filter(|(oid, _)| !mapped(oid))
+        .map(|(oid, d)| format!("{oid} at '{}'", d.display()))
+        .collect();
+    if !set_locations && !unconfirmed.is_empty() {
+        unconfirmed.sort();
+        bail!(
+            "the set puts tablespaces outside the target: {}; a set is data anyone who reaches the storage could have written, so restore writes there only when you say: --tablespace-map OID=DIR for each, or --tablespaces-from-set to accept these locations",
+            unconfirmed.join(", ")
+        );
     }
     Ok(dirs)
 }
@@ -308,7 +333,7 @@ mod tests {
             }];
             m
         };
-        let r = PgRestorer::new(&[]);
+        let r = PgRestorer::new(&[], false);
         for bad in [
             "recovery.signal",
             "postgresql.auto.conf",
@@ -365,7 +390,7 @@ mod tests {
     #[test]
     fn tablespaces_go_to_their_directories() {
         let tmp = std::env::temp_dir().join(format!("pv-ts-{}", std::process::id()));
-        let mut r = PgRestorer::new(&[format!("16390={}", tmp.join("b").display())]);
+        let mut r = PgRestorer::new(&[format!("16390={}", tmp.join("b").display())], true);
         r.plan(&extra("16389 /nowhere/a\n16390 /nowhere/b\n"))
             .unwrap();
         let to = Path::new("/restore");
@@ -385,7 +410,10 @@ mod tests {
     fn bad_tablespace_maps_are_refused() {
         let e = facts_with("16389 /nowhere/a\n");
         for bad in ["16389", "99=/x", "16389=relative", "16389=/a/../etc"] {
-            assert!(tablespace_dirs(&e, &[bad.to_string()]).is_err(), "{bad}");
+            assert!(
+                tablespace_dirs(&e, &[bad.to_string()], true).is_err(),
+                "{bad}"
+            );
         }
     }
 
@@ -396,10 +424,30 @@ mod tests {
             "16389 relative\n",
             "16389 /a/../../etc\n",
         ] {
-            let e = format!("{:#}", tablespace_dirs(&facts_with(map), &[]).unwrap_err());
+            let e = format!(
+                "{:#}",
+                tablespace_dirs(&facts_with(map), &[], true).unwrap_err()
+            );
             assert!(e.contains("forged"), "{map}: {e}");
         }
-        assert!(tablespace_dirs(&facts_with("16389 /srv/ts\n"), &[]).is_ok());
+        assert!(tablespace_dirs(&facts_with("16389 /srv/ts\n"), &[], true).is_ok());
+    }
+
+    #[test]
+    fn the_sets_own_tablespace_locations_need_consent() {
+        let f = facts_with("16389 /srv/a\n16390 /srv/b\n");
+        let e = tablespace_dirs(&f, &["16390=/x".into()], false).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("16389 at '/srv/a'") && !e.contains("16390"),
+            "{e}"
+        );
+        assert!(e.contains("--tablespaces-from-set"), "{e}");
+        let both = ["16389=/y".to_string(), "16390=/x".to_string()];
+        assert_eq!(tablespace_dirs(&f, &both, false).unwrap().len(), 2);
+        assert!(tablespace_dirs(&facts_with(""), &[], false)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

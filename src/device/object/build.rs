@@ -91,13 +91,19 @@ pub(super) fn is_loopback(url: &str) -> bool {
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
         .unwrap_or(url);
-    let host = rest.split('/').next().unwrap_or("");
-    let host = if host.starts_with('[') {
-        host.split(']').next().unwrap_or("").trim_start_matches('[')
-    } else {
-        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    // A user part ("127.0.0.1@elsewhere") would hide the real host: never loopback.
+    if authority.contains('@') {
+        return false;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
     };
-    host == "localhost" || host == "::1" || host.starts_with("127.")
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 pub(super) fn check_endpoint(url: &str, var: &str) -> Result<bool> {

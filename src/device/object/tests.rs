@@ -39,6 +39,15 @@ fn loopback_only_for_http() {
     assert!(check_endpoint("http://localhost:9000/", "x").unwrap());
     assert!(check_endpoint("http://[::1]:9000", "x").unwrap());
     assert!(check_endpoint("http://example.com:9000", "x").is_err());
+    // A user part or a name that only looks like an address is not loopback.
+    for forged in [
+        "http://127.0.0.1@host.invalid:9000",
+        "http://127.0.0.1:1@host.invalid/",
+        "http://127.evil.example:9000",
+        "http://[::1]@host.invalid",
+    ] {
+        assert!(check_endpoint(forged, "x").is_err(), "{forged}");
+    }
     assert!(!check_endpoint("https://example.com", "x").unwrap());
 }
 

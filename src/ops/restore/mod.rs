@@ -50,6 +50,8 @@ pub struct RestoreOptions {
     pub owner: Option<String>,
     /// Tablespaces relocated: OID=DIR.
     pub tablespace_map: Vec<String>,
+    /// Restore tablespaces not in `tablespace_map` to the locations the set names.
+    pub tablespaces_from_set: bool,
     /// Write an HTML page with the run's timeline here.
     pub report: Option<PathBuf>,
     /// Only the set's files, for a merge to read back: no log chain check, recovery
@@ -162,7 +164,7 @@ pub const MARKER: &str = ".pagevault-restore-incomplete";
 /// chain recovery will need, checked before anything is written.
 fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
     let m = &sets.full().manifest;
-    let restorer = source::restorer(m.source.kind, &o.tablespace_map);
+    let restorer = source::restorer(m.source.kind, &o.tablespace_map, o.tablespaces_from_set);
     if !restorer.recovers() && o.has_recovery_target() {
         bail!(
             "recovery targets (--until*, --timeline) apply to PostgreSQL sets only; this set is of a {} source",
