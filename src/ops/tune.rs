@@ -363,7 +363,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
         let volumes = vols.names.len().max(1);
         let source_bytes: u64 = plan.iter().map(|f| f.size).sum();
         if source_bytes == 0 {
-            bail!("the source '{}' holds no data to measure", o.source);
+            bail!("the source '{}' holds no data to measure", info.location);
         }
         let sample = sample_plan(&plan, o.sample);
         let filter = src.filter(&entries);

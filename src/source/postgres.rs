@@ -116,6 +116,19 @@ fn pg_err(e: &postgres::Error) -> String {
     m
 }
 
+/// A set's source as an older pagevault recorded it, which kept the URL's query (a
+/// `?password=` too) in its location and database: without the query. Other kinds
+/// are returned as they are.
+pub fn scrub_recorded(info: &SourceInfo) -> SourceInfo {
+    let mut info = info.clone();
+    if info.kind == SourceKind::Postgres {
+        for s in [&mut info.location, &mut info.database] {
+            s.truncate(s.find('?').unwrap_or(s.len()));
+        }
+    }
+    info
+}
+
 /// What a differential or incremental needs of its base set.
 #[derive(Clone)]
 pub struct DiffBase {
@@ -698,6 +711,21 @@ mod tests {
             64 << 20
         )
         .is_err());
+    }
+
+    #[test]
+    fn recorded_queries_are_dropped() {
+        let old = SourceInfo {
+            kind: SourceKind::Postgres,
+            location: "postgres://u@h:5432/db?password=secret&sslmode=disable".into(),
+            database: "db?password=secret&sslmode=disable".into(),
+            identity: BTreeMap::new(),
+        };
+        let info = scrub_recorded(&old);
+        assert_eq!(info.location, "postgres://u@h:5432/db");
+        assert_eq!(info.database, "db");
+        let files = SourceInfo::plain(SourceKind::Files, "/a?b".into(), "a?b".into());
+        assert_eq!(scrub_recorded(&files).location, "/a?b");
     }
 
     #[test]

@@ -410,7 +410,7 @@ fn backup_set(
         base_in_flight: params.in_flight().0,
     };
     if let (Some(path), Some(series)) = (&o.report, series) {
-        write_report(o, path, &r, series, &dest.devices)?;
+        write_report(path, &r, series, &dest.devices)?;
         r.report = Some(path.clone());
     }
     Ok(r)
