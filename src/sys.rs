@@ -165,6 +165,40 @@ pub fn user_ids(name: &std::ffi::CStr) -> Result<Option<(u32, u32)>, io::Error> 
     Ok((!found.is_null()).then_some((pwd.pw_uid, pwd.pw_gid)))
 }
 
+/// The name and home directory of the effective user (libpq's defaults for the user
+/// to connect as and for `~/.pgpass`); None when the system knows no such user.
+pub fn current_user() -> Option<(String, std::path::PathBuf)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: as in `user_ids`: `pwd` and `buf` outlive the call and getpwuid_r keeps
+    // its strings in `buf`; geteuid cannot fail.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    let rc = unsafe {
+        libc::getpwuid_r(
+            libc::geteuid(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() || pwd.pw_name.is_null() || pwd.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: both are NUL-terminated strings inside `buf`, alive here.
+    let (name, dir) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(pwd.pw_name),
+            std::ffi::CStr::from_ptr(pwd.pw_dir),
+        )
+    };
+    Some((
+        name.to_string_lossy().into_owned(),
+        std::ffi::OsStr::from_bytes(dir.to_bytes()).into(),
+    ))
+}
+
 /// Signals and their dispositions (`interrupt`).
 pub mod signal {
     pub const INT: i32 = libc::SIGINT;

@@ -532,3 +532,181 @@ fn a_server_that_dies_during_the_backup_fails_it_by_name() {
         "noticed after {took:?}: {err}"
     );
 }
+
+/// The password reaches the server from the URL (user:pw@ and ?password=), PGPASSWORD,
+/// a PGPASSFILE or --password-file, and nothing pagevault prints or writes holds it.
+#[test]
+fn passwords_are_used_and_never_shown_or_stored() {
+    const SECRET: &str = "S3cr3t-pv-XYZ";
+    let pg = Pg::start(false, None);
+    pg.scram_role("vault", SECRET);
+    let work = postgres_dir("cred");
+    let (repo, page) = (work.join("repo"), work.join("report.html"));
+    let repo_s = s(&repo);
+    let base = format!("postgres://vault@127.0.0.1:{}/postgres", pg.port);
+    let url = format!("{base}?pgdata={}", s(&pg.data));
+    let location = base.clone();
+    // Every run sees no password but the one it is given (nor root's ~/.pgpass).
+    let home = work.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut seen = String::new();
+    let mut pv = |args: &[&str], env: &[(&str, &str)]| -> Run {
+        let out = std::process::Command::new(bin())
+            .args(args)
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            .env("HOME", &home)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let r = Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        // Outputs only: the arguments may hold it.
+        seen.push_str(&format!("{}\n{}\n", r.stdout, r.stderr));
+        r
+    };
+    let backup = |source: &str, extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["backup", "--source", source, "--repo", &repo_s];
+        a.extend(["--compress", "none", "--verbose"]);
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect()
+    };
+    fn args(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    let done = |r: &Run| {
+        assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+        r.stdout.clone()
+    };
+    let refused = |r: &Run, says: &[&str]| {
+        assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+        for s in says {
+            assert!(r.stderr.contains(s), "no '{s}' in: {}", r.stderr);
+        }
+    };
+
+    // No password anywhere: the error says where one can be given.
+    let r = pv(&args(&backup(&url, &[])), &[]);
+    refused(
+        &r,
+        &[
+            "cannot connect",
+            &location,
+            "asks for a password",
+            "--password-file",
+        ],
+    );
+
+    // (a) In the URL, as ?password= (with --json and --report) and as user:pw@.
+    let with_query = format!("{url}&password={SECRET}");
+    let page_s = s(&page);
+    let r = pv(
+        &args(&backup(&with_query, &["--json", "--report", &page_s])),
+        &[],
+    );
+    let j: serde_json::Value = serde_json::from_str(&done(&r)).unwrap();
+    assert_eq!(j["source"]["location"], location);
+    assert_eq!(j["source"]["database"], "postgres");
+    let d = report_data(&page);
+    assert_eq!(d["config"]["source"], location, "{}", d["config"]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let in_userinfo = format!(
+        "postgres://vault:{SECRET}@127.0.0.1:{}/postgres?pgdata={}",
+        pg.port,
+        s(&pg.data)
+    );
+    let out = done(&pv(&args(&backup(&in_userinfo, &[])), &[]));
+    assert!(out.contains("for database 'postgres', file"), "{out}");
+
+    // (b) PGPASSWORD; a wrong one is refused, saying where it came from.
+    done(&pv(&args(&backup(&url, &[])), &[("PGPASSWORD", SECRET)]));
+    let r = pv(&args(&backup(&url, &[])), &[("PGPASSWORD", "wrong-pv")]);
+    refused(
+        &r,
+        &["password authentication failed", "came from PGPASSWORD"],
+    );
+
+    // (c) A password file through PGPASSFILE: ignored while others may read it.
+    let pgpass = work.join("pgpass");
+    std::fs::write(
+        &pgpass,
+        format!(
+            "# pagevault test\n127.0.0.1:{}:postgres:other:nope\n127.0.0.1:{}:postgres:vault:{SECRET}\n*:*:*:*:wrong-pv\n",
+            pg.port, pg.port
+        ),
+    )
+    .unwrap();
+    let mode = |m: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    let pgpass_env = [("PGPASSFILE", s(&pgpass))];
+    let pgpass_env: Vec<(&str, &str)> = pgpass_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    mode(0o644);
+    let r = pv(&args(&backup(&url, &[])), &pgpass_env);
+    refused(
+        &r,
+        &["asks for a password", "group or world access", &s(&pgpass)],
+    );
+    mode(0o600);
+    done(&pv(&args(&backup(&url, &[])), &pgpass_env));
+
+    // (d) --password-file, read before PGPASSWORD; an unreadable one is refused.
+    let pwfile = work.join("pw");
+    std::fs::write(&pwfile, format!("{SECRET}\n")).unwrap();
+    let pw_s = s(&pwfile);
+    let with_file = backup(&url, &["--password-file", &pw_s]);
+    done(&pv(&args(&with_file), &[("PGPASSWORD", "wrong-pv")]));
+    let missing = s(&work.join("no-such-file"));
+    let r = pv(&args(&backup(&url, &["--password-file", &missing])), &[]);
+    refused(&r, &["cannot read the password file", &missing]);
+    // The T-SQL front end takes it too.
+    let sql = ["sql", "--source", &url, "--password-file", &pw_s];
+    let mut a = sql.to_vec();
+    a.push("BACKUP DATABASE postgres TO DISK = 'NUL'");
+    done(&pv(&a, &[]));
+
+    // What the repository and its sets say of the source.
+    let h: serde_json::Value =
+        serde_json::from_str(&done(&pv(&["history", "--repo", &repo_s, "--json"], &[]))).unwrap();
+    let sets = h["sets"].as_array().unwrap();
+    assert_eq!(sets.len(), 5, "{h}");
+    for set in sets {
+        assert_eq!(set["database"], "postgres", "{set}");
+        let id = set["set_id"].as_str().unwrap();
+        for what in ["header", "files"] {
+            let out = done(&pv(&[what, "--repo", &repo_s, "--set", id, "--json"], &[]));
+            if what == "header" {
+                assert!(out.contains(&format!("\"{location}\"")), "{out}");
+            }
+        }
+    }
+
+    // The secret is nowhere: outputs, the report, every file of the repository.
+    assert!(!seen.contains(SECRET), "the password was shown:\n{seen}");
+    assert!(!html.contains(SECRET), "the report holds the password");
+    let mut files = 0;
+    let mut dirs = vec![repo.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            files += 1;
+            let bytes = std::fs::read(&p).unwrap();
+            assert!(
+                !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+                "{} holds the password",
+                p.display()
+            );
+        }
+    }
+    assert!(files >= 5, "only {files} files in the repository");
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&work);
+}

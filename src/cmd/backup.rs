@@ -41,6 +41,10 @@ pub struct BackupArgs {
     /// PostgreSQL data directory, when the URL has no ?pgdata= and the server cannot say.
     #[arg(long)]
     pub pgdata: Option<PathBuf>,
+    /// PostgreSQL: the password is the first line of FILE. Used when the URL has none;
+    /// without either, PGPASSWORD, then PGPASSFILE or ~/.pgpass (mode 0600) as libpq.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
     /// On a page checksum failure, finish the backup and mark the set damaged.
     #[arg(long)]
     pub continue_after_error: bool,
@@ -122,6 +126,7 @@ impl BackupArgs {
             stripes: self.stripes,
             backup_type: self.backup_type,
             pgdata: self.pgdata.clone(),
+            password_file: self.password_file.clone(),
             continue_after_error: self.continue_after_error,
             archive_timeout: self.archive_timeout,
             compress: self.compress.clone(),

@@ -18,6 +18,9 @@ pub struct SqlArgs {
     /// The source the statements act on (BACKUP): files:PATH, sqlite:PATH or postgres://...
     #[arg(long)]
     pub source: Option<String>,
+    /// PostgreSQL: the password is the first line of FILE (as for backup).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<std::path::PathBuf>,
     /// Repository for the catalog (BACKUP records the set there).
     #[arg(long)]
     pub repo: Option<String>,
@@ -222,6 +225,7 @@ fn run_backup(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
         source,
         to,
         repo: if nul { None } else { a.repo.clone() },
+        password_file: a.password_file.clone(),
         store: store.clone(),
         ..BackupOptions::default()
     };

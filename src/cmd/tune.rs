@@ -40,6 +40,9 @@ pub struct TuneArgs {
     /// PostgreSQL data directory, when the URL has no ?pgdata=.
     #[arg(long)]
     pub pgdata: Option<std::path::PathBuf>,
+    /// PostgreSQL: read the password from the first line of FILE (as for backup).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<std::path::PathBuf>,
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
@@ -92,6 +95,7 @@ pub fn run(a: TuneArgs, store: &StoreOptions) -> Result<()> {
             .collect(),
         cold: a.cold,
         pgdata: a.pgdata,
+        password_file: a.password_file,
         store: store.clone(),
     };
     if a.json {
@@ -105,6 +109,9 @@ pub fn run(a: TuneArgs, store: &StoreOptions) -> Result<()> {
 
 fn print_table(s: &TuneReport) {
     println!();
+    for w in &s.warnings {
+        println!("Warning: {w}");
+    }
     println!(
         "{:<3} {:>7} {:>5} {:>7} {:>8} {:>7} {:<8} {:>7} {:>9} {:>9} {:>9} {:>7} {:>6}",
         "",

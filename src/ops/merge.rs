@@ -113,7 +113,7 @@ pub fn merge(
         ..RestoreOptions::default()
     };
     let backup_options = BackupOptions {
-        source: m.source.location.clone(),
+        source: src.info.location.clone(),
         repo: Some(o.repo.clone()),
         stripes: Some(full.stripes.len().max(1) as u32),
         backup_type: BackupType::Full,
@@ -253,7 +253,7 @@ fn staged_source(
     }
     let facts = PgFacts::from_extra(&m.extra).map_err(|e| anyhow!("set {}: {e}", m.set_id))?;
     Ok(Staged {
-        info: m.source.clone(),
+        info: source::postgres::scrub_recorded(&m.source),
         page_size: m.page_size,
         entries,
         extra: m.extra.clone(),

@@ -33,6 +33,8 @@ pub struct TuneOptions {
     /// Drop the sample from the page cache before every trial.
     pub cold: bool,
     pub pgdata: Option<PathBuf>,
+    /// PostgreSQL: a file whose first line is the password.
+    pub password_file: Option<PathBuf>,
     /// Object-store options (`--s3-endpoint`).
     pub store: crate::device::object::StoreOptions,
 }
@@ -48,6 +50,7 @@ impl Default for TuneOptions {
             codecs: vec!["none".into(), "lz4".into()],
             cold: false,
             pgdata: None,
+            password_file: None,
             store: Default::default(),
         }
     }
@@ -72,6 +75,8 @@ pub struct TuneReport {
     pub flags: String,
     /// Every point measured, fastest first.
     pub points: Vec<Measured>,
+    /// How the source was reached, when the user should know (a password file ignored).
+    pub warnings: Vec<String>,
     #[serde(skip)]
     pub default_point: Point,
     #[serde(skip)]
@@ -347,6 +352,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             continue_after_error: true,
             archive_timeout: 60,
             base: None,
+            password_file: o.password_file.clone(),
         },
     )?;
     let entries = src.prepare()?;
@@ -357,7 +363,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
         let volumes = vols.names.len().max(1);
         let source_bytes: u64 = plan.iter().map(|f| f.size).sum();
         if source_bytes == 0 {
-            bail!("the source '{}' holds no data to measure", o.source);
+            bail!("the source '{}' holds no data to measure", info.location);
         }
         let sample = sample_plan(&plan, o.sample);
         let filter = src.filter(&entries);
@@ -399,6 +405,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             default: base,
             recommended: best,
             points: all,
+            warnings: src.warnings(),
             default_point: default,
             cold: o.cold,
         })

@@ -1,10 +1,12 @@
 //! PostgreSQL facts in one place: the versions pagevault knows and their WAL page
-//! magics, WAL file names and LSNs for any segment size, timeline history files.
+//! magics, WAL file names and LSNs for any segment size, timeline history files,
+//! libpq's password file.
 //! A leaf module: it knows nothing of repositories, devices or the pipeline.
 
 pub mod facts;
 pub mod history;
 pub mod page;
+pub mod pgpass;
 pub mod walname;
 pub mod walpage;
 pub mod walrecord;

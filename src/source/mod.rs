@@ -45,6 +45,11 @@ pub trait Source {
     fn start_wal_head(&mut self) -> Option<(String, Vec<u8>)> {
         None
     }
+    /// What the user should know of how the source was reached (a password file
+    /// ignored), once prepared; the set is good all the same.
+    fn warnings(&self) -> Vec<String> {
+        vec![]
+    }
     /// What the source knows of itself once prepared (the manifest's extra map so far).
     fn facts(&self) -> Extra {
         Extra::new()
@@ -73,10 +78,16 @@ pub struct Options {
     pub archive_timeout: u64,
     /// Set for a differential backup of a PostgreSQL source.
     pub base: Option<postgres::DiffBase>,
+    /// PostgreSQL: a file whose first line is the password (--password-file).
+    pub password_file: Option<PathBuf>,
 }
 
-/// Parses a SOURCE argument: `files:PATH` or `sqlite:PATH`.
+/// Parses a SOURCE argument: `files:PATH`, `sqlite:PATH` or `postgres://...`.
 pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
+    let postgres = spec.starts_with("postgres://") || spec.starts_with("postgresql://");
+    if opts.password_file.is_some() && !postgres {
+        bail!("--password-file is for postgres:// sources");
+    }
     match spec.split_once(':') {
         Some(("files", path)) if !path.is_empty() => {
             Ok(Box::new(files::Files::new(path.into(), opts.page_size)))
@@ -85,8 +96,13 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
             path.into(),
             opts.spool.clone(),
         ))),
-        _ if spec.starts_with("postgres://") || spec.starts_with("postgresql://") => {
-            let mut pg = postgres::Postgres::new(spec, opts.pgdata.clone(), opts.label.clone())?;
+        _ if postgres => {
+            let mut pg = postgres::Postgres::new(
+                spec,
+                opts.pgdata.clone(),
+                opts.label.clone(),
+                opts.password_file.as_deref(),
+            )?;
             pg.continue_after_error = opts.continue_after_error;
             pg.archive_timeout = opts.archive_timeout;
             pg.base = opts.base.clone();

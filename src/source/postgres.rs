@@ -1,9 +1,10 @@
 //! `postgres://USER@HOST:PORT/DB?pgdata=DIR`: a hot physical backup of a running
-//! PostgreSQL cluster. pg_backup_start/pg_backup_stop bracket the copy over one
-//! connection; every file of the data directory and its tablespaces is read (each
-//! tablespace volume gets its own reader); page checksums are verified as pages
-//! pass; the WAL from the start to the stop segment is added to the set so the
-//! copy can be made consistent from the set alone.
+//! PostgreSQL cluster, reached with the password libpq would use (connect.rs).
+//! pg_backup_start/pg_backup_stop bracket the copy over one connection; every file of
+//! the data directory and its tablespaces is read (each tablespace volume gets its own
+//! reader); page checksums are verified as pages pass; the WAL from the start to the
+//! stop segment is added to the set so the copy can be made consistent from the set
+//! alone.
 
 use super::{Extra, Finish, Source, SourceFile};
 use crate::engine::backup::{ChunkFilter, PageSet, ReadFile};
@@ -19,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub struct Postgres {
-    url: String,
-    location: String,
+    /// The connection's settings, its password and the location shown.
+    conn: Conn,
     pgdata: Option<PathBuf>,
     client: Option<postgres::Client>,
     /// What the manifest records, once the backup started.
@@ -93,10 +94,17 @@ fn went_away(location: &str, e: &postgres::Error) -> String {
     )
 }
 
-/// The server's own words for an error (the driver's Display says only "db error").
+/// The server's own words for an error (the driver's Display says only "db error"),
+/// or the driver's with its causes (its Display names only the kind).
 fn pg_err(e: &postgres::Error) -> String {
     let Some(d) = e.as_db_error() else {
-        return e.to_string();
+        let mut m = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            m.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        return m;
     };
     let mut m = format!("{}: {}", d.severity(), d.message());
     if let Some(h) = d.hint() {
@@ -106,6 +114,19 @@ fn pg_err(e: &postgres::Error) -> String {
         m.push_str(PRIVILEGE_HINT);
     }
     m
+}
+
+/// A set's source as an older pagevault recorded it, which kept the URL's query (a
+/// `?password=` too) in its location and database: without the query. Other kinds
+/// are returned as they are.
+pub fn scrub_recorded(info: &SourceInfo) -> SourceInfo {
+    let mut info = info.clone();
+    if info.kind == SourceKind::Postgres {
+        for s in [&mut info.location, &mut info.database] {
+            s.truncate(s.find('?').unwrap_or(s.len()));
+        }
+    }
+    info
 }
 
 /// What a differential or incremental needs of its base set.
@@ -147,12 +168,20 @@ const SKIP_FILES: &[&str] = &[
 ];
 
 mod check;
+mod connect;
 use check::relation_files;
 pub use check::{full_page_checker, PageChecker};
+use connect::Conn;
 
 impl Postgres {
-    /// Parses the source URL; `pgdata` from `?pgdata=` or the option.
-    pub fn new(spec: &str, pgdata: Option<PathBuf>, label: String) -> Result<Postgres> {
+    /// Parses the source URL; `pgdata` from `?pgdata=` or the option; the password
+    /// from the URL, `password_file`, PGPASSWORD or the libpq password file.
+    pub fn new(
+        spec: &str,
+        pgdata: Option<PathBuf>,
+        label: String,
+        password_file: Option<&Path>,
+    ) -> Result<Postgres> {
         let (base, query) = match spec.split_once('?') {
             Some((b, q)) => (b.to_string(), q.to_string()),
             None => (spec.to_string(), String::new()),
@@ -170,23 +199,8 @@ impl Postgres {
         } else {
             format!("{base}?{}", keep.join("&"))
         };
-        // Shown to users and stored in manifests: never with a password.
-        let location = match url.split_once('@') {
-            Some((scheme_user, host)) => {
-                let user = scheme_user
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or("")
-                    .split(':')
-                    .next()
-                    .unwrap_or("");
-                format!("postgres://{user}@{host}")
-            }
-            None => url.clone(),
-        };
         Ok(Postgres {
-            url,
-            location,
+            conn: connect::settle(&url, password_file, &connect::Env::of_process())?,
             pgdata,
             client: None,
             facts: None,
@@ -384,17 +398,10 @@ impl Source for Postgres {
         if !self.system_identifier.is_empty() {
             identity.insert("system_identifier".into(), self.system_identifier.clone());
         }
-        let database = self
-            .url
-            .rsplit('/')
-            .next()
-            .filter(|d| !d.contains('@'))
-            .unwrap_or("postgres")
-            .to_string();
         SourceInfo {
             kind: SourceKind::Postgres,
-            location: self.location.clone(),
-            database,
+            location: self.conn.location.clone(),
+            database: self.conn.database.clone(),
             identity,
         }
     }
@@ -404,14 +411,7 @@ impl Source for Postgres {
     }
 
     fn prepare(&mut self) -> Result<Vec<SourceFile>> {
-        let client = postgres::Client::connect(&self.url, postgres::NoTls).map_err(|e| {
-            anyhow!(
-                "cannot connect to PostgreSQL at {}: {}; is the server running and the URL right?",
-                self.location,
-                pg_err(&e)
-            )
-        })?;
-        self.client = Some(client);
+        self.client = Some(self.conn.connect()?);
         let version = self.query_one_text("SELECT current_setting('server_version_num')")?;
         crate::pg::check_backup_server(&version).map_err(|m| anyhow!("{m}"))?;
         let sysid =
@@ -428,7 +428,7 @@ impl Source for Postgres {
             bail!(
                 "data directory '{}' belongs to cluster {local}, but the server at {} is cluster {sysid}: give the data directory of that server",
                 pgdata.display(),
-                self.location
+                self.conn.location
             );
         }
         self.system_identifier = sysid.clone();
@@ -484,7 +484,7 @@ impl Source for Postgres {
             client,
             self.gone.clone(),
             self.abort.clone(),
-            self.location.clone(),
+            self.conn.location.clone(),
         ));
         Ok(out)
     }
@@ -518,7 +518,7 @@ impl Source for Postgres {
             )
             .map_err(|e| {
                 if e.as_db_error().is_none() {
-                    anyhow!("{}", went_away(&self.location, &e))
+                    anyhow!("{}", went_away(&self.conn.location, &e))
                 } else {
                     anyhow!("pg_backup_stop failed: {}", pg_err(&e))
                 }
@@ -590,6 +590,10 @@ impl Source for Postgres {
             .as_ref()
             .map(PgFacts::to_extra)
             .unwrap_or_default()
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.conn.warnings.clone()
     }
 
     fn abort_with(&mut self, abort: Arc<Abort>) {
@@ -720,18 +724,32 @@ mod tests {
     }
 
     #[test]
-    fn url_without_password_is_shown() {
+    fn recorded_queries_are_dropped() {
+        let old = SourceInfo {
+            kind: SourceKind::Postgres,
+            location: "postgres://u@h:5432/db?password=secret&sslmode=disable".into(),
+            database: "db?password=secret&sslmode=disable".into(),
+            identity: BTreeMap::new(),
+        };
+        let info = scrub_recorded(&old);
+        assert_eq!(info.location, "postgres://u@h:5432/db");
+        assert_eq!(info.database, "db");
+        let files = SourceInfo::plain(SourceKind::Files, "/a?b".into(), "a?b".into());
+        assert_eq!(scrub_recorded(&files).location, "/a?b");
+    }
+
+    #[test]
+    fn url_without_password_or_query_is_shown() {
         let p = Postgres::new(
-            "postgres://alice:secret@127.0.0.1:5432/app?pgdata=/d&sslmode=disable",
+            "postgres://alice@127.0.0.1:5432/app?pgdata=/d&sslmode=disable&password=secret",
             None,
             "x".into(),
+            None,
         )
         .unwrap();
-        assert_eq!(
-            p.location,
-            "postgres://alice@127.0.0.1:5432/app?sslmode=disable"
-        );
+        let info = p.info();
+        assert_eq!(info.location, "postgres://alice@127.0.0.1:5432/app");
+        assert_eq!(info.database, "app");
         assert_eq!(p.pgdata.as_deref(), Some(Path::new("/d")));
-        assert!(!p.url.contains("pgdata"));
     }
 }

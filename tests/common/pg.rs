@@ -367,6 +367,35 @@ impl Pg {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// Creates superuser `role` with `password` and makes its logins over TCP need that
+    /// password (scram-sha-256); the tests' own connections (postgres) stay trusted.
+    pub fn scram_role(&self, role: &str, password: &str) {
+        self.sql(&format!(
+            "SET password_encryption = 'scram-sha-256'; CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"
+        ));
+        let hba = self.data.join("pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).unwrap();
+        // The first matching line decides: ahead of initdb's trust lines.
+        let line = format!("host all {role} 127.0.0.1/32 scram-sha-256\n");
+        std::fs::write(&hba, line + &rules).unwrap();
+        self.sql("SELECT pg_reload_conf()");
+        // The reload is asynchronous: wait until a login without the password fails.
+        let t0 = std::time::Instant::now();
+        while Command::new(BIN.to_string() + "/psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", role])
+            .args(["-d", "postgres", "-w", "-XAtqc", "SELECT 1"])
+            .env_remove("PGPASSWORD")
+            .env("PGPASSFILE", "/nonexistent")
+            .output()
+            .unwrap()
+            .status
+            .success()
+        {
+            assert!(t0.elapsed().as_secs() < 30, "pg_hba.conf not reloaded");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Runs SQL with psql in database postgres; returns unaligned, tuples-only output.
     /// Table `t(id, v)` of `rows` rows of `width` bytes, frozen and analysed, with room
     /// for HOT updates in place (fillfactor 50).

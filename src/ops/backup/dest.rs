@@ -76,6 +76,7 @@ pub(super) fn parse_source(
             continue_after_error: o.continue_after_error,
             archive_timeout: o.archive_timeout,
             base: dest.base.as_ref().map(|(_, b)| b.clone()),
+            password_file: o.password_file.clone(),
         },
     )
 }

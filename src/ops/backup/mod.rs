@@ -45,6 +45,8 @@ pub struct BackupOptions {
     /// full, diff (or log, which is refused: that is archive-push).
     pub backup_type: BackupType,
     pub pgdata: Option<PathBuf>,
+    /// PostgreSQL: a file whose first line is the password.
+    pub password_file: Option<PathBuf>,
     pub continue_after_error: bool,
     /// Seconds to wait at pg_backup_stop for the WAL to be archived.
     pub archive_timeout: u64,
@@ -85,6 +87,7 @@ impl Default for BackupOptions {
             stripes: None,
             backup_type: BackupType::Full,
             pgdata: None,
+            password_file: None,
             continue_after_error: false,
             archive_timeout: 300,
             compress: "none".into(),
@@ -343,7 +346,8 @@ fn backup_set(
     let (manifest, text) = manifest(
         o, &set_hex, &dest, &input, &out, &params, extra, &problems, started,
     );
-    let mut warnings = text.warnings;
+    let mut warnings = input.src.warnings();
+    warnings.extend(text.warnings);
     warnings.extend(problems.iter().cloned());
     warnings.extend(input.notes.iter().cloned());
     let committed = set_write::commit(
@@ -406,7 +410,7 @@ fn backup_set(
         base_in_flight: params.in_flight().0,
     };
     if let (Some(path), Some(series)) = (&o.report, series) {
-        write_report(o, path, &r, series, &dest.devices)?;
+        write_report(path, &r, series, &dest.devices)?;
         r.report = Some(path.clone());
     }
     Ok(r)

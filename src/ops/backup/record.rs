@@ -157,14 +157,14 @@ pub(super) fn catalog_entry(
 
 /// The HTML page (--report): the configuration, the summary and the timeline.
 pub(super) fn write_report(
-    o: &BackupOptions,
     path: &Path,
     r: &BackupReport,
     series: report::Series,
     devices: &[Box<dyn Device>],
 ) -> Result<()> {
     let summary = serde_json::to_value(r)?;
-    let mut config = serde_json::json!({"source": o.source});
+    // The source as every output shows it: never the --source given (a password).
+    let mut config = serde_json::json!({"source": r.source.location});
     config
         .as_object_mut()
         .unwrap()
