@@ -353,6 +353,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             archive_timeout: 60,
             base: None,
             password_file: o.password_file.clone(),
+            archived: None,
         },
     )?;
     let entries = src.prepare()?;

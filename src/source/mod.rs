@@ -80,6 +80,10 @@ pub struct Options {
     pub base: Option<postgres::DiffBase>,
     /// PostgreSQL: a file whose first line is the password (--password-file).
     pub password_file: Option<PathBuf>,
+    /// PostgreSQL: whether the archive the set restores from holds a WAL file by name;
+    /// the wait at the backup's end ends as soon as it does, even before the archiver
+    /// marks it done (an archive_command that goes on to other tools).
+    pub archived: Option<postgres::Archived>,
 }
 
 /// Parses a SOURCE argument: `files:PATH`, `sqlite:PATH` or `postgres://...`.
@@ -106,6 +110,7 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
             pg.continue_after_error = opts.continue_after_error;
             pg.archive_timeout = opts.archive_timeout;
             pg.base = opts.base.clone();
+            pg.archived = opts.archived.clone();
             Ok(Box::new(pg))
         }
         _ => bail!("unknown source '{spec}': use files:PATH, sqlite:PATH or postgres://USER@HOST:PORT/DB?pgdata=DIR"),

@@ -19,6 +19,9 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// Whether an archive holds a WAL file, by name.
+pub type Archived = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 pub struct Postgres {
     /// The connection's settings, its password and the location shown.
     conn: Conn,
@@ -35,6 +38,8 @@ pub struct Postgres {
     pub archive_timeout: u64,
     /// Set for a differential backup.
     pub base: Option<DiffBase>,
+    /// Whether the set's archive holds a WAL file (see `source::Options::archived`).
+    pub archived: Option<Archived>,
     label: String,
     /// Holds the connection while files are read, and says when the server went away.
     watcher: Option<Watcher>,
@@ -210,6 +215,7 @@ impl Postgres {
             checksums: false,
             continue_after_error: false,
             archive_timeout: 300,
+            archived: None,
             base: None,
             label,
             watcher: None,
@@ -237,7 +243,10 @@ impl Postgres {
     fn wait_archived(&self, names: &[&str]) -> Result<()> {
         let pg_wal = self.pgdata().join("pg_wal");
         let status = pg_wal.join("archive_status");
-        let busy = |n: &str| !status.join(format!("{n}.done")).exists() && pg_wal.join(n).exists();
+        let in_archive = |n: &str| self.archived.as_ref().is_some_and(|a| a(n));
+        let busy = |n: &str| {
+            !status.join(format!("{n}.done")).exists() && pg_wal.join(n).exists() && !in_archive(n)
+        };
         let t0 = std::time::Instant::now();
         while let Some(name) = names.iter().find(|n| busy(n)) {
             if let Some(sig) = crate::interrupt::received() {

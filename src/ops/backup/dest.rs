@@ -77,8 +77,20 @@ pub(super) fn parse_source(
             archive_timeout: o.archive_timeout,
             base: dest.base.as_ref().map(|(_, b)| b.clone()),
             password_file: o.password_file.clone(),
+            archived: archived(o)?,
         },
     )
+}
+
+/// With --repo: whether the repository's WAL archive holds a file (a handle of its own).
+fn archived(o: &BackupOptions) -> Result<Option<source::postgres::Archived>> {
+    let Some(spec) = o.repo.as_deref() else {
+        return Ok(None);
+    };
+    let repo = Repo::open(spec, false, &o.store)?;
+    Ok(Some(std::sync::Arc::new(move |name: &str| {
+        crate::repo::wal::has_segment(&repo, name)
+    })))
 }
 
 /// The devices of the set: the repository's stripes first, then `to`.

@@ -80,7 +80,6 @@ pub fn archived_path(repo: &Repo, name: &str) -> Option<PathBuf> {
 }
 
 /// Whether the archive holds `name` (a segment, or any other archived WAL file).
-#[allow(dead_code)] // API for restore and verify (issue 3)
 pub fn has_segment(repo: &Repo, name: &str) -> bool {
     archived_rel(name).is_some_and(|r| repo.store().exists(&r).unwrap_or(false))
 }
