@@ -14,6 +14,11 @@ pub const O_DIRECT: i32 = libc::O_DIRECT;
 /// would redirect the read or write), nor wait on a FIFO.
 pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
 
+/// Whether the process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
 /// The mask for every file and directory this process creates: private (0600/0700),
 /// or readable by the group (0640/0750) as PostgreSQL's group access.
 pub fn private_umask(group_read: bool) {

@@ -106,12 +106,25 @@ impl FrameSink for Target {
     }
 }
 
-/// Makes `dir` an empty directory, private (0700) before anything is written into
-/// it: created, or emptied with `replace`. Returns the mode it had, if it existed.
-pub fn prepare(dir: &Path, replace: bool) -> Result<Option<u32>> {
-    let before = fs::symlink_metadata(dir)
-        .ok()
-        .map(|m| m.permissions().mode() & 0o7777);
+/// What a target directory was before a restore claimed it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Before {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Makes `dir` an empty directory that only this process's user may enter before
+/// anything is written into it: created, or emptied with `replace`; 0700, and owned by
+/// root when root restores (another user owning it could plant links in it while the
+/// restore writes). Returns what it was, if it existed.
+pub fn prepare(dir: &Path, replace: bool) -> Result<Option<Before>> {
+    use std::os::unix::fs::MetadataExt;
+    let before = fs::metadata(dir).ok().map(|m| Before {
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+    });
     match fs::read_dir(dir) {
         Ok(mut it) => {
             if it.next().is_some() {
@@ -136,9 +149,27 @@ pub fn prepare(dir: &Path, replace: bool) -> Result<Option<u32>> {
             .with_context(|| format!("cannot create target '{}'", dir.display()))?,
         Err(e) => return Err(e).with_context(|| format!("cannot read target '{}'", dir.display())),
     }
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("cannot make target '{}' private", dir.display()))?;
+    claim(dir).with_context(|| format!("cannot make target '{}' private", dir.display()))?;
     Ok(before)
+}
+
+/// Makes an existing directory 0700 and, when root runs, root's.
+pub fn claim(dir: &Path) -> io::Result<()> {
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    if crate::sys::is_root() {
+        std::os::unix::fs::chown(dir, Some(0), Some(0))?;
+    }
+    Ok(())
+}
+
+/// Gives a claimed directory back its mode and owner.
+pub fn give_back(dir: &Path, b: Before) -> Result<()> {
+    if crate::sys::is_root() {
+        std::os::unix::fs::chown(dir, Some(b.uid), Some(b.gid))
+            .with_context(|| format!("cannot give '{}' back to its owner", dir.display()))?;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(b.mode))
+        .with_context(|| format!("cannot give '{}' back its mode", dir.display()))
 }
 
 pub fn set_mtime(p: &Path, mtime: i64) {
@@ -307,6 +338,30 @@ mod tests {
     use super::*;
     use crate::format::manifest::{tests::sample, FileEntry};
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_target_another_user_owns_is_claimed_then_given_back() {
+        let d = tempfile::tempdir().unwrap();
+        let to = d.path().join("t");
+        fs::create_dir(&to).unwrap();
+        fs::set_permissions(&to, fs::Permissions::from_mode(0o755)).unwrap();
+        let root = crate::sys::is_root();
+        if root {
+            std::os::unix::fs::chown(&to, Some(65534), Some(65534)).unwrap();
+        }
+        let b = prepare(&to, false).unwrap().unwrap();
+        assert_eq!(b.mode, 0o755);
+        let m = fs::metadata(&to).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o700);
+        if root {
+            assert_eq!((b.uid, m.uid(), m.gid()), (65534, 0, 0));
+        }
+        give_back(&to, b).unwrap();
+        let m = fs::metadata(&to).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid()), (0o755, b.uid));
+        // A new one is made private too, and has nothing to give back.
+        assert_eq!(prepare(&d.path().join("new"), false).unwrap(), None);
+    }
 
     fn entry(id: u32, path: &str, kind: EntryKind, size: u64) -> FileEntry {
         FileEntry {

@@ -156,6 +156,11 @@ pub trait Restorer {
     fn check_places(&self) -> Result<()> {
         Ok(())
     }
+    /// Makes the places outside the target private to this process before anything
+    /// is written there (after `check_places`, once the target is prepared).
+    fn claim_places(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Where a set path is restored.
     fn place(&self, to: &Path, rel: &str) -> PathBuf {
         to.join(rel)

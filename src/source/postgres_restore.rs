@@ -29,6 +29,8 @@ pub struct PgRestorer {
     set_locations: bool,
     /// OID -> directory, once `plan` has run.
     spaces: HashMap<String, PathBuf>,
+    /// Tablespace directories that existed, as they were before `claim_places`.
+    claimed: Vec<(PathBuf, target::Before)>,
 }
 
 impl PgRestorer {
@@ -37,6 +39,7 @@ impl PgRestorer {
             overrides: tablespace_map.to_vec(),
             set_locations,
             spaces: HashMap::new(),
+            claimed: vec![],
         }
     }
 }
@@ -81,6 +84,14 @@ impl Restorer for PgRestorer {
         place(to, rel, &self.spaces)
     }
 
+    fn claim_places(&mut self) -> Result<()> {
+        for dir in self.spaces.values() {
+            let before = target::prepare(dir, false)?;
+            self.claimed.extend(before.map(|b| (dir.clone(), b)));
+        }
+        Ok(())
+    }
+
     fn link(&self, to: &Path, owner: Option<(u32, u32)>) -> Result<()> {
         // Each tablespace is linked from pg_tblspc as PostgreSQL expects.
         for (oid, dir) in &self.spaces {
@@ -90,6 +101,8 @@ impl Restorer for PgRestorer {
                 .with_context(|| format!("cannot link tablespace {oid} to '{}'", dir.display()))?;
             if let Some((uid, gid)) = owner {
                 target::chown_tree(dir, uid, gid)?;
+            } else if let Some((_, b)) = self.claimed.iter().find(|(d, _)| d == dir) {
+                target::give_back(dir, target::Before { mode: 0o700, ..*b })?;
             }
             target::sync_fs(dir);
         }

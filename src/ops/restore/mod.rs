@@ -23,7 +23,6 @@ use chain::{open_sets, Sets};
 use serde::Serialize;
 use serde_json::json;
 use std::fs::{self, OpenOptions};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -196,7 +195,6 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
     restorer.plan(&m.extra)?;
     restorer.check_places()?;
-    let place = |rel: &str| restorer.place(&o.to, rel);
     let mut phases = Phases::start();
     let progress = Arc::new(Progress::default());
     // The timeline spans what the summary's seconds count.
@@ -205,6 +203,8 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
         .as_ref()
         .map(|_| report::Sampler::start(progress.live.clone()));
     let mode_before = target::prepare(&o.to, o.replace)?;
+    restorer.claim_places()?;
+    let place = |rel: &str| restorer.place(&o.to, rel);
     let marker = o.to.join(MARKER);
     OpenOptions::new()
         .write(true)
@@ -239,9 +239,13 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
         }
     }
     fs::remove_file(&marker)?;
-    if let Some(mode) = mode_before.filter(|_| !restorer.recovers()) {
-        // Private while it was written; the directory the user gave keeps its mode.
-        fs::set_permissions(&o.to, fs::Permissions::from_mode(mode))?;
+    if let Some(mut b) = mode_before.filter(|_| owner.is_none()) {
+        // Claimed while it was written; the directory the user gave gets its owner
+        // back, and its mode (PostgreSQL's stays 0700: the server refuses others').
+        if restorer.recovers() {
+            b.mode = 0o700;
+        }
+        target::give_back(&o.to, b)?;
     }
     let series = sampler.map(report::Sampler::finish);
     phases.mark("recovery settings, owner");
