@@ -3,6 +3,7 @@
 //! the whole gate when it ends well or fails it; the reader waits per file.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -10,6 +11,8 @@ use std::time::Duration;
 pub struct Gate {
     state: Mutex<State>,
     changed: Condvar,
+    /// The reader failed: the writer stops, as nobody will read what it writes.
+    cancelled: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +48,15 @@ impl Gate {
             Some(Ok(())) => Ok(true),
             None => Ok(st.open.contains(&id)),
         }
+    }
+
+    /// The reader gave up: the writer should stop.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Relaxed);
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancelled.load(Relaxed)
     }
 
     /// Waits until the writer ended; its result.

@@ -141,6 +141,10 @@ pub fn merge(
             (r, t0.elapsed().as_secs_f64())
         });
         let b = backup_of(&backup_options, Some(Box::new(src)), progress, watch);
+        if b.is_err() {
+            // Nothing will read the rest of the copy.
+            gate.cancel();
+        }
         let backup_secs = t0.elapsed().as_secs_f64();
         let (staged, secs) = restoring.join().expect("the restore thread panicked");
         (staged, b, secs, backup_secs)

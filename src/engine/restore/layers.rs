@@ -156,6 +156,16 @@ impl<'a> LayerSink<'a> {
 }
 
 impl LayerSink<'_> {
+    /// Err once the gate's reader gave up (a merge whose backup failed).
+    fn go_on(&self) -> io::Result<()> {
+        match &self.written.gate {
+            Some(g) if g.cancelled() => Err(io::Error::other(
+                "stopped: the run reading these files failed",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// `n` bytes of restored file `to` written: once it is whole, the target is told
     /// and the gate opened.
     fn counted(&self, to: u32, n: u64) {
@@ -170,6 +180,7 @@ impl LayerSink<'_> {
 
 impl FrameSink for LayerSink<'_> {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.go_on()?;
         let Some((to, runs)) = self.claim(file, offset, data.len() as u64) else {
             return Ok(());
         };
@@ -185,6 +196,7 @@ impl FrameSink for LayerSink<'_> {
     }
 
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
+        self.go_on()?;
         let Some((to, runs)) = self.claim(file, offset, len as u64) else {
             return Ok(());
         };
@@ -282,5 +294,19 @@ mod tests {
         let got = mem.0.lock().unwrap()[&5].clone();
         assert_eq!(&got[..18], b"aaaappppccccdd..xy");
         assert_eq!(w.unwritten(), 0);
+    }
+
+    #[test]
+    fn writes_stop_once_the_gates_reader_gives_up() {
+        let mem = Mem::default();
+        let gate = Arc::new(Gate::default());
+        let w = Written::new([(5, 8)], 4).unwrap().with_gate(gate.clone());
+        let sink = LayerSink::new(&mem, &w, HashMap::from([(0, 5)]));
+        sink.write(0, 0, b"aaaa").unwrap();
+        gate.cancel();
+        let e = sink.write(0, 4, b"bbbb").unwrap_err();
+        assert!(e.to_string().contains("stopped"), "{e}");
+        assert!(sink.write_zeros(0, 4, 4).is_err());
+        assert_eq!(stats(&sink), (4, 0));
     }
 }

@@ -212,11 +212,13 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
         .open(&marker)
         .with_context(|| format!("cannot write in target '{}'", o.to.display()))?;
     phases.mark("prepare target");
-    let incomplete = || {
-        format!(
+    let incomplete = || match o.stage_only {
+        // A staged copy is its caller's scratch, removed on failure.
+        true => "restoring the chain failed".to_string(),
+        false => format!(
             "restore failed; '{}' is incomplete (it holds {MARKER})",
             o.to.display()
-        )
+        ),
     };
     let mut target = Target::new(target::lay_out(m, &place, false)?);
     if o.stage_only {
