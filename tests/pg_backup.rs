@@ -210,6 +210,45 @@ fn cluster_without_checksums_backs_up_and_restores() {
 }
 
 #[test]
+fn a_pg_wal_elsewhere_is_restored_as_a_directory_of_its_own() {
+    // initdb --waldir's layout: pg_wal a link to another directory.
+    let mut pg = Pg::start(false, None);
+    pg.stop();
+    let work = postgres_dir("waldir");
+    let wal = work.join("wal");
+    std::fs::rename(pg.data.join("pg_wal"), &wal).unwrap();
+    std::os::unix::fs::symlink(&wal, pg.data.join("pg_wal")).unwrap();
+    pg.pg_ctl_start();
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    let st = s(&work.join("x.pv"));
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    ok(&backup_args(&url, &[&st], &[]));
+    let files = json(&["files", "--from", &st]);
+    let kind = |p: &str| {
+        let f = files["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == p);
+        f.map(|f| f["kind"].as_str().unwrap().to_string())
+    };
+    assert_eq!(kind("pg_wal").as_deref(), Some("dir"));
+    assert_eq!(kind("pg_wal/archive_status").as_deref(), Some("dir"));
+    let target = work.join("r");
+    restore_for_postgres(&["--from", &st], &target, &[]);
+    let restored_wal = std::fs::symlink_metadata(target.join("pg_wal")).unwrap();
+    assert!(
+        restored_wal.is_dir(),
+        "a directory, not a link into the source's WAL"
+    );
+    let r = Pg::adopt(&target);
+    assert_eq!(r.sql("SELECT count(*) FROM t"), "1000");
+    drop(r);
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
 fn bad_inputs_are_clear_errors() {
     let pg = Pg::start(true, None);
     let other = Pg::start(false, None);
