@@ -310,13 +310,21 @@ impl Store for DirStore {
                     return Err(e).with_context(|| format!("cannot read '{}'", dir.display()))
                 }
             };
-            if !e.file_type().is_file() {
+            // Temp files (".NAME.PID.N.tmp") are another process's work in progress.
+            if !e.file_type().is_file() || e.file_name().to_string_lossy().starts_with('.') {
                 continue;
             }
-            let size = e
-                .metadata()
-                .with_context(|| format!("cannot read '{}'", e.path().display()))?
-                .len();
+            let size = match e.metadata() {
+                Ok(m) => m.len(),
+                // Gone since the directory was read (a rename or an expire): not listed.
+                Err(err) if err.io_error().map(|e| e.kind()) == Some(io::ErrorKind::NotFound) => {
+                    continue
+                }
+                Err(err) => {
+                    return Err(err)
+                        .with_context(|| format!("cannot read '{}'", e.path().display()))
+                }
+            };
             let rel = e.path().strip_prefix(&dir).expect("walked under dir");
             out.push((rel.to_string_lossy().into_owned(), size));
         }
@@ -479,6 +487,15 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = DirStore::new(d.path().join("r"));
         (d, s)
+    }
+
+    #[test]
+    fn a_listing_leaves_out_other_processes_temp_files() {
+        let (_d, s) = store();
+        fs::create_dir_all(s.path("wal/00000001")).unwrap();
+        fs::write(s.path("wal/00000001/A.zst"), b"x").unwrap();
+        fs::write(s.path("wal/00000001/.A.sum.77.123.tmp"), b"half").unwrap();
+        assert_eq!(s.list("wal").unwrap(), [("00000001/A.zst".to_string(), 1)]);
     }
 
     #[test]
