@@ -2,6 +2,7 @@
 //! never a write outside the restore target.
 
 mod common;
+use common::forge::*;
 use common::*;
 use std::fs;
 use std::path::Path;
@@ -83,39 +84,6 @@ fn damageable(set: &Set) -> (&str, u64, u64) {
         .into_iter()
         .find_map(|p| payload_byte(p).map(|(f, b)| (p.as_str(), f, b)))
         .expect("no frame of 64 bytes or more in either stripe")
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
-/// Rewrites a stripe's manifest (with valid checksums), as a forger would.
-fn rewrite_manifest(path: &str, edit: impl Fn(&mut serde_json::Value)) {
-    let b = fs::read(path).unwrap();
-    let block = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
-    let tail = &b[b.len() - 64..];
-    let (off, len, raw) = (
-        u64_at(tail, 8) as usize,
-        u64_at(tail, 16) as usize,
-        u64_at(tail, 24) as usize,
-    );
-    let json = zstd::bulk::decompress(&b[off..off + len], raw).unwrap();
-    let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
-    edit(&mut v);
-    let raw = serde_json::to_vec(&v).unwrap();
-    let stored = zstd::bulk::compress(&raw, 3).unwrap();
-    let mut out = b[..off].to_vec();
-    out.extend(&stored);
-    out.resize(off + stored.len().div_ceil(block) * block + block, 0);
-    let mut t = tail.to_vec();
-    t[16..24].copy_from_slice(&(stored.len() as u64).to_le_bytes());
-    t[24..32].copy_from_slice(&(raw.len() as u64).to_le_bytes());
-    t[48..52].copy_from_slice(&crc32c::crc32c(&stored).to_le_bytes());
-    let c = crc32c::crc32c(&t[..60]);
-    t[60..64].copy_from_slice(&c.to_le_bytes());
-    let n = out.len();
-    out[n - 64..].copy_from_slice(&t);
-    fs::write(path, out).unwrap();
 }
 
 /// Applies `edit` to the manifest of both stripes of `set`.
@@ -367,7 +335,9 @@ fn splice_frame(path: &str, dup: bool) {
 
 #[test]
 fn duplicated_and_missing_frames_are_caught() {
-    for (dup, needle) in [(true, "is stored twice"), (false, "no frame holds offset")] {
+    // A dropped frame leaves fewer frames than the files' chunks (a missing chunk among
+    // as many frames is a unit test of engine::restore).
+    for (dup, needle) in [(true, "is stored twice"), (false, "needs more frames than")] {
         let (dir, p) = tree_set("none", &["a.pv"]);
         let p = &p[0];
         splice_frame(p, dup);
@@ -480,4 +450,108 @@ fn setuid_bits_are_dropped_on_restore() {
     ok(&["restore", "--from", &set, "--to", &s(&out)]);
     let mode = fs::metadata(out.join("tool")).unwrap().permissions().mode();
     assert_eq!(mode & 0o7777, 0o755, "{mode:o}");
+}
+
+/// A one-stripe set of `make_tree` stored without compression, in a scratch directory.
+fn one_stripe() -> (tempfile::TempDir, String) {
+    let (dir, mut p) = tree_set("none", &["a.pv"]);
+    (dir, p.pop().unwrap())
+}
+
+/// Verify and restore of `stripe` refuse it cleanly (exit 1, under a capped address
+/// space), saying each of `says`, and write nothing.
+fn both_refuse(dir: &Path, stripe: &str, says: &[&str]) {
+    refused_capped(&["verify", "--from", stripe], 1, says);
+    let out = dir.join("out");
+    refused_capped(&["restore", "--from", stripe, "--to", &s(&out)], 1, says);
+    assert!(!out.exists(), "a refused set must not create its target");
+}
+
+/// Issue 20: a file size of 2^60 aborted verify (a digest slot per transfer-sized chunk
+/// was allocated up front, 36 TB); sizes are now held against the set's frames.
+#[test]
+fn forged_file_sizes_are_refused_before_allocation() {
+    for (size, sparse, says) in [
+        (1u64 << 60, false, "more than 2^32 pages"),
+        (1 << 40, false, "needs more frames than the"),
+        (1 << 44, true, "a full set"),
+    ] {
+        let (dir, p) = one_stripe();
+        rewrite_manifest(&p, |v| {
+            base_random(v)["size"] = size.into();
+            base_random(v)["sparse"] = sparse.into();
+        });
+        both_refuse(dir.path(), &p, &["base/random", says, "damaged or forged"]);
+    }
+}
+
+/// Issue 20: the manifest's raw length came from the tail and was decompressed with up
+/// to 4 GiB of room. Lengths are capped, tied to each other and to the zstd frame.
+#[test]
+fn manifest_bombs_are_refused_before_allocation() {
+    let (dir, p) = one_stripe();
+    let good = fs::read(&p).unwrap();
+    let json = manifest_json(&good);
+    let stored = zstd::bulk::compress(&json, 3).unwrap();
+    // The tail lies: 1 GiB from a few hundred bytes.
+    let lying = with_stored_manifest(&good, &stored, 1 << 30);
+    // A real bomb: the JSON and 64 MiB of spaces (valid JSON, compressed 10,000 times).
+    let mut big = json.clone();
+    big.resize(json.len() + (64 << 20), b' ');
+    let bomb = zstd::bulk::compress(&big, 3).unwrap();
+    let bomb = with_stored_manifest(&good, &bomb, big.len() as u64);
+    // Within the ratio, but the zstd frame holds more than the tail says.
+    let short = with_stored_manifest(&good, &stored, json.len() as u64 - 1);
+    for (bytes, says) in [
+        (lying, "invalid manifest raw length"),
+        (bomb, "invalid manifest raw length"),
+        (short, "its zstd frame holds"),
+    ] {
+        fs::write(&p, bytes).unwrap();
+        both_refuse(dir.path(), &p, &[&p, says, "damaged or forged"]);
+    }
+    // A stored length past the stripe's end.
+    let mut b = good.clone();
+    let n = b.len();
+    put_u64(&mut b[n - 64..], 16, 1 << 40);
+    fix_tail(&mut b);
+    fs::write(&p, b).unwrap();
+    both_refuse(
+        dir.path(),
+        &p,
+        &["do not fit a stripe", "damaged or forged"],
+    );
+}
+
+/// Issue 20: page size 0 divided by zero in restore. Sizes in the header and the
+/// manifest are checked against their ranges and against each other.
+#[test]
+fn forged_page_and_transfer_sizes_are_refused() {
+    let (dir, p) = one_stripe();
+    let good = fs::read(&p).unwrap();
+    rewrite_header(&p, |b| put_u32(b, 44, 0));
+    rewrite_manifest(&p, |v| v["page_size"] = 0.into());
+    both_refuse(
+        dir.path(),
+        &p,
+        &["invalid page size at offset 44", "damaged or forged"],
+    );
+    fs::write(&p, &good).unwrap();
+    rewrite_manifest(&p, |v| v["page_size"] = 0.into());
+    both_refuse(dir.path(), &p, &["page size 0 is not a power of two"]);
+    fs::write(&p, &good).unwrap();
+    rewrite_header(&p, |b| put_u32(b, 48, 16 << 20));
+    both_refuse(
+        dir.path(),
+        &p,
+        &["transfer size 16777216", "damaged or forged"],
+    );
+    // A frame count no body of this size holds.
+    fs::write(&p, &good).unwrap();
+    let mut b = good.clone();
+    let n = b.len();
+    put_u64(&mut b[n - 64..], 32, 1 << 50);
+    fix_tail(&mut b);
+    fs::write(&p, b).unwrap();
+    both_refuse(dir.path(), &p, &["frames, but its body holds at most"]);
 }

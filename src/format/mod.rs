@@ -13,6 +13,38 @@ pub const FORMAT_VERSION: u16 = 2;
 /// The oldest version this build reads.
 pub const OLDEST_VERSION: u16 = 1;
 
+/// Limits every reader checks before it trusts or allocates by a number read from a set.
+/// Block sizes: powers of two from `media::MIN_BLOCK` to this.
+pub const BLOCK_MAX: u32 = 1 << 20;
+/// Page sizes: powers of two in this range (backup's `--page-size`).
+pub const PAGE_MIN: u32 = 512;
+pub const PAGE_MAX: u32 = 1 << 20;
+/// Transfer sizes: frames hold at most this many raw bytes.
+pub const TRANSFER_MIN: u32 = 64 << 10;
+pub const TRANSFER_MAX: u32 = 16 << 20;
+/// Stripes of one set.
+pub const STRIPES_MAX: u32 = 4096;
+/// A manifest's stored (compressed) and raw (JSON) lengths are at most this.
+pub const MANIFEST_MAX: u64 = 1 << 30;
+/// zstd shrinks a manifest's JSON some 3 to 30 times; a raw length over this many times
+/// the stored one is a decompression bomb.
+pub const MANIFEST_RATIO: u64 = 1024;
+
+/// A page size a set may have.
+pub fn valid_page_size(p: u32) -> bool {
+    p.is_power_of_two() && (PAGE_MIN..=PAGE_MAX).contains(&p)
+}
+
+/// A transfer size a set may have.
+pub fn valid_transfer_size(t: u32) -> bool {
+    (TRANSFER_MIN..=TRANSFER_MAX).contains(&t)
+}
+
+/// A block size a set may have.
+pub fn valid_block_size(b: u32) -> bool {
+    b.is_power_of_two() && (media::MIN_BLOCK as u32..=BLOCK_MAX).contains(&b)
+}
+
 /// The digest of a frame's raw bytes, as the set's format version defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContentHash {
