@@ -555,3 +555,74 @@ fn forged_page_and_transfer_sizes_are_refused() {
     fs::write(&p, b).unwrap();
     both_refuse(dir.path(), &p, &["frames, but its body holds at most"]);
 }
+
+/// Issue 20: an empty stripe list or a short start_wal in a catalog record panicked
+/// (expire cut the WAL name at byte 8). Records are checked field by field when read.
+#[test]
+fn forged_catalog_records_are_refused_by_field() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    let source = format!("files:{}", s(&src));
+    for _ in 0..2 {
+        ok(&["backup", "--source", &source, "--repo", &s(&repo)]);
+    }
+    let mut records: Vec<_> = fs::read_dir(repo.join("catalog"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    records.sort();
+    let read =
+        |p: &Path| -> serde_json::Value { serde_json::from_slice(&fs::read(p).unwrap()).unwrap() };
+    // Both records name WAL (expire compares their names).
+    for p in &records {
+        let mut r = read(p);
+        r["start_wal"] = "000000010000000000000002".into();
+        fs::write(p, serde_json::to_vec(&r).unwrap()).unwrap();
+    }
+    let good = fs::read(&records[1]).unwrap();
+    let out = dir.path().join("out");
+    let r = s(&repo);
+    for (field, value, says) in [
+        (
+            "stripes",
+            serde_json::json!([]),
+            "'stripes' lists 0 stripes",
+        ),
+        (
+            "start_wal",
+            "0001".into(),
+            "'start_wal' = '0001' is not a WAL segment name",
+        ),
+        (
+            "stop_wal",
+            "00000001.history".into(),
+            "is not a WAL segment name",
+        ),
+        ("timeline", 0.into(), "'timeline' is 0"),
+        ("stop_lsn", "0/x".into(), "'stop_lsn' = '0/x' is not an LSN"),
+        (
+            "base_set",
+            "../../x".into(),
+            "'base_set' = '../../x' is not a set id",
+        ),
+        (
+            "set_id",
+            "short".into(),
+            "'set_id' = 'short' is not a set id",
+        ),
+    ] {
+        let mut rec: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        rec[field] = value;
+        fs::write(&records[1], serde_json::to_vec(&rec).unwrap()).unwrap();
+        let says = [says, "damaged or forged", &s(&records[1])];
+        for args in [
+            &["history", "--repo", &r][..],
+            &["verify", "--repo", &r],
+            &["restore", "--repo", &r, "--to", &s(&out)],
+            &["expire", "--repo", &r, "--keep-full", "1"],
+        ] {
+            refused_capped(args, 1, &says);
+        }
+        assert!(!out.exists(), "{field}");
+    }
+}
