@@ -626,3 +626,67 @@ fn forged_catalog_records_are_refused_by_field() {
         assert!(!out.exists(), "{field}");
     }
 }
+
+/// Issue 20: wal_segment_size 0 divided by zero where the log chain is planned. A
+/// PostgreSQL set's facts and page size are checked whenever it is opened (verify too);
+/// the set here is a files set made to look like one.
+#[test]
+fn forged_postgres_facts_are_refused() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--repo", &s(&repo)]);
+    let record = fs::read_dir(repo.join("catalog"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut rec: serde_json::Value = serde_json::from_slice(&fs::read(&record).unwrap()).unwrap();
+    let stripe = s(&repo.join(rec["stripes"][0].as_str().unwrap()));
+    let wal = "000000010000000000000002";
+    for (k, v) in [
+        ("source_kind", "postgres".into()),
+        ("timeline", 1.into()),
+        ("start_lsn", "0/2000028".into()),
+        ("stop_lsn", "0/2000100".into()),
+        ("start_wal", wal.into()),
+        ("stop_wal", wal.into()),
+    ] {
+        rec[k] = v;
+    }
+    fs::write(&record, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let facts = serde_json::json!({
+        "start_lsn": "0/2000028", "stop_lsn": "0/2000100", "start_wal": wal, "stop_wal": wal,
+        "timeline": 1, "pg_version": "170000", "data_checksums": true,
+        "system_identifier": "7", "wal_segment_size": 0,
+        "backup_label": "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n",
+    });
+    rewrite_manifest(&stripe, |v| {
+        v["source"]["kind"] = "postgres".into();
+        v["extra"] = facts.clone();
+    });
+    let good = fs::read(&stripe).unwrap();
+    let r = s(&repo);
+    let out = dir.path().join("out");
+    let both = |says: &[&str]| {
+        refused_capped(&["verify", "--repo", &r], 1, says);
+        refused_capped(&["restore", "--repo", &r, "--to", &s(&out)], 1, says);
+        assert!(!out.exists());
+    };
+    both(&[
+        "'wal_segment_size' = 0 is not a WAL segment size",
+        "damaged or forged",
+    ]);
+    // A page size a set may have, but not PostgreSQL.
+    rewrite_manifest(&stripe, |v| {
+        v["extra"]["wal_segment_size"] = (16 << 20).into();
+        v["page_size"] = 512.into();
+    });
+    rewrite_header(&stripe, |b| put_u32(b, 44, 512));
+    both(&[
+        "page size 512 is not one PostgreSQL is built with",
+        "damaged or forged",
+    ]);
+    fs::write(&stripe, good).unwrap();
+}
