@@ -690,3 +690,47 @@ fn forged_postgres_facts_are_refused() {
     ]);
     fs::write(&stripe, good).unwrap();
 }
+
+/// Issue 20: an archived file's sizes come from the name asked for. A history file
+/// whose header claims 1 TiB, or a segment's kind (1 GiB allowed), or more stored bytes
+/// than zstd makes of its size, is damaged: archive-get exits 126, writes nothing and
+/// reads none of it into memory.
+#[test]
+fn forged_archived_wal_sizes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = s(&dir.path().join("repo"));
+    let name = "00000002.history";
+    let h = dir.path().join(name);
+    fs::write(&h, "1\t0/5000100\tno recovery target specified\n").unwrap();
+    ok(&["archive-push", "--repo", &repo, &s(&h)]);
+    let archived = dir
+        .path()
+        .join("repo/wal/00000002")
+        .join(format!("{name}.zst"));
+    let good = fs::read(&archived).unwrap();
+    let dest = dir.path().join("got");
+    let get = |says: &str| {
+        refused_capped(
+            &["archive-get", "--repo", &repo, name, &s(&dest)],
+            126,
+            &[&s(&archived), says, "damaged"],
+        );
+        assert!(!dest.exists());
+    };
+    rewrite_wal_header(&archived, |b| put_u64(b, 88, 1 << 40));
+    get("its header gives 1099511627776 bytes, over the 16777216");
+    fs::write(&archived, &good).unwrap();
+    rewrite_wal_header(&archived, |b| b[18] = 1);
+    get("its header says a Segment file, its name a Some(History) one");
+    // 1 MiB stored for 41 bytes, the file as long as the header says.
+    fs::write(&archived, &good).unwrap();
+    rewrite_wal_header(&archived, |b| put_u64(b, 96, 1 << 20));
+    let mut b = fs::read(&archived).unwrap();
+    b.resize(152 + (1 << 20), 0);
+    fs::write(&archived, b).unwrap();
+    get("more than zstd makes of 41 bytes");
+    // Intact again: fetched.
+    fs::write(&archived, &good).unwrap();
+    ok(&["archive-get", "--repo", &repo, name, &s(&dest)]);
+    assert_eq!(fs::read(&dest).unwrap(), fs::read(&h).unwrap());
+}
