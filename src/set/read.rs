@@ -6,7 +6,7 @@ use crate::device::{self, StripeSource};
 use crate::engine::restore::StripeIn;
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::media::{MediaHeader, Tail, MIN_BLOCK, TAIL_LEN};
-use crate::format::FormatError;
+use crate::format::{self, FormatError};
 use anyhow::{anyhow, bail, Result};
 
 pub struct OpenSet {
@@ -35,27 +35,6 @@ fn refused(name: &str, e: FormatError) -> anyhow::Error {
         }
         _ => anyhow!("stripe '{name}': {e}"),
     }
-}
-
-/// The manifest's JSON: exactly `raw_len` bytes from one zstd frame that says so.
-fn decompress_manifest(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
-    // A frame that names its size must name this one (checked before allocating).
-    if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(stored) {
-        if n != raw_len {
-            return Err(format!(
-                "its zstd frame holds {n} bytes, its tail says {raw_len}"
-            ));
-        }
-    }
-    let raw = zstd::bulk::decompress(stored, raw_len as usize)
-        .map_err(|e| format!("it does not decompress to {raw_len} bytes ({e})"))?;
-    if raw.len() as u64 != raw_len {
-        return Err(format!(
-            "it decompresses to {} bytes, its tail says {raw_len}",
-            raw.len()
-        ));
-    }
-    Ok(raw)
 }
 
 /// Every regular file's size against what the set can hold: a file not sparse needs a
@@ -128,7 +107,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
             tail.manifest_crc
         );
     }
-    let raw = decompress_manifest(&stored, tail.manifest_raw_len).map_err(|e| {
+    let raw = format::zstd_exact(&stored, tail.manifest_raw_len).map_err(|e| {
         anyhow!(
             "stripe '{name}': manifest at offset {}: {e}: {FORGED}",
             tail.manifest_offset

@@ -79,7 +79,7 @@ pub(super) fn decode_to(path: &Path, name: &str, out: &mut dyn Write) -> Result<
             .single_frame();
         // Pushes write level 1 (a window of at most 512 KiB): a larger one is forged,
         // and would be allocated per decoder.
-        dec.window_log_max(WINDOW_LOG_MAX)
+        dec.window_log_max(crate::format::ZSTD_WINDOW_LOG_MAX)
             .map_err(|e| Fail::Damaged(e.to_string()))?;
         let mut buf = vec![0u8; CHUNK];
         loop {

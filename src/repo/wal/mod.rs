@@ -65,8 +65,6 @@ const MAGIC: &[u8; 8] = b"PVWALARC";
 const VERSION: u16 = 1;
 const CODEC_ZSTD: u8 = 1;
 const HDR_LEN: usize = 152;
-/// The largest zstd window an archived file may use (16 MiB).
-const WINDOW_LOG_MAX: u32 = 24;
 const NAME_MAX: usize = 64;
 const SYSID_FILE: &str = "system_identifier";
 /// A decimal u64 and a newline; more is damage.
