@@ -2,6 +2,7 @@
 //! never a write outside the restore target.
 
 mod common;
+use common::forge::*;
 use common::*;
 use std::fs;
 use std::path::Path;
@@ -83,39 +84,6 @@ fn damageable(set: &Set) -> (&str, u64, u64) {
         .into_iter()
         .find_map(|p| payload_byte(p).map(|(f, b)| (p.as_str(), f, b)))
         .expect("no frame of 64 bytes or more in either stripe")
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
-/// Rewrites a stripe's manifest (with valid checksums), as a forger would.
-fn rewrite_manifest(path: &str, edit: impl Fn(&mut serde_json::Value)) {
-    let b = fs::read(path).unwrap();
-    let block = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
-    let tail = &b[b.len() - 64..];
-    let (off, len, raw) = (
-        u64_at(tail, 8) as usize,
-        u64_at(tail, 16) as usize,
-        u64_at(tail, 24) as usize,
-    );
-    let json = zstd::bulk::decompress(&b[off..off + len], raw).unwrap();
-    let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
-    edit(&mut v);
-    let raw = serde_json::to_vec(&v).unwrap();
-    let stored = zstd::bulk::compress(&raw, 3).unwrap();
-    let mut out = b[..off].to_vec();
-    out.extend(&stored);
-    out.resize(off + stored.len().div_ceil(block) * block + block, 0);
-    let mut t = tail.to_vec();
-    t[16..24].copy_from_slice(&(stored.len() as u64).to_le_bytes());
-    t[24..32].copy_from_slice(&(raw.len() as u64).to_le_bytes());
-    t[48..52].copy_from_slice(&crc32c::crc32c(&stored).to_le_bytes());
-    let c = crc32c::crc32c(&t[..60]);
-    t[60..64].copy_from_slice(&c.to_le_bytes());
-    let n = out.len();
-    out[n - 64..].copy_from_slice(&t);
-    fs::write(path, out).unwrap();
 }
 
 /// Applies `edit` to the manifest of both stripes of `set`.
@@ -367,7 +335,9 @@ fn splice_frame(path: &str, dup: bool) {
 
 #[test]
 fn duplicated_and_missing_frames_are_caught() {
-    for (dup, needle) in [(true, "is stored twice"), (false, "no frame holds offset")] {
+    // A dropped frame leaves fewer frames than the files' chunks (a missing chunk among
+    // as many frames is a unit test of engine::restore).
+    for (dup, needle) in [(true, "is stored twice"), (false, "needs more frames than")] {
         let (dir, p) = tree_set("none", &["a.pv"]);
         let p = &p[0];
         splice_frame(p, dup);
@@ -480,4 +450,287 @@ fn setuid_bits_are_dropped_on_restore() {
     ok(&["restore", "--from", &set, "--to", &s(&out)]);
     let mode = fs::metadata(out.join("tool")).unwrap().permissions().mode();
     assert_eq!(mode & 0o7777, 0o755, "{mode:o}");
+}
+
+/// A one-stripe set of `make_tree` stored without compression, in a scratch directory.
+fn one_stripe() -> (tempfile::TempDir, String) {
+    let (dir, mut p) = tree_set("none", &["a.pv"]);
+    (dir, p.pop().unwrap())
+}
+
+/// Verify and restore of `stripe` refuse it cleanly (exit 1, under a capped address
+/// space), saying each of `says`, and write nothing.
+fn both_refuse(dir: &Path, stripe: &str, says: &[&str]) {
+    refused_capped(&["verify", "--from", stripe], 1, says);
+    let out = dir.join("out");
+    refused_capped(&["restore", "--from", stripe, "--to", &s(&out)], 1, says);
+    assert!(!out.exists(), "a refused set must not create its target");
+}
+
+/// Issue 20: a file size of 2^60 aborted verify (a digest slot per transfer-sized chunk
+/// was allocated up front, 36 TB); sizes are now held against the set's frames.
+#[test]
+fn forged_file_sizes_are_refused_before_allocation() {
+    for (size, sparse, says) in [
+        (1u64 << 60, false, "more than 2^32 pages"),
+        (1 << 40, false, "needs more frames than the"),
+        (1 << 44, true, "a full set"),
+    ] {
+        let (dir, p) = one_stripe();
+        rewrite_manifest(&p, |v| {
+            base_random(v)["size"] = size.into();
+            base_random(v)["sparse"] = sparse.into();
+        });
+        both_refuse(dir.path(), &p, &["base/random", says, "damaged or forged"]);
+    }
+}
+
+/// Issue 20: the manifest's raw length came from the tail and was decompressed with up
+/// to 4 GiB of room. Lengths are capped, tied to each other and to the zstd frame.
+#[test]
+fn manifest_bombs_are_refused_before_allocation() {
+    let (dir, p) = one_stripe();
+    let good = fs::read(&p).unwrap();
+    let json = manifest_json(&good);
+    let stored = zstd::bulk::compress(&json, 3).unwrap();
+    // The tail lies: 1 GiB from a few hundred bytes.
+    let lying = with_stored_manifest(&good, &stored, 1 << 30);
+    // A real bomb: the JSON and 64 MiB of spaces (valid JSON, compressed 10,000 times).
+    let mut big = json.clone();
+    big.resize(json.len() + (64 << 20), b' ');
+    let bomb = zstd::bulk::compress(&big, 3).unwrap();
+    let bomb = with_stored_manifest(&good, &bomb, big.len() as u64);
+    // Within the ratio, but the zstd frame holds more than the tail says.
+    let short = with_stored_manifest(&good, &stored, json.len() as u64 - 1);
+    for (bytes, says) in [
+        (lying, "invalid manifest raw length"),
+        (bomb, "invalid manifest raw length"),
+        (short, "its zstd frame holds"),
+    ] {
+        fs::write(&p, bytes).unwrap();
+        both_refuse(dir.path(), &p, &[&p, says, "damaged or forged"]);
+    }
+    // A stored length past the stripe's end.
+    let mut b = good.clone();
+    let n = b.len();
+    put_u64(&mut b[n - 64..], 16, 1 << 40);
+    fix_tail(&mut b);
+    fs::write(&p, b).unwrap();
+    both_refuse(
+        dir.path(),
+        &p,
+        &["do not fit a stripe", "damaged or forged"],
+    );
+}
+
+/// Issue 20: page size 0 divided by zero in restore. Sizes in the header and the
+/// manifest are checked against their ranges and against each other.
+#[test]
+fn forged_page_and_transfer_sizes_are_refused() {
+    let (dir, p) = one_stripe();
+    let good = fs::read(&p).unwrap();
+    rewrite_header(&p, |b| put_u32(b, 44, 0));
+    rewrite_manifest(&p, |v| v["page_size"] = 0.into());
+    both_refuse(
+        dir.path(),
+        &p,
+        &["invalid page size at offset 44", "damaged or forged"],
+    );
+    fs::write(&p, &good).unwrap();
+    rewrite_manifest(&p, |v| v["page_size"] = 0.into());
+    both_refuse(dir.path(), &p, &["page size 0 is not a power of two"]);
+    fs::write(&p, &good).unwrap();
+    rewrite_header(&p, |b| put_u32(b, 48, 16 << 20));
+    both_refuse(
+        dir.path(),
+        &p,
+        &["transfer size 16777216", "damaged or forged"],
+    );
+    // A frame count no body of this size holds.
+    fs::write(&p, &good).unwrap();
+    let mut b = good.clone();
+    let n = b.len();
+    put_u64(&mut b[n - 64..], 32, 1 << 50);
+    fix_tail(&mut b);
+    fs::write(&p, b).unwrap();
+    both_refuse(dir.path(), &p, &["frames, but its body holds at most"]);
+}
+
+/// Issue 20: an empty stripe list or a short start_wal in a catalog record panicked
+/// (expire cut the WAL name at byte 8). Records are checked field by field when read.
+#[test]
+fn forged_catalog_records_are_refused_by_field() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    let source = format!("files:{}", s(&src));
+    for _ in 0..2 {
+        ok(&["backup", "--source", &source, "--repo", &s(&repo)]);
+    }
+    let mut records: Vec<_> = fs::read_dir(repo.join("catalog"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    records.sort();
+    let read =
+        |p: &Path| -> serde_json::Value { serde_json::from_slice(&fs::read(p).unwrap()).unwrap() };
+    // Both records name WAL (expire compares their names).
+    for p in &records {
+        let mut r = read(p);
+        r["start_wal"] = "000000010000000000000002".into();
+        fs::write(p, serde_json::to_vec(&r).unwrap()).unwrap();
+    }
+    let good = fs::read(&records[1]).unwrap();
+    let out = dir.path().join("out");
+    let r = s(&repo);
+    for (field, value, says) in [
+        (
+            "stripes",
+            serde_json::json!([]),
+            "'stripes' lists 0 stripes",
+        ),
+        (
+            "start_wal",
+            "0001".into(),
+            "'start_wal' = '0001' is not a WAL segment name",
+        ),
+        (
+            "stop_wal",
+            "00000001.history".into(),
+            "is not a WAL segment name",
+        ),
+        ("timeline", 0.into(), "'timeline' is 0"),
+        ("stop_lsn", "0/x".into(), "'stop_lsn' = '0/x' is not an LSN"),
+        (
+            "base_set",
+            "../../x".into(),
+            "'base_set' = '../../x' is not a set id",
+        ),
+        (
+            "set_id",
+            "short".into(),
+            "'set_id' = 'short' is not a set id",
+        ),
+    ] {
+        let mut rec: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        rec[field] = value;
+        fs::write(&records[1], serde_json::to_vec(&rec).unwrap()).unwrap();
+        let says = [says, "damaged or forged", &s(&records[1])];
+        for args in [
+            &["history", "--repo", &r][..],
+            &["verify", "--repo", &r],
+            &["restore", "--repo", &r, "--to", &s(&out)],
+            &["expire", "--repo", &r, "--keep-full", "1"],
+        ] {
+            refused_capped(args, 1, &says);
+        }
+        assert!(!out.exists(), "{field}");
+    }
+}
+
+/// Issue 20: wal_segment_size 0 divided by zero where the log chain is planned. A
+/// PostgreSQL set's facts and page size are checked whenever it is opened (verify too);
+/// the set here is a files set made to look like one.
+#[test]
+fn forged_postgres_facts_are_refused() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--repo", &s(&repo)]);
+    let record = fs::read_dir(repo.join("catalog"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut rec: serde_json::Value = serde_json::from_slice(&fs::read(&record).unwrap()).unwrap();
+    let stripe = s(&repo.join(rec["stripes"][0].as_str().unwrap()));
+    let wal = "000000010000000000000002";
+    for (k, v) in [
+        ("source_kind", "postgres".into()),
+        ("timeline", 1.into()),
+        ("start_lsn", "0/2000028".into()),
+        ("stop_lsn", "0/2000100".into()),
+        ("start_wal", wal.into()),
+        ("stop_wal", wal.into()),
+    ] {
+        rec[k] = v;
+    }
+    fs::write(&record, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let facts = serde_json::json!({
+        "start_lsn": "0/2000028", "stop_lsn": "0/2000100", "start_wal": wal, "stop_wal": wal,
+        "timeline": 1, "pg_version": "170000", "data_checksums": true,
+        "system_identifier": "7", "wal_segment_size": 0,
+        "backup_label": "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n",
+    });
+    rewrite_manifest(&stripe, |v| {
+        v["source"]["kind"] = "postgres".into();
+        v["extra"] = facts.clone();
+    });
+    let good = fs::read(&stripe).unwrap();
+    let r = s(&repo);
+    let out = dir.path().join("out");
+    let both = |says: &[&str]| {
+        refused_capped(&["verify", "--repo", &r], 1, says);
+        refused_capped(&["restore", "--repo", &r, "--to", &s(&out)], 1, says);
+        assert!(!out.exists());
+    };
+    both(&[
+        "'wal_segment_size' = 0 is not a WAL segment size",
+        "damaged or forged",
+    ]);
+    // A page size a set may have, but not PostgreSQL.
+    rewrite_manifest(&stripe, |v| {
+        v["extra"]["wal_segment_size"] = (16 << 20).into();
+        v["page_size"] = 512.into();
+    });
+    rewrite_header(&stripe, |b| put_u32(b, 44, 512));
+    both(&[
+        "page size 512 is not one PostgreSQL is built with",
+        "damaged or forged",
+    ]);
+    fs::write(&stripe, good).unwrap();
+}
+
+/// Issue 20: an archived file's sizes come from the name asked for. A history file
+/// whose header claims 1 TiB, or a segment's kind (1 GiB allowed), or more stored bytes
+/// than zstd makes of its size, is damaged: archive-get exits 126, writes nothing and
+/// reads none of it into memory.
+#[test]
+fn forged_archived_wal_sizes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = s(&dir.path().join("repo"));
+    let name = "00000002.history";
+    let h = dir.path().join(name);
+    fs::write(&h, "1\t0/5000100\tno recovery target specified\n").unwrap();
+    ok(&["archive-push", "--repo", &repo, &s(&h)]);
+    let archived = dir
+        .path()
+        .join("repo/wal/00000002")
+        .join(format!("{name}.zst"));
+    let good = fs::read(&archived).unwrap();
+    let dest = dir.path().join("got");
+    let get = |says: &str| {
+        refused_capped(
+            &["archive-get", "--repo", &repo, name, &s(&dest)],
+            126,
+            &[&s(&archived), says, "damaged"],
+        );
+        assert!(!dest.exists());
+    };
+    rewrite_wal_header(&archived, |b| put_u64(b, 88, 1 << 40));
+    get("its header gives 1099511627776 bytes, over the 16777216");
+    fs::write(&archived, &good).unwrap();
+    rewrite_wal_header(&archived, |b| b[18] = 1);
+    get("its header says a Segment file, its name a Some(History) one");
+    // 1 MiB stored for 41 bytes, the file as long as the header says.
+    fs::write(&archived, &good).unwrap();
+    rewrite_wal_header(&archived, |b| put_u64(b, 96, 1 << 20));
+    let mut b = fs::read(&archived).unwrap();
+    b.resize(152 + (1 << 20), 0);
+    fs::write(&archived, b).unwrap();
+    get("more than zstd makes of 41 bytes");
+    // Intact again: fetched.
+    fs::write(&archived, &good).unwrap();
+    ok(&["archive-get", "--repo", &repo, name, &s(&dest)]);
+    assert_eq!(fs::read(&dest).unwrap(), fs::read(&h).unwrap());
 }

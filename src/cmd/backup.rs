@@ -15,7 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 fn page_size(s: &str) -> Result<u64, String> {
-    units::parse_in_range(s, 512, 1 << 20, "page size", true)
+    use crate::format::{PAGE_MAX, PAGE_MIN};
+    units::parse_in_range(s, PAGE_MIN as u64, PAGE_MAX as u64, "page size", true)
 }
 
 #[derive(Args, Clone)]

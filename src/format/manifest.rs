@@ -213,10 +213,24 @@ impl Manifest {
         if !(super::OLDEST_VERSION..=super::FORMAT_VERSION).contains(&self.format_version) {
             return Err(FormatError::Version(self.format_version));
         }
-        if self.transfer_size < 64 << 10 || self.transfer_size > 16 << 20 {
+        if !super::valid_transfer_size(self.transfer_size) {
             return bad(format!("transfer size {} out of range", self.transfer_size));
         }
-        if self.stripes.is_empty() || self.stripes.len() > 4096 {
+        if !super::valid_block_size(self.block_size) {
+            return bad(format!(
+                "block size {} is not a power of two from 512 to 1 MiB",
+                self.block_size
+            ));
+        }
+        if !super::valid_page_size(self.page_size) {
+            return bad(format!(
+                "page size {} is not a power of two from {} to {}",
+                self.page_size,
+                super::PAGE_MIN,
+                super::PAGE_MAX
+            ));
+        }
+        if self.stripes.is_empty() || self.stripes.len() > super::STRIPES_MAX as usize {
             return bad(format!("{} stripes", self.stripes.len()));
         }
         for (i, s) in self.stripes.iter().enumerate() {
@@ -244,6 +258,12 @@ impl Manifest {
                     links.insert(f.path.as_str());
                 }
                 EntryKind::File => {
+                    if f.sparse && self.backup_type == BackupType::Full {
+                        return bad(format!(
+                            "file '{}' is sparse in a full set (a full set holds every chunk)",
+                            f.path
+                        ));
+                    }
                     if f.checksum.len() != 64 || !f.checksum.bytes().all(|c| c.is_ascii_hexdigit())
                     {
                         return bad(format!("file '{}' has no valid checksum", f.path));

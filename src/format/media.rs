@@ -18,8 +18,9 @@
 //! A stripe without a valid tail was not finished: it is never taken for a good set.
 
 use super::{
-    get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, Codec, FormatError,
-    FORMAT_VERSION, OLDEST_VERSION,
+    get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, valid_block_size,
+    valid_page_size, valid_transfer_size, Codec, FormatError, FORMAT_VERSION, MANIFEST_MAX,
+    MANIFEST_RATIO, OLDEST_VERSION, PAGE_MAX, PAGE_MIN, STRIPES_MAX,
 };
 
 pub const MEDIA_MAGIC: &[u8; 8] = b"PAGEVLT1";
@@ -85,7 +86,7 @@ impl MediaHeader {
             return Err(FormatError::Version(version));
         }
         let block_size = get_u32(b, 12);
-        if !(MIN_BLOCK as u32..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
+        if !valid_block_size(block_size) {
             return Err(FormatError::Invalid {
                 field: "block size",
                 offset: 12,
@@ -94,7 +95,7 @@ impl MediaHeader {
         }
         let stripe_index = get_u32(b, 32);
         let stripe_count = get_u32(b, 36);
-        if stripe_count == 0 || stripe_index >= stripe_count || stripe_count > 4096 {
+        if stripe_count == 0 || stripe_index >= stripe_count || stripe_count > STRIPES_MAX {
             return Err(FormatError::Invalid {
                 field: "stripe number",
                 offset: 32,
@@ -113,8 +114,16 @@ impl MediaHeader {
                 detail: format!("method {} is not supported by this build", b[41]),
             });
         }
+        let page_size = get_u32(b, 44);
+        if !valid_page_size(page_size) {
+            return Err(FormatError::Invalid {
+                field: "page size",
+                offset: 44,
+                detail: format!("{page_size} is not a power of two from {PAGE_MIN} to {PAGE_MAX}"),
+            });
+        }
         let transfer_size = get_u32(b, 48);
-        if !(64 << 10..=16 << 20).contains(&transfer_size) {
+        if !valid_transfer_size(transfer_size) {
             return Err(FormatError::Invalid {
                 field: "transfer size",
                 offset: 48,
@@ -128,7 +137,7 @@ impl MediaHeader {
             stripe_index,
             stripe_count,
             codec,
-            page_size: get_u32(b, 44),
+            page_size,
             transfer_size,
             created_unix: get_u64(b, 52),
         })
@@ -192,8 +201,7 @@ impl Tail {
             .manifest_offset
             .checked_add(t.manifest_len)
             .is_some_and(|end| end <= at)
-            && t.body_end <= t.manifest_offset
-            && t.manifest_raw_len <= 1 << 32;
+            && t.body_end <= t.manifest_offset;
         if !fits {
             return Err(FormatError::Invalid {
                 field: "stripe tail",
@@ -201,6 +209,25 @@ impl Tail {
                 detail: format!(
                     "manifest at {} (+{}) and body end {} do not fit a stripe of {stripe_len} bytes",
                     t.manifest_offset, t.manifest_len, t.body_end
+                ),
+            });
+        }
+        // Checked before the manifest is read or decompressed into memory.
+        if !(1..=MANIFEST_MAX).contains(&t.manifest_len) {
+            return Err(FormatError::Invalid {
+                field: "manifest stored length",
+                offset: at + 16,
+                detail: format!("{} bytes, not 1 to {MANIFEST_MAX}", t.manifest_len),
+            });
+        }
+        let most = MANIFEST_MAX.min(t.manifest_len.saturating_mul(MANIFEST_RATIO));
+        if !(1..=most).contains(&t.manifest_raw_len) {
+            return Err(FormatError::Invalid {
+                field: "manifest raw length",
+                offset: at + 24,
+                detail: format!(
+                    "{} bytes from {} stored: not 1 to {most} (at most {MANIFEST_RATIO} times the stored length, and {MANIFEST_MAX})",
+                    t.manifest_raw_len, t.manifest_len
                 ),
             });
         }
@@ -279,6 +306,39 @@ pub(crate) mod tests {
         assert_eq!(Tail::decode(&b, 8192 + 100 + 64).unwrap(), t);
         // The same tail in a stripe too short to hold its manifest is rejected.
         assert!(Tail::decode(&b, 8192 + 64).is_err());
+        // Manifest lengths: none, or a raw length no zstd frame of that size holds.
+        for (stored, raw, field) in [
+            (0, 0, "manifest stored length"),
+            (100, 0, "manifest raw length"),
+            (100, 100 * MANIFEST_RATIO + 1, "manifest raw length"),
+            (100, 1 << 32, "manifest raw length"),
+        ] {
+            let b = Tail {
+                manifest_len: stored,
+                manifest_raw_len: raw,
+                ..t.clone()
+            }
+            .encode();
+            let e = Tail::decode(&b, 8192 + 100 + 64).unwrap_err().to_string();
+            assert!(e.contains(field), "{stored} {raw}: {e}");
+        }
+    }
+
+    #[test]
+    fn header_page_sizes() {
+        for (ps, ok) in [
+            (0, false),
+            (511, false),
+            (512, true),
+            (8192, true),
+            (12288, false),
+            (1 << 20, true),
+            (2 << 20, false),
+        ] {
+            let mut h = header();
+            h.page_size = ps;
+            assert_eq!(MediaHeader::decode(&h.encode()).is_ok(), ok, "{ps}");
+        }
     }
 
     proptest! {

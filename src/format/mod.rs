@@ -13,6 +13,76 @@ pub const FORMAT_VERSION: u16 = 2;
 /// The oldest version this build reads.
 pub const OLDEST_VERSION: u16 = 1;
 
+/// Limits every reader checks before it trusts or allocates by a number read from a set.
+/// Block sizes: powers of two from `media::MIN_BLOCK` to this.
+pub const BLOCK_MAX: u32 = 1 << 20;
+/// Page sizes: powers of two in this range (backup's `--page-size`).
+pub const PAGE_MIN: u32 = 512;
+pub const PAGE_MAX: u32 = 1 << 20;
+/// Transfer sizes: frames hold at most this many raw bytes.
+pub const TRANSFER_MIN: u32 = 64 << 10;
+pub const TRANSFER_MAX: u32 = 16 << 20;
+/// Stripes of one set.
+pub const STRIPES_MAX: u32 = 4096;
+/// A manifest's stored (compressed) and raw (JSON) lengths are at most this.
+pub const MANIFEST_MAX: u64 = 1 << 30;
+/// zstd shrinks a manifest's JSON some 3 to 30 times; a raw length over this many times
+/// the stored one is a decompression bomb.
+pub const MANIFEST_RATIO: u64 = 1024;
+
+/// The largest zstd window a reader accepts (16 MiB): pagevault compresses with levels
+/// 1 to 3 at most, whose windows are far smaller; a larger one is forged, and would be
+/// allocated.
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 24;
+
+/// One zstd frame of exactly `raw_len` bytes. The frame must name its size, and name
+/// this one; it is decompressed as it streams, so memory follows the bytes it really
+/// holds, never a length read from the media.
+pub fn zstd_exact(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    match zstd::zstd_safe::get_frame_content_size(stored) {
+        Ok(Some(n)) if n == raw_len => {}
+        Ok(Some(n)) => return Err(format!("its zstd frame holds {n} bytes, not {raw_len}")),
+        _ => return Err("it is not a zstd frame that names its size".into()),
+    }
+    let fail = |e: std::io::Error| format!("it does not decompress ({e})");
+    let mut dec = zstd::stream::read::Decoder::with_buffer(stored)
+        .map_err(fail)?
+        .single_frame();
+    dec.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(fail)?;
+    let mut out = Vec::with_capacity(raw_len.min(1 << 20) as usize);
+    dec.take(raw_len.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(fail)?;
+    if out.len() as u64 != raw_len {
+        return Err(format!(
+            "it decompresses to {}{} bytes, its length says {raw_len}",
+            if out.len() as u64 > raw_len {
+                "more than "
+            } else {
+                ""
+            },
+            out.len().min(raw_len as usize)
+        ));
+    }
+    Ok(out)
+}
+
+/// A page size a set may have.
+pub fn valid_page_size(p: u32) -> bool {
+    p.is_power_of_two() && (PAGE_MIN..=PAGE_MAX).contains(&p)
+}
+
+/// A transfer size a set may have.
+pub fn valid_transfer_size(t: u32) -> bool {
+    (TRANSFER_MIN..=TRANSFER_MAX).contains(&t)
+}
+
+/// A block size a set may have.
+pub fn valid_block_size(b: u32) -> bool {
+    b.is_power_of_two() && (media::MIN_BLOCK as u32..=BLOCK_MAX).contains(&b)
+}
+
 /// The digest of a frame's raw bytes, as the set's format version defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContentHash {
@@ -145,4 +215,23 @@ pub(crate) fn show_magic(b: &[u8]) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zstd_exact_holds_the_frame_to_its_length() {
+        let raw = b"{\"a\": 1}".repeat(100);
+        let stored = zstd::bulk::compress(&raw, 3).unwrap();
+        assert_eq!(zstd_exact(&stored, raw.len() as u64).unwrap(), raw);
+        let e = zstd_exact(&stored, 1 << 30).unwrap_err();
+        assert!(e.contains("holds 800 bytes, not 1073741824"), "{e}");
+        // A frame that does not name its size (a stream's) is not one pagevault wrote.
+        let streamed = zstd::stream::encode_all(&raw[..], 3).unwrap();
+        assert!(zstd_exact(&streamed, raw.len() as u64).is_err());
+        assert!(zstd_exact(b"not zstd", 8).is_err());
+        assert!(zstd_exact(&stored[..stored.len() / 2], raw.len() as u64).is_err());
+    }
 }

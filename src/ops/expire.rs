@@ -89,7 +89,7 @@ pub fn plan(sets: &[CatalogEntry], keep_full: usize) -> Plan {
         .iter()
         .filter(|c| keep.contains(&c.set_id))
         .filter_map(|c| c.start_wal.clone())
-        .min_by(|a, b| a[8..].cmp(&b[8..]));
+        .min_by(|a, b| a.get(8..).cmp(&b.get(8..)));
     Plan {
         keep,
         expire,
@@ -103,7 +103,7 @@ fn wal_expired(name: &str, from: &str) -> bool {
         return false;
     };
     // Timeline history files are tiny and needed to follow any later timeline.
-    n.kind != Kind::History && n.tli <= f.tli && name[8..24] < from[8..24]
+    n.kind != Kind::History && n.tli <= f.tli && name.get(8..24) < from.get(8..24)
 }
 
 pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {

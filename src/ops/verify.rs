@@ -5,8 +5,9 @@
 use crate::device::object::{retry_stats, RetryStats};
 use crate::engine::restore::{self, FileIn};
 use crate::engine::stats::{Progress, WaitStats};
-use crate::format::manifest::{EntryKind, FileEntry, Manifest};
+use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceKind};
 use crate::format::ContentHash;
+use crate::pg::{self, facts::PgFacts};
 use crate::repo::{chain, CatalogEntry, Repo};
 use crate::set::read::{self as set, OpenSet};
 use crate::units::mb_per_sec;
@@ -80,6 +81,7 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
     };
     let set = set::open(&from, &o.read.store)?;
     let m = &set.manifest;
+    check_source_facts(m)?;
     let params = engine_params(&o.read, &set);
     let ids = regular_files(m);
     let progress = Arc::new(Progress::default());
@@ -104,6 +106,30 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         object_store: retry_stats().since(retries),
         pages: m.totals.pages,
     })
+}
+
+/// A PostgreSQL set's page size and facts (segment size, LSNs, WAL names ...), checked
+/// as a restore relies on them.
+pub(crate) fn check_source_facts(m: &Manifest) -> Result<()> {
+    if m.source.kind != SourceKind::Postgres {
+        return Ok(());
+    }
+    if !pg::valid_page_size(m.page_size as u64) {
+        bail!(
+            "set {}: page size {} is not one PostgreSQL is built with (a power of two from {} to {}): the set is damaged or forged",
+            m.set_id,
+            m.page_size,
+            pg::BLCKSZ_MIN,
+            pg::BLCKSZ_MAX
+        );
+    }
+    PgFacts::from_extra(&m.extra).map_err(|e| {
+        anyhow!(
+            "set {}: its manifest's PostgreSQL facts: {e}: the set is damaged or forged",
+            m.set_id
+        )
+    })?;
+    Ok(())
 }
 
 /// Every file's checksum, recomputed from the frames, must match the manifest.

@@ -56,6 +56,35 @@ pub const VERSIONS: [Version; 7] = [
     },
 ];
 
+/// WAL segment sizes initdb allows (`--wal-segsize`): powers of two in this range.
+pub const WAL_SEG_MIN: u64 = 1 << 20;
+pub const WAL_SEG_MAX: u64 = 1 << 30;
+
+/// Data page sizes PostgreSQL builds with (`--with-blocksize`): powers of two in this range.
+pub const BLCKSZ_MIN: u64 = 1 << 10;
+pub const BLCKSZ_MAX: u64 = 32 << 10;
+/// WAL page sizes (`--with-wal-blocksize`): powers of two in this range.
+pub const WAL_BLCKSZ_MIN: u64 = 1 << 10;
+pub const WAL_BLCKSZ_MAX: u64 = 64 << 10;
+
+/// Timeline history and backup history files are a few lines of text; one larger than
+/// this is not PostgreSQL's.
+pub const HISTORY_MAX: u64 = 16 << 20;
+
+/// A data page size PostgreSQL can be built with.
+pub fn valid_page_size(p: u64) -> bool {
+    p.is_power_of_two() && (BLCKSZ_MIN..=BLCKSZ_MAX).contains(&p)
+}
+
+/// The largest WAL file of kind `k` PostgreSQL writes: a segment (or a partial one) is
+/// at most the largest segment size, a history file a few lines.
+pub fn max_file_size(k: Kind) -> u64 {
+    match k {
+        Kind::Segment | Kind::Partial => WAL_SEG_MAX,
+        Kind::History | Kind::Backup => HISTORY_MAX,
+    }
+}
+
 /// The oldest server `backup` accepts (pg_backup_start/pg_backup_stop are 15's names).
 pub const BACKUP_MIN_MAJOR: u32 = 15;
 

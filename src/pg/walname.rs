@@ -148,8 +148,9 @@ pub fn format_lsn(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn as u32)
 }
 
+/// A WAL segment size initdb allows (`--wal-segsize`): a power of two from 1 MiB to 1 GiB.
 pub fn valid_seg_size(s: u64) -> bool {
-    s.is_power_of_two() && (1 << 20..=1 << 30).contains(&s)
+    s.is_power_of_two() && (super::WAL_SEG_MIN..=super::WAL_SEG_MAX).contains(&s)
 }
 
 #[cfg(test)]

@@ -57,7 +57,9 @@ pub fn check_first_page(name: &str, n: &WalName, len: u64, page: &[u8]) -> Resul
             "its first page gives a segment size of {seg_size} bytes, which PostgreSQL never uses"
         ));
     }
-    if !blcksz.is_power_of_two() || !(1024..=65536).contains(&blcksz) {
+    if !blcksz.is_power_of_two()
+        || !(super::WAL_BLCKSZ_MIN..=super::WAL_BLCKSZ_MAX).contains(&blcksz)
+    {
         return Err(format!(
             "its first page gives a WAL block size of {blcksz} bytes, which PostgreSQL never uses"
         ));

@@ -14,7 +14,7 @@ pub mod wal;
 pub mod walchain;
 
 use crate::format::manifest::{BackupType, SourceKind};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::Write;
@@ -219,8 +219,12 @@ impl Repo {
             let rel = format!("catalog/{k}");
             // A record removed meanwhile (expire) is simply not listed.
             if let Some(b) = self.store.get(&rel, RECORD_MAX)? {
-                let e = serde_json::from_slice(&b).with_context(|| {
-                    format!("catalog record '{}' is damaged", self.store.describe(&rel))
+                let e = parse_record(&b).map_err(|e| {
+                    anyhow!(
+                        "catalog record '{}' is damaged or forged: {e}; move it out of the \
+                         repository (or put back an intact copy) to use the repository",
+                        self.store.describe(&rel)
+                    )
                 })?;
                 out.push(e);
             }
@@ -262,6 +266,74 @@ impl Repo {
             }
         }
         self.store.remove_empty_dir(&format!("sets/{}", e.set_id));
+        Ok(())
+    }
+}
+
+/// A catalog record, parsed and checked: what commands rely on in it is checked here,
+/// since anyone who can write to the repository can forge one.
+pub fn parse_record(b: &[u8]) -> Result<CatalogEntry, String> {
+    let e: CatalogEntry = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+    e.check()?;
+    Ok(e)
+}
+
+impl CatalogEntry {
+    /// The record's fields against what a backup writes; the error names the field.
+    pub fn check(&self) -> Result<(), String> {
+        if !is_set_id(&self.set_id) {
+            return Err(format!(
+                "'set_id' = '{}' is not a set id (32 hexadecimal digits)",
+                self.set_id.escape_debug()
+            ));
+        }
+        if let Some(b) = self.base_set.as_deref().filter(|b| !is_set_id(b)) {
+            return Err(format!(
+                "'base_set' = '{}' is not a set id",
+                b.escape_debug()
+            ));
+        }
+        let most = crate::format::STRIPES_MAX as usize;
+        if self.stripes.is_empty() || self.stripes.len() > most {
+            return Err(format!(
+                "'stripes' lists {} stripes, not 1 to {most}",
+                self.stripes.len()
+            ));
+        }
+        if self
+            .stripes
+            .iter()
+            .any(|s| s.is_empty() || s.contains('\0'))
+        {
+            return Err("'stripes' holds an empty name".into());
+        }
+        if self.timeline == Some(0) {
+            return Err("'timeline' is 0, not a timeline".into());
+        }
+        for (k, v) in [("start_wal", &self.start_wal), ("stop_wal", &self.stop_wal)] {
+            let Some(v) = v else { continue };
+            if !crate::pg::parse_name(v).is_some_and(|n| n.kind == crate::pg::Kind::Segment) {
+                return Err(format!(
+                    "'{k}' = '{}' is not a WAL segment name",
+                    v.escape_debug()
+                ));
+            }
+        }
+        for (k, v) in [("start_lsn", &self.start_lsn), ("stop_lsn", &self.stop_lsn)] {
+            if let Some(v) = v.as_deref().filter(|v| crate::pg::parse_lsn(v).is_none()) {
+                return Err(format!("'{k}' = '{}' is not an LSN", v.escape_debug()));
+            }
+        }
+        if let Some(s) = self
+            .system_identifier
+            .as_deref()
+            .filter(|s| s.parse::<u64>().is_err())
+        {
+            return Err(format!(
+                "'system_identifier' = '{}' is not a number",
+                s.escape_debug()
+            ));
+        }
         Ok(())
     }
 }

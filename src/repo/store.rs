@@ -68,8 +68,9 @@ pub trait Store: Send + Sync {
 
     /// A local file holding `rel`'s bytes, to read: local, `rel` itself; objects, a
     /// download into a temp file in `dir`, removed when dropped. None only when `rel`
-    /// is absent: any other failure is an error.
-    fn fetch_to(&self, rel: &str, dir: &Path) -> Result<Option<Local>>;
+    /// is absent: any other failure is an error, and so is an object over `max` bytes
+    /// (refused before or while it is read).
+    fn fetch_to(&self, rel: &str, dir: &Path, max: u64) -> Result<Option<Local>>;
 }
 
 /// A local file holding an object's bytes (see `Store::fetch_to`).
@@ -365,9 +366,14 @@ impl Store for DirStore {
         sync_dir(parent(&fin))
     }
 
-    fn fetch_to(&self, rel: &str, _dir: &Path) -> Result<Option<Local>> {
+    fn fetch_to(&self, rel: &str, _dir: &Path, max: u64) -> Result<Option<Local>> {
         let p = self.path(rel);
         match fs::metadata(&p) {
+            Ok(m) if m.is_file() && m.len() > max => bail!(
+                "'{}' is {} bytes, more than the {max} it may hold",
+                p.display(),
+                m.len()
+            ),
             Ok(m) if m.is_file() => Ok(Some(Local {
                 path: p,
                 _temp: None,
@@ -384,9 +390,6 @@ impl Store for DirStore {
 pub struct ObjectStore {
     loc: Location,
 }
-
-/// Objects the WAL archive downloads whole: a segment is at most 1 GiB, plus a header.
-const FETCH_MAX: u64 = (1 << 30) + (1 << 20);
 
 impl ObjectStore {
     pub fn new(loc: Location) -> ObjectStore {
@@ -464,14 +467,13 @@ impl Store for ObjectStore {
         self.at(rel).put(b)
     }
 
-    fn fetch_to(&self, rel: &str, dir: &Path) -> Result<Option<Local>> {
-        let Some(bytes) = self.at(rel).get(FETCH_MAX)? else {
-            return Ok(None);
-        };
+    fn fetch_to(&self, rel: &str, dir: &Path, max: u64) -> Result<Option<Local>> {
         let name = rel.rsplit('/').next().unwrap_or(rel);
         let (tmp, mut f) = temp_beside(dir, &format!("{name}.dl"))?;
-        f.write_all(&bytes)
-            .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
+        // Streamed to the file, never whole in memory.
+        if !self.at(rel).download(&mut f, max)? {
+            return Ok(None);
+        }
         Ok(Some(Local {
             path: tmp.path.clone(),
             _temp: Some(tmp),
@@ -604,10 +606,15 @@ mod tests {
             ]
         );
         assert_eq!(s.list("wal/00000002").unwrap(), [("B.zst".to_string(), 3)]);
-        let f = s.fetch_to("wal/00000001/A.zst", Path::new("/nonexistent"));
+        let f = s.fetch_to("wal/00000001/A.zst", Path::new("/nonexistent"), 2);
         assert_eq!(f.unwrap().unwrap().path, s.root.join("wal/00000001/A.zst"));
+        let e = s
+            .fetch_to("wal/00000001/A.zst", Path::new("."), 1)
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("more than the 1"), "{e:#}");
         assert!(s
-            .fetch_to("wal/00000001/Z.zst", Path::new("."))
+            .fetch_to("wal/00000001/Z.zst", Path::new("."), 2)
             .unwrap()
             .is_none());
         s.delete("wal/00000001/A.zst").unwrap();
@@ -629,7 +636,7 @@ mod tests {
         // A path through a regular file: an error other than NotFound.
         let (_d, s) = store();
         s.put("wal/f", b"x").unwrap();
-        assert!(s.fetch_to("wal/f/g.zst", Path::new(".")).is_err());
+        assert!(s.fetch_to("wal/f/g.zst", Path::new("."), 10).is_err());
         assert!(s.get("wal/f/g", 10).is_err());
     }
 }

@@ -4,9 +4,10 @@
 use crate::device::object::StoreOptions;
 use crate::device::{self, StripeSource};
 use crate::engine::restore::StripeIn;
-use crate::format::manifest::Manifest;
+use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::media::{MediaHeader, Tail, MIN_BLOCK, TAIL_LEN};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::format::{self, FormatError};
+use anyhow::{anyhow, bail, Result};
 
 pub struct OpenSet {
     pub manifest: Manifest,
@@ -23,6 +24,47 @@ struct Opened {
     manifest: Manifest,
 }
 
+/// What a refusal of a stripe's structure tells the user.
+const FORGED: &str = "the set is damaged or forged";
+
+/// A stripe's structure refused: a number out of its bounds says the set is forged.
+fn refused(name: &str, e: FormatError) -> anyhow::Error {
+    match e {
+        FormatError::Invalid { .. } | FormatError::Manifest(_) => {
+            anyhow!("stripe '{name}': {e}: {FORGED}")
+        }
+        _ => anyhow!("stripe '{name}': {e}"),
+    }
+}
+
+/// Every regular file's size against what the set can hold: a file not sparse needs a
+/// frame per transfer-sized chunk, and every file's pages are counted in 32 bits (as a
+/// chain restore tracks them). Checked before anything is sized by them.
+fn check_sizes(m: &Manifest, frames: u64) -> Result<()> {
+    let (t, page) = (m.transfer_size as u64, m.page_size as u64);
+    let mut need = 0u64;
+    for f in m.files.iter().filter(|f| f.kind == EntryKind::File) {
+        if f.size.div_ceil(page) > u32::MAX as u64 {
+            bail!(
+                "manifest: file '{}' of {} bytes has more than 2^32 pages of {page} bytes: {FORGED}",
+                f.path,
+                f.size
+            );
+        }
+        if !f.sparse {
+            need = need.saturating_add(f.size.div_ceil(t));
+            if need > frames {
+                bail!(
+                    "manifest: file '{}' of {} bytes needs more frames than the {frames} of the whole set: {FORGED}",
+                    f.path,
+                    f.size
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
     let dev = device::parse(spec, o)?;
     let source = dev.open()?;
@@ -33,16 +75,28 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
     }
     let mut hb = vec![0u8; MIN_BLOCK];
     source.read_exact_at(&mut hb, 0)?;
-    let header = MediaHeader::decode(&hb).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
+    let header = MediaHeader::decode(&hb).map_err(|e| refused(&name, e))?;
     let mut tb = [0u8; TAIL_LEN];
     source.read_exact_at(&mut tb, len - TAIL_LEN as u64)?;
-    let tail = Tail::decode(&tb, len).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
-    if tail.body_end < header.block_size as u64 || tail.body_end % header.block_size as u64 != 0 {
+    let tail = Tail::decode(&tb, len).map_err(|e| refused(&name, e))?;
+    let block = header.block_size as u64;
+    if tail.body_end < block || tail.body_end % block != 0 || tail.manifest_offset != tail.body_end
+    {
         bail!(
-            "stripe '{name}': body end {} is not after the header block",
-            tail.body_end
+            "stripe '{name}': body end {} (manifest at {}) is not a block boundary after the header block: {FORGED}",
+            tail.body_end,
+            tail.manifest_offset
         );
     }
+    // Every frame takes at least one block.
+    let room = (tail.body_end - block) / block;
+    if tail.frame_count > room {
+        bail!(
+            "stripe '{name}': its tail counts {} frames, but its body holds at most {room}: {FORGED}",
+            tail.frame_count
+        );
+    }
+    // Tail::decode bounded both lengths (and their ratio) before these allocations.
     let mut stored = vec![0u8; tail.manifest_len as usize];
     source.read_exact_at(&mut stored, tail.manifest_offset)?;
     let crc = crc32c::crc32c(&stored);
@@ -53,9 +107,13 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
             tail.manifest_crc
         );
     }
-    let raw = zstd::bulk::decompress(&stored, tail.manifest_raw_len as usize)
-        .with_context(|| format!("stripe '{name}': manifest does not decompress"))?;
-    let manifest = Manifest::from_bytes(&raw).map_err(|e| anyhow!("stripe '{name}': {e}"))?;
+    let raw = format::zstd_exact(&stored, tail.manifest_raw_len).map_err(|e| {
+        anyhow!(
+            "stripe '{name}': manifest at offset {}: {e}: {FORGED}",
+            tail.manifest_offset
+        )
+    })?;
+    let manifest = Manifest::from_bytes(&raw).map_err(|e| refused(&name, e))?;
     if manifest.set_id != hex::encode(header.set_id) {
         bail!(
             "stripe '{name}': its manifest belongs to set {} but its header to {}",
@@ -71,13 +129,18 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
         );
     }
     // The pipeline reads with the header's sizes; the manifest must agree.
-    if manifest.block_size != header.block_size || manifest.page_size != header.page_size {
+    if manifest.block_size != header.block_size
+        || manifest.page_size != header.page_size
+        || manifest.transfer_size != header.transfer_size
+    {
         bail!(
-            "stripe '{name}': header says block size {} and page size {}, manifest {} and {}",
+            "stripe '{name}': header says block size {}, page size {} and transfer size {}, manifest {}, {} and {}: {FORGED}",
             header.block_size,
             header.page_size,
+            header.transfer_size,
             manifest.block_size,
-            manifest.page_size
+            manifest.page_size,
+            manifest.transfer_size
         );
     }
     if manifest.stripes.len() != header.stripe_count as usize {
@@ -177,6 +240,11 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
             );
         }
     }
+    // Each stripe's count was checked against its own size.
+    let frames = slots
+        .iter()
+        .fold(0u64, |n, o| n.saturating_add(o.tail.frame_count));
+    check_sizes(&manifest, frames)?;
     let header = slots[0].header.clone();
     let stripes = slots
         .into_iter()

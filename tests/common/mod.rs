@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: run the real binary, build trees, compare.
 #![allow(dead_code)]
 
+pub mod forge;
 pub mod pg;
 pub mod stores;
 
@@ -105,6 +106,49 @@ pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Address space of a run of hostile input (`run_capped`): a forged size or length
+/// that is allocated fails the run instead of passing unseen.
+pub const CAPPED_KIB: u64 = 512 << 10;
+
+/// Runs with the address space capped at `CAPPED_KIB` (and few malloc arenas, so the
+/// cap does not depend on the number of cores).
+pub fn run_capped(args: &[&str]) -> Run {
+    let cap = CAPPED_KIB.to_string();
+    let mut a = vec!["-c", "ulimit -v $0 && exec \"$@\"", &cap, bin()];
+    a.extend_from_slice(args);
+    let out: Output = Command::new("sh")
+        .args(&a)
+        .env("MALLOC_ARENA_MAX", "2")
+        .output()
+        .expect("run pagevault");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs with the address space capped and insists on a clean refusal: exit `code`, no
+/// panic, and stderr holding every one of `says`. Returns stderr.
+pub fn refused_capped(args: &[&str], code: i32, says: &[&str]) -> String {
+    let r = run_capped(args);
+    assert!(
+        r.code == code && !r.stderr.contains("panicked"),
+        "pagevault {args:?} should exit {code} cleanly, exited {}:\n{}\n{}",
+        r.code,
+        r.stdout,
+        r.stderr
+    );
+    for s in says {
+        assert!(
+            r.stderr.contains(s),
+            "pagevault {args:?}: expected '{s}' in: {}",
+            r.stderr
+        );
+    }
+    r.stderr
 }
 
 /// Runs and insists on success, returning stdout.

@@ -172,26 +172,50 @@ impl Location {
         explain(&self.describe(), what, e)
     }
 
-    /// Reads a whole object of at most `max` bytes (a larger one is refused before its
-    /// bytes are read); None when it does not exist.
+    /// Reads a whole object of at most `max` bytes; None when it does not exist.
     pub fn get(&self, max: u64) -> Result<Option<Vec<u8>>> {
+        let mut out = vec![];
+        let found = self.read_into(max, |chunk| {
+            out.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(found.then_some(out))
+    }
+
+    /// Streams an object of at most `max` bytes into `f`; false when it does not exist.
+    pub fn download(&self, f: &mut impl io::Write, max: u64) -> Result<bool> {
+        self.read_into(max, |chunk| f.write_all(chunk))
+    }
+
+    /// Feeds an object's bytes to `put` as they arrive. One larger than `max` is refused
+    /// before its bytes are read, and while they are read (a body longer than the size
+    /// the store gave). False when it does not exist.
+    fn read_into(&self, max: u64, mut put: impl FnMut(&[u8]) -> io::Result<()>) -> Result<bool> {
         let p = self.path();
-        let r = block_on(async {
-            let g = self.store.get(&p).await?;
-            if g.meta.size > max {
-                return Ok(Err(g.meta.size));
-            }
-            g.bytes().await.map(Ok)
-        });
-        match r {
-            Ok(Ok(b)) => Ok(Some(b.to_vec())),
-            Ok(Err(size)) => bail!(
+        let over = |size: u64| {
+            anyhow!(
                 "'{}' is {size} bytes, more than the {max} it may hold",
                 self.describe()
-            ),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.err("cannot read", e)),
+            )
+        };
+        let g = match block_on(self.store.get(&p)) {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.err("cannot read", e)),
+        };
+        if g.meta.size > max {
+            return Err(over(g.meta.size));
         }
+        let mut body = g.into_stream();
+        let mut n = 0u64;
+        while let Some(chunk) = block_on(body.try_next()).map_err(|e| self.err("cannot read", e))? {
+            n += chunk.len() as u64;
+            if n > max {
+                return Err(over(n));
+            }
+            put(&chunk).map_err(|e| anyhow!("cannot store '{}': {e}", self.describe()))?;
+        }
+        Ok(true)
     }
 
     /// The first `n` bytes of an object (fewer if it is shorter), with one ranged GET;

@@ -78,3 +78,27 @@ fn stores_are_shared_per_bucket_and_endpoint() {
     assert_eq!(a.endpoint_option(), " --s3-endpoint http://127.0.0.1:9");
     assert_eq!(StoreOptions::default().endpoint_option(), "");
 }
+
+#[test]
+fn downloads_are_bounded_and_streamed() {
+    let loc = Location {
+        kind: Kind::S3,
+        bucket: "b".into(),
+        key: "wal/x.zst".into(),
+        store: Arc::new(object_store::memory::InMemory::new()),
+    };
+    assert_eq!(loc.get(10).unwrap(), None);
+    let mut f = vec![];
+    assert!(!loc.download(&mut f, 10).unwrap());
+    let body: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    loc.put(body.clone()).unwrap();
+    assert_eq!(loc.get(3000).unwrap().unwrap(), body);
+    assert!(loc.download(&mut f, 3000).unwrap());
+    assert_eq!(f, body);
+    // Over the limit: refused before a byte is read.
+    let e = format!("{:#}", loc.get(2999).unwrap_err());
+    assert!(e.contains("3000 bytes, more than the 2999"), "{e}");
+    let mut g = vec![];
+    assert!(loc.download(&mut g, 2999).is_err());
+    assert!(g.is_empty());
+}

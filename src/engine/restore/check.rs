@@ -106,14 +106,12 @@ fn check(
     sh.stored_total.fetch_add(h.stored_len as u64, Relaxed);
     {
         let mut f = sh.state[fi].lock().unwrap();
-        let slot = &mut f.digests[(h.offset / t) as usize];
-        if slot.is_some() {
+        if f.digests.insert(h.offset / t, digest).is_some() {
             return Err(fail(format!(
                 "file {} offset {} is stored twice",
                 h.file_id, h.offset
             )));
         }
-        *slot = Some(digest);
     }
     let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
     let mut buf = item.buf;

@@ -16,7 +16,7 @@ use crate::format::manifest::file_checksum;
 use crate::format::ContentHash;
 use anyhow::Result;
 use crossbeam_channel::bounded;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -100,6 +100,18 @@ struct Item {
     buf: Buf,
 }
 
+/// A file's checksum from the digests of its chunks (chunk number -> digest, each
+/// below the file's chunk count), or the first offset no frame holds.
+fn file_result(f: &FileIn, d: &BTreeMap<u64, [u8; 32]>, t: u64) -> Result<String, String> {
+    if !f.sparse && (d.len() as u64) < f.size.div_ceil(t) {
+        let missing = (d.keys().enumerate())
+            .find(|&(i, &k)| i as u64 != k)
+            .map_or(d.len() as u64, |(i, _)| i as u64);
+        return Err(format!("no frame holds offset {}", missing * t));
+    }
+    Ok(file_checksum(f.size, d.values()))
+}
+
 /// Restores (or with `sink` None, verifies) the frames of `stripes`. `files` holds
 /// every regular file of the set; results come back in that order.
 pub fn run(
@@ -120,10 +132,7 @@ pub fn run(
         p,
         sink,
         index: files.iter().enumerate().map(|(i, f)| (f.id, i)).collect(),
-        state: files
-            .iter()
-            .map(|f| Mutex::new(FileState::new(f.size.div_ceil(t) as usize)))
-            .collect(),
+        state: files.iter().map(|_| Mutex::default()).collect(),
         pool: Pool::new(p.buffer_count, buf_size).counted(live.pool_in_use.clone()),
         abort: &abort,
         read_st: live.stage("read"),
@@ -164,15 +173,7 @@ pub fn run(
     let checksums = files
         .iter()
         .zip(sh.state)
-        .map(|(f, st)| {
-            let d = st.into_inner().unwrap().digests;
-            match d.iter().position(Option::is_none) {
-                Some(missing) if !f.sparse => {
-                    Err(format!("no frame holds offset {}", missing as u64 * t))
-                }
-                _ => Ok(file_checksum(f.size, d.iter().flatten())),
-            }
-        })
+        .map(|(f, st)| file_result(f, &st.into_inner().unwrap().digests, t))
         .collect();
     let mut stages = vec![
         (
@@ -209,4 +210,28 @@ pub fn run(
         waits,
         pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_chunk_is_named_by_its_offset() {
+        let f = |size, sparse| FileIn {
+            id: 1,
+            size,
+            sparse,
+        };
+        let d = |chunks: &[u64]| chunks.iter().map(|&c| (c, [c as u8; 32])).collect();
+        let all = file_result(&f(300, false), &d(&[0, 1, 2]), 100).unwrap();
+        assert_eq!(all, file_checksum(300, [[0; 32], [1; 32], [2; 32]].iter()));
+        for (have, missing) in [(&[1, 2][..], 0), (&[0, 2], 100), (&[0, 1], 200), (&[], 0)] {
+            let e = file_result(&f(300, false), &d(have), 100).unwrap_err();
+            assert_eq!(e, format!("no frame holds offset {missing}"), "{have:?}");
+        }
+        // A sparse file's checksum is over the chunks present.
+        let some = file_result(&f(300, true), &d(&[1]), 100).unwrap();
+        assert_eq!(some, file_checksum(300, [[1; 32]].iter()));
+    }
 }

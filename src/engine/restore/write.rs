@@ -5,7 +5,7 @@ use super::{FrameSink, Shared};
 use crate::engine::pool::Buf;
 use crate::format::frame::{bitmap_len, FrameKind};
 use anyhow::{anyhow, Result};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::time::Instant;
 
@@ -49,21 +49,13 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
 /// One file of the restore: the digests of its frames checked so far, and its writer.
 /// One thread writes a file at a time: a second would spin on the file's inode lock in
 /// the kernel (7% of an uncompressed restore's CPU), so it queues its frame for the first.
+#[derive(Default)]
 pub(super) struct FileState {
-    pub(super) digests: Vec<Option<[u8; 32]>>,
+    /// Chunk number -> digest: memory grows with the frames read, never with a size
+    /// the manifest claims.
+    pub(super) digests: BTreeMap<u64, [u8; 32]>,
     busy: bool,
     queue: VecDeque<FrameWrite>,
-}
-
-impl FileState {
-    /// A file of `chunks` transfer-sized ranges, none written yet.
-    pub(super) fn new(chunks: usize) -> FileState {
-        FileState {
-            digests: vec![None; chunks],
-            busy: false,
-            queue: VecDeque::new(),
-        }
-    }
 }
 
 /// A verified frame to write: its raw bytes are `buf`'s payload (none for a Zero frame).

@@ -16,8 +16,8 @@ pub struct SizeRule {
 /// MAXTRANSFERSIZE: 64 KiB to 16 MiB in steps of 64 KiB (as SQL Server).
 pub const TRANSFER_SIZE: SizeRule = SizeRule {
     what: "max transfer size",
-    min: 64 << 10,
-    max: 16 << 20,
+    min: crate::format::TRANSFER_MIN as u64,
+    max: crate::format::TRANSFER_MAX as u64,
     multiple_of: Some(64 << 10),
     power_of_two: false,
 };
@@ -25,8 +25,8 @@ pub const TRANSFER_SIZE: SizeRule = SizeRule {
 /// BLOCKSIZE: a power of two from 512 B to 1 MiB.
 pub const BLOCK_SIZE: SizeRule = SizeRule {
     what: "block size",
-    min: 512,
-    max: 1 << 20,
+    min: crate::format::media::MIN_BLOCK as u64,
+    max: crate::format::BLOCK_MAX as u64,
     multiple_of: None,
     power_of_two: true,
 };

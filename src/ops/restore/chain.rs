@@ -3,7 +3,8 @@
 //! file written once, from the newest set that holds it (`engine::restore::layers`).
 
 use super::super::verify::{
-    check_checksums, engine_params, open_repo, regular_files, stripes_of, with_history_hint,
+    check_checksums, check_source_facts, engine_params, open_repo, regular_files, stripes_of,
+    with_history_hint,
 };
 use super::{run_into, Phases, RestoreOptions};
 use crate::engine::restore::layers::{LayerSink, Written};
@@ -89,6 +90,7 @@ fn check_links(links: &[Link]) -> Result<()> {
     }
     for l in links {
         let m = &l.set.manifest;
+        check_source_facts(m)?;
         if let Some(e) = &l.entry {
             if m.set_id != e.set_id || m.backup_type != e.backup_type {
                 bail!(

@@ -22,17 +22,34 @@ pub(super) fn decode_to(path: &Path, name: &str, out: &mut dyn Write) -> Result<
     if hdr.name != name {
         return Err(damaged(path, &format!("it holds {}, not {name}", hdr.name)));
     }
-    let limit = if hdr.kind.is_segment() {
-        1 << 30
-    } else {
-        SMALL_MAX
-    };
+    // Sizes from the name asked for, never from the header alone.
+    let kind = parse_name(name).map(|n| n.kind);
+    if kind != Some(hdr.kind) {
+        return Err(damaged(
+            path,
+            &format!(
+                "its header says a {:?} file, its name a {kind:?} one",
+                hdr.kind
+            ),
+        ));
+    }
+    let limit = crate::pg::max_file_size(hdr.kind);
     if hdr.raw > limit {
         return Err(damaged(
             path,
             &format!(
                 "its header gives {} bytes, over the {limit} a {:?} file may hold",
                 hdr.raw, hdr.kind
+            ),
+        ));
+    }
+    let most = zstd::zstd_safe::compress_bound(hdr.raw as usize) as u64;
+    if hdr.stored > most {
+        return Err(damaged(
+            path,
+            &format!(
+                "its header gives {} stored bytes, more than zstd makes of {} bytes ({most})",
+                hdr.stored, hdr.raw
             ),
         ));
     }
@@ -60,6 +77,10 @@ pub(super) fn decode_to(path: &Path, name: &str, out: &mut dyn Write) -> Result<
         let mut dec = zstd::stream::read::Decoder::new(&mut src)
             .map_err(|e| Fail::Damaged(e.to_string()))?
             .single_frame();
+        // Pushes write level 1 (a window of at most 512 KiB): a larger one is forged,
+        // and would be allocated per decoder.
+        dec.window_log_max(crate::format::ZSTD_WINDOW_LOG_MAX)
+            .map_err(|e| Fail::Damaged(e.to_string()))?;
         let mut buf = vec![0u8; CHUNK];
         loop {
             let k = match dec.read(&mut buf) {
@@ -131,7 +152,7 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
         _ => PathBuf::from("."),
     };
     // Absent is told apart before anything is written (archive-get's exit codes).
-    let Some(local) = repo.store().fetch_to(&rel, &dir)? else {
+    let Some(local) = repo.store().fetch_to(&rel, &dir, archived_max(name))? else {
         return Err(NotArchived(format!(
             "{name} is not in the WAL archive of '{}'",
             repo.describe()

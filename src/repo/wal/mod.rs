@@ -33,6 +33,12 @@
 //! 148  u32  CRC32C                 of header bytes 0..148
 //! ```
 //!
+//! A reader takes the limits from the name it asked for, never from the header alone:
+//! the header's kind must be the name's, the raw size at most the largest file of that
+//! kind (`pg::max_file_size`: 1 GiB for a segment, 16 MiB for a history file), the stored
+//! size at most what zstd makes of it; an object is downloaded to a temp file, streamed,
+//! and refused past that size.
+//!
 //! A push writes a hidden temp file beside its final name, fsyncs it, links it to the
 //! final name only if that name is still free (so a crash or a concurrent push never
 //! leaves a half file or overwrites an archived one), then fsyncs the directory.
@@ -60,8 +66,6 @@ const VERSION: u16 = 1;
 const CODEC_ZSTD: u8 = 1;
 const HDR_LEN: usize = 152;
 const NAME_MAX: usize = 64;
-/// History and backup history files are small text files; refuse anything absurd.
-const SMALL_MAX: u64 = 16 << 20;
 const SYSID_FILE: &str = "system_identifier";
 /// A decimal u64 and a newline; more is damage.
 const SYSID_MAX: u64 = 64;
@@ -92,6 +96,13 @@ fn relabel(e: anyhow::Error, tmp: &Path, url: &str) -> anyhow::Error {
     )
 }
 
+/// The largest archived file of WAL file `name`: the header and a zstd frame of the
+/// largest file of its kind (pg::max_file_size) at the worst ratio.
+fn archived_max(name: &str) -> u64 {
+    let raw = parse_name(name).map_or(0, |n| crate::pg::max_file_size(n.kind));
+    HDR_LEN as u64 + zstd::zstd_safe::compress_bound(raw as usize) as u64
+}
+
 /// Reads archived `rel` from a local file (the archived file itself, or a download
 /// into `dir`): `f` gets its path, and its errors name the archived file. None when
 /// the archive does not hold it.
@@ -101,7 +112,9 @@ fn with_archived<T>(
     dir: &Path,
     f: impl FnOnce(&Path) -> Result<T>,
 ) -> Result<Option<T>> {
-    let Some(local) = repo.store().fetch_to(rel, dir)? else {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let max = archived_max(name.strip_suffix(".zst").unwrap_or(name));
+    let Some(local) = repo.store().fetch_to(rel, dir, max)? else {
         return Ok(None);
     };
     let url = repo.store().describe(rel);

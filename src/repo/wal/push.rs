@@ -296,7 +296,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
         new_sysid = check_system_identifier(repo, s.sysid, src)?;
         Some(s)
     } else {
-        if len > SMALL_MAX || len == 0 {
+        if len > crate::pg::max_file_size(n.kind) || len == 0 {
             bail!(
                 "'{}' is {len} bytes, not a {} file; nothing was archived",
                 src.display(),
