@@ -734,3 +734,40 @@ fn forged_archived_wal_sizes_are_refused() {
     ok(&["archive-get", "--repo", &repo, name, &s(&dest)]);
     assert_eq!(fs::read(&dest).unwrap(), fs::read(&h).unwrap());
 }
+
+/// Found by tests/fuzz.rs: text from a record or manifest was cut at a byte count for
+/// display (history's finish time, files' checksum column), inside a character.
+#[test]
+fn text_of_a_record_or_manifest_is_cut_between_characters() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--repo",
+        &s(&repo),
+    ]);
+    let record = fs::read_dir(repo.join("catalog"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut rec: serde_json::Value = serde_json::from_slice(&fs::read(&record).unwrap()).unwrap();
+    rec["finished"] = "é".repeat(30).into();
+    fs::write(&record, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let out = ok(&["history", "--repo", &s(&repo)]);
+    assert!(out.contains(&"é".repeat(12)), "{out}");
+    let (_d, p) = one_stripe();
+    rewrite_manifest(&p, |v| {
+        let dir = v["files"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|f| f["kind"] == "dir")
+            .unwrap();
+        dir["checksum"] = "x\u{e9}".into();
+    });
+    ok(&["files", "--from", &p]);
+}
