@@ -31,7 +31,7 @@ pub struct BackupArgs {
     #[arg(long)]
     pub repo: Option<String>,
     /// Stripes to write inside the repository (default 1, or 0 when --to names devices).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=64))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=ops::REPO_STRIPES_MAX as i64))]
     pub stripes: Option<u32>,
     /// full (the whole source), diff (PostgreSQL: pages changed since the newest full set
     /// of --repo) or incr (pages changed since the newest set of any type). diff and incr

@@ -8,7 +8,7 @@
 //! and the new set is committed only once the restore has checked every frame and
 //! file. The scratch directory is removed whatever happens.
 
-use super::backup::{backup_of, BackupOptions, BackupReport, Watch};
+use super::backup::{backup_of, BackupOptions, BackupReport, Watch, REPO_STRIPES_MAX};
 use super::restore::{restore, RestoreOptions};
 use super::verify::{quiet, ReadOptions};
 use crate::engine::gate::Gate;
@@ -115,7 +115,8 @@ pub fn merge(
     let backup_options = BackupOptions {
         source: src.info.location.clone(),
         repo: Some(o.repo.clone()),
-        stripes: Some(full.stripes.len().max(1) as u32),
+        // As many as the full's (a count from its record: at most a backup's).
+        stripes: Some(full.stripes.len().clamp(1, REPO_STRIPES_MAX as usize) as u32),
         backup_type: BackupType::Full,
         compress: o.compress.clone().unwrap_or_else(|| full.codec.clone()),
         threads: o.threads,

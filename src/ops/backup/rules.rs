@@ -13,6 +13,9 @@ pub struct SizeRule {
     pub power_of_two: bool,
 }
 
+/// Stripes a backup writes inside a repository (`--stripes`).
+pub const REPO_STRIPES_MAX: u32 = 64;
+
 /// MAXTRANSFERSIZE: 64 KiB to 16 MiB in steps of 64 KiB (as SQL Server).
 pub const TRANSFER_SIZE: SizeRule = SizeRule {
     what: "max transfer size",
