@@ -154,6 +154,50 @@ fn damaged_missing_and_unreachable_objects_are_clear_errors() {
     assert!(e.contains("names a bucket, not an object"), "{e}");
 }
 
+/// Issue 20: an archived object is streamed to a temp file, never held whole in memory,
+/// and one larger than the largest file its name's kind allows is refused before a byte
+/// of it is read (archive-get exits 126: damage, not the archive's end).
+#[test]
+fn archived_objects_over_their_kind_s_limit_are_refused() {
+    let _st = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = format!("s3://pvtest/{}/repo", unique("walsize"));
+    let h = tmp.path().join("00000002.history");
+    std::fs::write(&h, "1\t0/5000100\tno recovery target specified\n").unwrap();
+    ok(&["archive-push", "--repo", &repo, &s(&h)]);
+    let got = tmp.path().join("got");
+    ok(&["archive-get", "--repo", &repo, "00000002.history", &s(&got)]);
+    assert_eq!(std::fs::read(&got).unwrap(), std::fs::read(&h).unwrap());
+    // 20 MB where a history file (at most 16 MiB) is archived.
+    let big = tmp.path().join("big");
+    std::fs::create_dir(&big).unwrap();
+    std::fs::write(big.join("f"), bytes(5, 20 << 20, false)).unwrap();
+    let object = format!("{repo}/wal/00000003/00000003.history.zst");
+    let source = format!("files:{}", s(&big));
+    ok(&[
+        "backup",
+        "--source",
+        &source,
+        "--to",
+        &object,
+        "--compress",
+        "none",
+    ]);
+    let dest = tmp.path().join("dest");
+    refused_capped(
+        &[
+            "archive-get",
+            "--repo",
+            &repo,
+            "00000003.history",
+            &s(&dest),
+        ],
+        126,
+        &[&object, "more than the 16842904 it may hold"],
+    );
+    assert!(!dest.exists());
+}
+
 fn history(repo: &str) -> Vec<serde_json::Value> {
     json(&["history", "--repo", repo])["sets"]
         .as_array()
