@@ -291,6 +291,22 @@ pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A link entry `path` -> `target`.
+    pub(crate) fn link(id: u32, path: &str, target: &str) -> FileEntry {
+        FileEntry {
+            id,
+            path: path.into(),
+            kind: EntryKind::Link,
+            size: 0,
+            mode: 0o777,
+            mtime: 0,
+            pages: 0,
+            checksum: String::new(),
+            sparse: false,
+            link_target: Some(target.into()),
+        }
+    }
+
     pub(crate) fn sample() -> Manifest {
         Manifest {
             format_version: 1,
@@ -356,21 +372,7 @@ pub(crate) mod tests {
     #[test]
     fn file_under_a_link_is_rejected() {
         let mut m = sample();
-        m.files.insert(
-            0,
-            FileEntry {
-                id: 0,
-                path: "a".into(),
-                kind: EntryKind::Link,
-                size: 0,
-                mode: 0o777,
-                mtime: 0,
-                pages: 0,
-                checksum: String::new(),
-                sparse: false,
-                link_target: Some("/tmp".into()),
-            },
-        );
+        m.files.insert(0, link(0, "a", "/tmp"));
         m.files[1].id = 1;
         assert!(m
             .validate()

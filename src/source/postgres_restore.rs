@@ -329,21 +329,10 @@ mod tests {
 
     #[test]
     fn links_where_restore_writes_its_own_files_are_refused() {
-        use crate::format::manifest::{tests::sample, FileEntry};
+        use crate::format::manifest::tests::{link, sample};
         let with_link = |path: &str| {
             let mut m = sample();
-            m.files = vec![FileEntry {
-                id: 0,
-                path: path.into(),
-                kind: EntryKind::Link,
-                size: 0,
-                mode: 0o777,
-                mtime: 0,
-                pages: 0,
-                checksum: String::new(),
-                sparse: false,
-                link_target: Some("/etc/passwd".into()),
-            }];
+            m.files = vec![link(0, path, "/etc/passwd")];
             m
         };
         let r = PgRestorer::new(&[], false);
