@@ -1083,7 +1083,8 @@ fn catalog() {
         };
         let _ = chain::select(&cat, &chain::Selector::default());
         for e in &cat {
-            let _ = chain::find(&cat, &e.set_id[..r.below(e.set_id.len() + 1)]);
+            let prefix: String = e.set_id.chars().take(r.below(33)).collect();
+            let _ = chain::find(&cat, &prefix);
             let sel = chain::Selector {
                 set: Some(e.set_id.clone()),
                 ..chain::Selector::default()
