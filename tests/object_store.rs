@@ -205,6 +205,15 @@ fn history(repo: &str) -> Vec<serde_json::Value> {
         .clone()
 }
 
+/// `restore --repo REPO --to TARGET --until-lsn LSN --owner postgres [EXTRA]`: stdout.
+fn restore_to_lsn(repo: &str, target: &std::path::Path, lsn: &str, extra: Option<&str>) -> String {
+    let to = s(target);
+    let mut a = vec!["restore", "--repo", repo, "--to", &to, "--until-lsn", lsn];
+    a.extend(["--owner", "postgres"]);
+    a.extend(extra);
+    ok(&a)
+}
+
 /// Full + diff + WAL through an object-store repository, restored to a marked
 /// point, then retention. `extra` adds stripes outside the repository.
 fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
@@ -262,17 +271,7 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
     no_secrets(&serde_json::to_string(&sets).unwrap());
 
     let target = postgres_dir("os-target").join("data");
-    let out = ok(&[
-        "restore",
-        "--repo",
-        repo,
-        "--to",
-        &s(&target),
-        "--until-lsn",
-        &lsn,
-        "--owner",
-        "postgres",
-    ]);
+    let out = restore_to_lsn(repo, &target, &lsn, None);
     assert!(out.contains("differential"), "{out}");
     let conf = std::fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
     assert!(conf.contains(&format!("--repo {repo}")), "{conf}");
@@ -305,18 +304,7 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
     assert_eq!(sets[2]["backup_type"], "full");
     assert_eq!(sets[2]["stop_lsn"], sets[1]["stop_lsn"]);
     let target = postgres_dir("os-merged").join("data");
-    let out = ok(&[
-        "restore",
-        "--repo",
-        repo,
-        "--to",
-        &s(&target),
-        "--until-lsn",
-        &lsn,
-        "--owner",
-        "postgres",
-        "--json",
-    ]);
+    let out = restore_to_lsn(repo, &target, &lsn, Some("--json"));
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["chain"][0]["set_id"], merged.as_str(), "{r}");
     let r = Pg::adopt(&target);

@@ -82,12 +82,17 @@ pub fn signal_when(
         .status();
     assert!(st.unwrap().success());
     let out = child.wait_with_output().unwrap();
-    let run = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    (run, sent.elapsed())
+    (Run::of(&out), sent.elapsed())
+}
+
+impl Run {
+    fn of(out: &Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
 }
 
 pub fn run(args: &[&str]) -> Run {
@@ -101,11 +106,7 @@ pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> Run {
         .envs(env.iter().copied())
         .output()
         .expect("run pagevault");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Run::of(&out)
 }
 
 /// Address space of a run of hostile input (`run_capped`): a forged size or length
@@ -123,11 +124,7 @@ pub fn run_capped(args: &[&str]) -> Run {
         .env("MALLOC_ARENA_MAX", "2")
         .output()
         .expect("run pagevault");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Run::of(&out)
 }
 
 /// Runs with the address space capped and insists on a clean refusal: exit `code`, no
