@@ -127,6 +127,12 @@ pub fn fs_space(path: &Path) -> Option<(u64, u64)> {
     Some((st.f_blocks, st.f_bavail * st.f_frsize))
 }
 
+/// Bytes of RAM the machine has; 0 if unknown.
+pub fn memory_total() -> u64 {
+    let i = rustix::system::sysinfo();
+    (i.totalram as u64).saturating_mul(i.mem_unit as u64)
+}
+
 /// Process CPU time (user + system, every thread) in seconds; 0 if unknown.
 pub fn cpu_seconds() -> f64 {
     // SAFETY: rusage is plain data, valid zeroed; getrusage only writes into it.

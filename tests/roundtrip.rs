@@ -121,7 +121,17 @@ fn merged_adjacent_reads_restore_the_same_bytes_as_single_reads() {
             &stripe,
             &["--max-transfer-size", "64K", "--adaptive-readers", mode],
         );
-        assert_eq!(b["adaptive_readers"]["enabled"], mode == "on");
+        let a = &b["adaptive_readers"];
+        assert_eq!(a["enabled"], mode == "on");
+        // Reads in flight start at the default 16 and stay within the cap of 64;
+        // fixed when off, with nothing tried.
+        let settled = a["settled_in_flight"].as_u64().unwrap();
+        if mode == "on" {
+            assert!((16..=64).contains(&settled), "{a}");
+        } else {
+            assert_eq!((settled, a["raises"].as_u64()), (16, Some(0)), "{a}");
+            assert_eq!(a["held"], "not_tried", "{a}");
+        }
         let target = dir.path().join(format!("r-{mode}"));
         ok(&["restore", "--from", &stripe, "--to", &s(&target)]);
         assert_same_tree(&src, &target);

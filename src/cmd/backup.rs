@@ -7,7 +7,9 @@ use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
 use crate::format::manifest::BackupType;
 use crate::ops::backup::ChangeMap;
-use crate::ops::backup::{self as ops, BackupConfig, BackupOptions, BackupReport, Watch};
+use crate::ops::backup::{
+    self as ops, AdaptiveReport, BackupConfig, BackupOptions, BackupReport, Watch,
+};
 use crate::units::{self, human};
 use anyhow::Result;
 use clap::Args;
@@ -67,8 +69,9 @@ pub struct BackupArgs {
     /// Readers per volume (each keeps --read-depth reads in flight).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub readers: u32,
-    /// Reads in flight per reader.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Reads in flight per reader, where the adaptive readers start. A buffered read
+    /// path needs many in flight to keep fast devices busy.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub read_depth: u32,
     /// Compression threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -88,8 +91,10 @@ pub struct BackupArgs {
     /// Page size of a files: source.
     #[arg(long, default_value = "8K", value_parser = page_size)]
     pub page_size: u64,
-    /// Adaptive readers: raise the reads in flight (up to 4x --readers x --read-depth)
-    /// while reads are small or slow, as with many small files.
+    /// Adaptive readers: start at --readers x --read-depth reads in flight per volume
+    /// and probe upward (doubling, up to 64) while throughput rises by 5% or more,
+    /// stepping back when it does not, as a congestion window does. Off: the reads in
+    /// flight stay fixed.
     #[arg(long, value_enum, default_value = "on")]
     pub adaptive_readers: super::Switch,
     /// Read with O_DIRECT where the filesystem allows (bypasses the page cache).
@@ -230,6 +235,21 @@ impl Watch for Shown {
     }
 }
 
+/// What the adaptive readers settled on, and why they went no higher.
+fn adaptive_line(a: &AdaptiveReport, base: usize) -> Option<String> {
+    use crate::engine::adapt::Held;
+    let why = match a.held? {
+        Held::NotTried => return None,
+        Held::NoGain => "a step higher did not raise throughput by 5%",
+        Held::Cap => "that is the most allowed",
+        Held::PoolFull => "every buffer was in use (raise --buffer-count)",
+    };
+    Some(format!(
+        "Adaptive readers: reads in flight started at {base} per volume and settled at {} (peak {}; {} step(s) kept, {} taken back): {why}.",
+        a.settled_in_flight, a.peak_in_flight, a.raises, a.undone
+    ))
+}
+
 fn print_config(c: &BackupConfig) {
     let (stripes, volumes, threads) = (c.devices.len(), c.volumes, c.threads);
     println!("Buffer configuration:");
@@ -243,8 +263,8 @@ fn print_config(c: &BackupConfig) {
         );
     }
     println!(
-        "  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}",
-        c.readers_per_volume, c.read_depth
+        "  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}{}",
+        c.readers_per_volume, c.read_depth, if c.adaptive { format!(" (adaptive: probes up to {} per volume while throughput rises)", c.adaptive_cap) } else { String::new() }
     );
     println!("  Devices:               {}", c.devices.join(", "));
     println!("  BlockSize:             {}", human(c.block_size));
@@ -330,13 +350,8 @@ fn print_text(r: &BackupReport, verbose: bool) {
         );
     }
     r.waits.print();
-    if r.adaptive_readers.raises > 0 {
-        println!(
-            "Adaptive readers: reads were small or slow, so reads in flight were raised {} time(s), up to {} per volume (base {}).",
-            r.adaptive_readers.raises,
-            r.adaptive_readers.peak_in_flight,
-            r.base_in_flight
-        );
+    if let Some(line) = adaptive_line(&r.adaptive_readers, r.base_in_flight) {
+        println!("{line}");
     }
     super::print_retries();
     if let Some(path) = &r.report {

@@ -21,8 +21,9 @@ pub struct TuneArgs {
     /// azure://CONTAINER/PREFIX/ (uploads are aborted, nothing stays).
     #[arg(long, default_value = "NUL")]
     pub to: String,
-    /// How much of the source each trial reads: the same share of every file.
-    #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+    /// How much of the source each trial reads: the same share of every file. Trials
+    /// shorter than a second or so are too noisy to rank fast devices.
+    #[arg(long, default_value = "1G", value_parser = parse_size_arg)]
     pub sample: u64,
     /// Trials per configuration (median and spread are reported).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
@@ -34,9 +35,10 @@ pub struct TuneArgs {
     #[arg(long, default_value = "none,lz4")]
     pub codecs: String,
     /// Drop the sample from the page cache before every trial (posix_fadvise), so reads
-    /// come from the device as in a real backup.
-    #[arg(long)]
-    pub cold: bool,
+    /// come from the device as in a real backup. Default: on when the source is larger
+    /// than the machine's memory (its backup reads from the device), else off.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
+    pub cold: Option<super::Switch>,
     /// PostgreSQL data directory, when the URL has no ?pgdata=.
     #[arg(long)]
     pub pgdata: Option<std::path::PathBuf>,
@@ -93,7 +95,7 @@ pub fn run(a: TuneArgs, store: &StoreOptions) -> Result<()> {
             .map(|c| c.trim().to_string())
             .filter(|c| !c.is_empty())
             .collect(),
-        cold: a.cold,
+        cold: a.cold.map(|c| c.on()),
         pgdata: a.pgdata,
         password_file: a.password_file,
         store: store.clone(),
@@ -172,6 +174,9 @@ fn print_table(s: &TuneReport) {
     );
     if !s.cold {
         println!("Trials read the sample from the page cache after a warm-up; add --cold to read it from the device each time.");
+    }
+    if let Some(n) = &s.noise {
+        println!("Not told apart: {n}.");
     }
 }
 

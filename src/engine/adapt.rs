@@ -1,29 +1,55 @@
-//! Adaptive readers: every volume starts with `--readers x --read-depth` reads in
-//! flight and may go up to four times that. Every 100 ms one reader looks at the last
-//! window of its volume's reads: when they are small (many small files, file tails) or
-//! slow per byte, and the pool has free buffers, it tries twice the reads in flight;
-//! the next window keeps the step only if the volume's throughput rose by 5% or more,
-//! else it steps back and waits a second before trying again. Reads in flight then
-//! follow what the device rewards, not a guess. Adjacent ranges are merged separately
-//! (engine/backup.rs): transfers under 1 MiB are read up to 1 MiB per preadv.
+//! Adaptive readers, as a congestion window: every volume starts with `--readers x
+//! --read-depth` reads in flight and probes upward on every device, up to `max` (64 by
+//! default, bounded by the pool). Every 100 ms one reader looks at the last window of
+//! its volume's reads: while the pool has free buffers it tries twice the reads in
+//! flight; the next window keeps the step only if the volume's throughput rose by 5% or
+//! more (then tries the next one at once), else it steps back and waits a second before
+//! trying again. Reads in flight then follow what the device rewards, not a guess.
+//! Adjacent ranges are merged separately (engine/backup/read.rs): transfers under 1 MiB
+//! are read up to 1 MiB per preadv.
 
 use super::stats::Lane;
 use super::Abort;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 const WINDOW: Duration = Duration::from_millis(100);
-/// A read slower than this per byte is latency-bound: 200 MB/s per read.
-const SLOW_NS_PER_BYTE: u64 = 5;
+/// A step is kept when throughput rose by this factor.
+const GAIN: f64 = 1.05;
 /// Windows to wait after a step that did not pay.
 const COOLDOWN: u32 = 10;
+/// Reads in flight per volume the controller may reach by default.
+pub const CAP: usize = 64;
+
+/// Why the reads in flight went no higher (the last reason seen).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Held {
+    /// Not adaptive, or the volume ended before a step could be judged.
+    NotTried,
+    /// The last step up did not raise throughput by 5%.
+    NoGain,
+    /// At the most allowed.
+    Cap,
+    /// Every pool buffer was in use: more reads had nowhere to go.
+    PoolFull,
+}
+
+impl Held {
+    fn from_u8(v: u8) -> Held {
+        match v {
+            1 => Held::NoGain,
+            2 => Held::Cap,
+            3 => Held::PoolFull,
+            _ => Held::NotTried,
+        }
+    }
+}
 
 struct Window {
     at: Instant,
     bytes: u64,
-    ops: u64,
-    ns: u64,
     /// A step on trial: the level before it and the throughput there (bytes/s).
     trial: Option<(usize, f64)>,
     cooldown: u32,
@@ -34,10 +60,15 @@ pub struct Adapt {
     pub max: usize,
     active: AtomicUsize,
     finished: AtomicBool,
+    /// Parked readers sleep here until the level rises or the volume ends.
+    parked: (Mutex<()>, Condvar),
     window: Mutex<Window>,
     /// Steps up that were kept.
     pub raised: AtomicU64,
+    /// Steps up that were taken back.
+    pub undone: AtomicU64,
     pub peak: AtomicUsize,
+    held: AtomicU8,
 }
 
 impl Adapt {
@@ -47,16 +78,17 @@ impl Adapt {
             max: max.max(base),
             active: AtomicUsize::new(base),
             finished: AtomicBool::new(false),
+            parked: (Mutex::new(()), Condvar::new()),
             window: Mutex::new(Window {
                 at: Instant::now(),
                 bytes: 0,
-                ops: 0,
-                ns: 0,
                 trial: None,
                 cooldown: 0,
             }),
             raised: AtomicU64::new(0),
+            undone: AtomicU64::new(0),
             peak: AtomicUsize::new(base),
+            held: AtomicU8::new(0),
         }
     }
 
@@ -65,14 +97,30 @@ impl Adapt {
         self.max
     }
 
+    /// Reads in flight allowed now (at the end: where the volume settled).
+    pub fn level(&self) -> usize {
+        self.active.load(Relaxed)
+    }
+
+    /// Why the reads in flight went no higher.
+    pub fn held(&self) -> Held {
+        Held::from_u8(self.held.load(Relaxed))
+    }
+
     /// Parks reader `k` while it is beyond the reads allowed in flight; false when it
     /// should end (the volume is done or the run aborted).
     pub fn admit(&self, k: usize, abort: &Abort) -> bool {
+        if k < self.active.load(Relaxed) {
+            return true;
+        }
+        // Parked without spinning: dozens of idle readers must not cost CPU.
+        let (lock, cv) = &self.parked;
+        let mut g = lock.lock().unwrap();
         while k >= self.active.load(Relaxed) {
             if abort.aborted() || self.finished.load(Relaxed) {
                 return false;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            g = cv.wait_timeout(g, Duration::from_millis(50)).unwrap().0;
         }
         true
     }
@@ -80,15 +128,23 @@ impl Adapt {
     /// The volume has nothing more to read: parked readers end.
     pub fn finish(&self) {
         self.finished.store(true, Relaxed);
+        let _g = self.parked.0.lock().unwrap();
+        self.parked.1.notify_all();
     }
 
     fn set(&self, lane: &Lane, n: usize) {
+        let _g = self.parked.0.lock().unwrap();
         self.active.store(n, Relaxed);
         lane.in_flight.store(n as u64, Relaxed);
+        self.parked.1.notify_all();
+    }
+
+    fn hold(&self, why: Held) {
+        self.held.store(why as u8, Relaxed);
     }
 
     /// Called after each read; adjusts the reads in flight at most once per window.
-    pub fn tick(&self, lane: &Lane, transfer: usize, pool_has_room: bool) {
+    pub fn tick(&self, lane: &Lane, pool_has_room: bool) {
         if self.max == self.base {
             return;
         }
@@ -99,21 +155,21 @@ impl Adapt {
         if dt < WINDOW {
             return;
         }
-        let (b, o, n) = (
-            lane.bytes.load(Relaxed),
-            lane.ops.load(Relaxed),
-            lane.ns.load(Relaxed),
-        );
-        let (db, dop, dns) = (b - w.bytes, o - w.ops, n - w.ns);
-        (w.at, w.bytes, w.ops, w.ns) = (Instant::now(), b, o, n);
+        let b = lane.bytes.load(Relaxed);
+        let db = b - w.bytes;
+        (w.at, w.bytes) = (Instant::now(), b);
         let rate = db as f64 / dt.as_secs_f64();
         let cur = self.active.load(Relaxed);
         if let Some((before, before_rate)) = w.trial.take() {
-            if rate >= before_rate * 1.05 {
+            if rate >= before_rate * GAIN {
                 self.raised.fetch_add(1, Relaxed);
                 self.peak.fetch_max(cur, Relaxed);
+                // Still rising: try the next step now, judged against this window.
+                self.step(&mut w, lane, cur, rate, pool_has_room);
             } else {
                 self.set(lane, before);
+                self.undone.fetch_add(1, Relaxed);
+                self.hold(Held::NoGain);
                 w.cooldown = COOLDOWN;
             }
             return;
@@ -122,15 +178,21 @@ impl Adapt {
             w.cooldown -= 1;
             return;
         }
-        if dop < 4 || cur >= self.max || !pool_has_room {
+        if db == 0 {
             return;
         }
-        let small = db / dop < transfer as u64 / 2;
-        let slow = dns > db.saturating_mul(SLOW_NS_PER_BYTE);
-        if small || slow {
-            w.trial = Some((cur, rate));
-            self.set(lane, (cur * 2).min(self.max));
+        self.step(&mut w, lane, cur, rate, pool_has_room);
+    }
+
+    fn step(&self, w: &mut Window, lane: &Lane, cur: usize, rate: f64, room: bool) {
+        if cur >= self.max {
+            return self.hold(Held::Cap);
         }
+        if !room {
+            return self.hold(Held::PoolFull);
+        }
+        w.trial = Some((cur, rate));
+        self.set(lane, (cur * 2).min(self.max));
     }
 
     #[cfg(test)]
@@ -143,50 +205,52 @@ impl Adapt {
 mod tests {
     use super::*;
 
-    /// One window of `reads` reads of `size` bytes taking `ns_each`, at `rate` MB/s.
-    fn window(a: &Adapt, lane: &Lane, reads: u64, size: u64, ns_each: u64) {
+    /// One window of `reads` reads of `size` bytes, then the controller's look at it.
+    fn window(a: &Adapt, lane: &Lane, reads: u64, size: u64, room: bool) {
         for _ in 0..reads {
-            lane.op(size, Duration::from_nanos(ns_each));
+            lane.op(size, Duration::from_micros(100));
         }
         std::thread::sleep(WINDOW + Duration::from_millis(5));
-        a.tick(lane, 1 << 20, true);
+        a.tick(lane, room);
     }
 
     #[test]
-    fn small_reads_try_more_and_keep_it_only_when_it_pays() {
-        let (a, lane) = (Adapt::new(4, 16), Lane::default());
-        window(&a, &lane, 100, 8192, 1000);
-        assert_eq!(a.active(), 8, "small reads: a step up on trial");
-        // Twice the throughput in the next window: kept, and the next step tried.
-        window(&a, &lane, 200, 8192, 1000);
-        assert_eq!(a.raised.load(Relaxed), 1);
-        window(&a, &lane, 200, 8192, 1000);
+    fn every_volume_probes_up_keeps_what_pays_and_steps_back_from_what_does_not() {
+        // Large reads too: the gate on small or slow reads is gone.
+        let (a, lane) = (Adapt::new(4, 64), Lane::default());
+        window(&a, &lane, 100, 1 << 20, true);
+        assert_eq!(a.active(), 8, "a step up on trial");
+        window(&a, &lane, 200, 1 << 20, true);
+        assert_eq!(
+            (a.raised.load(Relaxed), a.active()),
+            (1, 16),
+            "kept; next tried"
+        );
+        window(&a, &lane, 400, 1 << 20, true);
+        assert_eq!((a.raised.load(Relaxed), a.active()), (2, 32));
+        // No gain at 32: back to 16, and no new trial during the cool-down.
+        window(&a, &lane, 300, 1 << 20, true);
         assert_eq!(a.active(), 16);
-        // No gain at 16: back to 8, and no new trial during the cool-down.
-        window(&a, &lane, 200, 8192, 1000);
-        assert_eq!(a.active(), 8);
+        assert_eq!(a.held(), Held::NoGain);
         for _ in 0..3 {
-            window(&a, &lane, 200, 8192, 1000);
-            assert_eq!(a.active(), 8);
+            window(&a, &lane, 400, 1 << 20, true);
+            assert_eq!(a.active(), 16);
         }
-        assert_eq!(a.raised.load(Relaxed), 1);
-        assert_eq!(a.peak.load(Relaxed), 8);
+        assert_eq!((a.undone.load(Relaxed), a.peak.load(Relaxed)), (1, 16));
     }
 
     #[test]
-    fn large_fast_reads_full_pool_or_fixed_mode_change_nothing() {
-        let (a, lane) = (Adapt::new(4, 16), Lane::default());
-        window(&a, &lane, 100, 1 << 20, 1_000_000);
-        assert_eq!(a.active(), 4, "1 MiB reads at 1 GB/s each");
-        for _ in 0..100 {
-            lane.op(8192, Duration::from_nanos(1000));
-        }
-        std::thread::sleep(WINDOW + Duration::from_millis(5));
-        a.tick(&lane, 1 << 20, false);
-        assert_eq!(a.active(), 4, "buffers all full: more reads cannot help");
+    fn the_cap_a_full_pool_and_fixed_mode_hold_the_level() {
+        let (a, lane) = (Adapt::new(4, 8), Lane::default());
+        window(&a, &lane, 100, 8192, true);
+        window(&a, &lane, 200, 8192, true);
+        assert_eq!((a.active(), a.held()), (8, Held::Cap));
+        let (p, lane) = (Adapt::new(4, 64), Lane::default());
+        window(&p, &lane, 100, 8192, false);
+        assert_eq!((p.active(), p.held()), (4, Held::PoolFull));
         let (f, lane) = (Adapt::new(4, 4), Lane::default());
-        window(&f, &lane, 100, 8192, 1000);
-        assert_eq!(f.active(), 4);
+        window(&f, &lane, 100, 8192, true);
+        assert_eq!((f.active(), f.held()), (4, Held::NotTried));
     }
 
     #[test]

@@ -30,8 +30,9 @@ pub struct TuneOptions {
     pub memory_budget: u64,
     /// Codecs to consider; the first is the default's.
     pub codecs: Vec<String>,
-    /// Drop the sample from the page cache before every trial.
-    pub cold: bool,
+    /// Drop the sample from the page cache before every trial; None: when the source
+    /// is larger than memory (a backup of it reads from the device).
+    pub cold: Option<bool>,
     pub pgdata: Option<PathBuf>,
     /// PostgreSQL: a file whose first line is the password.
     pub password_file: Option<PathBuf>,
@@ -44,11 +45,11 @@ impl Default for TuneOptions {
         TuneOptions {
             source: String::new(),
             to: "NUL".into(),
-            sample: 256 << 20,
+            sample: 1 << 30,
             repeat: 3,
             memory_budget: 512 << 20,
             codecs: vec!["none".into(), "lz4".into()],
-            cold: false,
+            cold: None,
             pgdata: None,
             password_file: None,
             store: Default::default(),
@@ -77,10 +78,13 @@ pub struct TuneReport {
     pub points: Vec<Measured>,
     /// How the source was reached, when the user should know (a password file ignored).
     pub warnings: Vec<String>,
+    /// Trials read from the device (the page cache dropped before each).
+    pub cold: bool,
+    /// Set when the trials' spread is as large as the gain they rank: the
+    /// recommendation is not told apart from the defaults.
+    pub noise: Option<String>,
     #[serde(skip)]
     pub default_point: Point,
-    #[serde(skip)]
-    pub cold: bool,
 }
 
 /// Told of the search as it goes (the command prints it).
@@ -333,6 +337,21 @@ fn better(cand: &Measured, best: &Measured) -> bool {
     cand.median > best.median * (1.0 + best.spread.min(0.5) / 2.0)
 }
 
+/// When the trials' spread is at least the gain of the recommendation over the
+/// defaults, the ranking is noise: say so and how to measure better.
+fn noise(default: &Measured, best: &Measured) -> Option<String> {
+    let gain = best.median / default.median.max(1e-9) - 1.0;
+    let spread = default.spread.max(best.spread);
+    (gain <= spread).then(|| {
+        format!(
+            "the trials' spread ({:.0}%) is not below the gain of the recommendation over the defaults ({:.0}%): \
+             the ranking may be noise; run again with a larger --sample or --repeat 5",
+            spread * 100.0,
+            gain * 100.0
+        )
+    })
+}
+
 /// Measures the defaults, then searches the grid one dimension at a time.
 pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
     let started = Instant::now();
@@ -368,6 +387,9 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
         }
         let sample = sample_plan(&plan, o.sample);
         let filter = src.filter(&entries);
+        let cold = o
+            .cold
+            .unwrap_or_else(|| source_bytes > crate::sys::memory_total());
         let trial = Trial {
             plan: &sample,
             volumes,
@@ -375,7 +397,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             page_size: src.page_size() as usize,
             to: &o.to,
             store: &o.store,
-            cold: o.cold,
+            cold,
         };
         let (grid, default) = grid_and_defaults(&o.codecs);
         let sampled: u64 = sample.iter().map(|f| f.size).sum();
@@ -392,6 +414,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
         let (base, best) = search.descend(&grid, &default)?;
         let mut all: Vec<Measured> = search.seen.into_values().collect();
         all.sort_by(|x, y| y.median.total_cmp(&x.median));
+        let noise = noise(&base, &best);
         Ok(TuneReport {
             command: "tune",
             source_bytes,
@@ -407,8 +430,9 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             recommended: best,
             points: all,
             warnings: src.warnings(),
+            cold,
+            noise,
             default_point: default,
-            cold: o.cold,
         })
     })();
     let _ = src.finish(false);
@@ -503,16 +527,16 @@ fn grid_and_defaults(codecs: &[String]) -> (Grid, Point) {
     }
     let grid = Grid {
         readers: vec![1, 2, 4],
-        depth: vec![1, 2, 4, 8],
+        depth: vec![1, 2, 4, 8, 16, 32, 64],
         factor: vec![1, 2, 4],
-        transfer: vec![256 << 10, 1 << 20, 4 << 20],
+        transfer: vec![256 << 10, 1 << 20, 4 << 20, 16 << 20],
         stripes: vec![1, 2, 4],
         codecs: codecs.to_vec(),
         threads,
     };
     let default = Point {
         readers: 1,
-        read_depth: 4,
+        read_depth: 16,
         buffer_factor: 1,
         transfer_size: 1 << 20,
         stripes: 1,

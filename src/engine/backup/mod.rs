@@ -75,7 +75,7 @@ pub struct Params {
     pub direct_io: bool,
     /// Page size, for differential page selection.
     pub page_size: usize,
-    /// Adaptive readers: up to 4x the reads in flight when reads get small or slow.
+    /// Adaptive readers: the reads in flight probe upward to `adapt::CAP` per volume.
     pub adaptive: bool,
 }
 
@@ -84,7 +84,7 @@ impl Params {
     pub fn in_flight(&self) -> (usize, usize) {
         let base = self.readers_per_volume * self.read_depth;
         let max = if self.adaptive {
-            (base * 4).clamp(base, 64.max(base))
+            super::adapt::CAP.max(base)
         } else {
             base
         };
@@ -127,6 +127,11 @@ pub struct Outcome {
     /// Adaptive readers: times a volume got more reads in flight, and the most any had.
     pub adaptive_raises: u64,
     pub peak_in_flight: usize,
+    /// Steps up taken back, the level the busiest volume ended at, and why it went
+    /// no higher.
+    pub adaptive_undone: u64,
+    pub settled_in_flight: usize,
+    pub held: Option<super::adapt::Held>,
 }
 
 /// A stripe writer's sink, frames written and offset reached.
@@ -304,6 +309,9 @@ pub fn run(
         waits,
         pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
         adaptive_raises: adapts.iter().map(|a| a.raised.load(Relaxed)).sum(),
+        adaptive_undone: adapts.iter().map(|a| a.undone.load(Relaxed)).sum(),
+        settled_in_flight: adapts.iter().map(|a| a.level()).max().unwrap_or(0),
+        held: adapts.iter().max_by_key(|a| a.level()).map(|a| a.held()),
         peak_in_flight: adapts
             .iter()
             .map(|a| a.peak.load(Relaxed))

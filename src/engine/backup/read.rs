@@ -145,7 +145,7 @@ fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) 
     sh.read_st.busy(took);
     lane.op(bytes as u64, took);
     let room = (sh.progress.live.pool_in_use.load(Relaxed) as usize) + 2 < sh.p.buffer_count;
-    adapt.tick(lane, sh.p.transfer_size, room);
+    adapt.tick(lane, room);
     sh.progress.done.fetch_add(bytes as u64, Relaxed);
     Ok(())
 }

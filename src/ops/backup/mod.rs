@@ -95,7 +95,7 @@ impl Default for BackupOptions {
             max_transfer_size: 1 << 20,
             block_size: 4 << 10,
             readers: 1,
-            read_depth: 4,
+            read_depth: 16,
             threads: None,
             copy_only: false,
             name: None,
@@ -133,6 +133,9 @@ pub struct BackupConfig {
     pub sql_default: usize,
     #[serde(skip)]
     pub pipeline_min: usize,
+    /// Adaptive readers, and the reads in flight per volume they may reach.
+    pub adaptive: bool,
+    pub adaptive_cap: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -146,6 +149,11 @@ pub struct AdaptiveReport {
     pub enabled: bool,
     pub raises: u64,
     pub peak_in_flight: usize,
+    /// Steps up taken back because throughput did not rise.
+    pub undone: u64,
+    /// Reads in flight the busiest volume ended at, and why it went no higher.
+    pub settled_in_flight: usize,
+    pub held: Option<crate::engine::adapt::Held>,
 }
 
 /// What a backup did: its `--json` summary, and a few facts only the text shows.
@@ -401,6 +409,9 @@ fn backup_set(
             enabled: params.adaptive,
             raises: out.adaptive_raises,
             peak_in_flight: out.peak_in_flight,
+            undone: out.adaptive_undone,
+            settled_in_flight: out.settled_in_flight,
+            held: out.held,
         },
         object_store: device::object::retry_stats().since(retries),
         report: None,
@@ -490,11 +501,14 @@ fn configure(
         .unwrap_or_else(crate::engine::default_threads);
     let stripes = devices.len();
     let sql_default = sql_server_buffers(stripes, volumes);
-    let pipeline_min = pipeline_min(
-        volumes * (o.readers * o.read_depth) as usize,
-        threads,
-        stripes,
-    );
+    // Adaptive readers may reach the cap on one volume: the default pool has room for it.
+    let base = volumes * (o.readers * o.read_depth) as usize;
+    let reads = if o.adaptive_readers {
+        base.max(crate::engine::adapt::CAP)
+    } else {
+        base
+    };
+    let pipeline_min = pipeline_min(reads, threads, stripes);
     // Never fewer than the pipeline needs to keep every stage busy.
     let buffer_count = o
         .buffer_count
@@ -535,6 +549,8 @@ fn configure(
         page_size,
         sql_default,
         pipeline_min,
+        adaptive: params.adaptive,
+        adaptive_cap: params.in_flight().1,
     };
     (params, config, hint)
 }

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# bench/nul.sh: BACKUP TO NUL against fio on the same files (issue 22).
+#
+# Builds (once) under WORK a large file (--size, default 2G, random bytes) and a tree of
+# --files small files (default 30000, 4-64 KiB). Then, --reps rounds (default 3), the
+# tools taking turns at going first, measures:
+#   cold (page cache dropped before every run):
+#     the large file: fio O_DIRECT sequential 1 MiB reads (libaio) at queue depths 1, 4,
+#     16, 32, 64; the tree: `cat` of every file by 1, 4, 16, 32 and 64 processes (xargs
+#     -P), because fio's opendir= reads a tree of mixed sizes only in part (82 MB of
+#     1,045 with bs=4k, nothing with bs=1M)
+#     pagevault backup --to NUL at its defaults, and with --adaptive-readers off
+#   warm (the files read once first, then from the page cache):
+#     fio buffered sequential 1 MiB reads (psync) by 1 and 4 jobs; for the tree, cat by
+#     1 and 4 processes
+#     pagevault backup --to NUL at its defaults
+# Also runs
+# `pagevault bench --profile backup` (one 1 MiB I/O at a time, read and write) on WORK
+# once per round, for reference beside fio at depth 1.
+# Prints one table per round and the ratios pagevault / best fio, with the level the
+# adaptive readers settled on. Rounds compare only within themselves: the disk swings.
+#
+# Usage: bench/nul.sh [--work DIR] [--size SIZE] [--files N] [--reps N] [--no-build]
+# Environment: WORK_DIR, SIZE, FILES, REPS, PAGEVAULT (binary to use), NO_BUILD=1,
+#              QUIET_BUDGET (seconds to wait in all for other load to pass).
+# Needs root (drop_caches), fio and jq (PAGEVAULT_BENCH=1 scripts/setup.sh).
+set -euo pipefail
+{
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/bench/lib.sh"
+WORK=${WORK_DIR:-$WORK/nul}
+SIZE=${SIZE:-2G}
+FILES=${FILES:-30000}
+REPS=${REPS:-3}
+NO_BUILD=${NO_BUILD:-0}
+parse_options --work=WORK --size=SIZE --files=FILES --reps=REPS --no-build=NO_BUILD=1 -- "$@"
+need_posint --reps "$REPS"
+need_posint --files "$FILES"
+[ "$(id -u)" = 0 ] || die "bench/nul.sh needs root (drop_caches)"
+command -v fio >/dev/null && command -v jq >/dev/null || die "fio and jq are missing: PAGEVAULT_BENCH=1 scripts/setup.sh"
+ensure_binary
+mkdir -p "$WORK"
+OUT="$WORK/results/nul-$(date +%Y%m%d-%H%M%S)"; mkdir -p "$OUT"
+snapshot_binary "$OUT"
+
+BIG="$WORK/big-$SIZE"
+TREE="$WORK/tree-$FILES"
+if [ ! -f "$BIG/.done" ]; then
+  log "writing a $SIZE file of random bytes"
+  rm -rf "$BIG"; mkdir -p "$BIG"
+  fio --name=lay --filename="$BIG/data" --rw=write --bs=1M --size="$SIZE" --refill_buffers \
+      --randrepeat=0 --ioengine=psync --end_fsync=1 >/dev/null
+  touch "$BIG/.done"
+fi
+if [ ! -f "$TREE.done" ]; then
+  log "writing $FILES small files of 4-64 KiB"
+  rm -rf "$TREE"; mkdir -p "$TREE"
+  python3 - "$TREE" "$FILES" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(22)
+for i in range(n):
+    d = os.path.join(root, f"{i % 100:02d}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i}"), "wb") as f:
+        f.write(os.urandom(rnd.randrange(4, 65) << 10))
+PY
+  sync; touch "$TREE.done"
+fi
+BIG_BYTES=$(stat -c %s "$BIG/data")
+TREE_BYTES=$(find "$TREE" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+warm() { find "$1" -type f -exec cat {} + > /dev/null; }
+
+# ref_mb WHAT DIRECT DEPTH JOBS: MB/s (10^6) of one sequential pass by the reference
+# reader: fio for the large file, cat by DEPTH x JOBS processes for the tree.
+ref_mb() {
+  local what=$1 direct=$2 depth=$3 jobs=$4 engine t0 t1
+  if [ "$what" = "$TREE" ]; then
+    t0=$(now_ns)
+    (cd "$TREE" && find . -type f -print0 | xargs -0 -P $((depth * jobs)) -n 64 cat > /dev/null)
+    t1=$(now_ns)
+    awk -v b="$TREE_BYTES" -v t=$((t1 - t0)) 'BEGIN {print b / t * 1000}'
+    return
+  fi
+  engine=libaio; [ "$direct" = 0 ] && engine=psync
+  fio --name=r --filename="$what/data" --rw=read --bs=1M --direct="$direct" --ioengine="$engine" \
+      --iodepth="$depth" --numjobs="$jobs" --group_reporting --output-format=json 2>/dev/null \
+    | sed -n '/^{/,$p' | jq '.jobs[0].read.bw_bytes / 1e6'
+}
+
+# pv_mb WHAT [FLAGS]: MB/s of a backup to NUL (source bytes / wall), and the level the
+# adaptive readers settled on.
+pv_mb() {
+  local what=$1; shift
+  local j
+  j=$("$PV" backup --source "files:$what" --to NUL --json "$@")
+  echo "$(jq '.raw_bytes / .seconds / 1e6' <<<"$j") $(jq -r '"\(.adaptive_readers.settled_in_flight)/\(.adaptive_readers.peak_in_flight)"' <<<"$j")"
+}
+
+f1() { printf '%.0f' "$1"; }
+mb() { awk -v b="$1" 'BEGIN {printf "%.0f", b / 1e6}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+
+{
+echo "# BACKUP TO NUL against fio ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+echo
+echo "pagevault $commit$dirty built $PV_BUILT; $(nproc) cores; large file $(mb "$BIG_BYTES") MB, tree $FILES files $(mb "$TREE_BYTES") MB; $REPS rounds."
+echo "MB/s = 10^6 bytes/s of source read. Reference (\"fio\" columns): for the large file fio cold O_DIRECT libaio 1 MiB at depth d, warm buffered psync 1 MiB by 1 and 4 jobs; for the tree, cat of every file by d processes (warm: 1 and 4). pv: backup --to NUL (defaults unless named); in flight = settled/peak reads in flight per volume."
+} > "$OUT/summary.md"
+
+for round in $(seq 1 "$REPS"); do
+  for what in "$BIG" "$TREE"; do
+    name=$([ "$what" = "$BIG" ] && echo "large file" || echo "$FILES small files")
+    declare -A r=()
+    order=(fio pv); [ $((round % 2)) = 0 ] && order=(pv fio)
+    for tool in "${order[@]}"; do
+      wait_quiet
+      if [ "$tool" = fio ]; then
+        for d in 1 4 16 32 64; do drop; r[fio$d]=$(ref_mb "$what" 1 "$d" 1); done
+        warm "$what"; r[fiow]=$(ref_mb "$what" 0 1 1); r[fiow4]=$(ref_mb "$what" 0 1 4)
+      else
+        drop; read -r r[pv] r[pvlvl] < <(pv_mb "$what")
+        drop; read -r r[pvoff] _ < <(pv_mb "$what" --adaptive-readers off)
+        warm "$what"; read -r r[pvw] r[pvwlvl] < <(pv_mb "$what")
+      fi
+    done
+    best=0; bestd=0
+    for d in 1 4 16 32 64; do
+      if awk -v a="${r[fio$d]}" -v b="$best" 'BEGIN {exit !(a > b)}'; then best=${r[fio$d]}; bestd=$d; fi
+    done
+    bestw=${r[fiow]}; awk -v a="${r[fiow4]}" -v b="$bestw" 'BEGIN {exit !(a > b)}' && bestw=${r[fiow4]}
+    {
+      echo
+      echo "## Round $round, $name"
+      echo
+      echo "| | fio d1 | d4 | d16 | d32 | d64 | pv defaults | in flight | pv adaptive off | pv / best fio |"
+      echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      echo "| cold | $(f1 "${r[fio1]}") | $(f1 "${r[fio4]}") | $(f1 "${r[fio16]}") | $(f1 "${r[fio32]}") | $(f1 "${r[fio64]}") | $(f1 "${r[pv]}") | ${r[pvlvl]} | $(f1 "${r[pvoff]}") | $(ratio "${r[pv]}" "$best") (best fio at d$bestd) |"
+      echo
+      echo "| warm | fio 1 job | fio 4 jobs | pv defaults | in flight | pv / best fio |"
+      echo "|---|---:|---:|---:|---:|---:|"
+      echo "| | $(f1 "${r[fiow]}") | $(f1 "${r[fiow4]}") | $(f1 "${r[pvw]}") | ${r[pvwlvl]} | $(ratio "${r[pvw]}" "$bestw") |"
+    } >> "$OUT/summary.md"
+    log "round $round, $name: cold pv ${r[pv]} vs fio best ${best} (d$bestd); warm pv ${r[pvw]} vs fio ${bestw}"
+    unset r
+  done
+  drop
+  pvb=$("$PV" bench --path "$WORK" --profile backup --size 1G --duration 5 --json | jq '.profiles[0].read.mb_per_sec | floor')
+  echo "" >> "$OUT/summary.md"
+  echo "pagevault bench --profile backup (QD1, read+write), round $round: read ${pvb:-?} MB/s" >> "$OUT/summary.md"
+done
+echo "" >> "$OUT/summary.md"
+echo "Waited $QUIET_WAITED s in all for other CPU load to pass (budget $QUIET_BUDGET s)." >> "$OUT/summary.md"
+cat "$OUT/summary.md"
+log "results in $OUT"
+}
