@@ -143,6 +143,7 @@ for round in $(seq 1 "$REPS"); do
       echo "|---|---:|---:|---:|---:|---:|"
       echo "| | $(f1 "${r[fiow]}") | $(f1 "${r[fiow4]}") | $(f1 "${r[pvw]}") | ${r[pvwlvl]} | $(ratio "${r[pvw]}" "$bestw") |"
     } >> "$OUT/summary.md"
+    for k in "${!r[@]}"; do printf '%s\t%s\t%s\n' "$round" "$name" "$k" "${r[$k]}"; done >> "$OUT/values.tsv"
     log "round $round, $name: cold pv ${r[pv]} vs fio best ${best} (d$bestd); warm pv ${r[pvw]} vs fio ${bestw}"
     unset r
   done
@@ -151,6 +152,28 @@ for round in $(seq 1 "$REPS"); do
   echo "" >> "$OUT/summary.md"
   echo "pagevault bench --profile backup (QD1, read+write), round $round: read ${pvb:-?} MB/s" >> "$OUT/summary.md"
 done
+# Medians over the rounds: one pagevault run against the best of five fio depths in a
+# round would compare one sample with the largest of five on a disk that swings.
+python3 - "$OUT/values.tsv" >> "$OUT/summary.md" <<'PY'
+import statistics, sys
+from collections import defaultdict
+v = defaultdict(list)
+for line in open(sys.argv[1]):
+    _, what, k, x = line.rstrip("\n").split("\t")
+    try:
+        v[(what, k)].append(float(x))
+    except ValueError:
+        pass
+med = lambda what, k: statistics.median(v[(what, k)]) if v[(what, k)] else float("nan")
+print("\n## Medians over the rounds\n")
+print("| source | best reference cold (depth) | pv defaults cold | ratio | pv adaptive off | reference warm 1 / 4 | pv warm | ratio to 1 / 4 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for what in sorted({w for w, _ in v}):
+    best_d = max((1, 4, 16, 32, 64), key=lambda d: (v[(what, f"fio{d}")] and med(what, f"fio{d}")) or -1)
+    best = med(what, f"fio{best_d}")
+    pv, off, w1, w4, pw = (med(what, k) for k in ("pv", "pvoff", "fiow", "fiow4", "pvw"))
+    print(f"| {what} | {best:.0f} (d{best_d}) | {pv:.0f} | {pv / best:.2f} | {off:.0f} | {w1:.0f} / {w4:.0f} | {pw:.0f} | {pw / w1:.2f} / {pw / w4:.2f} |")
+PY
 echo "" >> "$OUT/summary.md"
 echo "Waited $QUIET_WAITED s in all for other CPU load to pass (budget $QUIET_BUDGET s)." >> "$OUT/summary.md"
 cat "$OUT/summary.md"
