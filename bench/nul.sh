@@ -70,6 +70,10 @@ fi
 BIG_BYTES=$(stat -c %s "$BIG/data")
 TREE_BYTES=$(find "$TREE" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
 
+source "$ROOT/bench/vm-memory.sh"
+trap release_guest_memory EXIT
+hold_guest_memory
+
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 warm() { find "$1" -type f -exec cat {} + > /dev/null; }
 
@@ -107,6 +111,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 echo "# BACKUP TO NUL against fio ($(date -u '+%Y-%m-%d %H:%M UTC'))"
 echo
 echo "pagevault $commit$dirty built $PV_BUILT; $(nproc) cores; large file $(mb "$BIG_BYTES") MB, tree $FILES files $(mb "$TREE_BYTES") MB; $REPS rounds."
+echo "$VM_MEMORY_NOTE."
 echo "MB/s = 10^6 bytes/s of source read. Reference (\"fio\" columns): for the large file fio cold O_DIRECT libaio 1 MiB at depth d, warm buffered psync 1 MiB by 1 and 4 jobs; for the tree, cat of every file by d processes (warm: 1 and 4). pv: backup --to NUL (defaults unless named); in flight = settled/peak reads in flight per volume."
 } > "$OUT/summary.md"
 
