@@ -67,6 +67,26 @@ fn tune_searches_a_sample_and_recommends_no_worse_than_the_defaults() {
     );
     // Trial stripes were removed.
     assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
+    // A source smaller than memory is tried warm unless asked; the grid reaches the
+    // depths and transfers fast devices need; the noise verdict is given either way.
+    assert_eq!(v["cold"], false, "{v}");
+    assert!(grid >= 7 * 4 * 3 * 3 * 3 * 2, "{grid}");
+    assert!(v["noise"].is_null() || v["noise"].as_str().unwrap().contains("spread"));
+    let cold = json(&[
+        "tune",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--sample",
+        "2M",
+        "--repeat",
+        "1",
+        "--memory-budget",
+        "64M",
+        "--codecs",
+        "none",
+        "--cold",
+    ]);
+    assert_eq!(cold["cold"], true, "{cold}");
 
     // A budget the defaults do not fit in is a clear error.
     let source = format!("files:{}", s(&src));
