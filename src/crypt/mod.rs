@@ -181,6 +181,12 @@ pub struct Master {
     pub id: [u8; KEY_ID_LEN],
 }
 
+impl std::fmt::Debug for Master {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Master(id {})", show_id(&self.id))
+    }
+}
+
 impl Master {
     pub fn new(key: [u8; KEY_LEN]) -> Master {
         let key = Arc::new(Zeroizing::new(key));
