@@ -35,7 +35,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-fn from_args<'a>(stripes: &'a [String]) -> Vec<&'a str> {
+fn from_args(stripes: &[String]) -> Vec<&str> {
     stripes
         .iter()
         .flat_map(|s| ["--from", s.as_str()])
