@@ -315,6 +315,28 @@ impl Repo {
         Ok(kdf)
     }
 
+    /// The master key archived WAL files are sealed with: None for a plain repository.
+    /// A write (`archive-push`) with a key makes an empty repository encrypted; without
+    /// one it is refused by an encrypted repository, as a read is.
+    pub fn wal_master(&self, write: bool) -> Result<Option<crate::crypt::Master>> {
+        let kdf = match (&self.options.key, self.encryption()) {
+            (Some(source), _) if write => self.kdf_for(source)?,
+            (Some(_), Some(k)) => k.kdf,
+            (Some(_), None) | (None, None) => return Ok(None),
+            (None, Some(_)) if write => return self.refuse_plain().map(|()| None),
+            (None, Some(k)) => bail!(
+                "repository '{}' is encrypted (key id {}): {GIVE_KEY}",
+                self.describe(),
+                show_id(&k.key_id)
+            ),
+        };
+        let source = self.options.key.as_ref().expect("a key");
+        let master = source
+            .master(&kdf)
+            .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
+        Ok(Some(master))
+    }
+
     /// The object-store options it was opened with.
     pub fn options(&self) -> &StoreOptions {
         &self.options

@@ -100,7 +100,28 @@ fn relabel(e: anyhow::Error, tmp: &Path, url: &str) -> anyhow::Error {
 /// largest file of its kind (pg::max_file_size) at the worst ratio.
 fn archived_max(name: &str) -> u64 {
     let raw = parse_name(name).map_or(0, |n| crate::pg::max_file_size(n.kind));
-    HDR_LEN as u64 + zstd::zstd_safe::compress_bound(raw as usize) as u64
+    let plain = HDR_LEN as u64 + zstd::zstd_safe::compress_bound(raw as usize) as u64;
+    plain + seal::overhead(plain)
+}
+
+/// The plain copy of a local archived file (`path`, object `rel`): the file itself in
+/// a plain repository, a temp file in `dir` opened from its envelope in an encrypted
+/// one. A plain file in an encrypted repository, or the reverse, is refused.
+fn plain_copy(repo: &Repo, rel: &str, path: &Path, dir: &Path, most: u64) -> Result<Option<Temp>> {
+    let object = rel.rsplit('/').next().unwrap_or(rel);
+    let sealed = seal::is_sealed(path)?;
+    match (repo.wal_master(false)?, sealed) {
+        (None, false) => Ok(None),
+        (Some(m), true) => seal::open_file(&m, object, path, dir, most).map(Some),
+        (Some(_), false) => Err(damaged(
+            path,
+            "it is not encrypted, but its repository is: forged, or put there by hand",
+        )),
+        (None, true) => Err(damaged(
+            path,
+            "it is encrypted, but its repository is not (its marker names no key)",
+        )),
+    }
 }
 
 /// Reads archived `rel` from a local file (the archived file itself, or a download
@@ -118,9 +139,13 @@ fn with_archived<T>(
         return Ok(None);
     };
     let url = repo.store().describe(rel);
-    f(&local.path)
-        .map(Some)
-        .map_err(|e| relabel(e, &local.path, &url))
+    let plain = plain_copy(repo, rel, &local.path, dir, max)
+        .map_err(|e| relabel(e, &local.path, &url))?;
+    let path = plain.as_ref().map_or(&local.path, |t| &t.path);
+    f(path).map(Some).map_err(|e| {
+        let e = relabel(e, path, &url);
+        relabel(e, &local.path, &url)
+    })
 }
 
 /// The complete segments archived for `timeline`, sorted (= in WAL order).
@@ -205,6 +230,7 @@ pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
 mod get;
 mod header;
 mod push;
+mod seal;
 pub mod summary;
 #[cfg(test)]
 mod tests;
