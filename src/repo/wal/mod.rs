@@ -139,8 +139,8 @@ fn with_archived<T>(
         return Ok(None);
     };
     let url = repo.store().describe(rel);
-    let plain = plain_copy(repo, rel, &local.path, dir, max)
-        .map_err(|e| relabel(e, &local.path, &url))?;
+    let plain =
+        plain_copy(repo, rel, &local.path, dir, max).map_err(|e| relabel(e, &local.path, &url))?;
     let path = plain.as_ref().map_or(&local.path, |t| &t.path);
     f(path).map(Some).map_err(|e| {
         let e = relabel(e, path, &url);

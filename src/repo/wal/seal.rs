@@ -73,7 +73,9 @@ fn open_header(master: &Master, name: &str, b: &[u8]) -> Result<(DataKey, u64), 
     let nl = (get_u16(b, 10) as usize).min(NAME_MAX);
     let own = String::from_utf8_lossy(&b[12..12 + nl]);
     if own != name {
-        return Err(format!("it was sealed as {own}, not {name}: renamed or forged"));
+        return Err(format!(
+            "it was sealed as {own}, not {name}: renamed or forged"
+        ));
     }
     let id: [u8; KEY_ID_LEN] = b[76..92].try_into().unwrap();
     if id != master.id {
@@ -148,16 +150,23 @@ fn open_stream(
             return Err("it is shorter than its envelope says".into());
         }
         let aad = chunk_aad(name, i, i + 1 == n, plain);
-        let m = dek.open(DOMAIN_WAL, i, &aad, &mut buf[..clen]).ok_or_else(|| {
-            format!("its chunk {i} does not authenticate with its key: damaged or forged")
-        })?;
+        let m = dek
+            .open(DOMAIN_WAL, i, &aad, &mut buf[..clen])
+            .ok_or_else(|| {
+                format!("its chunk {i} does not authenticate with its key: damaged or forged")
+            })?;
         out.write_all(&buf[..m]).map_err(|e| e.to_string())?;
     }
     Ok(plain)
 }
 
 /// Opens sealed bytes of object `name`.
-pub(super) fn open_bytes(master: &Master, name: &str, b: &[u8], most: u64) -> Result<Vec<u8>, String> {
+pub(super) fn open_bytes(
+    master: &Master,
+    name: &str,
+    b: &[u8],
+    most: u64,
+) -> Result<Vec<u8>, String> {
     let mut out = vec![];
     let mut r = b;
     open_stream(master, name, &mut r, b.len() as u64, most, &mut out)?;
@@ -166,7 +175,12 @@ pub(super) fn open_bytes(master: &Master, name: &str, b: &[u8], most: u64) -> Re
 
 /// The first `n` plain bytes of sealed object `name` from its first bytes (`head`, at
 /// least the header and the first chunk, or the whole object).
-pub(super) fn open_head(master: &Master, name: &str, head: &[u8], n: usize) -> Result<Vec<u8>, String> {
+pub(super) fn open_head(
+    master: &Master,
+    name: &str,
+    head: &[u8],
+    n: usize,
+) -> Result<Vec<u8>, String> {
     let (dek, plain) = open_header(master, name, head)?;
     let first = (plain.min(SEAL_CHUNK as u64)) as usize + TAG_LEN;
     let mut c = head
@@ -200,7 +214,13 @@ pub(super) fn seal_file(master: &Master, name: &str, plain: &Path, dir: &Path) -
 
 /// Opens sealed file `path` (object `name`, at most `most` plain bytes) into a new temp
 /// file in `dir`.
-pub(super) fn open_file(master: &Master, name: &str, path: &Path, dir: &Path, most: u64) -> Result<Temp> {
+pub(super) fn open_file(
+    master: &Master,
+    name: &str,
+    path: &Path,
+    dir: &Path,
+    most: u64,
+) -> Result<Temp> {
     let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
     let len = f.metadata()?.len();
     let (tmp, out) = temp_beside(dir, name)?;

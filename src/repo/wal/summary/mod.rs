@@ -302,7 +302,11 @@ fn read_unbound(repo: &Repo, name: &str) -> Result<Option<(String, Summary)>> {
         Some(m) => super::seal::open_bytes(&m, object_of(&rel), &b, FILE_MAX)
             .map_err(|m| refused(repo, &rel, &m))?,
         None if b.starts_with(super::seal::ENV_MAGIC) => {
-            return Err(refused(repo, &rel, "it is encrypted, but its repository is not"))
+            return Err(refused(
+                repo,
+                &rel,
+                "it is encrypted, but its repository is not",
+            ))
         }
         None => b,
     };
@@ -333,9 +337,8 @@ pub fn read(repo: &Repo, name: &str) -> Result<Option<Summary>> {
     let head = repo.store().get_head(&seg_rel, want)?;
     let head = match (head, &master) {
         (Some(h), Some(m)) => Some(
-            super::seal::open_head(m, object_of(&seg_rel), &h, HDR_LEN).map_err(|e| {
-                refused(repo, &rel, &format!("its segment's archived copy: {e}"))
-            })?,
+            super::seal::open_head(m, object_of(&seg_rel), &h, HDR_LEN)
+                .map_err(|e| refused(repo, &rel, &format!("its segment's archived copy: {e}")))?,
         ),
         (h, _) => h,
     };
