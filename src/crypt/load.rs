@@ -80,10 +80,7 @@ fn read_private(path: &Path, what: &str) -> Result<Zeroizing<Vec<u8>>> {
 pub fn read_key_file(path: &Path) -> Result<KeySource> {
     let bytes = read_private(path, "key file")?;
     let origin = format!("key file '{}'", path.display());
-    Ok(KeySource::key(
-        parse_key(&bytes).with_context(|| origin.clone())?,
-        &origin,
-    ))
+    Ok(KeySource::key(parse_key(&bytes).with_context(|| origin.clone())?, &origin).from_file(path))
 }
 
 fn parse_key(bytes: &[u8]) -> Result<[u8; KEY_LEN]> {
@@ -119,7 +116,8 @@ pub fn read_passphrase_file(path: &Path) -> Result<KeySource> {
     Ok(KeySource::passphrase(
         line.to_vec(),
         &format!("passphrase file '{}'", path.display()),
-    ))
+    )
+    .from_file(path))
 }
 
 #[cfg(test)]

@@ -77,10 +77,12 @@ pub enum KeySource {
     Key {
         key: Arc<Zeroizing<[u8; KEY_LEN]>>,
         origin: String,
+        file: Option<std::path::PathBuf>,
     },
     Passphrase {
         phrase: Arc<Zeroizing<Vec<u8>>>,
         origin: String,
+        file: Option<std::path::PathBuf>,
     },
 }
 
@@ -113,6 +115,7 @@ impl KeySource {
         KeySource::Key {
             key: Arc::new(Zeroizing::new(bytes)),
             origin: origin.into(),
+            file: None,
         }
     }
 
@@ -120,6 +123,26 @@ impl KeySource {
         KeySource::Passphrase {
             phrase: Arc::new(Zeroizing::new(phrase)),
             origin: origin.into(),
+            file: None,
+        }
+    }
+
+    /// The same source, read from `path` (another process can be told to read it).
+    pub fn from_file(mut self, path: &std::path::Path) -> KeySource {
+        let p = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        match &mut self {
+            KeySource::Key { file, .. } | KeySource::Passphrase { file, .. } => *file = Some(p),
+        }
+        self
+    }
+
+    /// The option that gives another pagevault (restore_command) this key: the file's
+    /// flag and absolute path; None for a passphrase from the environment.
+    pub fn command_option(&self) -> Option<(&'static str, &std::path::Path)> {
+        match self {
+            KeySource::Key { file: Some(f), .. } => Some(("--key-file", f)),
+            KeySource::Passphrase { file: Some(f), .. } => Some(("--passphrase-file", f)),
+            _ => None,
         }
     }
 
