@@ -64,6 +64,8 @@ enum Command {
     Expire(cmd::expire::ExpireArgs),
     /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
     Estimate(cmd::estimate::EstimateArgs),
+    /// Encryption keys: `key rotate` rewraps an encrypted repository's data keys for a new key.
+    Key(cmd::key::KeyArgs),
     /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
     Merge(cmd::merge::MergeArgs),
     /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
@@ -111,6 +113,7 @@ fn main() -> ExitCode {
         Command::Expire(a) => cmd::expire::run(a, &store),
         Command::Estimate(a) => cmd::estimate::run(a, &store),
         Command::Merge(a) => cmd::merge::run(a, &store),
+        Command::Key(a) => cmd::key::run(a, &store),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Tune(a) => cmd::tune::run(a, &store),
         Command::Sql(a) => cmd::sql::run(a, &store),

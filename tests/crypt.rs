@@ -82,6 +82,9 @@ fn encrypted_sets_round_trip_and_hold_no_plaintext() {
         let mut h = vec!["files", "--key-file", &key];
         h.extend(from_args(&stripes));
         assert!(ok(&h).contains("marker"));
+        let mut h = vec!["header", "--key-file", &key];
+        h.extend(from_args(&stripes));
+        assert!(ok(&h).contains("AES-256-GCM"));
     }
 }
 
@@ -390,4 +393,99 @@ fn an_encrypted_repository_refuses_plain_writes_and_other_keys() {
         1,
     );
     assert!(e.contains("is not encrypted and holds 1 sets"), "{e}");
+}
+
+#[test]
+fn key_rotate_rewraps_every_set_without_rewriting_data() {
+    let (dir, src) = tree_in_tempdir();
+    marker_file(&src);
+    let key = key_file(dir.path(), "key", 1, false);
+    let phrase = dir.path().join("phrase");
+    fs::write(&phrase, "a new passphrase\n").unwrap();
+    fs::set_permissions(&phrase, fs::Permissions::from_mode(0o600)).unwrap();
+    let phrase = s(&phrase);
+    let repo = s(&dir.path().join("repo"));
+    let source = format!("files:{}", s(&src));
+    for _ in 0..2 {
+        ok(&[
+            "backup",
+            "--source",
+            &source,
+            "--repo",
+            &repo,
+            "--key-file",
+            &key,
+            "--stripes",
+            "2",
+        ]);
+    }
+    let stripes: Vec<std::path::PathBuf> = fs::read_dir(dir.path().join("repo/sets"))
+        .unwrap()
+        .flat_map(|d| fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert_eq!(stripes.len(), 4);
+    let before: Vec<Vec<u8>> = stripes.iter().map(|p| fs::read(p).unwrap()).collect();
+
+    let r = json(&[
+        "key",
+        "rotate",
+        "--repo",
+        &repo,
+        "--old-key-file",
+        &key,
+        "--new-passphrase-file",
+        &phrase,
+    ]);
+    assert_eq!(r["stripes"], 4, "{r}");
+    for (p, b) in stripes.iter().zip(&before) {
+        let a = fs::read(p).unwrap();
+        assert_eq!(a.len(), b.len());
+        assert_ne!(a[64..180], b[64..180], "the key block changed");
+        assert_eq!(a[512..], b[512..], "the data is untouched");
+    }
+    let marker = fs::read_to_string(dir.path().join("repo/pagevault.repo")).unwrap();
+    assert!(
+        marker.contains("argon2id") && !marker.contains("rotating-to"),
+        "{marker}"
+    );
+
+    // The new passphrase opens everything; the old key is refused by key id.
+    let out = dir.path().join("out");
+    ok(&[
+        "restore",
+        "--repo",
+        &repo,
+        "--to",
+        &s(&out),
+        "--passphrase-file",
+        &phrase,
+    ]);
+    assert_same_tree(&src, &out);
+    let e = fails(&["verify", "--repo", &repo, "--key-file", &key], 1);
+    assert!(e.contains("encrypted with a passphrase"), "{e}");
+    ok(&[
+        "backup",
+        "--source",
+        &source,
+        "--repo",
+        &repo,
+        "--passphrase-file",
+        &phrase,
+    ]);
+    // Rotating again from the old key is refused: it is no longer the repository's.
+    let e = fails(
+        &[
+            "key",
+            "rotate",
+            "--repo",
+            &repo,
+            "--old-key-file",
+            &key,
+            "--new-key-file",
+            &key,
+        ],
+        1,
+    );
+    assert!(e.contains("the old key") && e.contains("passphrase"), "{e}");
 }

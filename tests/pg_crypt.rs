@@ -101,6 +101,26 @@ fn an_encrypted_repository_backs_up_archives_and_recovers() {
     let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
     assert!(conf.contains("--key-file"), "{conf}");
     check_restored(&target, &want, rows);
+
+    // A merge needs the key, and its new full set is encrypted and restores alone.
+    let e = fails(&["merge", "--repo", &repo], 1);
+    assert!(e.contains("is encrypted"), "{e}");
+    let m = json(&["merge", "--repo", &repo, "--key-file", &key]);
+    let merged = m["set_id"].as_str().unwrap().to_string();
+    let h = json(&[
+        "header",
+        "--repo",
+        &repo,
+        "--set",
+        &merged,
+        "--key-file",
+        &key,
+    ]);
+    assert_eq!(h["sets"][0]["format_version"], 3, "{h}");
+    let (target, r) = restore_repo(&repo, &["--key-file", &key]);
+    assert_eq!(r["chain"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r["chain"][0]["set_id"], merged.as_str());
+    check_restored(&target, &want, rows);
     drop(pg);
     let _ = fs::remove_dir_all(&dir);
 }

@@ -109,6 +109,13 @@ impl KeyBlock {
         })
     }
 
+    /// The set's data key with master key `master` (its id checked by the caller).
+    pub fn open_with(&self, master: &Master, set_id: &[u8; 16]) -> Result<DataKey, String> {
+        master
+            .unwrap(&self.nonce, &self.wrapped, &wrap_aad(set_id))
+            .ok_or_else(|| "its data key does not unwrap with the right key: the key block was moved from another set or forged".into())
+    }
+
     /// The set's data key with the key `source` gives; a wrong key is one error that
     /// names both key ids.
     pub fn open(&self, source: &KeySource, set_id: &[u8; 16]) -> Result<DataKey, String> {

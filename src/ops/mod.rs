@@ -7,6 +7,7 @@ pub mod archive;
 pub mod backup;
 pub mod estimate;
 pub mod expire;
+pub mod key;
 pub mod merge;
 pub mod restore;
 pub mod tune;

@@ -79,55 +79,92 @@ pub struct RepoKey {
 
 const MARKER_HEAD: &str = "pagevault repository 1\n";
 
+fn kdf_text(kdf: &Kdf) -> String {
+    match *kdf {
+        Kdf::Raw => "raw".to_string(),
+        Kdf::Argon2id { salt, m_kib, t, p } => {
+            format!("argon2id {} {m_kib} {t} {p}", hex::encode(salt))
+        }
+    }
+}
+
+fn parse_kdf(words: &[&str]) -> Result<Kdf, String> {
+    let kdf = match words {
+        ["raw"] => Kdf::Raw,
+        ["argon2id", salt, m, t, p] => Kdf::Argon2id {
+            salt: hex::decode(salt)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or("a bad Argon2id salt")?,
+            m_kib: m.parse().map_err(|_| "a bad Argon2id memory")?,
+            t: t.parse().map_err(|_| "a bad Argon2id pass count")?,
+            p: p.parse().map_err(|_| "a bad Argon2id lane count")?,
+        },
+        _ => return Err("an unknown key derivation".into()),
+    };
+    kdf.check()?;
+    Ok(kdf)
+}
+
+fn parse_id(h: &str) -> Result<[u8; crate::crypt::KEY_ID_LEN], String> {
+    hex::decode(h)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| "a bad key id".to_string())
+}
+
 impl RepoKey {
-    /// The marker's text: the first line, then the encryption lines.
-    fn marker(&self) -> String {
-        let kdf = match self.kdf {
-            Kdf::Raw => "raw".to_string(),
-            Kdf::Argon2id { salt, m_kib, t, p } => {
-                format!("argon2id {} {m_kib} {t} {p}", hex::encode(salt))
-            }
-        };
-        format!(
-            "{MARKER_HEAD}encryption aes-256-gcm\nkey-id {}\nkdf {kdf}\n",
-            hex::encode(self.key_id)
-        )
+    /// The marker's text: the first line, then the encryption lines (and, while `key
+    /// rotate` runs, the key it rotates to).
+    fn marker(&self, rotating: Option<&RepoKey>) -> String {
+        let mut m = format!(
+            "{MARKER_HEAD}encryption aes-256-gcm\nkey-id {}\nkdf {}\n",
+            hex::encode(self.key_id),
+            kdf_text(&self.kdf)
+        );
+        if let Some(r) = rotating {
+            m += &format!(
+                "rotating-to {} {}\n",
+                hex::encode(r.key_id),
+                kdf_text(&r.kdf)
+            );
+        }
+        m
     }
 
-    /// The encryption lines of a marker; None for a plain repository.
-    fn parse(text: &str) -> Result<Option<RepoKey>, String> {
+    /// The encryption lines of a marker: the key, and the key a rotation goes to; None
+    /// for a plain repository.
+    fn parse(text: &str) -> Result<(Option<RepoKey>, Option<RepoKey>), String> {
         let mut lines = text.lines().skip(1);
         match lines.next() {
-            None => return Ok(None),
+            None => return Ok((None, None)),
             Some("encryption aes-256-gcm") => {}
             Some(l) => return Err(format!("unknown line '{}'", l.escape_debug())),
         }
         let id = lines.next().and_then(|l| l.strip_prefix("key-id "));
-        let key_id = id
-            .and_then(|h| hex::decode(h).ok())
-            .and_then(|b| b.try_into().ok())
-            .ok_or("no valid 'key-id' line")?;
+        let key_id = parse_id(id.ok_or("no 'key-id' line")?)?;
         let kdf: Vec<&str> = lines
             .next()
             .and_then(|l| l.strip_prefix("kdf "))
             .ok_or("no 'kdf' line")?
             .split(' ')
             .collect();
-        let kdf = match kdf[..] {
-            ["raw"] => Kdf::Raw,
-            ["argon2id", salt, m, t, p] => Kdf::Argon2id {
-                salt: hex::decode(salt)
-                    .ok()
-                    .and_then(|b| b.try_into().ok())
-                    .ok_or("a bad Argon2id salt")?,
-                m_kib: m.parse().map_err(|_| "a bad Argon2id memory")?,
-                t: t.parse().map_err(|_| "a bad Argon2id pass count")?,
-                p: p.parse().map_err(|_| "a bad Argon2id lane count")?,
-            },
-            _ => return Err("an unknown 'kdf' line".into()),
+        let key = RepoKey {
+            key_id,
+            kdf: parse_kdf(&kdf)?,
         };
-        kdf.check()?;
-        Ok(Some(RepoKey { key_id, kdf }))
+        let rotating = match lines.next().and_then(|l| l.strip_prefix("rotating-to ")) {
+            Some(r) => {
+                let w: Vec<&str> = r.split(' ').collect();
+                let (id, kdf) = w.split_first().ok_or("an empty 'rotating-to' line")?;
+                Some(RepoKey {
+                    key_id: parse_id(id)?,
+                    kdf: parse_kdf(kdf)?,
+                })
+            }
+            None => None,
+        };
+        Ok((Some(key), rotating))
     }
 }
 
@@ -239,7 +276,7 @@ impl Repo {
     /// Reads the marker's encryption; a key given must be the repository's.
     fn with_key(self) -> Result<Repo> {
         let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
-        let key = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
+        let (key, _) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
             anyhow!(
                 "'{}': {e}: the marker is damaged or forged",
                 self.store.describe(MARKER)
@@ -310,7 +347,7 @@ impl Repo {
             key_id: master.id,
             kdf,
         };
-        self.store.put(MARKER, k.marker().as_bytes())?;
+        self.store.put(MARKER, k.marker(None).as_bytes())?;
         *self.key.lock().unwrap() = Some(k);
         Ok(kdf)
     }
@@ -335,6 +372,20 @@ impl Repo {
             .master(&kdf)
             .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
         Ok(Some(master))
+    }
+
+    /// The key a `key rotate` left half done goes to, as the marker records it.
+    pub fn rotating(&self) -> Result<Option<RepoKey>> {
+        let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
+        let (_, r) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| anyhow!("{e}"))?;
+        Ok(r)
+    }
+
+    /// Records the repository's key (and the key a rotation goes to, while it runs).
+    pub fn set_key(&self, key: RepoKey, rotating: Option<&RepoKey>) -> Result<()> {
+        self.store.put(MARKER, key.marker(rotating).as_bytes())?;
+        *self.key.lock().unwrap() = Some(key);
+        Ok(())
     }
 
     /// The object-store options it was opened with.

@@ -179,6 +179,35 @@ pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
     Ok(out)
 }
 
+/// `key rotate`: every sealed archived file and summary of a repository on a
+/// filesystem rewrapped from `old` to `new`; returns (rewritten, already new).
+pub fn rekey(
+    repo: &Repo,
+    old: &crate::crypt::Master,
+    new: &crate::crypt::Master,
+) -> Result<(u64, u64)> {
+    let (mut done, mut already) = (0, 0);
+    for (rel, _) in repo.store().list("wal")? {
+        let (dir, file) = rel.split_once('/').unwrap_or(("", &rel));
+        let stem = file
+            .strip_suffix(".zst")
+            .or_else(|| file.strip_suffix(".sum"));
+        if !stem.is_some_and(|s| parse_name(s).is_some_and(|n| format!("{:08X}", n.tli) == dir)) {
+            continue;
+        }
+        let rel = format!("wal/{rel}");
+        let path = repo
+            .store()
+            .local_path(&rel)
+            .ok_or_else(|| anyhow!("'{}' is not a local file", repo.store().describe(&rel)))?;
+        match seal::rewrap_file(&path, file, old, new)? {
+            true => done += 1,
+            false => already += 1,
+        }
+    }
+    Ok((done, already))
+}
+
 /// Removes one archived file (retention), and its block summary.
 pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
     let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;

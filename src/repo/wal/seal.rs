@@ -231,6 +231,35 @@ pub(super) fn open_file(
     Ok(tmp)
 }
 
+/// Rewraps the data key of sealed file `path` (object `name`) from `old` to `new` in
+/// place (its 164-byte header rewritten, fsynced): Ok(true) when rewritten, Ok(false)
+/// when it was `new`'s already.
+pub(super) fn rewrap_file(path: &Path, name: &str, old: &Master, new: &Master) -> Result<bool> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("cannot open '{}'", path.display()))?;
+    let mut b = [0u8; ENV_HDR];
+    f.read_exact_at(&mut b, 0)
+        .with_context(|| format!("cannot read '{}'", path.display()))?;
+    let id: [u8; KEY_ID_LEN] = b[76..92].try_into().unwrap();
+    if id == new.id && crc32c::crc32c(&b[..160]) == get_u32(&b, 160) {
+        return Ok(false);
+    }
+    let (dek, _) = open_header(old, name, &b).map_err(|m| damaged(path, &m))?;
+    let (nonce, wrapped) = new.wrap(&dek, &wrap_aad(name));
+    b[76..92].copy_from_slice(&new.id);
+    b[92..104].copy_from_slice(&nonce);
+    b[104..152].copy_from_slice(&wrapped);
+    let c = crc32c::crc32c(&b[..160]);
+    b[160..164].copy_from_slice(&c.to_le_bytes());
+    f.write_all_at(&b, 0)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot rewrite '{}'", path.display()))?;
+    Ok(true)
+}
+
 /// Whether a file starts as an envelope.
 pub(super) fn is_sealed(path: &Path) -> Result<bool> {
     let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;

@@ -402,3 +402,41 @@ fn an_encrypted_archive_seals_every_file_and_refuses_plain_and_other_keys() {
     let e = format!("{:#}", fetch(&r, &other, &out).unwrap_err());
     assert!(e.contains("not encrypted"), "{e}");
 }
+
+#[test]
+fn rekey_rewraps_archived_files_in_place() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("r");
+    let r = keyed(&root, 1);
+    let wal = d.path().join("pg_wal");
+    fs::create_dir(&wal).unwrap();
+    let name = segment_name_for(1, 3, SEG);
+    fs::write(wal.join(&name), segment(1, 3, 77, 50)).unwrap();
+    push(&r, &wal.join(&name)).unwrap();
+    let (old, new) = (
+        crate::crypt::Master::new([1; 32]),
+        crate::crypt::Master::new([9; 32]),
+    );
+    assert_eq!(
+        rekey(&r, &old, &new).unwrap(),
+        (2, 0),
+        "segment and summary"
+    );
+    assert_eq!(
+        rekey(&r, &old, &new).unwrap(),
+        (0, 2),
+        "a second run finds them done"
+    );
+    r.set_key(
+        crate::repo::RepoKey {
+            key_id: new.id,
+            kdf: crate::crypt::Kdf::Raw,
+        },
+        None,
+    )
+    .unwrap();
+    let r2 = keyed(&root, 9);
+    let out = d.path().join("got");
+    fetch(&r2, &name, &out).unwrap();
+    assert!(summary::read(&r2, &name).unwrap().is_some());
+}
