@@ -152,7 +152,7 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
         _ => PathBuf::from("."),
     };
     // Absent is told apart before anything is written (archive-get's exit codes).
-    let Some(local) = repo.store().fetch_to(&rel, &dir, archived_max(name))? else {
+    let Some(local) = repo.store().fetch_to(&rel, &dir, stored_max(repo, name))? else {
         return Err(NotArchived(format!(
             "{name} is not in the WAL archive of '{}'",
             repo.describe()

@@ -100,8 +100,16 @@ fn relabel(e: anyhow::Error, tmp: &Path, url: &str) -> anyhow::Error {
 /// largest file of its kind (pg::max_file_size) at the worst ratio.
 fn archived_max(name: &str) -> u64 {
     let raw = parse_name(name).map_or(0, |n| crate::pg::max_file_size(n.kind));
-    let plain = HDR_LEN as u64 + zstd::zstd_safe::compress_bound(raw as usize) as u64;
-    plain + seal::overhead(plain)
+    HDR_LEN as u64 + zstd::zstd_safe::compress_bound(raw as usize) as u64
+}
+
+/// The largest object of WAL file `name` in `repo`: its envelope's too when encrypted.
+fn stored_max(repo: &Repo, name: &str) -> u64 {
+    let plain = archived_max(name);
+    match repo.encryption() {
+        Some(_) => plain + seal::overhead(plain),
+        None => plain,
+    }
 }
 
 /// The plain copy of a local archived file (`path`, object `rel`): the file itself in
@@ -135,7 +143,8 @@ fn with_archived<T>(
 ) -> Result<Option<T>> {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let max = archived_max(name.strip_suffix(".zst").unwrap_or(name));
-    let Some(local) = repo.store().fetch_to(rel, dir, max)? else {
+    let stored = stored_max(repo, name.strip_suffix(".zst").unwrap_or(name));
+    let Some(local) = repo.store().fetch_to(rel, dir, stored)? else {
         return Ok(None);
     };
     let url = repo.store().describe(rel);
@@ -192,7 +201,8 @@ pub fn rekey(
         let stem = file
             .strip_suffix(".zst")
             .or_else(|| file.strip_suffix(".sum"));
-        if !stem.is_some_and(|s| parse_name(s).is_some_and(|n| format!("{:08X}", n.tli) == dir)) {
+        let ours = stem.and_then(parse_name).map(|n| format!("{:08X}", n.tli));
+        if ours.as_deref() != Some(dir) {
             continue;
         }
         let rel = format!("wal/{rel}");
