@@ -489,3 +489,56 @@ fn key_rotate_rewraps_every_set_without_rewriting_data() {
     );
     assert!(e.contains("the old key") && e.contains("passphrase"), "{e}");
 }
+
+#[test]
+fn an_encrypted_sqlite_backup_restores_intact_and_holds_no_rows_in_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.pragma_update(None, "journal_mode", "wal").unwrap();
+        c.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL);")
+            .unwrap();
+        let tx = c.unchecked_transaction().unwrap();
+        for i in 1..=20_000i64 {
+            tx.execute(
+                "INSERT INTO t VALUES (?1, ?2)",
+                rusqlite::params![i, format!("SECRET-ROW-{i:08}")],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let key = key_file(dir.path(), "key", 5, true);
+    let set = s(&dir.path().join("db.pv"));
+    let source = format!("sqlite:{}", s(&db));
+    ok(&backup_args(
+        &source,
+        &[&set],
+        &["--compress", "lz4", "--key-file", &key],
+    ));
+    assert!(!contains(&fs::read(&set).unwrap(), b"SECRET-ROW-"));
+    let out = dir.path().join("out");
+    ok(&[
+        "restore",
+        "--from",
+        &set,
+        "--to",
+        &s(&out),
+        "--key-file",
+        &key,
+    ]);
+    let c = rusqlite::Connection::open(out.join("app.db")).unwrap();
+    let check: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let n: i64 = c
+        .query_row(
+            "SELECT count(*) FROM t WHERE v LIKE 'SECRET-ROW-%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 20_000);
+}
