@@ -24,7 +24,7 @@ pub const KEY_ID_LEN: usize = 16;
 pub const WRAPPED_LEN: usize = KEY_LEN + TAG_LEN;
 
 /// Argon2id parameters a reader accepts: a forged set must not make it allocate more.
-pub const ARGON_M_MAX_KIB: u32 = 256 << 10;
+pub const ARGON_M_MAX_KIB: u32 = 128 << 10;
 pub const ARGON_T_MAX: u32 = 16;
 pub const ARGON_P_MAX: u32 = 16;
 /// What a new passphrase-derived key uses (64 MiB, 3 passes, 1 lane: RFC 9106's second
