@@ -30,6 +30,8 @@
 # Usage: bench/pg.sh [--work DIR] [--scale N] [--real-mb N] [--reps N] [--cache warm,cold]
 #                    [--sets pgbench,real] [--pv-dest file|repo] [--verify 0|1] [--no-build]
 #                    [--keep-running]      (or positionally: bench/pg.sh [SCALE])
+#   - pagevault backup and restore with encryption (pve: --key-file, AES-256-GCM) beside each
+#     codec's plain one: encryption's cost is the "pagevault ÷ this" column of those rows
 # Environment: WORK_DIR, SCALE, REAL_MB, REPS, CACHES, DATASETS, PV_DEST, VERIFY, QUIET_BUDGET,
 #              PAGEVAULT (binary to use), NO_BUILD=1, PG_BIN, KEEP_RUNNING=1,
 #              CASES ('pv lz4 disk;pvb lz4 disk': a subset), PV_BEFORE (binary of the pvb cases)
@@ -338,19 +340,30 @@ verify_restore() {
     fi
 }
 
-case_pv() { # case_pv CODEC disk|nul [BINARY TOOL]
+# The key of the encrypted cases (pve): 32 random bytes, private, made once.
+BENCH_KEY=$PGW/bench.key
+bench_key() {
+    if [ ! -s "$BENCH_KEY" ]; then
+        mkdir -p "$PGW"
+        (umask 077; head -c 32 /dev/urandom > "$BENCH_KEY")
+    fi
+    chmod 600 "$BENCH_KEY"
+}
+
+case_pv() { # case_pv CODEC disk|nul [BINARY TOOL [EXTRA OPTION...]]
     local codec=$1 dest=$2 src="postgres://postgres@127.0.0.1:${PORT[$SET]}/postgres?pgdata=${DATA[$SET]}"
     local PV=${3:-$PV} tool=${4:-pagevault}
+    local extra=("${@:5}")
     fresh_scratch
     if [ "$dest" = nul ]; then
-        run_timed backup "$tool" "NUL $codec" "" "" "$PV" backup --source "$src" --to NUL --compress "$codec" --json || true
+        run_timed backup "$tool" "NUL $codec" "" "" "$PV" backup --source "$src" --to NUL --compress "$codec" "${extra[@]}" --json || true
         return
     fi
     local to=(--to "$SCRATCH/pv.pvb") from=(--from "$SCRATCH/pv.pvb") sizep=$SCRATCH/pv.pvb
     if [ "$PV_DEST" = repo ]; then to=(--repo "$SCRATCH/repo"); from=(--repo "$SCRATCH/repo"); sizep=$SCRATCH/repo; fi
-    if run_timed backup "$tool" "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" --json; then
+    if run_timed backup "$tool" "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" "${extra[@]}" --json; then
         if run_timed restore "$tool" "$codec" "$SCRATCH/restore" "$SCRATCH" \
-            "$PV" restore "${from[@]}" --to "$SCRATCH/restore" --owner postgres --json &&
+            "$PV" restore "${from[@]}" --to "$SCRATCH/restore" --owner postgres "${extra[@]}" --json &&
             [ "$VERIFY" = 1 ] && [ "$REP" = 1 ] && [ "$CACHE" = "${CACHE_LIST[0]}" ] && [ "$codec" = lz4 ] && [ "$tool" = pagevault ]; then
             verify_restore "$SCRATCH/restore" "pagevault lz4 restore"
         fi
@@ -461,12 +474,14 @@ case_floor() {
 
 # The cases of one repetition, codec by codec so that every tool meets the same conditions.
 CASE_LIST=(
-    "floor" "pv none disk" "pv none nul" "pgbr none" "pgbb none"
-    "pv lz4 disk" "pv lz4 nul" "pgbr lz4" "pgbb client-lz4" "pgbb server-lz4"
-    "pv zstd disk" "pv zstd nul" "pgbr zst" "pgbb server-zstd"
+    "floor" "pv none disk" "pve none disk" "pv none nul" "pgbr none" "pgbb none"
+    "pv lz4 disk" "pve lz4 disk" "pv lz4 nul" "pve lz4 nul" "pgbr lz4" "pgbb client-lz4" "pgbb server-lz4"
+    "pv zstd disk" "pve zstd disk" "pv zstd nul" "pgbr zst" "pgbb server-zstd"
 )
 # CASES (';'-separated) runs a subset; with PV_BEFORE (another build of pagevault), "pvb CODEC
 # disk|nul" cases run it as tool pagevault-before: the before/after table of a refactoring.
+# "pve CODEC disk|nul" runs this pagevault with encryption (--key-file, AES-256-GCM) as tool
+# pagevault-encrypted: the table's "pagevault ÷ this" column of its rows is encryption's cost.
 if [ -n "${CASES:-}" ]; then IFS=';' read -r -a CASE_LIST <<< "$CASES"; fi
 run_case() {
     local words
@@ -474,6 +489,7 @@ run_case() {
     case ${words[0]} in
         pv) case_pv "${words[1]}" "${words[2]}" ;;
         pvb) case_pv "${words[1]}" "${words[2]}" "${PV_BEFORE:?PV_BEFORE names the binary before}" pagevault-before ;;
+        pve) bench_key; case_pv "${words[1]}" "${words[2]}" "$PV" pagevault-encrypted --key-file "$BENCH_KEY" ;;
         pgbr) case_pgbr "${words[1]}" ;;
         pgbb) case_pgbb "${words[1]}" ;;
         floor) case_floor ;;
@@ -586,8 +602,10 @@ SAME = {("pgbackrest", "none"): "none", ("pgbackrest", "lz4"): "lz4", ("pgbackre
         ("pg_basebackup", "none"): "none", ("pg_basebackup", "client-lz4"): "lz4",
         ("pg_basebackup", "server-lz4"): "lz4", ("pg_basebackup", "server-zstd"): "zstd",
         ("pagevault-before", "none"): "none", ("pagevault-before", "lz4"): "lz4", ("pagevault-before", "zstd"): "zstd",
-        ("pagevault-before", "NUL none"): "NUL none", ("pagevault-before", "NUL lz4"): "NUL lz4", ("pagevault-before", "NUL zstd"): "NUL zstd"}
-TOOL_ORDER = {"pagevault": 0, "pagevault-before": 0.5, "pgbackrest": 1, "pg_basebackup": 2, "device": 3}
+        ("pagevault-before", "NUL none"): "NUL none", ("pagevault-before", "NUL lz4"): "NUL lz4", ("pagevault-before", "NUL zstd"): "NUL zstd",
+        ("pagevault-encrypted", "none"): "none", ("pagevault-encrypted", "lz4"): "lz4", ("pagevault-encrypted", "zstd"): "zstd",
+        ("pagevault-encrypted", "NUL none"): "NUL none", ("pagevault-encrypted", "NUL lz4"): "NUL lz4", ("pagevault-encrypted", "NUL zstd"): "NUL zstd"}
+TOOL_ORDER = {"pagevault": 0, "pagevault-encrypted": 0.25, "pagevault-before": 0.5, "pgbackrest": 1, "pg_basebackup": 2, "device": 3}
 CODEC_ORDER = {"none": 0, "lz4": 1, "client-lz4": 2, "server-lz4": 3, "zstd": 4, "zst": 4, "server-zstd": 5}
 def variant_key(v):
     nul = v.startswith("NUL ")
@@ -673,6 +691,13 @@ for k in order:
                         floor, _ = stat((s, "device", pvk[2], cache), "restore")
                     goals.append((s, cache, f"{phase} >= 2x pgBackRest ({variant} vs pagevault {pvk[2]})",
                                   p["sec"], me["sec"], ratio, 2.0, floor))
+        if tool == "pagevault-encrypted" and not variant.startswith("NUL"):
+            # Issue 20: encryption costs at most 10% of wall time (here pagevault s is the
+            # encrypted run, peer s the plain one with the same codec).
+            for phase, p, me in (("backup", pb, b), ("restore", pr, r)):
+                if p and me:
+                    goals.append((s, cache, f"{phase}: encryption costs <= 10% ({variant}; pagevault s = encrypted, peer s = plain)",
+                                  me["sec"], p["sec"], p["sec"] / me["sec"], 1 / 1.1, None))
         if tool == "pg_basebackup":
             fb = pgbb_fastest(s, cache)
             if fb and fb[0] == variant:

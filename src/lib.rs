@@ -5,6 +5,7 @@
 //! docs/ARCHITECTURE.md.
 
 pub mod cmd;
+pub mod crypt;
 pub mod device;
 pub mod engine;
 pub mod format;

@@ -31,6 +31,15 @@ struct Cli {
     /// reports and restored files until their own modes are set.
     #[arg(long, global = true)]
     group_read: bool,
+    /// The master key: a file of 32 random bytes, raw or base64 (`openssl rand -base64
+    /// 32`), mode 0600. A backup or archive-push given a key encrypts; every command
+    /// that reads an encrypted set or repository needs it. Also PAGEVAULT_KEY_FILE.
+    #[arg(long, global = true, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// A passphrase (the file's first line, mode 0600) instead of a key file, made a
+    /// key with Argon2id. Also PAGEVAULT_PASSPHRASE (the passphrase itself).
+    #[arg(long, global = true, value_name = "FILE")]
+    passphrase_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -55,6 +64,8 @@ enum Command {
     Expire(cmd::expire::ExpireArgs),
     /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
     Estimate(cmd::estimate::EstimateArgs),
+    /// Encryption keys: `key rotate` rewraps an encrypted repository's data keys for a new key.
+    Key(cmd::key::KeyArgs),
     /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
     Merge(cmd::merge::MergeArgs),
     /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
@@ -84,10 +95,13 @@ fn main() -> ExitCode {
     pagevault::sys::set_mmap_threshold(1 << 20);
     let cli = Cli::parse();
     pagevault::sys::private_umask(cli.group_read);
-    let store = device::object::StoreOptions {
+    let key =
+        pagevault::crypt::load::key_source(cli.key_file.as_deref(), cli.passphrase_file.as_deref());
+    let store = key.map(|key| device::object::StoreOptions {
         s3_endpoint: cli.s3_endpoint.clone(),
-    };
-    let result = match cli.command {
+        key,
+    });
+    let result = store.and_then(|store| match cli.command {
         Command::Backup(a) => cmd::backup::run(a, &store),
         Command::Restore(a) => cmd::restore::run_restore(a, &store),
         Command::Verify(a) => cmd::restore::run_verify(a, &store),
@@ -99,11 +113,12 @@ fn main() -> ExitCode {
         Command::Expire(a) => cmd::expire::run(a, &store),
         Command::Estimate(a) => cmd::estimate::run(a, &store),
         Command::Merge(a) => cmd::merge::run(a, &store),
+        Command::Key(a) => cmd::key::run(a, &store),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Tune(a) => cmd::tune::run(a, &store),
         Command::Sql(a) => cmd::sql::run(a, &store),
         Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

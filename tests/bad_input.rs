@@ -264,9 +264,16 @@ fn format_versions_are_checked_and_choose_the_digest() {
     // A version from the future is named, not misread.
     let set = two_stripes("none");
     for p in [&set.a, &set.b] {
+        set_header_version(p, 4);
+    }
+    both_fail(&set, "unsupported format version 4");
+
+    // Version 3 is an encrypted set's: a plain header at version 3 is refused.
+    let set = two_stripes("none");
+    for p in [&set.a, &set.b] {
         set_header_version(p, 3);
     }
-    both_fail(&set, "unsupported format version 3");
+    both_fail(&set, "only version 3 is encrypted");
 
     // Header and manifest must agree.
     let set = two_stripes("none");

@@ -583,3 +583,68 @@ fn interrupted_backups_abort_their_uploads_and_record_nothing() {
     let v = ok(&["verify", "--from", kept]);
     assert!(v.contains("is valid"), "{v}");
 }
+
+#[test]
+fn encrypted_sets_and_repositories_round_trip_over_s3() {
+    let _st = shared();
+    let tmp = source_tree("pv-os-crypt");
+    let key = tmp.path().join("key");
+    std::fs::write(&key, bytes(11, 32, false)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key = s(&key);
+    let src = tmp.path().join("src");
+    let source = format!("files:{}", s(&src));
+    let p = unique("crypt");
+    // Two encrypted stripes in S3: round trip, and no key is one clear error.
+    let (a, b) = (
+        format!("s3://pvtest/{p}/e-1.pv"),
+        format!("s3://pvtest/{p}/e-2.pv"),
+    );
+    ok(&backup_args(
+        &source,
+        &[&a, &b],
+        &["--compress", "zstd", "--key-file", &key],
+    ));
+    let e = fails(&["verify", "--from", &a, "--from", &b], 1);
+    assert!(e.contains("is encrypted: give --key-file"), "{e}");
+    let target = tmp.path().join("restored");
+    ok(&[
+        "restore",
+        "--from",
+        &a,
+        "--from",
+        &b,
+        "--to",
+        &s(&target),
+        "--key-file",
+        &key,
+    ]);
+    assert_same_tree(&src, &target);
+    std::fs::remove_dir_all(&target).unwrap();
+    // An S3 repository made encrypted by its first backup refuses a plain one.
+    let repo = format!("s3://pvtest/{p}/repo");
+    ok(&[
+        "backup",
+        "--source",
+        &source,
+        "--repo",
+        &repo,
+        "--key-file",
+        &key,
+        "--stripes",
+        "2",
+    ]);
+    let e = fails(&["backup", "--source", &source, "--repo", &repo], 1);
+    assert!(e.contains("is encrypted") && e.contains("refused"), "{e}");
+    ok(&[
+        "restore",
+        "--repo",
+        &repo,
+        "--to",
+        &s(&target),
+        "--key-file",
+        &key,
+    ]);
+    assert_same_tree(&src, &target);
+}

@@ -88,6 +88,10 @@ pub struct BackupArgs {
     /// A name for the set, shown by `header`.
     #[arg(long)]
     pub name: Option<String>,
+    /// Encrypt the set, and fail without a key (a key given with --key-file,
+    /// --passphrase-file or their variables encrypts anyway).
+    #[arg(long)]
+    pub encrypt: bool,
     /// Page size of a files: source.
     #[arg(long, default_value = "8K", value_parser = page_size)]
     pub page_size: u64,
@@ -151,6 +155,7 @@ impl BackupArgs {
             spool: self.spool.clone(),
             report: self.report.clone(),
             store: StoreOptions::default(),
+            encrypt: self.encrypt,
         }
     }
 

@@ -73,6 +73,13 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
         ("Seconds", format!("{:.3}", m.seconds)),
         ("Codec", m.codec.clone()),
         (
+            "Encryption",
+            match m.format_version {
+                crate::format::SEALED_VERSION => "AES-256-GCM (frames and manifest)".into(),
+                _ => "none".into(),
+            },
+        ),
+        (
             "FormatVersion",
             format!(
                 "{} (frame digests: {})",

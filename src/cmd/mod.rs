@@ -9,6 +9,7 @@ pub mod estimate;
 pub mod expire;
 pub mod history;
 pub mod info;
+pub mod key;
 pub mod merge;
 pub mod restore;
 pub mod sql;

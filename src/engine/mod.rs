@@ -19,6 +19,13 @@ pub fn default_threads() -> usize {
         .unwrap_or(2)
 }
 
+/// An encrypted set's data key and its set id (part of every frame's associated data).
+#[derive(Clone, Debug)]
+pub struct Seal {
+    pub dek: crate::crypt::DataKey,
+    pub set_id: [u8; 16],
+}
+
 /// First error wins; every stage polls `aborted` and stops.
 #[derive(Default)]
 pub struct Abort {

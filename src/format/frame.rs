@@ -70,8 +70,19 @@ impl FrameHeader {
         put_u32(out, 76, crc);
     }
 
-    /// Parses and checks a header; `at` is its offset in the stripe, for messages.
+    /// Parses and checks a header of a plain set; `at` is its offset in the stripe.
     pub fn decode(b: &[u8], at: u64) -> Result<FrameHeader, FormatError> {
+        Self::decode_in(b, at, false)
+    }
+
+    /// Parses and checks a header; `sealed` for an encrypted set, whose every frame
+    /// stores its bytes and a GCM tag (a zero frame the tag alone).
+    pub fn decode_in(b: &[u8], at: u64, sealed: bool) -> Result<FrameHeader, FormatError> {
+        let tag = if sealed {
+            crate::crypt::TAG_LEN as u32
+        } else {
+            0
+        };
         if b.len() < FRAME_HEADER_LEN {
             return Err(FormatError::Invalid {
                 field: "frame header",
@@ -127,14 +138,20 @@ impl FrameHeader {
             raw_hash: b[32..64].try_into().unwrap(),
             seq: get_u64(b, 64),
         };
-        if kind == FrameKind::Zero && h.stored_len != 0 {
+        if kind == FrameKind::Zero && h.stored_len != tag {
             return Err(FormatError::Invalid {
                 field: "frame stored length",
                 offset: at + 12,
-                detail: "a zero frame stores no bytes".into(),
+                detail: match sealed {
+                    false => "a zero frame stores no bytes".into(),
+                    true => "a zero frame of an encrypted set stores its tag alone".into(),
+                },
             });
         }
-        if codec == Codec::None && kind != FrameKind::Zero && h.stored_len != h.raw_len {
+        if codec == Codec::None
+            && kind != FrameKind::Zero
+            && Some(h.stored_len) != h.raw_len.checked_add(tag)
+        {
             return Err(FormatError::Invalid {
                 field: "frame stored length",
                 offset: at + 12,

@@ -5,7 +5,7 @@
 //!  0 magic "PAGEVLT1" 8 | 8 version u16 | 10 header length u16 (=64)
 //! 12 block size u32     | 16 set id [16]
 //! 32 stripe index u32   | 36 stripe count u32
-//! 40 codec u8 | 41 encryption u8 (0 = none) | 42 reserved u16
+//! 40 codec u8 | 41 encryption u8 (0 none, 1 AES-256-GCM) | 42 reserved u16
 //! 44 page size u32      | 48 transfer size u32
 //! 52 created, unix seconds u64 | 60 CRC32C of bytes 0..60 u32
 //! ```
@@ -16,12 +16,15 @@
 //! 48 CRC32C of the stored manifest u32 | 52 reserved [8] | 60 CRC32C of bytes 0..60 u32
 //! ```
 //! A stripe without a valid tail was not finished: it is never taken for a good set.
+//! An encrypted set (version 3) has its key block after the header (`seal.rs`).
 
+use super::seal::{KeyBlock, AES_256_GCM, KEY_BLOCK_END};
 use super::{
     get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, valid_block_size,
-    valid_page_size, valid_transfer_size, Codec, FormatError, FORMAT_VERSION, MANIFEST_MAX,
-    MANIFEST_RATIO, OLDEST_VERSION, PAGE_MAX, PAGE_MIN, STRIPES_MAX,
+    valid_page_size, valid_transfer_size, Codec, FormatError, MANIFEST_MAX, MANIFEST_RATIO,
+    OLDEST_VERSION, PAGE_MAX, PAGE_MIN, SEALED_VERSION, STRIPES_MAX,
 };
+use crate::crypt::{DataKey, DOMAIN_MANIFEST, TAG_LEN};
 
 pub const MEDIA_MAGIC: &[u8; 8] = b"PAGEVLT1";
 pub const TAIL_MAGIC: &[u8; 8] = b"PVTAIL01";
@@ -41,6 +44,8 @@ pub struct MediaHeader {
     pub page_size: u32,
     pub transfer_size: u32,
     pub created_unix: u64,
+    /// An encrypted set's key block (version 3 only).
+    pub key: Option<KeyBlock>,
 }
 
 impl MediaHeader {
@@ -58,6 +63,10 @@ impl MediaHeader {
         put_u32(&mut b, 44, self.page_size);
         put_u32(&mut b, 48, self.transfer_size);
         put_u64(&mut b, 52, self.created_unix);
+        if let Some(k) = &self.key {
+            b[41] = AES_256_GCM;
+            k.encode(&mut b);
+        }
         let crc = crc32c::crc32c(&b[..60]);
         put_u32(&mut b, 60, crc);
         b
@@ -82,7 +91,7 @@ impl MediaHeader {
             });
         }
         let version = get_u16(b, 8);
-        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
+        if !(OLDEST_VERSION..=SEALED_VERSION).contains(&version) {
             return Err(FormatError::Version(version));
         }
         let block_size = get_u32(b, 12);
@@ -107,13 +116,28 @@ impl MediaHeader {
             offset: 40,
             detail: format!("{} is not a known codec", b[40]),
         })?;
-        if b[41] != 0 {
-            return Err(FormatError::Invalid {
-                field: "encryption",
-                offset: 41,
-                detail: format!("method {} is not supported by this build", b[41]),
-            });
-        }
+        // Version 3 is exactly the encrypted sets.
+        let key = match (b[41], version == SEALED_VERSION) {
+            (0, false) => None,
+            (AES_256_GCM, true) if b.len() >= KEY_BLOCK_END => Some(KeyBlock::decode(b)?),
+            (AES_256_GCM | 0, _) => {
+                return Err(FormatError::Invalid {
+                    field: "encryption",
+                    offset: 41,
+                    detail: format!(
+                        "method {} in a set of format version {version} (only version {SEALED_VERSION} is encrypted)",
+                        b[41]
+                    ),
+                })
+            }
+            (m, _) => {
+                return Err(FormatError::Invalid {
+                    field: "encryption",
+                    offset: 41,
+                    detail: format!("method {m} is not supported by this build"),
+                })
+            }
+        };
         let page_size = get_u32(b, 44);
         if !valid_page_size(page_size) {
             return Err(FormatError::Invalid {
@@ -140,6 +164,7 @@ impl MediaHeader {
             page_size,
             transfer_size,
             created_unix: get_u64(b, 52),
+            key,
         })
     }
 }
@@ -235,10 +260,23 @@ impl Tail {
     }
 }
 
-/// Everything after a stripe's last frame: the compressed manifest, padded to the
-/// block size, then a block that ends with the tail.
-pub fn trailer(manifest_raw: &[u8], body_end: u64, frame_count: u64, block: u64) -> Vec<u8> {
-    let stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
+/// Everything after a stripe's last frame: the compressed manifest (sealed by the
+/// set's data key when `seal` names it and the set id), padded to the block size, then
+/// a block that ends with the tail.
+pub fn trailer(
+    manifest_raw: &[u8],
+    body_end: u64,
+    frame_count: u64,
+    block: u64,
+    seal: Option<(&DataKey, &[u8; 16])>,
+) -> Vec<u8> {
+    let mut stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
+    if let Some((dek, set_id)) = seal {
+        let len = stored.len();
+        stored.resize(len + TAG_LEN, 0);
+        let aad = super::seal::manifest_aad(set_id);
+        dek.seal(DOMAIN_MANIFEST, 0, &aad, &mut stored, len);
+    }
     let mlen = super::pad_to(stored.len() as u64, block) as usize;
     let mut out = vec![0u8; mlen + block as usize];
     out[..stored.len()].copy_from_slice(&stored);
@@ -258,6 +296,7 @@ pub fn trailer(manifest_raw: &[u8], body_end: u64, frame_count: u64, block: u64)
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::format::FORMAT_VERSION;
     use proptest::prelude::*;
 
     /// A valid header for tests.
@@ -272,6 +311,7 @@ pub(crate) mod tests {
             page_size: 8192,
             transfer_size: 1 << 20,
             created_unix: 1_700_000_000,
+            key: None,
         }
     }
 
@@ -280,6 +320,31 @@ pub(crate) mod tests {
         let b = header().encode();
         assert_eq!(b.len(), 4096);
         assert_eq!(MediaHeader::decode(&b).unwrap(), header());
+    }
+
+    #[test]
+    fn encrypted_header_is_version_3_with_its_key_block() {
+        let m = crate::crypt::Master::new([9; 32]);
+        let kb = KeyBlock::new(&m, crate::crypt::Kdf::Raw, &[3; 16], &DataKey::random());
+        let h = MediaHeader {
+            version: SEALED_VERSION,
+            key: Some(kb),
+            ..header()
+        };
+        let b = h.encode();
+        assert_eq!(b[41], AES_256_GCM);
+        assert_eq!(MediaHeader::decode(&b).unwrap(), h);
+        // An encrypted header at version 2, or a plain one at version 3, is refused.
+        let plain3 = MediaHeader {
+            version: SEALED_VERSION,
+            ..header()
+        };
+        assert!(MediaHeader::decode(&plain3.encode()).is_err());
+        let sealed2 = MediaHeader {
+            version: FORMAT_VERSION,
+            ..h
+        };
+        assert!(MediaHeader::decode(&sealed2.encode()).is_err());
     }
 
     #[test]

@@ -4,12 +4,16 @@
 pub mod frame;
 pub mod manifest;
 pub mod media;
+pub mod seal;
 
 use thiserror::Error;
 
 /// Version of the on-media format written by this build. Version 1 (still read) digested
 /// frames with BLAKE3; version 2 with XXH3-128, five times cheaper on the restore's hot path.
 pub const FORMAT_VERSION: u16 = 2;
+/// Version of an encrypted set (its frames and manifest sealed, a key block in its
+/// header); plain sets stay at `FORMAT_VERSION`.
+pub const SEALED_VERSION: u16 = 3;
 /// The oldest version this build reads.
 pub const OLDEST_VERSION: u16 = 1;
 
@@ -127,7 +131,7 @@ pub enum FormatError {
         expected: &'static str,
         found: String,
     },
-    #[error("unsupported format version {0}: this build reads versions {OLDEST_VERSION} to {FORMAT_VERSION} (a set of a later version needs a newer pagevault)")]
+    #[error("unsupported format version {0}: this build reads versions {OLDEST_VERSION} to {SEALED_VERSION} (a set of a later version needs a newer pagevault)")]
     Version(u16),
     #[error(
         "{what} checksum mismatch at offset {offset}: stored {stored:08x}, computed {computed:08x}"

@@ -7,6 +7,7 @@ pub mod archive;
 pub mod backup;
 pub mod estimate;
 pub mod expire;
+pub mod key;
 pub mod merge;
 pub mod restore;
 pub mod tune;
@@ -23,6 +24,27 @@ pub(crate) fn set_manifest(
         .stripes
         .first()
         .ok_or_else(|| anyhow::anyhow!("set {} records no stripe", set.set_id))?;
-    crate::set::read::open_any(&repo.stripe_path(first), repo.options())
-        .with_context(|| format!("cannot read set {}", set.set_id))
+    let m = crate::set::read::open_any(&repo.stripe_path(first), repo.options())
+        .with_context(|| format!("cannot read set {}", set.set_id))?;
+    sealed_in(repo, &m)?;
+    Ok(m)
+}
+
+/// An encrypted repository holds encrypted sets only: a plain one is forged (or put
+/// there by hand), and is refused even when no key was given.
+pub(crate) fn sealed_in(
+    repo: &crate::repo::Repo,
+    m: &crate::format::manifest::Manifest,
+) -> anyhow::Result<()> {
+    if let Some(k) = repo.encryption() {
+        if m.format_version != crate::format::SEALED_VERSION {
+            anyhow::bail!(
+                "set {} in repository '{}' is not encrypted, but the repository is (key id {}): the set is damaged or forged",
+                m.set_id,
+                repo.describe(),
+                crate::crypt::show_id(&k.key_id)
+            );
+        }
+    }
+    Ok(())
 }

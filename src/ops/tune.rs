@@ -273,6 +273,8 @@ impl Trial<'_> {
             page_size: self.page_size,
             // The grid sets the reads in flight itself.
             adaptive: false,
+            seal: None,
+            first_seq: 0,
         };
         let need = pipeline_min(
             self.volumes * p.readers * p.read_depth,

@@ -69,17 +69,21 @@ pub struct VerifyReport {
 
 pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
     let retries = retry_stats();
-    let from = match open_repo(&o.read)? {
+    let repo = open_repo(&o.read)?;
+    let from = match &repo {
         Some((repo, catalog)) => {
             let e = match &o.read.set {
-                Some(id) => chain::find(&catalog, id),
-                None => chain::newest(&catalog),
+                Some(id) => chain::find(catalog, id),
+                None => chain::newest(catalog),
             };
-            stripes_of(&repo, e.map_err(|e| with_history_hint(e, &repo))?)
+            stripes_of(repo, e.map_err(|e| with_history_hint(e, repo))?)
         }
         None => o.read.from.clone(),
     };
     let set = set::open(&from, &o.read.store)?;
+    if let Some((repo, _)) = &repo {
+        crate::ops::sealed_in(repo, &set.manifest)?;
+    }
     let m = &set.manifest;
     check_source_facts(m)?;
     let params = engine_params(&o.read, &set);
@@ -168,6 +172,7 @@ pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
             .unwrap_or(set.stripes.len() * 4 + threads * 2),
         threads,
         hash: ContentHash::of_version(set.manifest.format_version),
+        seal: set.seal.clone(),
     }
 }
 

@@ -13,6 +13,7 @@ pub mod store;
 pub mod wal;
 pub mod walchain;
 
+use crate::crypt::{load::GIVE_KEY, show_id, Kdf, KeySource};
 use crate::format::manifest::{BackupType, SourceKind};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,107 @@ pub struct Repo {
     store: Box<dyn Store>,
     /// The object-store options it was opened with: stripes outside it open with them.
     options: StoreOptions,
+    /// An encrypted repository's key id and derivation, from its marker.
+    key: std::sync::Mutex<Option<RepoKey>>,
+}
+
+/// What the marker of an encrypted repository records: every set and archived file in
+/// it is sealed under a data key wrapped by the master key of this id and derivation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepoKey {
+    pub key_id: [u8; crate::crypt::KEY_ID_LEN],
+    pub kdf: Kdf,
+}
+
+const MARKER_HEAD: &str = "pagevault repository 1\n";
+
+fn kdf_text(kdf: &Kdf) -> String {
+    match *kdf {
+        Kdf::Raw => "raw".to_string(),
+        Kdf::Argon2id { salt, m_kib, t, p } => {
+            format!("argon2id {} {m_kib} {t} {p}", hex::encode(salt))
+        }
+    }
+}
+
+fn parse_kdf(words: &[&str]) -> Result<Kdf, String> {
+    let kdf = match words {
+        ["raw"] => Kdf::Raw,
+        ["argon2id", salt, m, t, p] => Kdf::Argon2id {
+            salt: hex::decode(salt)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or("a bad Argon2id salt")?,
+            m_kib: m.parse().map_err(|_| "a bad Argon2id memory")?,
+            t: t.parse().map_err(|_| "a bad Argon2id pass count")?,
+            p: p.parse().map_err(|_| "a bad Argon2id lane count")?,
+        },
+        _ => return Err("an unknown key derivation".into()),
+    };
+    kdf.check()?;
+    Ok(kdf)
+}
+
+fn parse_id(h: &str) -> Result<[u8; crate::crypt::KEY_ID_LEN], String> {
+    hex::decode(h)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| "a bad key id".to_string())
+}
+
+impl RepoKey {
+    /// The marker's text: the first line, then the encryption lines (and, while `key
+    /// rotate` runs, the key it rotates to).
+    fn marker(&self, rotating: Option<&RepoKey>) -> String {
+        let mut m = format!(
+            "{MARKER_HEAD}encryption aes-256-gcm\nkey-id {}\nkdf {}\n",
+            hex::encode(self.key_id),
+            kdf_text(&self.kdf)
+        );
+        if let Some(r) = rotating {
+            m += &format!(
+                "rotating-to {} {}\n",
+                hex::encode(r.key_id),
+                kdf_text(&r.kdf)
+            );
+        }
+        m
+    }
+
+    /// The encryption lines of a marker: the key, and the key a rotation goes to; None
+    /// for a plain repository.
+    fn parse(text: &str) -> Result<(Option<RepoKey>, Option<RepoKey>), String> {
+        let mut lines = text.lines().skip(1);
+        match lines.next() {
+            None => return Ok((None, None)),
+            Some("encryption aes-256-gcm") => {}
+            Some(l) => return Err(format!("unknown line '{}'", l.escape_debug())),
+        }
+        let id = lines.next().and_then(|l| l.strip_prefix("key-id "));
+        let key_id = parse_id(id.ok_or("no 'key-id' line")?)?;
+        let kdf: Vec<&str> = lines
+            .next()
+            .and_then(|l| l.strip_prefix("kdf "))
+            .ok_or("no 'kdf' line")?
+            .split(' ')
+            .collect();
+        let key = RepoKey {
+            key_id,
+            kdf: parse_kdf(&kdf)?,
+        };
+        let rotating = match lines.next().and_then(|l| l.strip_prefix("rotating-to ")) {
+            Some(r) => {
+                let w: Vec<&str> = r.split(' ').collect();
+                let (id, kdf) = w.split_first().ok_or("an empty 'rotating-to' line")?;
+                Some(RepoKey {
+                    key_id: parse_id(id)?,
+                    kdf: parse_kdf(kdf)?,
+                })
+            }
+            None => None,
+        };
+        Ok((Some(key), rotating))
+    }
 }
 
 /// Writes `bytes` to `path` so that it is either absent or complete and durable. The
@@ -136,12 +238,14 @@ impl Repo {
                 create_dir(&root.join(d))
                     .with_context(|| format!("cannot create repository '{}'", root.display()))?;
             }
-            write_atomic(&marker, b"pagevault repository 1\n")?;
+            write_atomic(&marker, MARKER_HEAD.as_bytes())?;
         }
-        Ok(Repo {
+        Repo {
             store: Box::new(DirStore::new(root)),
             options: options.clone(),
-        })
+            key: Default::default(),
+        }
+        .with_key()
     }
 
     fn open_object(loc: Location, create: bool, options: &StoreOptions) -> Result<Repo> {
@@ -159,12 +263,129 @@ impl Repo {
                 bail!("'{}' is not empty ('{k}') and not a pagevault repository: name an empty or new prefix", loc.describe());
             }
             // A concurrent creator wrote the same bytes: either way the marker is there.
-            marker.put_new(b"pagevault repository 1\n".to_vec())?;
+            marker.put_new(MARKER_HEAD.as_bytes().to_vec())?;
         }
-        Ok(Repo {
+        Repo {
             store: Box::new(ObjectStore::new(loc)),
             options: options.clone(),
-        })
+            key: Default::default(),
+        }
+        .with_key()
+    }
+
+    /// Reads the marker's encryption; a key given must be the repository's.
+    fn with_key(self) -> Result<Repo> {
+        let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
+        let (key, _) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
+            anyhow!(
+                "'{}': {e}: the marker is damaged or forged",
+                self.store.describe(MARKER)
+            )
+        })?;
+        if let (Some(k), Some(source)) = (&key, &self.options.key) {
+            self.check_key(k, source)?;
+        }
+        *self.key.lock().unwrap() = key;
+        Ok(self)
+    }
+
+    fn check_key(&self, k: &RepoKey, source: &KeySource) -> Result<()> {
+        let master = source
+            .master(&k.kdf)
+            .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
+        if master.id != k.key_id {
+            bail!(
+                "repository '{}' is encrypted with key id {}, and {} gives key id {}: wrong key or passphrase",
+                self.describe(),
+                show_id(&k.key_id),
+                source.origin(),
+                show_id(&master.id)
+            );
+        }
+        Ok(())
+    }
+
+    /// The repository's encryption, when it is encrypted.
+    pub fn encryption(&self) -> Option<RepoKey> {
+        *self.key.lock().unwrap()
+    }
+
+    /// Refuses a plain write (a backup or push without a key) into an encrypted
+    /// repository.
+    pub fn refuse_plain(&self) -> Result<()> {
+        if let Some(k) = self.encryption() {
+            bail!(
+                "repository '{}' is encrypted (key id {}): plain backups and WAL are refused; {GIVE_KEY}",
+                self.describe(),
+                show_id(&k.key_id)
+            );
+        }
+        Ok(())
+    }
+
+    /// The derivation a write with `source` uses: the repository's (its key checked);
+    /// a plain repository becomes encrypted by its first write with a key, if it holds
+    /// no set and no WAL yet (an encrypted repository holds nothing unauthenticated).
+    pub fn kdf_for(&self, source: &KeySource) -> Result<Kdf> {
+        if let Some(k) = self.encryption() {
+            self.check_key(&k, source)?;
+            return Ok(k.kdf);
+        }
+        let sets = self.catalog()?.len();
+        let wal = self.store.list("wal")?.len();
+        if sets + wal > 0 {
+            bail!(
+                "repository '{}' is not encrypted and holds {sets} sets and {wal} WAL files: encryption starts with a new repository (or run without a key)",
+                self.describe()
+            );
+        }
+        let kdf = source.new_kdf();
+        let master = source
+            .master(&kdf)
+            .map_err(|e| anyhow!("{}: {e}", source.origin()))?;
+        let k = RepoKey {
+            key_id: master.id,
+            kdf,
+        };
+        self.store.put(MARKER, k.marker(None).as_bytes())?;
+        *self.key.lock().unwrap() = Some(k);
+        Ok(kdf)
+    }
+
+    /// The master key archived WAL files are sealed with: None for a plain repository.
+    /// A write (`archive-push`) with a key makes an empty repository encrypted; without
+    /// one it is refused by an encrypted repository, as a read is.
+    pub fn wal_master(&self, write: bool) -> Result<Option<crate::crypt::Master>> {
+        let kdf = match (&self.options.key, self.encryption()) {
+            (Some(source), _) if write => self.kdf_for(source)?,
+            (Some(_), Some(k)) => k.kdf,
+            (Some(_), None) | (None, None) => return Ok(None),
+            (None, Some(_)) if write => return self.refuse_plain().map(|()| None),
+            (None, Some(k)) => bail!(
+                "repository '{}' is encrypted (key id {}): {GIVE_KEY}",
+                self.describe(),
+                show_id(&k.key_id)
+            ),
+        };
+        let source = self.options.key.as_ref().expect("a key");
+        let master = source
+            .master(&kdf)
+            .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
+        Ok(Some(master))
+    }
+
+    /// The key a `key rotate` left half done goes to, as the marker records it.
+    pub fn rotating(&self) -> Result<Option<RepoKey>> {
+        let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
+        let (_, r) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| anyhow!("{e}"))?;
+        Ok(r)
+    }
+
+    /// Records the repository's key (and the key a rotation goes to, while it runs).
+    pub fn set_key(&self, key: RepoKey, rotating: Option<&RepoKey>) -> Result<()> {
+        self.store.put(MARKER, key.marker(rotating).as_bytes())?;
+        *self.key.lock().unwrap() = Some(key);
+        Ok(())
     }
 
     /// The object-store options it was opened with.

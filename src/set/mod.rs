@@ -2,4 +2,5 @@
 //! all) and reading them back (headers validated, manifest from any stripe).
 
 pub mod read;
+pub mod rekey;
 pub mod write;

@@ -1,11 +1,15 @@
 //! Reading a backup set from its stripes: headers, tails, manifests, and the
 //! checks that every stripe is present, finished and of the same set.
 
+use crate::crypt::load::GIVE_KEY;
+use crate::crypt::DOMAIN_MANIFEST;
 use crate::device::object::StoreOptions;
 use crate::device::{self, StripeSource};
 use crate::engine::restore::StripeIn;
+use crate::engine::Seal;
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::media::{MediaHeader, Tail, MIN_BLOCK, TAIL_LEN};
+use crate::format::seal::manifest_aad;
 use crate::format::{self, FormatError};
 use anyhow::{anyhow, bail, Result};
 
@@ -14,6 +18,8 @@ pub struct OpenSet {
     pub header: MediaHeader,
     /// In stripe order.
     pub stripes: Vec<StripeIn>,
+    /// An encrypted set's data key: its frames open with it.
+    pub seal: Option<Seal>,
 }
 
 struct Opened {
@@ -22,6 +28,34 @@ struct Opened {
     header: MediaHeader,
     tail: Tail,
     manifest: Manifest,
+    seal: Option<Seal>,
+}
+
+/// An encrypted set's data key, from the key block of its stripe's header and the key
+/// the options give; one clear error when no key or another key is given.
+fn data_key(name: &str, header: &MediaHeader, o: &StoreOptions) -> Result<Option<Seal>> {
+    let set = hex::encode(header.set_id);
+    let Some(kb) = &header.key else {
+        // A key asks for authentication, which a plain set cannot give: taking it
+        // would let anyone who can write the storage swap in a set of their own.
+        if let Some(k) = &o.key {
+            bail!(
+                "set {set} (stripe '{name}') is not encrypted, and {} was given: a plain set is not authenticated; read it without a key to accept it",
+                k.origin()
+            );
+        }
+        return Ok(None);
+    };
+    let Some(source) = &o.key else {
+        bail!("set {set} is encrypted: {GIVE_KEY} (stripe '{name}')");
+    };
+    let dek = kb
+        .open(source, &header.set_id)
+        .map_err(|e| anyhow!("set {set} (stripe '{name}'): {e}"))?;
+    Ok(Some(Seal {
+        dek,
+        set_id: header.set_id,
+    }))
 }
 
 /// What a refusal of a stripe's structure tells the user.
@@ -76,6 +110,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
     let mut hb = vec![0u8; MIN_BLOCK];
     source.read_exact_at(&mut hb, 0)?;
     let header = MediaHeader::decode(&hb).map_err(|e| refused(&name, e))?;
+    let seal = data_key(&name, &header, o)?;
     let mut tb = [0u8; TAIL_LEN];
     source.read_exact_at(&mut tb, len - TAIL_LEN as u64)?;
     let tail = Tail::decode(&tb, len).map_err(|e| refused(&name, e))?;
@@ -107,7 +142,17 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
             tail.manifest_crc
         );
     }
-    let raw = format::zstd_exact(&stored, tail.manifest_raw_len).map_err(|e| {
+    let mut open = stored.len();
+    if let Some(s) = &seal {
+        let aad = manifest_aad(&s.set_id);
+        open = s.dek.open(DOMAIN_MANIFEST, 0, &aad, &mut stored).ok_or_else(|| {
+            anyhow!(
+                "stripe '{name}': manifest at offset {} does not authenticate with the set's key: {FORGED}",
+                tail.manifest_offset
+            )
+        })?;
+    }
+    let raw = format::zstd_exact(&stored[..open], tail.manifest_raw_len).map_err(|e| {
         anyhow!(
             "stripe '{name}': manifest at offset {}: {e}: {FORGED}",
             tail.manifest_offset
@@ -166,6 +211,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
         header,
         tail,
         manifest,
+        seal,
     })
 }
 
@@ -246,6 +292,7 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
         .fold(0u64, |n, o| n.saturating_add(o.tail.frame_count));
     check_sizes(&manifest, frames)?;
     let header = slots[0].header.clone();
+    let seal = slots[0].seal.clone();
     let stripes = slots
         .into_iter()
         .map(|o| StripeIn {
@@ -260,6 +307,7 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
         manifest,
         header,
         stripes,
+        seal,
     })
 }
 

@@ -72,12 +72,15 @@ impl Kind {
     }
 }
 
-/// Options from the command line for the object stores a use case opens; passed down
-/// with the locations they apply to.
+/// Options from the command line for what a use case opens (object stores, sets,
+/// repositories); passed down with the locations they apply to.
 #[derive(Default, Clone, Debug, PartialEq)]
 pub struct StoreOptions {
     /// `--s3-endpoint`: overrides AWS_ENDPOINT_URL.
     pub s3_endpoint: Option<String>,
+    /// The master key's source (`--key-file`, `--passphrase-file` or their variables):
+    /// it opens encrypted sets and repositories, and makes new ones encrypted.
+    pub key: Option<crate::crypt::KeySource>,
 }
 
 impl StoreOptions {

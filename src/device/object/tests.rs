@@ -70,6 +70,7 @@ fn stores_are_shared_per_bucket_and_endpoint() {
     }
     let at = |e: &str| StoreOptions {
         s3_endpoint: Some(e.to_string()),
+        key: None,
     };
     let (a, b) = (at("http://127.0.0.1:9"), at("http://127.0.0.1:10"));
     let store = |o: &StoreOptions| parse("s3://pv-unit/k", o).unwrap().unwrap().store;

@@ -1,11 +1,13 @@
 //! The compress stage: a chunk checked by the source's filter, reduced to its
 //! selected pages for a differential, digested, compressed unless that does not
-//! shrink it, and framed.
+//! shrink it, sealed (an encrypted set) and framed.
 
 use super::{Item, PageSet, Shared};
+use crate::crypt::{DOMAIN_FRAME, TAG_LEN};
 use crate::engine::codec::Compressor;
 use crate::engine::pool;
 use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::format::seal::frame_aad;
 use crate::format::{pad_to, Codec, ContentHash, FORMAT_VERSION};
 use anyhow::anyhow;
 use crossbeam_channel::{Receiver, Sender};
@@ -93,22 +95,33 @@ fn frame(
     } else {
         (data_kind, Codec::None)
     };
-    let stored_len = item.buf.len;
-    let stored_crc = crc32c::crc32c(item.buf.payload());
-    let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64) as usize;
-    item.buf.space()[stored_len..total - FRAME_HEADER_LEN].fill(0);
-    FrameHeader {
+    let seq = sh.seq.fetch_add(1, Relaxed);
+    let mut header = FrameHeader {
         kind,
         codec,
         file_id: sh.plan[item.file as usize].id,
         offset: item.offset,
         raw_len: raw_len as u32,
-        stored_len: stored_len as u32,
-        stored_crc,
+        stored_len: item.buf.len as u32,
+        stored_crc: 0,
         raw_hash: digest,
-        seq: sh.seq.fetch_add(1, Relaxed),
+        seq,
+    };
+    if let Some(s) = &p.seal {
+        // Sealed after compression; the header's digest is left zero (it would let
+        // a reader confirm a guessed chunk).
+        header.raw_hash = [0; 32];
+        header.stored_len += TAG_LEN as u32;
+        header.encode(item.buf.header_mut());
+        let aad = frame_aad(item.buf.header_mut(), &s.set_id);
+        let len = item.buf.len;
+        item.buf.len = s.dek.seal(DOMAIN_FRAME, seq, &aad, item.buf.space(), len);
     }
-    .encode(item.buf.header_mut());
+    let stored_len = item.buf.len;
+    header.stored_crc = crc32c::crc32c(item.buf.payload());
+    let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64) as usize;
+    item.buf.space()[stored_len..total - FRAME_HEADER_LEN].fill(0);
+    header.encode(item.buf.header_mut());
     item.frame_len = total;
     sh.stored_total.fetch_add(stored_len as u64, Relaxed);
     Ok(raw_len)

@@ -77,6 +77,11 @@ pub struct Params {
     pub page_size: usize,
     /// Adaptive readers: the reads in flight probe upward to `adapt::CAP` per volume.
     pub adaptive: bool,
+    /// An encrypted set's data key: every frame is sealed with it.
+    pub seal: Option<super::Seal>,
+    /// The first frame's sequence number: a second run into the same set (the WAL a
+    /// backup's end adds) goes on from the first's, so no nonce repeats.
+    pub first_seq: u64,
 }
 
 impl Params {
@@ -95,7 +100,7 @@ impl Params {
 impl Params {
     /// Bytes of one pool buffer: a compressed frame plus padding must fit.
     pub fn buffer_size(&self) -> usize {
-        CodecSpec::bound(self.transfer_size) + self.block_size + pool::ALIGN
+        CodecSpec::bound(self.transfer_size) + crate::crypt::TAG_LEN + self.block_size + pool::ALIGN
     }
 }
 
@@ -204,7 +209,7 @@ pub fn run(
         read_st: live.stage("read"),
         comp_st: live.stage("compress"),
         write_st: live.stage("write"),
-        seq: AtomicU64::new(0),
+        seq: AtomicU64::new(p.first_seq),
         stored_total: AtomicU64::new(0),
         zero_frames: AtomicU64::new(0),
     };

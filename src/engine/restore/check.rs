@@ -1,11 +1,13 @@
-//! The check stage: every frame's CRC32C, range, decompressed length and content
-//! digest checked before a byte of it is written.
+//! The check stage: every frame's CRC32C, GCM tag (an encrypted set's), range,
+//! decompressed length and content digest checked before a byte of it is written.
 
 use super::write::{self, FrameWrite};
 use super::{Item, Shared};
+use crate::crypt::DOMAIN_FRAME;
 use crate::engine::codec::Decompressor;
 use crate::engine::pool::{self, Buf};
-use crate::format::frame::{bitmap_len, FrameKind};
+use crate::format::frame::{bitmap_len, FrameKind, FRAME_HEADER_LEN};
+use crate::format::seal::frame_aad;
 use crate::format::Codec;
 use anyhow::{anyhow, Result};
 use crossbeam_channel::Receiver;
@@ -39,21 +41,22 @@ pub(super) fn checker(sh: &Shared, rx: &Receiver<Item>) {
 /// Checks one frame and records its digest; returns its file's index and the write.
 fn check(
     sh: &Shared,
-    item: Item,
+    mut item: Item,
     dec: &mut Decompressor,
     scratch: &mut Buf,
     zeros: &[u8],
 ) -> Result<(usize, FrameWrite)> {
     let (p, t) = (sh.p, sh.p.transfer_size as u64);
-    let h = &item.header;
+    let h = &item.header.clone();
     let at = item.at;
     let name = &sh.stripes[item.stripe].name;
     let fail = |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
-    let stored = item.buf.payload();
-    // Uncompressed, the stored bytes are the raw bytes: the content digest below checks them.
-    let crc = match h.codec {
-        Codec::None => h.stored_crc,
-        _ => crc32c::crc32c(stored),
+    let sealed = p.seal.as_ref();
+    // Uncompressed and plain, the stored bytes are the raw bytes: the content digest
+    // below checks them. Sealed, damage must read as damage before a forgery.
+    let crc = match (h.codec, sealed) {
+        (Codec::None, None) => h.stored_crc,
+        _ => crc32c::crc32c(item.buf.payload()),
     };
     if crc != h.stored_crc {
         return Err(fail(format!(
@@ -61,6 +64,21 @@ fn check(
             h.stored_crc
         )));
     }
+    if let Some(s) = sealed {
+        let mut hb = [0u8; FRAME_HEADER_LEN];
+        h.encode(&mut hb);
+        let aad = frame_aad(&hb, &s.set_id);
+        let n = item.buf.len;
+        match s.dek.open(DOMAIN_FRAME, h.seq, &aad, &mut item.buf.space()[..n]) {
+            Some(len) => item.buf.len = len,
+            None => {
+                return Err(fail(
+                    "does not authenticate with the set's key: the frame was forged, moved or replayed: the set is damaged or forged".into(),
+                ))
+            }
+        }
+    }
+    let stored = item.buf.payload();
     let Some(&fi) = sh.index.get(&h.file_id) else {
         return Err(fail(format!(
             "names file {} that the manifest does not list as a regular file",
@@ -96,7 +114,9 @@ fn check(
         },
     };
     let digest = p.hash.digest(raw);
-    if digest != h.raw_hash {
+    // A sealed frame carries no digest (it would confirm a guessed chunk): its tag
+    // authenticated the bytes, and the file checksum still covers each chunk's digest.
+    if sealed.is_none() && digest != h.raw_hash {
         let name = p.hash.name();
         return Err(fail(match h.codec {
             Codec::None => format!("stored bytes are damaged (their {name} digest does not match)"),

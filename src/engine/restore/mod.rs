@@ -62,6 +62,8 @@ pub struct Params {
     pub threads: usize,
     /// How the set digests frames (its format version).
     pub hash: ContentHash,
+    /// An encrypted set's data key and id: every frame is opened with it.
+    pub seal: Option<super::Seal>,
 }
 
 pub struct Outcome {
@@ -123,7 +125,8 @@ pub fn run(
 ) -> Result<Outcome> {
     let started = Instant::now();
     let t = p.transfer_size as u64;
-    let buf_size = CodecSpec::bound(p.transfer_size) + p.block_size + pool::ALIGN;
+    let buf_size =
+        CodecSpec::bound(p.transfer_size) + crate::crypt::TAG_LEN + p.block_size + pool::ALIGN;
     let live = &progress.live;
     let abort = Abort::default();
     let sh = Shared {

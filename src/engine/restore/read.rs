@@ -42,8 +42,8 @@ pub(super) fn read_stripe(
             .map_err(|e| io_err(e, at))?;
     }
     for i in 0..st.frames {
-        let header =
-            FrameHeader::decode(&hdr, at).map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
+        let header = FrameHeader::decode_in(&hdr, at, sh.p.seal.is_some())
+            .map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
         let total = pad_to((FRAME_HEADER_LEN as u64) + header.stored_len as u64, block);
         let more = i + 1 < st.frames;
         let next = at + total;

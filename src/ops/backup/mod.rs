@@ -6,11 +6,12 @@ use crate::device::{self, CreateHint, Device};
 use crate::engine::backup::{self, Outcome, Params, ReadFile};
 use crate::engine::codec::CodecSpec;
 use crate::engine::stats::{Progress, WaitStats};
-use crate::engine::Abort;
+use crate::engine::{Abort, Seal};
 use crate::format::manifest::{BackupType, SourceKind};
 use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceInfo, StripeInfo, Totals};
 use crate::format::media::MediaHeader;
-use crate::format::FORMAT_VERSION;
+use crate::format::seal::KeyBlock;
+use crate::format::{FORMAT_VERSION, SEALED_VERSION};
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
 use crate::set::write::{self as set_write, Committed};
@@ -74,8 +75,10 @@ pub struct BackupOptions {
     pub spool: Option<PathBuf>,
     /// An HTML page with the timeline is written there.
     pub report: Option<PathBuf>,
-    /// Object-store options (`--s3-endpoint`).
+    /// Object-store options (`--s3-endpoint`) and the key: a key encrypts the set.
     pub store: crate::device::object::StoreOptions,
+    /// `--encrypt`: fail unless a key is given.
+    pub encrypt: bool,
 }
 
 impl Default for BackupOptions {
@@ -106,6 +109,7 @@ impl Default for BackupOptions {
             spool: None,
             report: None,
             store: Default::default(),
+            encrypt: false,
         }
     }
 }
@@ -319,7 +323,15 @@ fn backup_set(
         _ => None,
     };
     phases.plan = lap();
-    let (params, config, hint) = configure(o, codec, &dest.devices, &input);
+    let (mut params, config, hint) = configure(o, codec, &dest.devices, &input);
+    let key_block = match sealing(o, &dest, set_id) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = input.src.finish(false);
+            return Err(e);
+        }
+    };
+    params.seal = key_block.as_ref().map(|(_, s)| s.clone());
     watch.config(&config);
 
     // From the first stripe on, a signal ends the backup through its failure path.
@@ -334,7 +346,10 @@ fn backup_set(
     };
     let headers = set_write::headers(
         &MediaHeader {
-            version: FORMAT_VERSION,
+            version: match key_block {
+                Some(_) => SEALED_VERSION,
+                None => FORMAT_VERSION,
+            },
             block_size: o.block_size as u32,
             set_id,
             stripe_index: 0,
@@ -343,6 +358,7 @@ fn backup_set(
             page_size: params.page_size as u32,
             transfer_size: o.max_transfer_size as u32,
             created_unix: started.timestamp() as u64,
+            key: key_block.map(|(k, _)| k),
         },
         stripes,
     );
@@ -363,6 +379,7 @@ fn backup_set(
         out.stripes,
         &manifest.to_bytes(),
         o.block_size,
+        params.seal.as_ref().map(|s| (&s.dek, &s.set_id)),
     )?;
     // The catalog record is written last: a set is in the history only once durable.
     if let (Some(repo), false) = (&dest.repo, dest.discard) {
@@ -427,8 +444,33 @@ fn backup_set(
     Ok(r)
 }
 
-/// Prepares the source and checks that it is the cluster of the base and of the
-/// repository's other sets; on a refusal the source's backup is ended.
+/// An encrypted set's key block and data key when the options give a key: a new
+/// random data key wrapped by the master key (a repository's derivation, else a new
+/// one), bound to the set id.
+fn sealing(o: &BackupOptions, dest: &Dest, set_id: [u8; 16]) -> Result<Option<(KeyBlock, Seal)>> {
+    let Some(source) = &o.store.key else {
+        if o.encrypt {
+            bail!("--encrypt needs a key: {}", crate::crypt::load::GIVE_KEY);
+        }
+        if let Some(repo) = &dest.repo {
+            repo.refuse_plain()?;
+        }
+        return Ok(None);
+    };
+    let kdf = match &dest.repo {
+        Some(repo) => repo.kdf_for(source)?,
+        None => source.new_kdf(),
+    };
+    let master = source
+        .master(&kdf)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", source.origin()))?;
+    let dek = crate::crypt::DataKey::random();
+    Ok(Some((
+        KeyBlock::new(&master, kdf, &set_id, &dek),
+        Seal { dek, set_id },
+    )))
+}
+
 /// The pages a differential or incremental reads of each base relation file.
 fn plan_changes(
     repo: &Repo,
@@ -464,6 +506,8 @@ fn plan_changes(
     )
 }
 
+/// Prepares the source and checks that it is the cluster of the base and of the
+/// repository's other sets; on a refusal the source's backup is ended.
 fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
     let abort = Arc::new(Abort::default());
     src.abort_with(abort.clone());
@@ -526,6 +570,8 @@ fn configure(
         direct_io: o.direct_io,
         page_size: page_size as usize,
         adaptive: o.adaptive_readers,
+        seal: None,
+        first_seq: 0,
     };
     let hint = CreateHint {
         expected_bytes: input.plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
@@ -608,11 +654,16 @@ fn pipeline(
             .into_iter()
             .map(|s| (s.sink, (s.frames, s.body_end)))
             .unzip();
+        // Sequence numbers go on from the first run's: a sealed frame's nonce is its own.
+        let params2 = Params {
+            first_seq: prior.iter().map(|(f, _)| f).sum(),
+            ..params.clone()
+        };
         let more = backup::run(
             &plan2,
             input.vols.names.len(),
             sinks.into_iter().map(|s| (s, vec![])).collect(),
-            params,
+            &params2,
             None,
             progress,
             &Abort::default(),

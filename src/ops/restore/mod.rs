@@ -302,8 +302,19 @@ fn finish(
             let endpoint = (repo.options().s3_endpoint.as_deref())
                 .map(|e| format!(" --s3-endpoint {}", crate::units::sh_quote(e)))
                 .unwrap_or_default();
+            // An encrypted archive opens with the key this restore was given: its file,
+            // or PAGEVAULT_PASSPHRASE in the server's environment.
+            let key = (repo.encryption().and(repo.options().key.as_ref()))
+                .and_then(|k| k.command_option())
+                .map(|(flag, f)| {
+                    format!(
+                        " {flag} {}",
+                        crate::units::sh_quote(&f.display().to_string())
+                    )
+                })
+                .unwrap_or_default();
             format!(
-                "{} archive-get %f \"%p\" --repo {}{endpoint}",
+                "{} archive-get %f \"%p\" --repo {}{endpoint}{key}",
                 crate::units::sh_quote(&exe),
                 crate::units::sh_quote(&repo.spec_for_command()),
             )

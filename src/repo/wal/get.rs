@@ -152,16 +152,22 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
         _ => PathBuf::from("."),
     };
     // Absent is told apart before anything is written (archive-get's exit codes).
-    let Some(local) = repo.store().fetch_to(&rel, &dir, archived_max(name))? else {
+    let Some(local) = repo.store().fetch_to(&rel, &dir, stored_max(repo, name))? else {
         return Err(NotArchived(format!(
             "{name} is not in the WAL archive of '{}'",
             repo.describe()
         ))
         .into());
     };
+    let url = repo.store().describe(&rel);
+    let plain = plain_copy(repo, &rel, &local.path, &dir, archived_max(name))
+        .map_err(|e| relabel(e, &local.path, &url))?;
+    let path = plain.as_ref().map_or(&local.path, |t| &t.path);
     let (tmp, mut out) = temp_beside(&dir, dest_name)?;
-    let hdr = decode_to(&local.path, name, &mut out)
-        .map_err(|e| relabel(e, &local.path, &repo.store().describe(&rel)))?;
+    let hdr = decode_to(path, name, &mut out).map_err(|e| {
+        let e = relabel(e, path, &url);
+        relabel(e, &local.path, &url)
+    })?;
     drop(out);
     fs::rename(&tmp.path, dest).with_context(|| format!("cannot create '{}'", dest.display()))?;
     Ok(hdr.raw)

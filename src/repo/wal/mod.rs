@@ -103,6 +103,35 @@ fn archived_max(name: &str) -> u64 {
     HDR_LEN as u64 + zstd::zstd_safe::compress_bound(raw as usize) as u64
 }
 
+/// The largest object of WAL file `name` in `repo`: its envelope's too when encrypted.
+fn stored_max(repo: &Repo, name: &str) -> u64 {
+    let plain = archived_max(name);
+    match repo.encryption() {
+        Some(_) => plain + seal::overhead(plain),
+        None => plain,
+    }
+}
+
+/// The plain copy of a local archived file (`path`, object `rel`): the file itself in
+/// a plain repository, a temp file in `dir` opened from its envelope in an encrypted
+/// one. A plain file in an encrypted repository, or the reverse, is refused.
+fn plain_copy(repo: &Repo, rel: &str, path: &Path, dir: &Path, most: u64) -> Result<Option<Temp>> {
+    let object = rel.rsplit('/').next().unwrap_or(rel);
+    let sealed = seal::is_sealed(path)?;
+    match (repo.wal_master(false)?, sealed) {
+        (None, false) => Ok(None),
+        (Some(m), true) => seal::open_file(&m, object, path, dir, most).map(Some),
+        (Some(_), false) => Err(damaged(
+            path,
+            "it is not encrypted, but its repository is: forged, or put there by hand",
+        )),
+        (None, true) => Err(damaged(
+            path,
+            "it is encrypted, but its repository is not (its marker names no key)",
+        )),
+    }
+}
+
 /// Reads archived `rel` from a local file (the archived file itself, or a download
 /// into `dir`): `f` gets its path, and its errors name the archived file. None when
 /// the archive does not hold it.
@@ -114,13 +143,18 @@ fn with_archived<T>(
 ) -> Result<Option<T>> {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let max = archived_max(name.strip_suffix(".zst").unwrap_or(name));
-    let Some(local) = repo.store().fetch_to(rel, dir, max)? else {
+    let stored = stored_max(repo, name.strip_suffix(".zst").unwrap_or(name));
+    let Some(local) = repo.store().fetch_to(rel, dir, stored)? else {
         return Ok(None);
     };
     let url = repo.store().describe(rel);
-    f(&local.path)
-        .map(Some)
-        .map_err(|e| relabel(e, &local.path, &url))
+    let plain =
+        plain_copy(repo, rel, &local.path, dir, max).map_err(|e| relabel(e, &local.path, &url))?;
+    let path = plain.as_ref().map_or(&local.path, |t| &t.path);
+    f(path).map(Some).map_err(|e| {
+        let e = relabel(e, path, &url);
+        relabel(e, &local.path, &url)
+    })
 }
 
 /// The complete segments archived for `timeline`, sorted (= in WAL order).
@@ -152,6 +186,36 @@ pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// `key rotate`: every sealed archived file and summary of a repository on a
+/// filesystem rewrapped from `old` to `new`; returns (rewritten, already new).
+pub fn rekey(
+    repo: &Repo,
+    old: &crate::crypt::Master,
+    new: &crate::crypt::Master,
+) -> Result<(u64, u64)> {
+    let (mut done, mut already) = (0, 0);
+    for (rel, _) in repo.store().list("wal")? {
+        let (dir, file) = rel.split_once('/').unwrap_or(("", &rel));
+        let stem = file
+            .strip_suffix(".zst")
+            .or_else(|| file.strip_suffix(".sum"));
+        let ours = stem.and_then(parse_name).map(|n| format!("{:08X}", n.tli));
+        if ours.as_deref() != Some(dir) {
+            continue;
+        }
+        let rel = format!("wal/{rel}");
+        let path = repo
+            .store()
+            .local_path(&rel)
+            .ok_or_else(|| anyhow!("'{}' is not a local file", repo.store().describe(&rel)))?;
+        match seal::rewrap_file(&path, file, old, new)? {
+            true => done += 1,
+            false => already += 1,
+        }
+    }
+    Ok((done, already))
 }
 
 /// Removes one archived file (retention), and its block summary.
@@ -205,6 +269,7 @@ pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
 mod get;
 mod header;
 mod push;
+mod seal;
 pub mod summary;
 #[cfg(test)]
 mod tests;

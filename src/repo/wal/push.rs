@@ -271,6 +271,15 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
             src.display()
         )
     })?;
+    // An encrypted repository seals every file; a plain push into one is refused.
+    let master = repo.wal_master(true)?;
+    let object = format!("{name}.zst");
+    let sealed = |tmp: Temp, dir: &Path| -> Result<Temp> {
+        match &master {
+            Some(m) => seal::seal_file(m, &object, &tmp.path, dir),
+            None => Ok(tmp),
+        }
+    };
     let mut f = File::open(src).with_context(|| format!("cannot open '{}'", src.display()))?;
     let meta = f
         .metadata()
@@ -346,6 +355,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
             f.rewind()?;
             let dir = store.stage_dir(&rel)?;
             let (tmp, _) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), None)?;
+            let tmp = sealed(tmp, &dir)?;
             store.put_file(&rel, &tmp.path)?;
         }
         // A push retried after the segment was stored but before its summary was.
@@ -359,6 +369,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
     // if the name is still free (local: in its final directory, then a link).
     let dir = store.stage_dir(&rel)?;
     let (tmp, hdr) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), mapped)?;
+    let tmp = sealed(tmp, &dir)?;
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }

@@ -332,3 +332,111 @@ fn a_live_head_is_checked_up_to_the_start_and_zeroed_after() {
     let mut other = segment(1, 7, 5, 3)[..(upto - start) as usize].to_vec();
     assert!(live_head(&segment_name_for(1, 8, SEG), &mut other, upto).is_err());
 }
+
+/// A repository opened with a key (a new one is made encrypted by its first push).
+fn keyed(path: &Path, key: u8) -> Repo {
+    let o = crate::device::object::StoreOptions {
+        key: Some(crate::crypt::KeySource::key([key; 32], "test key")),
+        ..Default::default()
+    };
+    Repo::open(path.to_str().unwrap(), true, &o).unwrap()
+}
+
+#[test]
+fn an_encrypted_archive_seals_every_file_and_refuses_plain_and_other_keys() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("r");
+    let r = keyed(&root, 1);
+    let wal = d.path().join("pg_wal");
+    fs::create_dir(&wal).unwrap();
+    let name = segment_name_for(1, 3, SEG);
+    let seg = segment(1, 3, 77, 700);
+    fs::write(wal.join(&name), &seg).unwrap();
+    let p = push(&r, &wal.join(&name)).unwrap();
+    assert_eq!(p.outcome, Outcome::Archived);
+    assert!(r.encryption().is_some());
+    // Neither the segment nor its summary holds plaintext, and both open again.
+    let stored = fs::read(archived_path(&r, &name).unwrap()).unwrap();
+    assert!(stored.starts_with(seal::ENV_MAGIC));
+    assert!(!stored.windows(8).any(|w| w == &seg[8192 + 40..8192 + 48]));
+    let sum_rel = summary::summary_rel(&name).unwrap();
+    assert!(fs::read(root.join(&sum_rel))
+        .unwrap()
+        .starts_with(seal::ENV_MAGIC));
+    assert!(summary::read(&r, &name).unwrap().is_some());
+    let out = d.path().join("got");
+    assert_eq!(fetch(&r, &name, &out).unwrap(), SEG);
+    assert_eq!(fs::read(&out).unwrap(), seg);
+    // Pushed again: the same bytes.
+    assert_eq!(
+        push(&r, &wal.join(&name)).unwrap().outcome,
+        Outcome::AlreadyArchived
+    );
+
+    // Without a key: a push is refused, a fetch asks for the key.
+    let plain = Repo::open(root.to_str().unwrap(), false, &Default::default()).unwrap();
+    let e = format!("{:#}", push(&plain, &wal.join(&name)).unwrap_err());
+    assert!(e.contains("is encrypted") && e.contains("refused"), "{e}");
+    let e = format!("{:#}", fetch(&plain, &name, &out).unwrap_err());
+    assert!(e.contains("--key-file"), "{e}");
+    // Another key is refused when the repository is opened.
+    let o = crate::device::object::StoreOptions {
+        key: Some(crate::crypt::KeySource::key([2; 32], "other key")),
+        ..Default::default()
+    };
+    let e = Repo::open(root.to_str().unwrap(), false, &o).err().unwrap();
+    assert!(format!("{e:#}").contains("wrong key"), "{e:#}");
+
+    // An archived segment copied under another name does not open.
+    let other = segment_name_for(1, 4, SEG);
+    let other_path = archived_path(&r, &other).unwrap();
+    fs::copy(archived_path(&r, &name).unwrap(), &other_path).unwrap();
+    let e = format!("{:#}", fetch(&r, &other, &out).unwrap_err());
+    assert!(e.contains("renamed or forged"), "{e}");
+    // A plain file put in its place is refused.
+    fs::remove_file(&other_path).unwrap();
+    let (_pd, pr) = repo();
+    fs::write(wal.join(&other), segment(1, 4, 77, 10)).unwrap();
+    push(&pr, &wal.join(&other)).unwrap();
+    fs::copy(archived_path(&pr, &other).unwrap(), &other_path).unwrap();
+    let e = format!("{:#}", fetch(&r, &other, &out).unwrap_err());
+    assert!(e.contains("not encrypted"), "{e}");
+}
+
+#[test]
+fn rekey_rewraps_archived_files_in_place() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("r");
+    let r = keyed(&root, 1);
+    let wal = d.path().join("pg_wal");
+    fs::create_dir(&wal).unwrap();
+    let name = segment_name_for(1, 3, SEG);
+    fs::write(wal.join(&name), segment(1, 3, 77, 50)).unwrap();
+    push(&r, &wal.join(&name)).unwrap();
+    let (old, new) = (
+        crate::crypt::Master::new([1; 32]),
+        crate::crypt::Master::new([9; 32]),
+    );
+    assert_eq!(
+        rekey(&r, &old, &new).unwrap(),
+        (2, 0),
+        "segment and summary"
+    );
+    assert_eq!(
+        rekey(&r, &old, &new).unwrap(),
+        (0, 2),
+        "a second run finds them done"
+    );
+    r.set_key(
+        crate::repo::RepoKey {
+            key_id: new.id,
+            kdf: crate::crypt::Kdf::Raw,
+        },
+        None,
+    )
+    .unwrap();
+    let r2 = keyed(&root, 9);
+    let out = d.path().join("got");
+    fetch(&r2, &name, &out).unwrap();
+    assert!(summary::read(&r2, &name).unwrap().is_some());
+}

@@ -292,8 +292,23 @@ fn refused(repo: &Repo, rel: &str, what: &str) -> anyhow::Error {
 /// checks, and that it names `name`. None when absent.
 fn read_unbound(repo: &Repo, name: &str) -> Result<Option<(String, Summary)>> {
     let rel = summary_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL segment name"))?;
-    let Some(b) = repo.store().get(&rel, FILE_MAX)? else {
+    let Some(b) = repo
+        .store()
+        .get(&rel, FILE_MAX + super::seal::overhead(FILE_MAX))?
+    else {
         return Ok(None);
+    };
+    let b = match repo.wal_master(false)? {
+        Some(m) => super::seal::open_bytes(&m, object_of(&rel), &b, FILE_MAX)
+            .map_err(|m| refused(repo, &rel, &m))?,
+        None if b.starts_with(super::seal::ENV_MAGIC) => {
+            return Err(refused(
+                repo,
+                &rel,
+                "it is encrypted, but its repository is not",
+            ))
+        }
+        None => b,
     };
     let s = Summary::decode(&b).map_err(|m| refused(repo, &rel, &m))?;
     if s.segment != name {
@@ -314,7 +329,19 @@ pub fn read(repo: &Repo, name: &str) -> Result<Option<Summary>> {
         return Ok(None);
     };
     let seg_rel = archived_rel(name).expect("a segment name");
-    let head = repo.store().get_head(&seg_rel, HDR_LEN as u64)?;
+    let master = repo.wal_master(false)?;
+    let want = match master {
+        Some(_) => super::seal::HEAD_FETCH,
+        None => HDR_LEN as u64,
+    };
+    let head = repo.store().get_head(&seg_rel, want)?;
+    let head = match (head, &master) {
+        (Some(h), Some(m)) => Some(
+            super::seal::open_head(m, object_of(&seg_rel), &h, HDR_LEN)
+                .map_err(|e| refused(repo, &rel, &format!("its segment's archived copy: {e}")))?,
+        ),
+        (h, _) => h,
+    };
     let Some(head) = head else {
         return Err(refused(
             repo,
@@ -368,7 +395,16 @@ pub(super) fn previous(repo: &Repo, name: &str, seg_size: u64) -> Option<Summary
 /// Writes the summary of a segment just archived (or found archived without one).
 pub(super) fn store(repo: &Repo, s: &Summary) -> Result<()> {
     let rel = summary_rel(&s.segment).expect("a segment name");
-    repo.store().put(&rel, &s.encode())
+    let bytes = match repo.wal_master(false)? {
+        Some(m) => super::seal::seal_bytes(&m, object_of(&rel), &s.encode()),
+        None => s.encode(),
+    };
+    repo.store().put(&rel, &bytes)
+}
+
+/// The object name an archived file is sealed under: its file name.
+fn object_of(rel: &str) -> &str {
+    rel.rsplit('/').next().unwrap_or(rel)
 }
 
 /// Whether a push of an already archived segment should (re)write its summary: none

@@ -1,0 +1,418 @@
+//! Encryption at rest: master keys (a key file or a passphrase through Argon2id), key
+//! ids, data keys wrapped by the master, and the AEAD (AES-256-GCM) that seals frames,
+//! manifests and archived WAL. A leaf: RustCrypto crates only, nothing of pagevault.
+//! Loading a key from the command line's files and environment is `load.rs`.
+
+pub mod load;
+
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use zeroize::Zeroizing;
+
+/// Bytes of a master key and of a data key.
+pub const KEY_LEN: usize = 32;
+/// Bytes of a GCM tag: every sealed piece is this much longer than its plaintext.
+pub const TAG_LEN: usize = 16;
+/// Bytes of a key id.
+pub const KEY_ID_LEN: usize = 16;
+/// Bytes of a data key wrapped by the master key (key + tag).
+pub const WRAPPED_LEN: usize = KEY_LEN + TAG_LEN;
+
+/// Argon2id parameters a reader accepts: a forged set must not make it allocate more.
+pub const ARGON_M_MAX_KIB: u32 = 128 << 10;
+pub const ARGON_T_MAX: u32 = 16;
+pub const ARGON_P_MAX: u32 = 16;
+/// What a new passphrase-derived key uses (64 MiB, 3 passes, 1 lane: RFC 9106's second
+/// recommendation).
+const ARGON_DEFAULT: (u32, u32, u32) = (64 << 10, 3, 1);
+
+/// Nonce domains: a data key seals each kind of piece under its own nonces.
+pub const DOMAIN_FRAME: u32 = 0;
+pub const DOMAIN_MANIFEST: u32 = 1;
+pub const DOMAIN_WAL: u32 = 2;
+
+/// How a master key is made from what the user gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kdf {
+    /// A key file: the master key is its 32 bytes.
+    Raw,
+    /// A passphrase through Argon2id with this salt and cost (memory KiB, passes, lanes).
+    Argon2id {
+        salt: [u8; 16],
+        m_kib: u32,
+        t: u32,
+        p: u32,
+    },
+}
+
+impl Kdf {
+    /// Refuses parameters read from storage that no pagevault writes.
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            Kdf::Raw => Ok(()),
+            Kdf::Argon2id { m_kib, t, p, .. } => {
+                if !(8..=ARGON_M_MAX_KIB).contains(&m_kib)
+                    || !(1..=ARGON_T_MAX).contains(&t)
+                    || !(1..=ARGON_P_MAX).contains(&p)
+                    || m_kib < 8 * p
+                {
+                    return Err(format!(
+                        "Argon2id parameters m={m_kib} KiB t={t} p={p} are outside m 8..{ARGON_M_MAX_KIB} KiB, t 1..{ARGON_T_MAX}, p 1..{ARGON_P_MAX}"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What the user gave: a key or a passphrase, and where it came from (for messages).
+#[derive(Clone)]
+pub enum KeySource {
+    Key {
+        key: Arc<Zeroizing<[u8; KEY_LEN]>>,
+        origin: String,
+        file: Option<std::path::PathBuf>,
+    },
+    Passphrase {
+        phrase: Arc<Zeroizing<Vec<u8>>>,
+        origin: String,
+        file: Option<std::path::PathBuf>,
+    },
+}
+
+impl std::fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeySource({})", self.origin())
+    }
+}
+
+impl PartialEq for KeySource {
+    fn eq(&self, o: &KeySource) -> bool {
+        match (self, o) {
+            (KeySource::Key { key: a, .. }, KeySource::Key { key: b, .. }) => **a == **b,
+            (KeySource::Passphrase { phrase: a, .. }, KeySource::Passphrase { phrase: b, .. }) => {
+                **a == **b
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Master keys already derived from a passphrase, by salt and cost: Argon2id runs once
+/// per process for every stripe and set that shares them.
+type DerivedCache = Mutex<HashMap<(Vec<u8>, [u8; 16], u32, u32, u32), Master>>;
+static DERIVED: std::sync::OnceLock<DerivedCache> = std::sync::OnceLock::new();
+
+impl KeySource {
+    /// A key from its 32 bytes.
+    pub fn key(bytes: [u8; KEY_LEN], origin: &str) -> KeySource {
+        KeySource::Key {
+            key: Arc::new(Zeroizing::new(bytes)),
+            origin: origin.into(),
+            file: None,
+        }
+    }
+
+    pub fn passphrase(phrase: Vec<u8>, origin: &str) -> KeySource {
+        KeySource::Passphrase {
+            phrase: Arc::new(Zeroizing::new(phrase)),
+            origin: origin.into(),
+            file: None,
+        }
+    }
+
+    /// The same source, read from `path` (another process can be told to read it).
+    pub fn from_file(mut self, path: &std::path::Path) -> KeySource {
+        let p = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        match &mut self {
+            KeySource::Key { file, .. } | KeySource::Passphrase { file, .. } => *file = Some(p),
+        }
+        self
+    }
+
+    /// The option that gives another pagevault (restore_command) this key: the file's
+    /// flag and absolute path; None for a passphrase from the environment.
+    pub fn command_option(&self) -> Option<(&'static str, &std::path::Path)> {
+        match self {
+            KeySource::Key { file: Some(f), .. } => Some(("--key-file", f)),
+            KeySource::Passphrase { file: Some(f), .. } => Some(("--passphrase-file", f)),
+            _ => None,
+        }
+    }
+
+    /// Where it came from: "key file 'F'", "PAGEVAULT_PASSPHRASE" ...
+    pub fn origin(&self) -> &str {
+        match self {
+            KeySource::Key { origin, .. } | KeySource::Passphrase { origin, .. } => origin,
+        }
+    }
+
+    /// The derivation a new set or repository records: a fresh salt for a passphrase.
+    pub fn new_kdf(&self) -> Kdf {
+        match self {
+            KeySource::Key { .. } => Kdf::Raw,
+            KeySource::Passphrase { .. } => {
+                let mut salt = [0u8; 16];
+                rand::rngs::OsRng.fill_bytes(&mut salt);
+                let (m_kib, t, p) = ARGON_DEFAULT;
+                Kdf::Argon2id { salt, m_kib, t, p }
+            }
+        }
+    }
+
+    /// The master key this source gives under `kdf` (checked first).
+    pub fn master(&self, kdf: &Kdf) -> Result<Master, String> {
+        kdf.check()?;
+        match (self, *kdf) {
+            (KeySource::Key { key, .. }, Kdf::Raw) => Ok(Master::new(***key)),
+            (KeySource::Passphrase { phrase, .. }, Kdf::Argon2id { salt, m_kib, t, p }) => {
+                let cache = DERIVED.get_or_init(Default::default);
+                let id = (phrase.to_vec(), salt, m_kib, t, p);
+                if let Some(m) = cache.lock().unwrap().get(&id) {
+                    return Ok(m.clone());
+                }
+                let params = argon2::Params::new(m_kib, t, p, Some(KEY_LEN))
+                    .map_err(|e| format!("Argon2id parameters: {e}"))?;
+                let a = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+                let mut out = Zeroizing::new([0u8; KEY_LEN]);
+                a.hash_password_into(phrase, &salt, &mut *out)
+                    .map_err(|e| format!("Argon2id: {e}"))?;
+                let m = Master::new(*out);
+                cache.lock().unwrap().insert(id, m.clone());
+                Ok(m)
+            }
+            (KeySource::Key { origin, .. }, Kdf::Argon2id { .. }) => Err(format!(
+                "it was encrypted with a passphrase, and {origin} gives a key: give --passphrase-file or PAGEVAULT_PASSPHRASE"
+            )),
+            (KeySource::Passphrase { origin, .. }, Kdf::Raw) => Err(format!(
+                "it was encrypted with a key file, and {origin} gives a passphrase: give --key-file or PAGEVAULT_KEY_FILE"
+            )),
+        }
+    }
+}
+
+/// A master key and its id (the first 16 bytes of HMAC-SHA256(key, "pagevault key id")).
+#[derive(Clone)]
+pub struct Master {
+    key: Arc<Zeroizing<[u8; KEY_LEN]>>,
+    pub id: [u8; KEY_ID_LEN],
+}
+
+impl std::fmt::Debug for Master {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Master(id {})", show_id(&self.id))
+    }
+}
+
+impl Master {
+    pub fn new(key: [u8; KEY_LEN]) -> Master {
+        let key = Arc::new(Zeroizing::new(key));
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key[..]).expect("any key length");
+        mac.update(b"pagevault key id");
+        let id = mac.finalize().into_bytes()[..KEY_ID_LEN]
+            .try_into()
+            .unwrap();
+        Master { key, id }
+    }
+
+    /// The key-encryption key: HKDF-SHA256 of the master, its own purpose.
+    fn kek(&self) -> Aes256Gcm {
+        let mut k = Zeroizing::new([0u8; KEY_LEN]);
+        hkdf::Hkdf::<Sha256>::new(None, &self.key[..])
+            .expand(b"pagevault key wrap", &mut *k)
+            .expect("32 bytes is a valid HKDF length");
+        Aes256Gcm::new((&*k).into())
+    }
+
+    /// A MAC key for signatures, its own purpose.
+    pub fn mac_key(&self) -> Zeroizing<[u8; KEY_LEN]> {
+        let mut k = Zeroizing::new([0u8; KEY_LEN]);
+        hkdf::Hkdf::<Sha256>::new(None, &self.key[..])
+            .expand(b"pagevault manifest mac", &mut *k)
+            .expect("32 bytes is a valid HKDF length");
+        k
+    }
+
+    /// `dek` wrapped under a random nonce, bound to `aad`: (nonce, wrapped).
+    pub fn wrap(&self, dek: &DataKey, aad: &[u8]) -> ([u8; 12], [u8; WRAPPED_LEN]) {
+        let mut nonce = [0u8; 12];
+        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        let mut out = [0u8; WRAPPED_LEN];
+        out[..KEY_LEN].copy_from_slice(&dek.key[..]);
+        let tag = self
+            .kek()
+            .encrypt_in_place_detached(Nonce::from_slice(&nonce), aad, &mut out[..KEY_LEN])
+            .expect("AES-GCM seals 32 bytes");
+        out[KEY_LEN..].copy_from_slice(&tag);
+        (nonce, out)
+    }
+
+    /// The data key `wrapped` holds, or None when it was not wrapped by this key for `aad`.
+    pub fn unwrap(
+        &self,
+        nonce: &[u8; 12],
+        wrapped: &[u8; WRAPPED_LEN],
+        aad: &[u8],
+    ) -> Option<DataKey> {
+        let mut k = Zeroizing::new([0u8; KEY_LEN]);
+        k.copy_from_slice(&wrapped[..KEY_LEN]);
+        self.kek()
+            .decrypt_in_place_detached(
+                Nonce::from_slice(nonce),
+                aad,
+                &mut k[..],
+                Tag::from_slice(&wrapped[KEY_LEN..]),
+            )
+            .ok()?;
+        Some(DataKey::from_bytes(*k))
+    }
+}
+
+/// A data key (one per set, one per archived WAL file) and its cipher.
+#[derive(Clone)]
+pub struct DataKey {
+    key: Arc<Zeroizing<[u8; KEY_LEN]>>,
+    aead: Aes256Gcm,
+}
+
+impl std::fmt::Debug for DataKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataKey(..)")
+    }
+}
+
+impl DataKey {
+    /// A new random data key.
+    pub fn random() -> DataKey {
+        let mut k = Zeroizing::new([0u8; KEY_LEN]);
+        rand::rngs::OsRng.fill_bytes(&mut *k);
+        DataKey::from_bytes(*k)
+    }
+
+    fn from_bytes(k: [u8; KEY_LEN]) -> DataKey {
+        let aead = Aes256Gcm::new((&k).into());
+        DataKey {
+            key: Arc::new(Zeroizing::new(k)),
+            aead,
+        }
+    }
+
+    /// The nonce of piece `counter` of `domain`: a data key never seals two pieces
+    /// under one nonce as long as each counter is used once per domain.
+    fn nonce(domain: u32, counter: u64) -> [u8; 12] {
+        let mut n = [0u8; 12];
+        n[..4].copy_from_slice(&domain.to_le_bytes());
+        n[4..].copy_from_slice(&counter.to_le_bytes());
+        n
+    }
+
+    /// Seals `buf[..len]` in place and puts the tag after it; returns `len + TAG_LEN`.
+    /// `buf` must have room for the tag.
+    pub fn seal(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8], len: usize) -> usize {
+        let n = Self::nonce(domain, counter);
+        let tag = self
+            .aead
+            .encrypt_in_place_detached(Nonce::from_slice(&n), aad, &mut buf[..len])
+            .expect("AES-GCM seals pieces under 64 GiB");
+        buf[len..len + TAG_LEN].copy_from_slice(&tag);
+        len + TAG_LEN
+    }
+
+    /// Opens `buf` (ciphertext then tag) in place; returns the plaintext's length, or
+    /// None when it is not what this key sealed there (forged, moved or damaged).
+    pub fn open(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8]) -> Option<usize> {
+        let len = buf.len().checked_sub(TAG_LEN)?;
+        let n = Self::nonce(domain, counter);
+        let (text, tag) = buf.split_at_mut(len);
+        self.aead
+            .decrypt_in_place_detached(Nonce::from_slice(&n), aad, text, Tag::from_slice(tag))
+            .ok()?;
+        Some(len)
+    }
+}
+
+/// Hex of a key id, as messages show it.
+pub fn show_id(id: &[u8; KEY_ID_LEN]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seal_open_and_every_binding() {
+        let k = DataKey::random();
+        let mut b = b"some page bytes".to_vec();
+        let len = b.len();
+        b.resize(len + TAG_LEN, 0);
+        assert_eq!(k.seal(DOMAIN_FRAME, 7, b"aad", &mut b, len), len + TAG_LEN);
+        assert!(!b.windows(4).any(|w| w == b"page"));
+        let good = b.clone();
+        assert_eq!(k.open(DOMAIN_FRAME, 7, b"aad", &mut b), Some(len));
+        assert_eq!(&b[..len], b"some page bytes");
+        for (d, c, aad) in [
+            (DOMAIN_MANIFEST, 7, &b"aad"[..]),
+            (DOMAIN_FRAME, 8, b"aad"),
+            (DOMAIN_FRAME, 7, b"aae"),
+        ] {
+            let mut x = good.clone();
+            assert_eq!(k.open(d, c, aad, &mut x), None);
+        }
+        let mut x = good.clone();
+        x[3] ^= 1;
+        assert_eq!(k.open(DOMAIN_FRAME, 7, b"aad", &mut x), None);
+        let mut x = good;
+        assert_eq!(
+            DataKey::random().open(DOMAIN_FRAME, 7, b"aad", &mut x),
+            None
+        );
+    }
+
+    #[test]
+    fn wrap_binds_key_and_aad() {
+        let m = Master::new([1; 32]);
+        let dek = DataKey::random();
+        let (n, w) = m.wrap(&dek, b"set 1");
+        let back = m.unwrap(&n, &w, b"set 1").unwrap();
+        assert_eq!(**back.key, **dek.key);
+        assert!(m.unwrap(&n, &w, b"set 2").is_none());
+        assert!(Master::new([2; 32]).unwrap(&n, &w, b"set 1").is_none());
+        assert_ne!(Master::new([2; 32]).id, m.id);
+        assert_eq!(Master::new([1; 32]).id, m.id);
+    }
+
+    #[test]
+    fn passphrase_derivation_is_stable_and_salted() {
+        let s = KeySource::passphrase(b"correct horse".to_vec(), "test");
+        let kdf = Kdf::Argon2id {
+            salt: [5; 16],
+            m_kib: 64,
+            t: 1,
+            p: 1,
+        };
+        let a = s.master(&kdf).unwrap();
+        assert_eq!(a.id, s.master(&kdf).unwrap().id);
+        let other = Kdf::Argon2id {
+            salt: [6; 16],
+            m_kib: 64,
+            t: 1,
+            p: 1,
+        };
+        assert_ne!(a.id, s.master(&other).unwrap().id);
+        assert!(s.master(&Kdf::Raw).unwrap_err().contains("key file"));
+        let huge = Kdf::Argon2id {
+            salt: [5; 16],
+            m_kib: u32::MAX,
+            t: 1,
+            p: 1,
+        };
+        assert!(s.master(&huge).is_err());
+    }
+}
