@@ -148,7 +148,7 @@ for round in $(seq 1 "$REPS"); do
       echo "|---|---:|---:|---:|---:|---:|"
       echo "| | $(f1 "${r[fiow]}") | $(f1 "${r[fiow4]}") | $(f1 "${r[pvw]}") | ${r[pvwlvl]} | $(ratio "${r[pvw]}" "$bestw") |"
     } >> "$OUT/summary.md"
-    for k in "${!r[@]}"; do printf '%s\t%s\t%s\n' "$round" "$name" "$k" "${r[$k]}"; done >> "$OUT/values.tsv"
+    for k in "${!r[@]}"; do printf '%s\t%s\t%s\t%s\n' "$round" "$name" "$k" "${r[$k]}"; done >> "$OUT/values.tsv"
     log "round $round, $name: cold pv ${r[pv]} vs fio best ${best} (d$bestd); warm pv ${r[pvw]} vs fio ${bestw}"
     unset r
   done

@@ -1,7 +1,7 @@
 //! Adaptive readers, as a congestion window: every volume starts with `--readers x
 //! --read-depth` reads in flight and probes upward on every device, up to `max` (64 by
 //! default, bounded by the pool). Every 100 ms one reader looks at the last window of
-//! its volume's reads: while the pool has free buffers it tries twice the reads in
+//! its volume's reads (the first window, the start, only sets the baseline): while the pool has free buffers it tries twice the reads in
 //! flight; the next window keeps the step only if the volume's throughput rose by 5% or
 //! more (then tries the next one at once), else it steps back and waits a second before
 //! trying again. Reads in flight then follow what the device rewards, not a guess.
@@ -83,7 +83,9 @@ impl Adapt {
                 at: Instant::now(),
                 bytes: 0,
                 trial: None,
-                cooldown: 0,
+                // The first window holds the start (opening files, empty queues): it
+                // is no baseline for a trial.
+                cooldown: 1,
             }),
             raised: AtomicU64::new(0),
             undone: AtomicU64::new(0),
@@ -218,6 +220,8 @@ mod tests {
     fn every_volume_probes_up_keeps_what_pays_and_steps_back_from_what_does_not() {
         // Large reads too: the gate on small or slow reads is gone.
         let (a, lane) = (Adapt::new(4, 64), Lane::default());
+        window(&a, &lane, 10, 1 << 20, true);
+        assert_eq!(a.active(), 4, "the first window, the start, is no baseline");
         window(&a, &lane, 100, 1 << 20, true);
         assert_eq!(a.active(), 8, "a step up on trial");
         window(&a, &lane, 200, 1 << 20, true);
@@ -242,10 +246,12 @@ mod tests {
     #[test]
     fn the_cap_a_full_pool_and_fixed_mode_hold_the_level() {
         let (a, lane) = (Adapt::new(4, 8), Lane::default());
+        window(&a, &lane, 10, 8192, true);
         window(&a, &lane, 100, 8192, true);
         window(&a, &lane, 200, 8192, true);
         assert_eq!((a.active(), a.held()), (8, Held::Cap));
         let (p, lane) = (Adapt::new(4, 64), Lane::default());
+        window(&p, &lane, 10, 8192, false);
         window(&p, &lane, 100, 8192, false);
         assert_eq!((p.active(), p.held()), (4, Held::PoolFull));
         let (f, lane) = (Adapt::new(4, 4), Lane::default());
