@@ -88,6 +88,29 @@ pub struct DemoArgs {
     size_mb: u64,
 }
 
+/// Set when printing failed because stdout's reader closed the pipe.
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Rust ignores SIGPIPE, so `println!` into a closed pipe panics; that panic is the
+/// reader going away, not a bug: no message for it (SIGPIPE itself stays ignored, so a
+/// closed object-store socket is an error, never a kill).
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
     // Large transient buffers (HTTP bodies of object-store parts and ranges) go to mmap
     // and back to the system when freed: glibc's sliding threshold would otherwise keep
@@ -95,30 +118,42 @@ fn main() -> ExitCode {
     pagevault::sys::set_mmap_threshold(1 << 20);
     let cli = Cli::parse();
     pagevault::sys::private_umask(cli.group_read);
+    quiet_on_closed_stdout();
     let key =
         pagevault::crypt::load::key_source(cli.key_file.as_deref(), cli.passphrase_file.as_deref());
     let store = key.map(|key| device::object::StoreOptions {
         s3_endpoint: cli.s3_endpoint.clone(),
         key,
     });
-    let result = store.and_then(|store| match cli.command {
-        Command::Backup(a) => cmd::backup::run(a, &store),
-        Command::Restore(a) => cmd::restore::run_restore(a, &store),
-        Command::Verify(a) => cmd::restore::run_verify(a, &store),
-        Command::Header(a) => cmd::info::run_header(a, &store),
-        Command::Files(a) => cmd::info::run_files(a, &store),
-        Command::ArchivePush(a) => cmd::archive::run_push(a, &store),
-        Command::ArchiveGet(a) => cmd::archive::run_get(a, &store),
-        Command::History(a) => cmd::history::run(a, &store),
-        Command::Expire(a) => cmd::expire::run(a, &store),
-        Command::Estimate(a) => cmd::estimate::run(a, &store),
-        Command::Merge(a) => cmd::merge::run(a, &store),
-        Command::Key(a) => cmd::key::run(a, &store),
-        Command::Bench(a) => cmd::bench::run(a),
-        Command::Tune(a) => cmd::tune::run(a, &store),
-        Command::Sql(a) => cmd::sql::run(a, &store),
-        Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
+    let run = std::panic::AssertUnwindSafe(|| {
+        store.and_then(|store| match cli.command {
+            Command::Backup(a) => cmd::backup::run(a, &store),
+            Command::Restore(a) => cmd::restore::run_restore(a, &store),
+            Command::Verify(a) => cmd::restore::run_verify(a, &store),
+            Command::Header(a) => cmd::info::run_header(a, &store),
+            Command::Files(a) => cmd::info::run_files(a, &store),
+            Command::ArchivePush(a) => cmd::archive::run_push(a, &store),
+            Command::ArchiveGet(a) => cmd::archive::run_get(a, &store),
+            Command::History(a) => cmd::history::run(a, &store),
+            Command::Expire(a) => cmd::expire::run(a, &store),
+            Command::Estimate(a) => cmd::estimate::run(a, &store),
+            Command::Merge(a) => cmd::merge::run(a, &store),
+            Command::Key(a) => cmd::key::run(a, &store),
+            Command::Bench(a) => cmd::bench::run(a),
+            Command::Tune(a) => cmd::tune::run(a, &store),
+            Command::Sql(a) => cmd::sql::run(a, &store),
+            Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
+        })
     });
+    let result = match std::panic::catch_unwind(run) {
+        Ok(r) => r,
+        // `pagevault files ... | head`: the reader went away; end as a process killed
+        // by SIGPIPE would (128 + 13), destructors run, no panic message.
+        Err(_) if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) => {
+            return ExitCode::from(141)
+        }
+        Err(p) => std::panic::resume_unwind(p),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -225,3 +225,35 @@ fn restore_says_where_its_time_went_outside_the_pipeline() {
         );
     }
 }
+
+#[test]
+fn a_reader_that_closes_the_pipe_ends_files_quietly_as_sigpipe_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // More listing than a pipe holds (64 KiB), so printing meets the closed pipe.
+    for i in 0..3000 {
+        std::fs::write(src.join(format!("file-with-a-long-name-{i:05}")), b"x").unwrap();
+    }
+    let stripe = s(&dir.path().join("s.pv"));
+    ok(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--to",
+        &stripe,
+    ]);
+    let mut child = std::process::Command::new(bin())
+        .args(["files", "--from", &stripe])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take()); // `| head -c 16`
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
