@@ -223,30 +223,31 @@ fn a_forged_frame_is_refused() {
     let (set, key) = four_frames(dir.path());
     let pristine = fs::read(&set).unwrap();
     assert_eq!(frames_of(&pristine).len(), 4);
-    let verify = || fails(&["verify", "--from", &set, "--key-file", &key], 1);
+    // The pristine set edited by `edit`, then verified: the error.
+    let forge = |edit: fn(&mut Vec<u8>)| {
+        fs::write(&set, &pristine).unwrap();
+        edit_stripe(&set, edit);
+        fails(&["verify", "--from", &set, "--key-file", &key], 1)
+    };
     let forged = |e: &str| e.contains("does not authenticate") && e.contains("forged");
 
     // A ciphertext byte flipped, its CRCs made valid again.
-    edit_stripe(&set, |b| {
+    let e = forge(|b| {
         let at = frames_of(b)[1];
         b[at + 80 + 1000] ^= 0x40;
         fix_stored(b, at);
     });
-    let e = verify();
     assert!(forged(&e), "{e}");
 
     // Without the CRCs fixed, damage reads as damage.
-    fs::write(&set, &pristine).unwrap();
-    edit_stripe(&set, |b| {
+    let e = forge(|b| {
         let at = frames_of(b)[1];
         b[at + 80 + 1000] ^= 0x40;
     });
-    let e = verify();
     assert!(e.contains("damaged (CRC32C"), "{e}");
 
     // Two frames' stored bytes swapped (same length), CRCs fixed.
-    fs::write(&set, &pristine).unwrap();
-    edit_stripe(&set, |b| {
+    let e = forge(|b| {
         let f = frames_of(b);
         let (x, y) = (f[0], f[2]);
         let n = u32_at(b, x + 12) as usize;
@@ -258,12 +259,10 @@ fn a_forged_frame_is_refused() {
         fix_stored(b, x);
         fix_stored(b, y);
     });
-    let e = verify();
     assert!(forged(&e), "{e}");
 
     // A frame moved to another offset by its header (offsets swapped), CRCs fixed.
-    fs::write(&set, &pristine).unwrap();
-    edit_stripe(&set, |b| {
+    let e = forge(|b| {
         let f = frames_of(b);
         let (x, y) = (f[0], f[3]);
         let (ox, oy) = (u64_at(b, x + 16), u64_at(b, y + 16));
@@ -272,13 +271,11 @@ fn a_forged_frame_is_refused() {
         fix_frame(b, x);
         fix_frame(b, y);
     });
-    let e = verify();
     assert!(forged(&e), "{e}");
 
     // A frame removed, the tail's count and body end made to match: the sealed
     // manifest still counts it.
-    fs::write(&set, &pristine).unwrap();
-    edit_stripe(&set, |b| {
+    let e = forge(|b| {
         let f = frames_of(b);
         let (x, len) = (f[3], f[3] - f[2]);
         b.drain(x..x + len);
@@ -290,12 +287,10 @@ fn a_forged_frame_is_refused() {
         put_u64(t, 32, frames - 1);
         fix_tail(b);
     });
-    let e = verify();
     assert!(e.contains("tail counts 3 frames"), "{e}");
 
     // The manifest's bytes changed, its CRC fixed: it no longer authenticates.
-    fs::write(&set, &pristine).unwrap();
-    edit_stripe(&set, |b| {
+    let e = forge(|b| {
         let n = b.len();
         let (off, len) = (
             u64_at(&b[n - 64..], 8) as usize,
@@ -306,7 +301,6 @@ fn a_forged_frame_is_refused() {
         put_u32(b, n - 64 + 48, c);
         fix_tail(b);
     });
-    let e = verify();
     assert!(
         e.contains("manifest") && e.contains("does not authenticate"),
         "{e}"
