@@ -55,8 +55,12 @@ RESULTS=$RUNDIR/runs.tsv
 printf 'round\ttool\tphase\tseconds\tread_bytes\tlisted_pages\tchanged_pages\n' > "$RESULTS"
 psql_db() { "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $PORT -U postgres -d bench "$@"; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-cleanup() { as_pg "$PG_BIN/pg_ctl" -D "$DATA" -w -m fast stop >/dev/null 2>&1 || true; }
+source "$ROOT/bench/vm-memory.sh"
+cleanup() { as_pg "$PG_BIN/pg_ctl" -D "$DATA" -w -m fast stop >/dev/null 2>&1 || true; release_guest_memory; }
 trap cleanup EXIT
+# Every tool's restore writes into freshly freed page cache: without this, each pays the
+# VM's host faults (about 1 s per GB here) or not, depending on the run before.
+hold_guest_memory
 
 # ----------------------------------------------------------- the cluster ----
 rm -rf "$D"/*; mkdir -p "$D/run" "$PVREPO" "$BRREPO" "$PG17B"

@@ -55,6 +55,8 @@ pub enum Advice {
     Sequential,
     Random,
     DontNeed,
+    /// Start reading the range into the page cache now, without waiting.
+    WillNeed,
 }
 
 /// posix_fadvise. Advice only: a failure changes nothing that matters, so it is ignored.
@@ -64,6 +66,7 @@ pub fn fadvise(fd: impl AsFd, offset: u64, len: u64, advice: Advice) {
         Advice::Sequential => A::Sequential,
         Advice::Random => A::Random,
         Advice::DontNeed => A::DontNeed,
+        Advice::WillNeed => A::WillNeed,
     };
     let _ = rustix::fs::fadvise(fd, offset, NonZeroU64::new(len), advice);
 }

@@ -261,7 +261,9 @@ impl Postgres {
                     self.archive_timeout
                 );
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            // Archivers take milliseconds to tens of: look often at first.
+            let ms = (2 + t0.elapsed().as_millis() as u64 / 10).min(50);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
         }
         Ok(())
     }
@@ -547,9 +549,10 @@ impl Source for Postgres {
             tablespace_map: spcmap.unwrap_or_default(),
         });
         let (start_wal, seg_size) = (facts.start_wal.clone(), facts.wal_segment_size);
+        // The archive then reaches the set's end. The backup history file the archiver
+        // takes next is not waited for: no restore reads it (the set holds backup_label).
         if archiving {
-            let history = format!("{start_wal}.{:08X}.backup", facts.start_lsn % seg_size);
-            self.wait_archived(&[&stop_wal, &history])?;
+            self.wait_archived(&[&stop_wal])?;
         }
         // The WAL that makes the copy consistent: start to stop segment, from pg_wal.
         let pg_wal = self.pgdata().join("pg_wal");

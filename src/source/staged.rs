@@ -37,10 +37,16 @@ struct Gated {
 }
 
 impl ChunkFilter for Gated {
-    fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
+    fn check(
+        &self,
+        file: &ReadFile,
+        offset: u64,
+        data: &[u8],
+        sel: Option<&PageSet>,
+    ) -> Result<(), String> {
         self.inner
             .as_ref()
-            .map_or(Ok(()), |f| f.check(file, offset, data))?;
+            .map_or(Ok(()), |f| f.check(file, offset, data, sel))?;
         if let Some(n) = self.read.get(file.id as usize) {
             let len = data.len() as u64;
             if n.fetch_add(len, Relaxed) + len == file.size {

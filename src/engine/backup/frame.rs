@@ -55,7 +55,8 @@ fn frame(
     let raw = item.buf.payload();
     let file = &sh.plan[item.file as usize];
     if let Some(f) = sh.filter {
-        f.check(file, item.offset, raw).map_err(|e| anyhow!(e))?;
+        f.check(file, item.offset, raw, item.sel.as_ref())
+            .map_err(|e| anyhow!(e))?;
     }
     // A sparse chunk holds the pages it read; otherwise the filter may choose some.
     let pages = item

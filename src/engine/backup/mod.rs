@@ -37,8 +37,15 @@ pub struct ReadFile {
 
 /// Inspects each chunk read (page checksums, for example) before it is stored.
 pub trait ChunkFilter: Sync {
-    /// `Err` fails the backup with that message.
-    fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String>;
+    /// `Err` fails the backup with that message. With `sel` (a sparse chunk), only the
+    /// selected pages were read: the others hold stale bytes and are not looked at.
+    fn check(
+        &self,
+        file: &ReadFile,
+        offset: u64,
+        data: &[u8],
+        sel: Option<&PageSet>,
+    ) -> Result<(), String>;
     /// Problems tolerated so far (they mark the set damaged).
     fn problems(&self) -> Vec<String> {
         vec![]
@@ -61,6 +68,11 @@ pub trait ChunkFilter: Sync {
 
 /// Pages of one chunk: up to 2048 (16 MiB of 8 KiB pages).
 pub type PageSet = [u64; 32];
+
+/// Whether page `i` of a chunk is to be looked at: every page without a selection.
+pub fn page_selected(sel: Option<&PageSet>, i: usize) -> bool {
+    sel.is_none_or(|s| s[i / 64] >> (i % 64) & 1 == 1)
+}
 
 #[derive(Debug, Clone)]
 pub struct Params {

@@ -2,6 +2,7 @@
 //! through the pipeline.
 
 use super::*;
+use crate::engine::backup::page_selected;
 
 /// Verifies page checksums of relation files as chunks pass through the pipeline.
 pub struct PageChecker {
@@ -25,9 +26,9 @@ const STALE_NAMED: usize = 5;
 impl PageChecker {
     /// A page read because the change map listed it carries an LSN at or after the
     /// base's start, or is new; any other is counted and the first few named.
-    fn stale_pages(&self, file: &ReadFile, offset: u64, data: &[u8], base: u64) {
+    fn stale_pages(&self, file: &ReadFile, offset: u64, data: &[u8], sel: &PageSet, base: u64) {
         for (i, page) in data.chunks_exact(pgpage::BLCKSZ).enumerate() {
-            if pgpage::is_new(page) || pgpage::lsn(page) >= base {
+            if !page_selected(Some(sel), i) || pgpage::is_new(page) || pgpage::lsn(page) >= base {
                 continue;
             }
             let mut s = self.stale.lock().unwrap();
@@ -60,9 +61,15 @@ impl ChunkFilter for PageChecker {
         Some(sel)
     }
 
-    fn check(&self, file: &ReadFile, offset: u64, data: &[u8]) -> Result<(), String> {
-        if let (Some(base), true) = (self.base_lsn, file.pages.is_some()) {
-            self.stale_pages(file, offset, data, base);
+    fn check(
+        &self,
+        file: &ReadFile,
+        offset: u64,
+        data: &[u8],
+        sel: Option<&PageSet>,
+    ) -> Result<(), String> {
+        if let (Some(base), Some(sel)) = (self.base_lsn, sel) {
+            self.stale_pages(file, offset, data, sel, base);
         }
         if !self.verify {
             return Ok(());
@@ -71,7 +78,7 @@ impl ChunkFilter for PageChecker {
             return Ok(());
         };
         for (i, page) in data.chunks_exact(pgpage::BLCKSZ).enumerate() {
-            if pgpage::is_new(page) {
+            if !page_selected(sel, i) || pgpage::is_new(page) {
                 continue;
             }
             let block = ((offset as usize / pgpage::BLCKSZ) + i) as u32;
