@@ -89,7 +89,8 @@ pub struct BackupArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Encrypt the set, and fail without a key (a key given with --key-file,
-    /// --passphrase-file or their variables encrypts anyway).
+    /// --passphrase-file or their variables encrypts anyway, unless --sign or the
+    /// repository is signed).
     #[arg(long)]
     pub encrypt: bool,
     /// Sign the set instead of encrypting it: each frame and the manifest get a keyed
