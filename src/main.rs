@@ -32,8 +32,10 @@ struct Cli {
     #[arg(long, global = true)]
     group_read: bool,
     /// The master key: a file of 32 random bytes, raw or base64 (`openssl rand -base64
-    /// 32`), mode 0600. A backup or archive-push given a key encrypts; every command
-    /// that reads an encrypted set or repository needs it. Also PAGEVAULT_KEY_FILE.
+    /// 32`), mode 0600. A backup or archive-push given a key encrypts (a backup with
+    /// --sign signs instead); every command that reads an encrypted or signed set or
+    /// repository needs it, and checks every frame's tag with it. Also
+    /// PAGEVAULT_KEY_FILE.
     #[arg(long, global = true, value_name = "FILE")]
     key_file: Option<PathBuf>,
     /// A passphrase (the file's first line, mode 0600) instead of a key file, made a
@@ -64,7 +66,7 @@ enum Command {
     Expire(cmd::expire::ExpireArgs),
     /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
     Estimate(cmd::estimate::EstimateArgs),
-    /// Encryption keys: `key rotate` rewraps an encrypted repository's data keys for a new key.
+    /// Encryption and signing keys: `key rotate` rewraps an encrypted or signed repository's keys for a new key.
     Key(cmd::key::KeyArgs),
     /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
     Merge(cmd::merge::MergeArgs),

@@ -264,9 +264,16 @@ fn format_versions_are_checked_and_choose_the_digest() {
     // A version from the future is named, not misread.
     let set = two_stripes("none");
     for p in [&set.a, &set.b] {
+        set_header_version(p, 5);
+    }
+    both_fail(&set, "unsupported format version 5");
+
+    // Version 4 is a signed set's: a plain header at version 4 is refused.
+    let set = two_stripes("none");
+    for p in [&set.a, &set.b] {
         set_header_version(p, 4);
     }
-    both_fail(&set, "unsupported format version 4");
+    both_fail(&set, "only 4 signed");
 
     // Version 3 is an encrypted set's: a plain header at version 3 is refused.
     let set = two_stripes("none");

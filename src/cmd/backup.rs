@@ -89,9 +89,18 @@ pub struct BackupArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Encrypt the set, and fail without a key (a key given with --key-file,
-    /// --passphrase-file or their variables encrypts anyway).
+    /// --passphrase-file or their variables encrypts anyway, unless --sign or the
+    /// repository is signed).
     #[arg(long)]
     pub encrypt: bool,
+    /// Sign the set instead of encrypting it: each frame and the manifest get a keyed
+    /// BLAKE3 tag from the key, so no edit, swap, drop or replay of a frame goes
+    /// unnoticed by a reader given the key; the data stays readable on the storage.
+    /// Fails without a key. With --encrypt, or into an encrypted repository, the set is
+    /// encrypted (which authenticates it as well). A repository that takes a signed set
+    /// refuses unsigned ones from then on.
+    #[arg(long)]
+    pub sign: bool,
     /// Page size of a files: source.
     #[arg(long, default_value = "8K", value_parser = page_size)]
     pub page_size: u64,
@@ -156,6 +165,7 @@ impl BackupArgs {
             report: self.report.clone(),
             store: StoreOptions::default(),
             encrypt: self.encrypt,
+            sign: self.sign,
         }
     }
 

@@ -80,11 +80,23 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
             },
         ),
         (
+            "Signature",
+            match m.format_version {
+                crate::format::SIGNED_VERSION => "keyed BLAKE3 (frames and manifest)".into(),
+                crate::format::SEALED_VERSION => "none (AES-256-GCM authenticates)".into(),
+                _ => "none".into(),
+            },
+        ),
+        (
             "FormatVersion",
             format!(
                 "{} (frame digests: {})",
                 m.format_version,
-                ContentHash::of_version(m.format_version).name()
+                match m.format_version {
+                    crate::format::SIGNED_VERSION =>
+                        "keyed BLAKE3 tags, XXH3-128 in file checksums",
+                    v => ContentHash::of_version(v).name(),
+                }
             ),
         ),
         (

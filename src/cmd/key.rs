@@ -16,8 +16,9 @@ pub struct KeyArgs {
 
 #[derive(Subcommand)]
 pub enum KeyAction {
-    /// Rewrap every data key of an encrypted repository (sets, archived WAL) and its
-    /// marker for a new master key, without rewriting data. Stop archiving meanwhile.
+    /// Rewrap every data key of an encrypted repository (sets, archived WAL), or every
+    /// MAC key of a signed one (sets), and its marker for a new master key, without
+    /// rewriting data. Stop archiving meanwhile.
     Rotate(RotateArgs),
 }
 
@@ -74,6 +75,12 @@ pub fn run(a: KeyArgs, store: &StoreOptions) -> Result<()> {
         "Repository '{}' rotated from key id {} to key id {}: {} stripe key blocks and {} WAL files rewrapped ({} and {} were already).",
         r.repo, r.old_key_id, r.new_key_id, r.stripes, r.wal_files, r.stripes_already, r.wal_already
     );
+    if r.stripes_plain > 0 {
+        println!(
+            "{} stripes are unsigned (sets from before the repository was signed): they have no key to rotate, and the repository refuses them.",
+            r.stripes_plain
+        );
+    }
     println!(
         "Keep the old key until you no longer need stripes copied elsewhere before the rotation."
     );

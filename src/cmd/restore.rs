@@ -203,4 +203,7 @@ pub fn print_verify(r: &VerifyReport, json: bool) {
         r.frames, r.files, r.pages, r.seconds, r.mb_per_sec
     );
     println!("The backup set on file 1 is valid.");
+    if let Some(n) = r.repo_sets_checked {
+        println!("All {n} sets of the repository are encrypted or signed with its key.");
+    }
 }

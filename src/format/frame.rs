@@ -9,7 +9,8 @@
 //! 16  file offset u64       8
 //! 24  raw length u32        4
 //! 28  CRC32C of stored u32  4
-//! 32  content digest of raw bytes (XXH3-128; BLAKE3 in version 1)  32
+//! 32  content digest of raw bytes (XXH3-128; BLAKE3 in version 1; zero in 3; in 4
+//!     the keyed BLAKE3 tag of the stored bytes)  32
 //! 64  sequence u64          8   position of the frame in the set (diagnostics)
 //! 72  reserved              4
 //! 76  CRC32C of bytes 0..76 4

@@ -210,7 +210,7 @@ impl Manifest {
 
     pub fn validate(&self) -> Result<(), FormatError> {
         let bad = |s: String| Err(FormatError::Manifest(s));
-        if !(super::OLDEST_VERSION..=super::SEALED_VERSION).contains(&self.format_version) {
+        if !(super::OLDEST_VERSION..=super::NEWEST_VERSION).contains(&self.format_version) {
             return Err(FormatError::Version(self.format_version));
         }
         if !super::valid_transfer_size(self.transfer_size) {

@@ -5,7 +5,8 @@
 //!  0 magic "PAGEVLT1" 8 | 8 version u16 | 10 header length u16 (=64)
 //! 12 block size u32     | 16 set id [16]
 //! 32 stripe index u32   | 36 stripe count u32
-//! 40 codec u8 | 41 encryption u8 (0 none, 1 AES-256-GCM) | 42 reserved u16
+//! 40 codec u8 | 41 encryption u8 (0 none, 1 AES-256-GCM)
+//! 42 signature u8 (0 none, 1 keyed BLAKE3) | 43 reserved u8
 //! 44 page size u32      | 48 transfer size u32
 //! 52 created, unix seconds u64 | 60 CRC32C of bytes 0..60 u32
 //! ```
@@ -16,15 +17,17 @@
 //! 48 CRC32C of the stored manifest u32 | 52 reserved [8] | 60 CRC32C of bytes 0..60 u32
 //! ```
 //! A stripe without a valid tail was not finished: it is never taken for a good set.
-//! An encrypted set (version 3) has its key block after the header (`seal.rs`).
+//! An encrypted set (version 3) or a signed one (version 4) has its key block after the
+//! header (`seal.rs`).
 
-use super::seal::{KeyBlock, AES_256_GCM, KEY_BLOCK_END};
+use super::seal::{header_bound, KeyBlock, KeyUse, AES_256_GCM, KEYED_BLAKE3, KEY_BLOCK_END};
 use super::{
     get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, valid_block_size,
     valid_page_size, valid_transfer_size, Codec, FormatError, MANIFEST_MAX, MANIFEST_RATIO,
-    OLDEST_VERSION, PAGE_MAX, PAGE_MIN, SEALED_VERSION, STRIPES_MAX,
+    NEWEST_VERSION, OLDEST_VERSION, PAGE_MAX, PAGE_MIN, SEALED_VERSION, SIGNED_VERSION,
+    STRIPES_MAX,
 };
-use crate::crypt::{DataKey, DOMAIN_MANIFEST, TAG_LEN};
+use crate::crypt::{DataKey, SetMac, DOMAIN_MANIFEST, TAG_LEN};
 
 pub const MEDIA_MAGIC: &[u8; 8] = b"PAGEVLT1";
 pub const TAIL_MAGIC: &[u8; 8] = b"PVTAIL01";
@@ -44,11 +47,20 @@ pub struct MediaHeader {
     pub page_size: u32,
     pub transfer_size: u32,
     pub created_unix: u64,
-    /// An encrypted set's key block (version 3 only).
+    /// An encrypted (version 3) or signed (version 4) set's key block.
     pub key: Option<KeyBlock>,
 }
 
 impl MediaHeader {
+    /// What the key block's key is for: its version says.
+    pub fn key_use(&self) -> Option<KeyUse> {
+        match self.version {
+            SEALED_VERSION => Some(KeyUse::Seal),
+            SIGNED_VERSION => Some(KeyUse::Sign),
+            _ => None,
+        }
+    }
+
     /// The header block as written: `block_size` bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; self.block_size as usize];
@@ -64,7 +76,10 @@ impl MediaHeader {
         put_u32(&mut b, 48, self.transfer_size);
         put_u64(&mut b, 52, self.created_unix);
         if let Some(k) = &self.key {
-            b[41] = AES_256_GCM;
+            match self.key_use() {
+                Some(KeyUse::Sign) => b[42] = KEYED_BLAKE3,
+                _ => b[41] = AES_256_GCM,
+            }
             k.encode(&mut b);
         }
         let crc = crc32c::crc32c(&b[..60]);
@@ -91,7 +106,7 @@ impl MediaHeader {
             });
         }
         let version = get_u16(b, 8);
-        if !(OLDEST_VERSION..=SEALED_VERSION).contains(&version) {
+        if !(OLDEST_VERSION..=NEWEST_VERSION).contains(&version) {
             return Err(FormatError::Version(version));
         }
         let block_size = get_u32(b, 12);
@@ -116,25 +131,30 @@ impl MediaHeader {
             offset: 40,
             detail: format!("{} is not a known codec", b[40]),
         })?;
-        // Version 3 is exactly the encrypted sets.
-        let key = match (b[41], version == SEALED_VERSION) {
-            (0, false) => None,
-            (AES_256_GCM, true) if b.len() >= KEY_BLOCK_END => Some(KeyBlock::decode(b)?),
-            (AES_256_GCM | 0, _) => {
+        // Version 3 is exactly the encrypted sets, version 4 the signed ones.
+        let flags = (b[41], b[42], version);
+        let key = match flags {
+            (0, 0, v) if v < SEALED_VERSION => None,
+            (AES_256_GCM, 0, SEALED_VERSION) | (0, KEYED_BLAKE3, SIGNED_VERSION)
+                if b.len() >= KEY_BLOCK_END =>
+            {
+                Some(KeyBlock::decode(b)?)
+            }
+            (AES_256_GCM | 0, KEYED_BLAKE3 | 0, _) => {
                 return Err(FormatError::Invalid {
-                    field: "encryption",
+                    field: "encryption and signature",
                     offset: 41,
                     detail: format!(
-                        "method {} in a set of format version {version} (only version {SEALED_VERSION} is encrypted)",
-                        b[41]
+                        "methods {} and {} in a set of format version {version} (only version {SEALED_VERSION} is encrypted, only {SIGNED_VERSION} signed)",
+                        b[41], b[42]
                     ),
                 })
             }
-            (m, _) => {
+            (m, n, _) => {
                 return Err(FormatError::Invalid {
-                    field: "encryption",
+                    field: "encryption and signature",
                     offset: 41,
-                    detail: format!("method {m} is not supported by this build"),
+                    detail: format!("methods {m} and {n} are not supported by this build"),
                 })
             }
         };
@@ -260,22 +280,38 @@ impl Tail {
     }
 }
 
-/// Everything after a stripe's last frame: the compressed manifest (sealed by the
-/// set's data key when `seal` names it and the set id), padded to the block size, then
-/// a block that ends with the tail.
+/// What guards a stored manifest: nothing (a plain set), the set's data key and id
+/// (an encrypted set's seal), or its MAC keys and its header (a signed set's tag).
+#[derive(Clone, Copy)]
+pub enum Guard<'a> {
+    Plain,
+    Seal(&'a DataKey, &'a [u8; 16]),
+    Sign(&'a SetMac, &'a [u8]),
+}
+
+/// Everything after a stripe's last frame: the compressed manifest (sealed, or followed
+/// by its tag, as `guard` says), padded to the block size, then a block that ends with
+/// the tail.
 pub fn trailer(
     manifest_raw: &[u8],
     body_end: u64,
     frame_count: u64,
     block: u64,
-    seal: Option<(&DataKey, &[u8; 16])>,
+    guard: Guard,
 ) -> Vec<u8> {
     let mut stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
-    if let Some((dek, set_id)) = seal {
-        let len = stored.len();
-        stored.resize(len + TAG_LEN, 0);
-        let aad = super::seal::manifest_aad(set_id);
-        dek.seal(DOMAIN_MANIFEST, 0, &aad, &mut stored, len);
+    match guard {
+        Guard::Plain => {}
+        Guard::Seal(dek, set_id) => {
+            let len = stored.len();
+            stored.resize(len + TAG_LEN, 0);
+            let aad = super::seal::manifest_aad(set_id);
+            dek.seal(DOMAIN_MANIFEST, 0, &aad, &mut stored, len);
+        }
+        Guard::Sign(mac, header) => {
+            let tag = mac.manifest_tag(&header_bound(header), &stored);
+            stored.extend_from_slice(&tag);
+        }
     }
     let mlen = super::pad_to(stored.len() as u64, block) as usize;
     let mut out = vec![0u8; mlen + block as usize];
@@ -325,7 +361,13 @@ pub(crate) mod tests {
     #[test]
     fn encrypted_header_is_version_3_with_its_key_block() {
         let m = crate::crypt::Master::new([9; 32]);
-        let kb = KeyBlock::new(&m, crate::crypt::Kdf::Raw, &[3; 16], &DataKey::random());
+        let kb = KeyBlock::new(
+            &m,
+            crate::crypt::Kdf::Raw,
+            &[3; 16],
+            &DataKey::random(),
+            KeyUse::Seal,
+        );
         let h = MediaHeader {
             version: SEALED_VERSION,
             key: Some(kb),
@@ -345,6 +387,37 @@ pub(crate) mod tests {
             ..h
         };
         assert!(MediaHeader::decode(&sealed2.encode()).is_err());
+    }
+
+    #[test]
+    fn signed_header_is_version_4_with_its_key_block() {
+        let m = crate::crypt::Master::new([9; 32]);
+        let kb = KeyBlock::new(
+            &m,
+            crate::crypt::Kdf::Raw,
+            &[3; 16],
+            &DataKey::random(),
+            KeyUse::Sign,
+        );
+        let h = MediaHeader {
+            version: SIGNED_VERSION,
+            key: Some(kb),
+            ..header()
+        };
+        let b = h.encode();
+        assert_eq!((b[41], b[42]), (0, KEYED_BLAKE3));
+        assert_eq!(MediaHeader::decode(&b).unwrap(), h);
+        assert_eq!(h.key_use(), Some(KeyUse::Sign));
+        // A signed flag at another version, or both flags, is refused.
+        for (v, f41, f42) in [(2, 0, 1), (3, 1, 1), (4, 1, 0), (4, 0, 0), (3, 0, 1)] {
+            let mut c = b.clone();
+            c[8] = v;
+            c[41] = f41;
+            c[42] = f42;
+            let crc = crc32c::crc32c(&c[..60]);
+            put_u32(&mut c, 60, crc);
+            assert!(MediaHeader::decode(&c).is_err(), "{v} {f41} {f42}");
+        }
     }
 
     #[test]

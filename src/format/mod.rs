@@ -14,6 +14,11 @@ pub const FORMAT_VERSION: u16 = 2;
 /// Version of an encrypted set (its frames and manifest sealed, a key block in its
 /// header); plain sets stay at `FORMAT_VERSION`.
 pub const SEALED_VERSION: u16 = 3;
+/// Version of a signed set (plain, each frame and its manifest tagged by keyed BLAKE3, a
+/// key block in its header).
+pub const SIGNED_VERSION: u16 = 4;
+/// The newest version this build reads.
+pub const NEWEST_VERSION: u16 = SIGNED_VERSION;
 /// The oldest version this build reads.
 pub const OLDEST_VERSION: u16 = 1;
 
@@ -131,7 +136,7 @@ pub enum FormatError {
         expected: &'static str,
         found: String,
     },
-    #[error("unsupported format version {0}: this build reads versions {OLDEST_VERSION} to {SEALED_VERSION} (a set of a later version needs a newer pagevault)")]
+    #[error("unsupported format version {0}: this build reads versions {OLDEST_VERSION} to {NEWEST_VERSION} (a set of a later version needs a newer pagevault)")]
     Version(u16),
     #[error(
         "{what} checksum mismatch at offset {offset}: stored {stored:08x}, computed {computed:08x}"

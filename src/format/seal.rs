@@ -1,5 +1,6 @@
-//! An encrypted set (format version 3): the key block after the media header, and the
-//! associated data that binds each sealed frame and manifest to its set and place.
+//! An encrypted set (format version 3) or a signed one (4): the key block after the
+//! media header, and what binds each sealed or tagged frame and manifest to its set and
+//! place.
 //!
 //! Key block, bytes 64..180 of every stripe's first block:
 //! ```text
@@ -17,6 +18,28 @@ pub const KEY_BLOCK_END: usize = 180;
 const MAGIC: &[u8; 4] = b"PVKB";
 /// Media header byte 41 of an encrypted set: AES-256-GCM.
 pub const AES_256_GCM: u8 = 1;
+/// Media header byte 42 of a signed set: keyed BLAKE3.
+pub const KEYED_BLAKE3: u8 = 1;
+
+/// What a key block's key is for: its wrap is bound to it, so a signed set's MAC key
+/// never opens as an encrypted set's data key, nor the other way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyUse {
+    /// The data key of an encrypted set (version 3).
+    Seal,
+    /// The MAC key of a signed set (version 4).
+    Sign,
+}
+
+impl KeyUse {
+    /// What a reader says the set is.
+    pub fn verb(self) -> &'static str {
+        match self {
+            KeyUse::Seal => "encrypted",
+            KeyUse::Sign => "signed",
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyBlock {
@@ -26,15 +49,19 @@ pub struct KeyBlock {
     pub wrapped: [u8; WRAPPED_LEN],
 }
 
-/// What the data key's wrap is bound to: the set.
-fn wrap_aad(set_id: &[u8; 16]) -> Vec<u8> {
-    [&b"pagevault set key "[..], set_id].concat()
+/// What the key's wrap is bound to: its use and the set.
+fn wrap_aad(set_id: &[u8; 16], u: KeyUse) -> Vec<u8> {
+    let what: &[u8] = match u {
+        KeyUse::Seal => b"pagevault set key ",
+        KeyUse::Sign => b"pagevault set mac key ",
+    };
+    [what, set_id].concat()
 }
 
 impl KeyBlock {
-    /// `dek` wrapped by `master` for set `set_id`.
-    pub fn new(master: &Master, kdf: Kdf, set_id: &[u8; 16], dek: &DataKey) -> KeyBlock {
-        let (nonce, wrapped) = master.wrap(dek, &wrap_aad(set_id));
+    /// `dek` wrapped by `master` for set `set_id` and use `u`.
+    pub fn new(master: &Master, kdf: Kdf, set_id: &[u8; 16], dek: &DataKey, u: KeyUse) -> KeyBlock {
+        let (nonce, wrapped) = master.wrap(dek, &wrap_aad(set_id, u));
         KeyBlock {
             kdf,
             key_id: master.id,
@@ -109,28 +136,37 @@ impl KeyBlock {
         })
     }
 
-    /// The set's data key with master key `master` (its id checked by the caller).
-    pub fn open_with(&self, master: &Master, set_id: &[u8; 16]) -> Result<DataKey, String> {
+    /// The set's key with master key `master` (its id checked by the caller).
+    pub fn open_with(
+        &self,
+        master: &Master,
+        set_id: &[u8; 16],
+        u: KeyUse,
+    ) -> Result<DataKey, String> {
         master
-            .unwrap(&self.nonce, &self.wrapped, &wrap_aad(set_id))
-            .ok_or_else(|| "its data key does not unwrap with the right key: the key block was moved from another set or forged".into())
+            .unwrap(&self.nonce, &self.wrapped, &wrap_aad(set_id, u))
+            .ok_or_else(|| "its key does not unwrap with the right master key: the key block was moved from another set or forged".into())
     }
 
-    /// The set's data key with the key `source` gives; a wrong key is one error that
-    /// names both key ids.
-    pub fn open(&self, source: &KeySource, set_id: &[u8; 16]) -> Result<DataKey, String> {
+    /// The set's key with the key `source` gives; a wrong key is one error that names
+    /// both key ids.
+    pub fn open(
+        &self,
+        source: &KeySource,
+        set_id: &[u8; 16],
+        u: KeyUse,
+    ) -> Result<DataKey, String> {
         let master = source.master(&self.kdf)?;
         if master.id != self.key_id {
             return Err(format!(
-                "it is encrypted with key id {}, and {} gives key id {}: wrong key or passphrase",
+                "it is {} with key id {}, and {} gives key id {}: wrong key or passphrase",
+                u.verb(),
                 crate::crypt::show_id(&self.key_id),
                 source.origin(),
                 crate::crypt::show_id(&master.id)
             ));
         }
-        master
-            .unwrap(&self.nonce, &self.wrapped, &wrap_aad(set_id))
-            .ok_or_else(|| "its data key does not unwrap with the right key: the key block was moved from another set or forged".into())
+        self.open_with(&master, set_id, u)
     }
 }
 
@@ -143,6 +179,15 @@ pub fn frame_aad(header: &[u8], set_id: &[u8; 16]) -> [u8; 52] {
     a[28..36].copy_from_slice(&header[64..72]);
     a[36..].copy_from_slice(set_id);
     a
+}
+
+/// What a signed set's manifest tag binds besides the stored manifest: the media
+/// header's bytes 0..60 with the stripe index (32..36) zeroed, the same in every stripe
+/// (version, sizes, set id, codec, flags, stripe count, creation time).
+pub fn header_bound(header: &[u8]) -> [u8; 60] {
+    let mut b: [u8; 60] = header[..60].try_into().unwrap();
+    b[32..36].fill(0);
+    b
 }
 
 /// The manifest's associated data: the set id.
@@ -159,16 +204,23 @@ mod tests {
         let src = KeySource::key([4; 32], "key file 'k'");
         let m = src.master(&Kdf::Raw).unwrap();
         let dek = DataKey::random();
-        let kb = KeyBlock::new(&m, Kdf::Raw, &[1; 16], &dek);
+        let kb = KeyBlock::new(&m, Kdf::Raw, &[1; 16], &dek, KeyUse::Seal);
         let mut b = vec![0u8; 512];
         kb.encode(&mut b);
         let back = KeyBlock::decode(&b).unwrap();
         assert_eq!(back, kb);
-        assert!(back.open(&src, &[1; 16]).is_ok());
-        let e = back.open(&src, &[2; 16]).err().unwrap();
+        assert!(back.open(&src, &[1; 16], KeyUse::Seal).is_ok());
+        let e = back.open(&src, &[2; 16], KeyUse::Seal).err().unwrap();
         assert!(e.contains("moved from another set"), "{e}");
+        // A data key never opens as a MAC key.
+        let e = back.open(&src, &[1; 16], KeyUse::Sign).err().unwrap();
+        assert!(e.contains("forged"), "{e}");
         let e = back
-            .open(&KeySource::key([5; 32], "key file 'other'"), &[1; 16])
+            .open(
+                &KeySource::key([5; 32], "key file 'other'"),
+                &[1; 16],
+                KeyUse::Seal,
+            )
             .err()
             .unwrap();
         assert!(

@@ -1,12 +1,13 @@
 //! `key rotate`: an encrypted repository's data keys (each set's, each archived WAL
-//! file's) rewrapped from the old master key to a new one, and its marker, without
-//! rewriting any data. The marker records the new key first ("rotating-to"), so a
+//! file's), or a signed one's MAC keys (each set's), rewrapped from the old master key
+//! to a new one, and its marker, without rewriting any data. The marker records the new key first ("rotating-to"), so a
 //! rotation that stops halfway is finished by running it again with the same keys.
 
 use crate::crypt::{show_id, KeySource};
 use crate::device::object::StoreOptions;
+use crate::format::seal::KeyUse;
 use crate::repo::{wal, Repo, RepoKey};
-use crate::set::rekey::rekey_stripe;
+use crate::set::rekey::{rekey_stripe, Rekeyed};
 use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -29,6 +30,8 @@ pub struct RotateReport {
     /// Stripes rewrapped, and those a previous run had rewrapped.
     pub stripes: u64,
     pub stripes_already: u64,
+    /// Stripes of a signed repository's sets from before it was signed: no key block.
+    pub stripes_plain: u64,
     /// Archived WAL files and summaries rewrapped, and those already done.
     pub wal_files: u64,
     pub wal_already: u64,
@@ -40,12 +43,13 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         ..o.store.clone()
     };
     let repo = Repo::open(&o.repo, false, &store)?;
-    let Some(cur) = repo.encryption() else {
+    let Some(cur) = repo.protection() else {
         bail!(
-            "repository '{}' is not encrypted: there is no key to rotate",
+            "repository '{}' is neither encrypted nor signed: there is no key to rotate",
             repo.describe()
         );
     };
+    let signed = cur.mode == KeyUse::Sign;
     if repo.store().local_path("").is_none() {
         bail!(
             "repository '{}': key rotate rewrites each stripe's and WAL file's key block in place, which this build does only for a repository on a filesystem (an object store would need every object rewritten)",
@@ -58,8 +62,9 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         .map_err(|e| anyhow!("the old key: {e}"))?;
     if old.id != cur.key_id {
         bail!(
-            "repository '{}' is encrypted with key id {}, and {} gives key id {}: wrong old key",
+            "repository '{}' is {} with key id {}, and {} gives key id {}: wrong old key",
             repo.describe(),
+            cur.mode.verb(),
             show_id(&cur.key_id),
             o.old.origin(),
             show_id(&old.id)
@@ -74,7 +79,11 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
                 .new
                 .master(&kdf)
                 .map_err(|e| anyhow!("the new key: {e}"))?;
-            RepoKey { key_id: m.id, kdf }
+            RepoKey {
+                key_id: m.id,
+                kdf,
+                mode: cur.mode,
+            }
         }
     };
     let new = o
@@ -97,20 +106,25 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         );
     }
     repo.set_key(cur, Some(&target))?;
-    let (mut stripes, mut stripes_already) = (0, 0);
+    let (mut stripes, mut stripes_already, mut stripes_plain) = (0, 0, 0);
     for e in repo.catalog()? {
         for st in &e.stripes {
             let spec = repo.stripe_path(st);
             if spec.contains("://") {
                 bail!("set {}: stripe '{spec}' is in an object store, which key rotate does not rewrite; nothing after it was rotated, the repository still opens with the old key", e.set_id);
             }
-            match rekey_stripe(Path::new(&spec), &old, &new, target.kdf)? {
-                true => stripes += 1,
-                false => stripes_already += 1,
+            match rekey_stripe(Path::new(&spec), &old, &new, target.kdf, signed)? {
+                Rekeyed::Done => stripes += 1,
+                Rekeyed::Already => stripes_already += 1,
+                Rekeyed::Plain => stripes_plain += 1,
             }
         }
     }
-    let (wal_files, wal_already) = wal::rekey(&repo, &old, &new)?;
+    // A signed repository's WAL is plain: nothing to rewrap.
+    let (wal_files, wal_already) = match signed {
+        true => (0, 0),
+        false => wal::rekey(&repo, &old, &new)?,
+    };
     repo.set_key(target, None)?;
     Ok(RotateReport {
         command: "key rotate",
@@ -119,6 +133,7 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         new_key_id: show_id(&new.id),
         stripes,
         stripes_already,
+        stripes_plain,
         wal_files,
         wal_already,
     })

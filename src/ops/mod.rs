@@ -26,25 +26,36 @@ pub(crate) fn set_manifest(
         .ok_or_else(|| anyhow::anyhow!("set {} records no stripe", set.set_id))?;
     let m = crate::set::read::open_any(&repo.stripe_path(first), repo.options())
         .with_context(|| format!("cannot read set {}", set.set_id))?;
-    sealed_in(repo, &m)?;
+    authenticated_in(repo, &m)?;
     Ok(m)
 }
 
-/// An encrypted repository holds encrypted sets only: a plain one is forged (or put
-/// there by hand), and is refused even when no key was given.
-pub(crate) fn sealed_in(
+/// An encrypted repository holds encrypted sets only, a signed one signed or encrypted
+/// sets: any other is forged (or put there by hand, or, in a signed repository, older
+/// than its signing), and is refused even when no key was given.
+pub(crate) fn authenticated_in(
     repo: &crate::repo::Repo,
     m: &crate::format::manifest::Manifest,
 ) -> anyhow::Result<()> {
-    if let Some(k) = repo.encryption() {
-        if m.format_version != crate::format::SEALED_VERSION {
+    use crate::format::seal::KeyUse;
+    use crate::format::{SEALED_VERSION, SIGNED_VERSION};
+    let Some(k) = repo.protection() else {
+        return Ok(());
+    };
+    let id = crate::crypt::show_id(&k.key_id);
+    match k.mode {
+        KeyUse::Seal if m.format_version != SEALED_VERSION => anyhow::bail!(
+            "set {} in repository '{}' is not encrypted, but the repository is (key id {id}): the set is damaged or forged",
+            m.set_id,
+            repo.describe(),
+        ),
+        KeyUse::Sign if ![SEALED_VERSION, SIGNED_VERSION].contains(&m.format_version) => {
             anyhow::bail!(
-                "set {} in repository '{}' is not encrypted, but the repository is (key id {}): the set is damaged or forged",
+                "set {} in repository '{}' is not signed, but the repository is (key id {id}): the set is forged, or older than the repository's signing",
                 m.set_id,
                 repo.describe(),
-                crate::crypt::show_id(&k.key_id)
-            );
+            )
         }
+        _ => Ok(()),
     }
-    Ok(())
 }

@@ -274,6 +274,7 @@ impl Trial<'_> {
             // The grid sets the reads in flight itself.
             adaptive: false,
             seal: None,
+            sign: None,
             first_seq: 0,
         };
         let need = pipeline_min(

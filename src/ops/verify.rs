@@ -62,6 +62,10 @@ pub struct VerifyReport {
     pub mb_per_sec: f64,
     pub waits: WaitStats,
     pub object_store: RetryStats,
+    /// `--repo` of an encrypted or signed repository: every recorded set was checked
+    /// to be encrypted or signed with its key (its manifest opened).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo_sets_checked: Option<usize>,
     /// For the text summary.
     #[serde(skip)]
     pub pages: u64,
@@ -70,6 +74,10 @@ pub struct VerifyReport {
 pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
     let retries = retry_stats();
     let repo = open_repo(&o.read)?;
+    let repo_sets = match &repo {
+        Some((repo, catalog)) => every_set_authenticated(repo, catalog)?,
+        None => None,
+    };
     let from = match &repo {
         Some((repo, catalog)) => {
             let e = match &o.read.set {
@@ -82,7 +90,7 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
     };
     let set = set::open(&from, &o.read.store)?;
     if let Some((repo, _)) = &repo {
-        crate::ops::sealed_in(repo, &set.manifest)?;
+        crate::ops::authenticated_in(repo, &set.manifest)?;
     }
     let m = &set.manifest;
     check_source_facts(m)?;
@@ -108,8 +116,48 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         mb_per_sec: mb_per_sec(out.raw_bytes, secs),
         waits: out.waits,
         object_store: retry_stats().since(retries),
+        repo_sets_checked: repo_sets,
         pages: m.totals.pages,
     })
+}
+
+/// In an encrypted or signed repository, every recorded set must be encrypted or
+/// signed with its key: each one's manifest is opened (its tag checked), and any that
+/// is not fails the verify, named. Returns how many were checked (None in a plain
+/// repository).
+fn every_set_authenticated(repo: &Repo, catalog: &[CatalogEntry]) -> Result<Option<usize>> {
+    let Some(k) = repo.protection() else {
+        return Ok(None);
+    };
+    if repo.options().key.is_none() {
+        bail!(
+            "repository '{}' is {}: {} (key id {})",
+            repo.describe(),
+            k.mode.verb(),
+            crate::crypt::load::GIVE_KEY,
+            crate::crypt::show_id(&k.key_id)
+        );
+    }
+    let bad: Vec<String> = catalog
+        .iter()
+        .filter_map(|e| {
+            crate::ops::set_manifest(repo, e)
+                .err()
+                .map(|err| format!("set {}: {err:#}", e.set_id))
+        })
+        .collect();
+    if !bad.is_empty() {
+        bail!(
+            "repository '{}' is {} (key id {}), and {} of its {} sets are not, or fail their check: {}",
+            repo.describe(),
+            k.mode.verb(),
+            crate::crypt::show_id(&k.key_id),
+            bad.len(),
+            catalog.len(),
+            bad.join("; ")
+        );
+    }
+    Ok(Some(catalog.len()))
 }
 
 /// A PostgreSQL set's page size and facts (segment size, LSNs, WAL names ...), checked
@@ -173,6 +221,7 @@ pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
         threads,
         hash: ContentHash::of_version(set.manifest.format_version),
         seal: set.seal.clone(),
+        sign: set.sign.clone(),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod walchain;
 
 use crate::crypt::{load::GIVE_KEY, show_id, Kdf, KeySource};
 use crate::format::manifest::{BackupType, SourceKind};
+use crate::format::seal::KeyUse;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -65,19 +66,26 @@ pub struct Repo {
     store: Box<dyn Store>,
     /// The object-store options it was opened with: stripes outside it open with them.
     options: StoreOptions,
-    /// An encrypted repository's key id and derivation, from its marker.
+    /// An encrypted or signed repository's key id and derivation, from its marker.
     key: std::sync::Mutex<Option<RepoKey>>,
 }
 
-/// What the marker of an encrypted repository records: every set and archived file in
-/// it is sealed under a data key wrapped by the master key of this id and derivation.
+/// What the marker of an encrypted or signed repository records: every set and
+/// archived file of an encrypted one is sealed under a data key wrapped by the master
+/// key of this id and derivation; every set written to a signed one since it became
+/// signed is signed (or encrypted) with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepoKey {
     pub key_id: [u8; crate::crypt::KEY_ID_LEN],
     pub kdf: Kdf,
+    /// Encrypted (`Seal`) or signed (`Sign`).
+    pub mode: KeyUse,
 }
 
 const MARKER_HEAD: &str = "pagevault repository 1\n";
+/// The marker's second line: what the repository's key does.
+const MODE_SEAL: &str = "encryption aes-256-gcm";
+const MODE_SIGN: &str = "signing keyed-blake3";
 
 fn kdf_text(kdf: &Kdf) -> String {
     match *kdf {
@@ -117,8 +125,12 @@ impl RepoKey {
     /// The marker's text: the first line, then the encryption lines (and, while `key
     /// rotate` runs, the key it rotates to).
     fn marker(&self, rotating: Option<&RepoKey>) -> String {
+        let mode = match self.mode {
+            KeyUse::Seal => MODE_SEAL,
+            KeyUse::Sign => MODE_SIGN,
+        };
         let mut m = format!(
-            "{MARKER_HEAD}encryption aes-256-gcm\nkey-id {}\nkdf {}\n",
+            "{MARKER_HEAD}{mode}\nkey-id {}\nkdf {}\n",
             hex::encode(self.key_id),
             kdf_text(&self.kdf)
         );
@@ -136,11 +148,12 @@ impl RepoKey {
     /// for a plain repository.
     fn parse(text: &str) -> Result<(Option<RepoKey>, Option<RepoKey>), String> {
         let mut lines = text.lines().skip(1);
-        match lines.next() {
+        let mode = match lines.next() {
             None => return Ok((None, None)),
-            Some("encryption aes-256-gcm") => {}
+            Some(MODE_SEAL) => KeyUse::Seal,
+            Some(MODE_SIGN) => KeyUse::Sign,
             Some(l) => return Err(format!("unknown line '{}'", l.escape_debug())),
-        }
+        };
         let id = lines.next().and_then(|l| l.strip_prefix("key-id "));
         let key_id = parse_id(id.ok_or("no 'key-id' line")?)?;
         let kdf: Vec<&str> = lines
@@ -152,6 +165,7 @@ impl RepoKey {
         let key = RepoKey {
             key_id,
             kdf: parse_kdf(&kdf)?,
+            mode,
         };
         let rotating = match lines.next().and_then(|l| l.strip_prefix("rotating-to ")) {
             Some(r) => {
@@ -160,6 +174,7 @@ impl RepoKey {
                 Some(RepoKey {
                     key_id: parse_id(id)?,
                     kdf: parse_kdf(kdf)?,
+                    mode,
                 })
             }
             None => None,
@@ -295,8 +310,9 @@ impl Repo {
             .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
         if master.id != k.key_id {
             bail!(
-                "repository '{}' is encrypted with key id {}, and {} gives key id {}: wrong key or passphrase",
+                "repository '{}' is {} with key id {}, and {} gives key id {}: wrong key or passphrase",
                 self.describe(),
+                k.mode.verb(),
                 show_id(&k.key_id),
                 source.origin(),
                 show_id(&master.id)
@@ -307,37 +323,56 @@ impl Repo {
 
     /// The repository's encryption, when it is encrypted.
     pub fn encryption(&self) -> Option<RepoKey> {
+        self.protection().filter(|k| k.mode == KeyUse::Seal)
+    }
+
+    /// The repository's signing key, when it is signed.
+    pub fn signing(&self) -> Option<RepoKey> {
+        self.protection().filter(|k| k.mode == KeyUse::Sign)
+    }
+
+    /// The repository's key, encrypted or signed.
+    pub fn protection(&self) -> Option<RepoKey> {
         *self.key.lock().unwrap()
     }
 
     /// Refuses a plain write (a backup or push without a key) into an encrypted
-    /// repository.
+    /// repository, and an unsigned backup into a signed one.
     pub fn refuse_plain(&self) -> Result<()> {
-        if let Some(k) = self.encryption() {
-            bail!(
+        match self.protection() {
+            Some(k) if k.mode == KeyUse::Seal => bail!(
                 "repository '{}' is encrypted (key id {}): plain backups and WAL are refused; {GIVE_KEY}",
                 self.describe(),
                 show_id(&k.key_id)
-            );
+            ),
+            Some(k) => bail!(
+                "repository '{}' is signed (key id {}): unsigned backups are refused; {GIVE_KEY} (the backup is then signed)",
+                self.describe(),
+                show_id(&k.key_id)
+            ),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// The derivation a write with `source` uses: the repository's (its key checked);
-    /// a plain repository becomes encrypted by its first write with a key, if it holds
-    /// no set and no WAL yet (an encrypted repository holds nothing unauthenticated).
-    pub fn kdf_for(&self, source: &KeySource) -> Result<Kdf> {
-        if let Some(k) = self.encryption() {
+    /// The key a write with `source` uses: the repository's (its key checked). A plain
+    /// repository becomes encrypted by its first write with a key (`asked` Seal), if it
+    /// holds no set and no WAL yet (an encrypted repository holds nothing
+    /// unauthenticated); signed by its first signed write (`asked` Sign), whatever it
+    /// holds: the sets from before are refused from then on, as `verify --repo` says.
+    pub fn key_for(&self, source: &KeySource, asked: KeyUse) -> Result<RepoKey> {
+        if let Some(k) = self.protection() {
             self.check_key(&k, source)?;
-            return Ok(k.kdf);
+            return Ok(k);
         }
-        let sets = self.catalog()?.len();
-        let wal = self.store.list("wal")?.len();
-        if sets + wal > 0 {
-            bail!(
-                "repository '{}' is not encrypted and holds {sets} sets and {wal} WAL files: encryption starts with a new repository (or run without a key)",
-                self.describe()
-            );
+        if asked == KeyUse::Seal {
+            let sets = self.catalog()?.len();
+            let wal = self.store.list("wal")?.len();
+            if sets + wal > 0 {
+                bail!(
+                    "repository '{}' is not encrypted and holds {sets} sets and {wal} WAL files: encryption starts with a new repository (or run without a key)",
+                    self.describe()
+                );
+            }
         }
         let kdf = source.new_kdf();
         let master = source
@@ -346,18 +381,23 @@ impl Repo {
         let k = RepoKey {
             key_id: master.id,
             kdf,
+            mode: asked,
         };
         self.store.put(MARKER, k.marker(None).as_bytes())?;
         *self.key.lock().unwrap() = Some(k);
-        Ok(kdf)
+        Ok(k)
     }
 
     /// The master key archived WAL files are sealed with: None for a plain repository.
     /// A write (`archive-push`) with a key makes an empty repository encrypted; without
     /// one it is refused by an encrypted repository, as a read is.
     pub fn wal_master(&self, write: bool) -> Result<Option<crate::crypt::Master>> {
+        // A signed repository's WAL archive stays plain (its sets are signed).
+        if self.signing().is_some() {
+            return Ok(None);
+        }
         let kdf = match (&self.options.key, self.encryption()) {
-            (Some(source), _) if write => self.kdf_for(source)?,
+            (Some(source), _) if write => self.key_for(source, KeyUse::Seal)?.kdf,
             (Some(_), Some(k)) => k.kdf,
             (Some(_), None) | (None, None) => return Ok(None),
             (None, Some(_)) if write => return self.refuse_plain().map(|()| None),

@@ -2,14 +2,14 @@
 //! checks that every stripe is present, finished and of the same set.
 
 use crate::crypt::load::GIVE_KEY;
-use crate::crypt::DOMAIN_MANIFEST;
+use crate::crypt::{SetMac, DOMAIN_MANIFEST, MAC_LEN};
 use crate::device::object::StoreOptions;
 use crate::device::{self, StripeSource};
 use crate::engine::restore::StripeIn;
 use crate::engine::Seal;
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::media::{MediaHeader, Tail, MIN_BLOCK, TAIL_LEN};
-use crate::format::seal::manifest_aad;
+use crate::format::seal::{header_bound, manifest_aad, KeyUse};
 use crate::format::{self, FormatError};
 use anyhow::{anyhow, bail, Result};
 
@@ -20,6 +20,8 @@ pub struct OpenSet {
     pub stripes: Vec<StripeIn>,
     /// An encrypted set's data key: its frames open with it.
     pub seal: Option<Seal>,
+    /// A signed set's MAC keys: its frames' tags are checked with them.
+    pub sign: Option<SetMac>,
 }
 
 struct Opened {
@@ -28,34 +30,56 @@ struct Opened {
     header: MediaHeader,
     tail: Tail,
     manifest: Manifest,
-    seal: Option<Seal>,
+    keys: Keys,
 }
 
-/// An encrypted set's data key, from the key block of its stripe's header and the key
-/// the options give; one clear error when no key or another key is given.
-fn data_key(name: &str, header: &MediaHeader, o: &StoreOptions) -> Result<Option<Seal>> {
+/// An encrypted set's data key or a signed set's MAC keys, from the key block of its
+/// stripe's header and the key the options give; one clear error when no key or
+/// another key is given.
+fn set_keys(name: &str, header: &MediaHeader, o: &StoreOptions) -> Result<Keys> {
     let set = hex::encode(header.set_id);
-    let Some(kb) = &header.key else {
+    let (Some(kb), Some(u)) = (&header.key, header.key_use()) else {
         // A key asks for authentication, which a plain set cannot give: taking it
         // would let anyone who can write the storage swap in a set of their own.
         if let Some(k) = &o.key {
             bail!(
-                "set {set} (stripe '{name}') is not encrypted, and {} was given: a plain set is not authenticated; read it without a key to accept it",
+                "set {set} (stripe '{name}') is not encrypted or signed, and {} was given: a plain set is not authenticated; read it without a key to accept it",
                 k.origin()
             );
         }
-        return Ok(None);
+        return Ok(Keys::default());
     };
     let Some(source) = &o.key else {
-        bail!("set {set} is encrypted: {GIVE_KEY} (stripe '{name}')");
+        match u {
+            KeyUse::Seal => bail!("set {set} is encrypted: {GIVE_KEY} (stripe '{name}')"),
+            KeyUse::Sign => bail!(
+                "set {set} is signed: {GIVE_KEY} to check it, key id {} (stripe '{name}')",
+                crate::crypt::show_id(&kb.key_id)
+            ),
+        }
     };
-    let dek = kb
-        .open(source, &header.set_id)
+    let key = kb
+        .open(source, &header.set_id, u)
         .map_err(|e| anyhow!("set {set} (stripe '{name}'): {e}"))?;
-    Ok(Some(Seal {
-        dek,
-        set_id: header.set_id,
-    }))
+    Ok(match u {
+        KeyUse::Seal => Keys {
+            seal: Some(Seal {
+                dek: key,
+                set_id: header.set_id,
+            }),
+            sign: None,
+        },
+        KeyUse::Sign => Keys {
+            seal: None,
+            sign: Some(SetMac::new(&key, header.set_id)),
+        },
+    })
+}
+
+#[derive(Default)]
+struct Keys {
+    seal: Option<Seal>,
+    sign: Option<SetMac>,
 }
 
 /// What a refusal of a stripe's structure tells the user.
@@ -110,7 +134,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
     let mut hb = vec![0u8; MIN_BLOCK];
     source.read_exact_at(&mut hb, 0)?;
     let header = MediaHeader::decode(&hb).map_err(|e| refused(&name, e))?;
-    let seal = data_key(&name, &header, o)?;
+    let keys = set_keys(&name, &header, o)?;
     let mut tb = [0u8; TAIL_LEN];
     source.read_exact_at(&mut tb, len - TAIL_LEN as u64)?;
     let tail = Tail::decode(&tb, len).map_err(|e| refused(&name, e))?;
@@ -143,7 +167,24 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
         );
     }
     let mut open = stored.len();
-    if let Some(s) = &seal {
+    if let Some(mac) = &keys.sign {
+        // The tag follows the zstd bytes; checked before they are decompressed.
+        let bad = || {
+            anyhow!(
+                "stripe '{name}': manifest at offset {}: its signature does not match with the set's key: {FORGED}",
+                tail.manifest_offset
+            )
+        };
+        open = open
+            .checked_sub(MAC_LEN)
+            .filter(|&n| n > 0)
+            .ok_or_else(bad)?;
+        let tag: [u8; MAC_LEN] = stored[open..].try_into().unwrap();
+        if !mac.manifest_ok(&header_bound(&hb), &stored[..open], &tag) {
+            return Err(bad());
+        }
+    }
+    if let Some(s) = &keys.seal {
         let aad = manifest_aad(&s.set_id);
         open = s.dek.open(DOMAIN_MANIFEST, 0, &aad, &mut stored).ok_or_else(|| {
             anyhow!(
@@ -211,7 +252,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
         header,
         tail,
         manifest,
-        seal,
+        keys,
     })
 }
 
@@ -292,7 +333,8 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
         .fold(0u64, |n, o| n.saturating_add(o.tail.frame_count));
     check_sizes(&manifest, frames)?;
     let header = slots[0].header.clone();
-    let seal = slots[0].seal.clone();
+    let seal = slots[0].keys.seal.clone();
+    let sign = slots[0].keys.sign.clone();
     let stripes = slots
         .into_iter()
         .map(|o| StripeIn {
@@ -308,6 +350,7 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
         header,
         stripes,
         seal,
+        sign,
     })
 }
 

@@ -4,7 +4,7 @@
 use crate::device::object::StoreOptions;
 use crate::device::{self, CreateHint, Device, StripeSink};
 use crate::engine::backup::StripeResult;
-use crate::format::media::{trailer, MediaHeader};
+use crate::format::media::{trailer, Guard, MediaHeader};
 use anyhow::{bail, Result};
 use serde::Serialize;
 
@@ -69,15 +69,16 @@ pub struct Committed {
     pub bytes: u64,
 }
 
-/// Ends every stripe with the manifest trailer (sealed by `seal`, an encrypted set's
-/// data key and id) and commits it (durable, then under its final name). On any failure, or a signal, the stripes not yet committed are
-/// aborted and those committed are removed: no part of the set stays behind.
+/// Ends every stripe with the manifest trailer (sealed or tagged as `guard` says) and
+/// commits it (durable, then under its final name). On any failure, or a signal, the
+/// stripes not yet committed are aborted and those committed are removed: no part of
+/// the set stays behind.
 pub fn commit(
     devices: &[Box<dyn Device>],
     stripes: Vec<StripeResult>,
     manifest: &[u8],
     block_size: u64,
-    seal: Option<(&crate::crypt::DataKey, &[u8; 16])>,
+    guard: Guard,
 ) -> Result<Vec<Committed>> {
     let mut done = vec![];
     let mut failed = None;
@@ -90,7 +91,7 @@ pub fn commit(
             continue;
         }
         let mut sink = s.sink;
-        let t = trailer(manifest, s.body_end, s.frames, block_size, seal);
+        let t = trailer(manifest, s.body_end, s.frames, block_size, guard);
         let r = sink
             .write_all(&t)
             .map_err(anyhow::Error::from)
@@ -199,7 +200,7 @@ mod tests {
         assert!(!is_discard(&devs));
         let s = started(&devs);
         assert_eq!(names(dir.path()), ["a.pv.partial", "b.pv.partial"]);
-        let done = commit(&devs, s, b"{}", 4096, None).unwrap();
+        let done = commit(&devs, s, b"{}", 4096, Guard::Plain).unwrap();
         assert_eq!(done.len(), 2);
         assert_eq!(names(dir.path()), ["a.pv", "b.pv"]);
         for (d, c) in devs.iter().zip(&done) {
@@ -221,7 +222,7 @@ mod tests {
             device::parse(&spec(&c), &StoreOptions::default()).unwrap(),
         ];
         let s = started(&devs);
-        let e = commit(&devs, s, b"{}", 4096, None).unwrap_err();
+        let e = commit(&devs, s, b"{}", 4096, Guard::Plain).unwrap_err();
         assert!(format!("{e:#}").contains("not completed"), "{e:#}");
         assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
     }
@@ -243,7 +244,10 @@ mod tests {
         let devs = devices(&["NUL".into(), "nul:".into()], &StoreOptions::default()).unwrap();
         assert!(is_discard(&devs));
         let s = started(&devs);
-        assert_eq!(commit(&devs, s, b"{}", 4096, None).unwrap().len(), 2);
+        assert_eq!(
+            commit(&devs, s, b"{}", 4096, Guard::Plain).unwrap().len(),
+            2
+        );
         let dir = tempfile::tempdir().unwrap();
         let mixed = devices(
             &["NUL".into(), spec(&dir.path().join("a.pv"))],

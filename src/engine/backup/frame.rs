@@ -1,6 +1,6 @@
 //! The compress stage: a chunk checked by the source's filter, reduced to its
 //! selected pages for a differential, digested, compressed unless that does not
-//! shrink it, sealed (an encrypted set) and framed.
+//! shrink it, sealed (an encrypted set) or tagged (a signed set) and framed.
 
 use super::{Item, PageSet, Shared};
 use crate::crypt::{DOMAIN_FRAME, TAG_LEN};
@@ -117,6 +117,13 @@ fn frame(
         let aad = frame_aad(item.buf.header_mut(), &s.set_id);
         let len = item.buf.len;
         item.buf.len = s.dek.seal(DOMAIN_FRAME, seq, &aad, item.buf.space(), len);
+    }
+    if let Some(mac) = &p.sign {
+        // The digest field holds the tag of the stored bytes, bound to the frame's
+        // header fields, sequence number and set; the file checksum keeps the XXH3.
+        header.encode(item.buf.header_mut());
+        let bound = frame_aad(item.buf.header_mut(), &mac.set_id);
+        header.raw_hash = mac.frame_tag(&bound, item.buf.payload());
     }
     let stored_len = item.buf.len;
     header.stored_crc = crc32c::crc32c(item.buf.payload());

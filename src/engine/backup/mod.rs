@@ -91,6 +91,8 @@ pub struct Params {
     pub adaptive: bool,
     /// An encrypted set's data key: every frame is sealed with it.
     pub seal: Option<super::Seal>,
+    /// A signed set's MAC keys: every frame is tagged with them.
+    pub sign: Option<crate::crypt::SetMac>,
     /// The first frame's sequence number: a second run into the same set (the WAL a
     /// backup's end adds) goes on from the first's, so no nonce repeats.
     pub first_seq: u64,

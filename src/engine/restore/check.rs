@@ -1,5 +1,6 @@
-//! The check stage: every frame's CRC32C, GCM tag (an encrypted set's), range,
-//! decompressed length and content digest checked before a byte of it is written.
+//! The check stage: every frame's CRC32C, GCM tag (an encrypted set's) or keyed BLAKE3
+//! tag (a signed set's), range, decompressed length and content digest checked before a
+//! byte of it is written.
 
 use super::write::{self, FrameWrite};
 use super::{Item, Shared};
@@ -54,8 +55,9 @@ fn check(
     let sealed = p.seal.as_ref();
     // Uncompressed and plain, the stored bytes are the raw bytes: the content digest
     // below checks them. Sealed, damage must read as damage before a forgery.
-    let crc = match (h.codec, sealed) {
-        (Codec::None, None) => h.stored_crc,
+    let signed = p.sign.as_ref();
+    let crc = match (h.codec, sealed, signed) {
+        (Codec::None, None, None) => h.stored_crc,
         _ => crc32c::crc32c(item.buf.payload()),
     };
     if crc != h.stored_crc {
@@ -76,6 +78,17 @@ fn check(
                     "does not authenticate with the set's key: the frame was forged, moved or replayed: the set is damaged or forged".into(),
                 ))
             }
+        }
+    }
+    if let Some(mac) = signed {
+        // Before anything reads the bytes: a forged frame is never decompressed.
+        let mut hb = [0u8; FRAME_HEADER_LEN];
+        h.encode(&mut hb);
+        let bound = frame_aad(&hb, &mac.set_id);
+        if !mac.frame_ok(&bound, item.buf.payload(), &h.raw_hash) {
+            return Err(fail(
+                "its signature does not match with the set's key: the frame was forged, edited, moved or replayed: the set is damaged or forged".into(),
+            ));
         }
     }
     let stored = item.buf.payload();
@@ -114,9 +127,10 @@ fn check(
         },
     };
     let digest = p.hash.digest(raw);
-    // A sealed frame carries no digest (it would confirm a guessed chunk): its tag
-    // authenticated the bytes, and the file checksum still covers each chunk's digest.
-    if sealed.is_none() && digest != h.raw_hash {
+    // A sealed frame carries no digest (it would confirm a guessed chunk), a signed one
+    // its tag: the tag authenticated the bytes, and the file checksum still covers each
+    // chunk's digest.
+    if sealed.is_none() && signed.is_none() && digest != h.raw_hash {
         let name = p.hash.name();
         return Err(fail(match h.codec {
             Codec::None => format!("stored bytes are damaged (their {name} digest does not match)"),

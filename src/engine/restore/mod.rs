@@ -64,6 +64,8 @@ pub struct Params {
     pub hash: ContentHash,
     /// An encrypted set's data key and id: every frame is opened with it.
     pub seal: Option<super::Seal>,
+    /// A signed set's MAC keys: every frame's tag is checked with them.
+    pub sign: Option<crate::crypt::SetMac>,
 }
 
 pub struct Outcome {

@@ -9,9 +9,10 @@ use crate::engine::stats::{Progress, WaitStats};
 use crate::engine::{Abort, Seal};
 use crate::format::manifest::{BackupType, SourceKind};
 use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceInfo, StripeInfo, Totals};
+use crate::format::media::Guard;
 use crate::format::media::MediaHeader;
-use crate::format::seal::KeyBlock;
-use crate::format::{FORMAT_VERSION, SEALED_VERSION};
+use crate::format::seal::{KeyBlock, KeyUse};
+use crate::format::{FORMAT_VERSION, SEALED_VERSION, SIGNED_VERSION};
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
 use crate::set::write::{self as set_write, Committed};
@@ -79,6 +80,10 @@ pub struct BackupOptions {
     pub store: crate::device::object::StoreOptions,
     /// `--encrypt`: fail unless a key is given.
     pub encrypt: bool,
+    /// `--sign`: a key signs the set instead of encrypting it (unless `encrypt`, or
+    /// the repository is encrypted: an encrypted set is authenticated already); fail
+    /// unless a key is given.
+    pub sign: bool,
 }
 
 impl Default for BackupOptions {
@@ -110,6 +115,7 @@ impl Default for BackupOptions {
             report: None,
             store: Default::default(),
             encrypt: false,
+            sign: false,
         }
     }
 }
@@ -324,14 +330,15 @@ fn backup_set(
     };
     phases.plan = lap();
     let (mut params, config, hint) = configure(o, codec, &dest.devices, &input);
-    let key_block = match sealing(o, &dest, set_id) {
+    let guard = match guarding(o, &dest, set_id) {
         Ok(k) => k,
         Err(e) => {
             let _ = input.src.finish(false);
             return Err(e);
         }
     };
-    params.seal = key_block.as_ref().map(|(_, s)| s.clone());
+    params.seal = guard.seal.clone();
+    params.sign = guard.sign.clone();
     watch.config(&config);
 
     // From the first stripe on, a signal ends the backup through its failure path.
@@ -346,10 +353,7 @@ fn backup_set(
     };
     let headers = set_write::headers(
         &MediaHeader {
-            version: match key_block {
-                Some(_) => SEALED_VERSION,
-                None => FORMAT_VERSION,
-            },
+            version: guard.version(),
             block_size: o.block_size as u32,
             set_id,
             stripe_index: 0,
@@ -358,10 +362,11 @@ fn backup_set(
             page_size: params.page_size as u32,
             transfer_size: o.max_transfer_size as u32,
             created_unix: started.timestamp() as u64,
-            key: key_block.map(|(k, _)| k),
+            key: guard.block.clone(),
         },
         stripes,
     );
+    let header_block = headers[0][..64].to_vec();
     watch.started();
     let run = pipeline(&mut input, sinks, headers, &params, progress, &mut phases);
     watch.stopped();
@@ -374,12 +379,17 @@ fn backup_set(
     warnings.extend(text.warnings);
     warnings.extend(problems.iter().cloned());
     warnings.extend(input.notes.iter().cloned());
+    warnings.extend(guard.note.clone());
     let committed = set_write::commit(
         &dest.devices,
         out.stripes,
         &manifest.to_bytes(),
         o.block_size,
-        params.seal.as_ref().map(|s| (&s.dek, &s.set_id)),
+        match (&params.seal, &params.sign) {
+            (Some(s), _) => Guard::Seal(&s.dek, &s.set_id),
+            (None, Some(m)) => Guard::Sign(m, &header_block),
+            (None, None) => Guard::Plain,
+        },
     )?;
     // The catalog record is written last: a set is in the history only once durable.
     if let (Some(repo), false) = (&dest.repo, dest.discard) {
@@ -444,31 +454,90 @@ fn backup_set(
     Ok(r)
 }
 
-/// An encrypted set's key block and data key when the options give a key: a new
-/// random data key wrapped by the master key (a repository's derivation, else a new
-/// one), bound to the set id.
-fn sealing(o: &BackupOptions, dest: &Dest, set_id: [u8; 16]) -> Result<Option<(KeyBlock, Seal)>> {
+/// How a set is guarded: its key block, and the data key (encrypted) or MAC keys
+/// (signed) its frames and manifest use; what the backup says about it.
+#[derive(Default)]
+struct Guarded {
+    block: Option<KeyBlock>,
+    seal: Option<Seal>,
+    sign: Option<crate::crypt::SetMac>,
+    note: Option<String>,
+}
+
+impl Guarded {
+    fn version(&self) -> u16 {
+        match (&self.seal, &self.sign) {
+            (Some(_), _) => SEALED_VERSION,
+            (None, Some(_)) => SIGNED_VERSION,
+            (None, None) => FORMAT_VERSION,
+        }
+    }
+}
+
+/// The set's guard when the options give a key: a new random key wrapped by the master
+/// key (a repository's derivation, else a new one), bound to the set id and its use. A
+/// key encrypts, or with `--sign` signs; an encrypted repository's sets are encrypted
+/// (`--sign` then asks nothing more: they are authenticated), a signed repository's
+/// signed unless `--encrypt`.
+fn guarding(o: &BackupOptions, dest: &Dest, set_id: [u8; 16]) -> Result<Guarded> {
     let Some(source) = &o.store.key else {
         if o.encrypt {
             bail!("--encrypt needs a key: {}", crate::crypt::load::GIVE_KEY);
         }
+        if o.sign {
+            bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+        }
         if let Some(repo) = &dest.repo {
             repo.refuse_plain()?;
         }
-        return Ok(None);
+        return Ok(Guarded::default());
     };
-    let kdf = match &dest.repo {
-        Some(repo) => repo.kdf_for(source)?,
-        None => source.new_kdf(),
+    let asked = match o.sign && !o.encrypt {
+        true => KeyUse::Sign,
+        false => KeyUse::Seal,
+    };
+    let mut note = None;
+    let (kdf, u) = match &dest.repo {
+        Some(repo) => {
+            let was = repo.protection();
+            let k = repo.key_for(source, asked)?;
+            let old = match (was, k.mode) {
+                (None, KeyUse::Sign) => repo.catalog()?.len(),
+                _ => 0,
+            };
+            if old > 0 {
+                note = Some(format!(
+                    "repository '{}' is signed from now on: its {old} unsigned sets are refused (`pagevault verify --repo` lists them); take a new full backup",
+                    repo.describe()
+                ));
+            }
+            let u = match (k.mode, o.encrypt) {
+                (KeyUse::Sign, false) => KeyUse::Sign,
+                _ => KeyUse::Seal,
+            };
+            (k.kdf, u)
+        }
+        None => (source.new_kdf(), asked),
     };
     let master = source
         .master(&kdf)
         .map_err(|e| anyhow::anyhow!("{}: {e}", source.origin()))?;
-    let dek = crate::crypt::DataKey::random();
-    Ok(Some((
-        KeyBlock::new(&master, kdf, &set_id, &dek),
-        Seal { dek, set_id },
-    )))
+    let key = crate::crypt::DataKey::random();
+    let block = Some(KeyBlock::new(&master, kdf, &set_id, &key, u));
+    Ok(match u {
+        KeyUse::Seal => Guarded {
+            block,
+            seal: Some(Seal { dek: key, set_id }),
+            sign: None,
+            note,
+        },
+        KeyUse::Sign => Guarded {
+            block,
+            seal: None,
+            sign: Some(crate::crypt::SetMac::new(&key, set_id)),
+            note,
+        },
+    })
 }
 
 /// The pages a differential or incremental reads of each base relation file.
@@ -571,6 +640,7 @@ fn configure(
         page_size: page_size as usize,
         adaptive: o.adaptive_readers,
         seal: None,
+        sign: None,
         first_seq: 0,
     };
     let hint = CreateHint {

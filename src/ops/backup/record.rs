@@ -82,9 +82,10 @@ pub(super) fn manifest(
         });
     }
     let manifest = Manifest {
-        format_version: match params.seal {
-            Some(_) => SEALED_VERSION,
-            None => FORMAT_VERSION,
+        format_version: match (&params.seal, &params.sign) {
+            (Some(_), _) => SEALED_VERSION,
+            (None, Some(_)) => SIGNED_VERSION,
+            (None, None) => FORMAT_VERSION,
         },
         set_id: set_hex.to_string(),
         name: o.name.clone(),

@@ -59,7 +59,7 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
             for e in c.links {
                 let set = set::open(&stripes_of(&repo, &e), repo.options())
                     .with_context(|| format!("set {} of the chain", e.set_id))?;
-                crate::ops::sealed_in(&repo, &set.manifest)?;
+                crate::ops::authenticated_in(&repo, &set.manifest)?;
                 links.push(Link {
                     entry: Some(e),
                     set,

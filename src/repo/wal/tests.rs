@@ -431,6 +431,7 @@ fn rekey_rewraps_archived_files_in_place() {
         crate::repo::RepoKey {
             key_id: new.id,
             kdf: crate::crypt::Kdf::Raw,
+            mode: crate::format::seal::KeyUse::Seal,
         },
         None,
     )
