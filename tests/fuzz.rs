@@ -850,8 +850,8 @@ fn stripe() {
 }
 
 // ---------------------------------------------------------------------------------
-// The sealed target: encrypted stripes (AES-256-GCM frames and manifest, a key block),
-// damaged anywhere (CRCs made valid where mutate_stripe makes them), opened and read
+// The sealed target: encrypted stripes (AES-256-GCM frames and manifest, a key block)
+// and signed ones (keyed BLAKE3 tags on frames and manifest), damaged anywhere (CRCs made valid where mutate_stripe makes them), opened and read
 // with the right key: refused cleanly, never a panic, never a write outside the target.
 
 struct Sealed {
@@ -873,10 +873,15 @@ fn sealed_corpus() -> &'static Sealed {
         let key = s(&key);
         let files = format!("files:{}", s(&src));
         let mut sets = vec![];
-        for (i, (stripes, codec)) in [(1, "none"), (2, "zstd"), (1, "lz4")]
-            .into_iter()
-            .enumerate()
-        {
+        // Encrypted sets, then signed ones (keyed BLAKE3 tags on plain frames).
+        let kinds = [
+            (1, "none", false),
+            (2, "zstd", false),
+            (1, "lz4", false),
+            (1, "none", true),
+            (2, "lz4", true),
+        ];
+        for (i, (stripes, codec, sign)) in kinds.into_iter().enumerate() {
             let paths: Vec<String> = (0..stripes)
                 .map(|k| s(&dir.path().join(format!("sealed{i}-{k}.pv"))))
                 .collect();
@@ -888,6 +893,7 @@ fn sealed_corpus() -> &'static Sealed {
                 "64K",
                 "--key-file",
                 &key,
+                if sign { "--sign" } else { "--encrypt" },
             ];
             ok(&backup_args(&files, &to, &extra));
             sets.push(paths.iter().map(|p| fs::read(p).unwrap()).collect());
