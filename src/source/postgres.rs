@@ -444,21 +444,22 @@ impl Source for Postgres {
         }
         self.system_identifier = sysid.clone();
         self.checksums = self.query_one_text("SELECT current_setting('data_checksums')")? == "on";
+        let seg =
+            self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
         let label = self.label.clone();
+        let warming = warm_metadata(pgdata.clone());
         let row = self
             .client()
             .query_one(
-                "SELECT pg_backup_start($1, true)::text, pg_walfile_name(pg_current_wal_lsn())",
+                "SELECT s::text, pg_walfile_name(s) FROM pg_backup_start($1, true) s",
                 &[&label],
             )
             .map_err(|e| anyhow!("pg_backup_start failed: {}", pg_err(&e)))?;
+        let _ = warming.join();
         let start: String = row.get(0);
         self.start_lsn = crate::pg::parse_lsn(&start)
             .ok_or_else(|| anyhow!("server returned a bad LSN '{start}'"))?;
-        let start_wal: String = self
-            .client()
-            .query_one("SELECT pg_walfile_name($1::text::pg_lsn)", &[&start])?
-            .get(0);
+        let start_wal: String = row.get(1);
         self.timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
         if self.base.as_ref().is_some_and(|b| b.summaries) {
             // The WAL up to the start is summarized from pg_wal's copy of its segment;
@@ -472,8 +473,6 @@ impl Source for Postgres {
                 }
             }
         }
-        let seg =
-            self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
         self.facts = Some(PgFacts {
             start_lsn: self.start_lsn,
             start_wal,
@@ -656,6 +655,17 @@ fn wal_range(first: &str, last: &str, seg_size: u64) -> Result<Vec<String>> {
     Ok((a..=b.max(a))
         .map(|s| crate::pg::segment_name_for(tli, s, seg_size))
         .collect())
+}
+
+/// Reads the metadata of every entry below `pgdata` into the kernel's caches while
+/// pg_backup_start's checkpoint runs, so that the walk after it (the one the backup
+/// uses: files must be listed after the start) finds them there. Warming only.
+fn warm_metadata(pgdata: PathBuf) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for e in walkdir::WalkDir::new(pgdata).into_iter().flatten() {
+            let _ = e.metadata();
+        }
+    })
 }
 
 /// The segment holding `start` as pg_wal holds it, up to `start` (checked and the rest

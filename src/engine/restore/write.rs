@@ -77,7 +77,12 @@ impl FrameWrite {
             FrameKind::Zero => sink.write_zeros(self.file, self.offset, self.raw_len as usize)?,
             FrameKind::Data => sink.write(self.file, self.offset, raw)?,
         }
-        sink.written(self.file, self.offset, self.expect);
+        // Scattered pages (an incremental's, written before the older sets' frames
+        // around them) wait in the page cache: written back now, each would be an extent
+        // of its own on the disk, and the frames around them would be cut in pieces.
+        if self.kind != FrameKind::Pages {
+            sink.written(self.file, self.offset, self.expect);
+        }
         Ok(())
     }
 }
