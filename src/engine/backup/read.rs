@@ -516,9 +516,9 @@ fn chunk_clone(c: &Chunk) -> Chunk {
 }
 
 /// Reads the selected pages of a sparse chunk in place (one read per run of adjacent
-/// pages); the rest of the buffer is left as it was (nothing downstream looks at it: a
-/// memset of every 1 MiB chunk took a third of a 1% incremental's CPU). A selected page
-/// past the file's end reads as zeros. Returns whether the file ended early.
+/// pages); the rest of the buffer is left as it was: nothing downstream looks at it, and
+/// zeroing a whole chunk per page or two read would cost more than the reads. A selected
+/// page past the file's end reads as zeros. Returns whether the file ended early.
 fn read_sparse(c: &Chunk, sel: &PageSet, page: usize, buf: &mut Buf) -> io::Result<bool> {
     let space = buf.space();
     let npages = c.len.div_ceil(page);
