@@ -2,7 +2,7 @@
 //! summary (PVWALSIG envelopes), a signed backup is taken, and it restores and recovers
 //! through archive-get with the key; a forged WAL file (a chunk's byte edited, its tag
 //! left) and a plain file dropped in its place are refused by archive-get and by the
-//! restore's WAL check.
+//! restore's WAL check; key rotate rewraps the signed WAL files' keys.
 
 mod common;
 
@@ -169,5 +169,34 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
         r.stderr
     );
     restore_fails("not signed");
+
+    // key rotate rewraps every signed WAL file's MAC key: the new key reads them.
+    fs::write(&seg, &pristine).unwrap();
+    let new_key = dir.join("new-key");
+    fs::write(&new_key, b"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
+    fs::set_permissions(&new_key, fs::Permissions::from_mode(0o600)).unwrap();
+    let new_key = s(&new_key);
+    let r = json(&[
+        "key",
+        "rotate",
+        "--repo",
+        &repo,
+        "--old-key-file",
+        &key,
+        "--new-key-file",
+        &new_key,
+    ]);
+    assert_eq!(r["wal_files"].as_u64(), Some(files.len() as u64), "{r}");
+    let g = s(&got);
+    let _ = fs::remove_file(&got);
+    ok(&[
+        "archive-get",
+        &last,
+        &g,
+        "--repo",
+        &repo,
+        "--key-file",
+        &new_key,
+    ]);
     let _ = fs::remove_dir_all(&dir);
 }
