@@ -388,10 +388,10 @@ impl Repo {
         Ok(k)
     }
 
-    /// The master key archived WAL files are sealed with: None for a plain repository.
-    /// A write (`archive-push`) with a key makes an empty repository encrypted; without
-    /// one it is refused by an encrypted repository, as a read is.
-    /// A signed repository signs every file a push writes, and refuses a push without
+    /// The key archived WAL files are sealed or signed with, and which: None for a
+    /// plain repository. A write (`archive-push`) with a key makes an empty repository
+    /// encrypted; without one it is refused by an encrypted repository, as a read is.
+    /// A signed repository signs every file a push writes and refuses a push without
     /// its key; a read without a key gets None (plain files from before its signing
     /// read as they are, signed ones are refused for want of the key).
     pub fn wal_master(&self, write: bool) -> Result<Option<wal::WalKey>> {
