@@ -399,6 +399,40 @@ impl SetMac {
     }
 }
 
+/// A signed WAL envelope's chunk MAC key: keyed BLAKE3 under HKDF-SHA256 of the
+/// file's random MAC key (a `DataKey`'s 32 bytes, wrapped by the master like a data
+/// key, so `key rotate` rewraps it) with its own info.
+#[derive(Clone)]
+pub struct ChunkMac {
+    key: Arc<Zeroizing<[u8; KEY_LEN]>>,
+}
+
+impl std::fmt::Debug for ChunkMac {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChunkMac(..)")
+    }
+}
+
+impl ChunkMac {
+    pub fn new(key: &DataKey) -> ChunkMac {
+        let kdf = hkdf::Hkdf::<Sha256>::new(None, &key.key[..]);
+        let mut k = Zeroizing::new([0u8; KEY_LEN]);
+        kdf.expand(b"pagevault wal chunk mac", &mut *k)
+            .expect("32 bytes is a valid HKDF length");
+        ChunkMac { key: Arc::new(k) }
+    }
+
+    /// The tag of a chunk; `bound` is its place (name, index, last flag, plain length).
+    pub fn tag(&self, bound: &[u8], bytes: &[u8]) -> [u8; MAC_LEN] {
+        *SetMac::tag(&self.key, bound, bytes).as_bytes()
+    }
+
+    /// Whether `tag` is the chunk's (compared in constant time).
+    pub fn ok(&self, bound: &[u8], bytes: &[u8], tag: &[u8; MAC_LEN]) -> bool {
+        SetMac::tag(&self.key, bound, bytes) == blake3::Hash::from(*tag)
+    }
+}
+
 /// AES-256-GCM under `k`.
 fn aead_key(k: &[u8; KEY_LEN]) -> LessSafeKey {
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, k).expect("a 32-byte AES-256 key"))

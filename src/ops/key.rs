@@ -120,11 +120,9 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
             }
         }
     }
-    // A signed repository's WAL is plain: nothing to rewrap.
-    let (wal_files, wal_already) = match signed {
-        true => (0, 0),
-        false => wal::rekey(&repo, &old, &new)?,
-    };
+    // Sealed or signed WAL envelopes (a signed repository's plain files from before
+    // its signing stay as they are).
+    let (wal_files, wal_already) = wal::rekey(&repo, &old, &new)?;
     repo.set_key(target, None)?;
     Ok(RotateReport {
         command: "key rotate",

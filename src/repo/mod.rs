@@ -388,13 +388,32 @@ impl Repo {
         Ok(k)
     }
 
-    /// The master key archived WAL files are sealed with: None for a plain repository.
-    /// A write (`archive-push`) with a key makes an empty repository encrypted; without
-    /// one it is refused by an encrypted repository, as a read is.
-    pub fn wal_master(&self, write: bool) -> Result<Option<crate::crypt::Master>> {
-        // A signed repository's WAL archive stays plain (its sets are signed).
-        if self.signing().is_some() {
-            return Ok(None);
+    /// The key archived WAL files are sealed or signed with, and which: None for a
+    /// plain repository. A write (`archive-push`) with a key makes an empty repository
+    /// encrypted; without one it is refused by an encrypted repository, as a read is.
+    /// A signed repository signs every file a push writes and refuses a push without
+    /// its key; a read without a key gets None (plain files from before its signing
+    /// read as they are, signed ones are refused for want of the key).
+    pub fn wal_master(&self, write: bool) -> Result<Option<wal::WalKey>> {
+        if let Some(k) = self.signing() {
+            let Some(source) = &self.options.key else {
+                if write {
+                    bail!(
+                        "repository '{}' is signed (key id {}): every WAL file archived into it is signed, and this push has no key; {GIVE_KEY}",
+                        self.describe(),
+                        show_id(&k.key_id)
+                    );
+                }
+                return Ok(None);
+            };
+            self.check_key(&k, source)?;
+            let master = source
+                .master(&k.kdf)
+                .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
+            return Ok(Some(wal::WalKey {
+                master,
+                env: wal::Envelope::Sign,
+            }));
         }
         let kdf = match (&self.options.key, self.encryption()) {
             (Some(source), _) if write => self.key_for(source, KeyUse::Seal)?.kdf,
@@ -411,7 +430,10 @@ impl Repo {
         let master = source
             .master(&kdf)
             .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
-        Ok(Some(master))
+        Ok(Some(wal::WalKey {
+            master,
+            env: wal::Envelope::Seal,
+        }))
     }
 
     /// The key a `key rotate` left half done goes to, as the marker records it.

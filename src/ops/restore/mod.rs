@@ -302,9 +302,9 @@ fn finish(
             let endpoint = (repo.options().s3_endpoint.as_deref())
                 .map(|e| format!(" --s3-endpoint {}", crate::units::sh_quote(e)))
                 .unwrap_or_default();
-            // An encrypted archive opens with the key this restore was given: its file,
-            // or PAGEVAULT_PASSPHRASE in the server's environment.
-            let key = (repo.encryption().and(repo.options().key.as_ref()))
+            // An encrypted or signed archive opens with the key this restore was given:
+            // its file, or PAGEVAULT_PASSPHRASE in the server's environment.
+            let key = (repo.protection().and(repo.options().key.as_ref()))
                 .and_then(|k| k.command_option())
                 .map(|(flag, f)| {
                     format!(

@@ -45,6 +45,7 @@
 
 use super::store::{temp_beside, Temp};
 use super::Repo;
+use crate::crypt::{load::GIVE_KEY, show_id};
 use crate::format::{get_u16, get_u32, get_u64};
 use crate::pg::walpage::{check_first_page, check_page, SegInfo, LONG_PHD, SHORT_PHD};
 use crate::pg::{parse_name, segment_name_for, valid_seg_size, Kind, WalName};
@@ -103,31 +104,54 @@ fn archived_max(name: &str) -> u64 {
     HDR_LEN as u64 + zstd::zstd_safe::compress_bound(raw as usize) as u64
 }
 
-/// The largest object of WAL file `name` in `repo`: its envelope's too when encrypted.
+/// The largest object of WAL file `name` in `repo`: its envelope's too when encrypted
+/// or signed.
 fn stored_max(repo: &Repo, name: &str) -> u64 {
     let plain = archived_max(name);
-    match repo.encryption() {
-        Some(_) => plain + seal::overhead(plain),
+    match repo.protection() {
+        Some(_) => plain + seal::overhead_max(plain),
         None => plain,
     }
 }
 
 /// The plain copy of a local archived file (`path`, object `rel`): the file itself in
-/// a plain repository, a temp file in `dir` opened from its envelope in an encrypted
-/// one. A plain file in an encrypted repository, or the reverse, is refused.
+/// a plain repository, a temp file in `dir` opened from its envelope (every chunk
+/// authenticated) in an encrypted or signed one. A plain file in an encrypted
+/// repository, or in a signed one read with its key, is refused; so is an envelope in a
+/// plain repository, or a signed one read without a key.
 fn plain_copy(repo: &Repo, rel: &str, path: &Path, dir: &Path, most: u64) -> Result<Option<Temp>> {
     let object = rel.rsplit('/').next().unwrap_or(rel);
-    let sealed = seal::is_sealed(path)?;
-    match (repo.wal_master(false)?, sealed) {
-        (None, false) => Ok(None),
-        (Some(m), true) => seal::open_file(&m, object, path, dir, most).map(Some),
-        (Some(_), false) => Err(damaged(
+    let env = seal::envelope_of(path)?;
+    match (repo.wal_master(false)?, env) {
+        (None, None) => Ok(None),
+        (Some(k), Some(_)) => seal::open_file(&k, object, path, dir, most).map(Some),
+        (Some(k), None) => Err(damaged(
             path,
-            "it is not encrypted, but its repository is: forged, or put there by hand",
+            &match k.env {
+                Envelope::Seal => {
+                    "it is not encrypted, but its repository is: forged, or put there by hand"
+                        .to_string()
+                }
+                Envelope::Sign => format!(
+                    "it is not signed, but its repository is (key id {}): forged, put there by hand, \
+                     or archived before the repository was signed",
+                    show_id(&k.master.id)
+                ),
+            },
         )),
-        (None, true) => Err(damaged(
+        (None, Some(Envelope::Sign)) if repo.signing().is_some() => Err(damaged(
             path,
-            "it is encrypted, but its repository is not (its marker names no key)",
+            &format!(
+                "it is signed with key id {}, and no key was given to check it: {GIVE_KEY}",
+                seal::file_key_id(path)?.unwrap_or_default()
+            ),
+        )),
+        (None, Some(e)) => Err(damaged(
+            path,
+            &format!(
+                "it is {}, but its repository is not (its marker names no key)",
+                e.word()
+            ),
         )),
     }
 }
@@ -188,14 +212,19 @@ pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
     Ok(out)
 }
 
-/// `key rotate`: every sealed archived file and summary of a repository on a
-/// filesystem rewrapped from `old` to `new`; returns (rewritten, already new).
+/// `key rotate`: every sealed or signed archived file and summary of a repository on a
+/// filesystem rewrapped from `old` to `new`; returns (rewritten, already new). A
+/// signed repository's plain files (archived before its signing) are left as they are.
 pub fn rekey(
     repo: &Repo,
     old: &crate::crypt::Master,
     new: &crate::crypt::Master,
 ) -> Result<(u64, u64)> {
     let (mut done, mut already) = (0, 0);
+    let env = match repo.signing() {
+        Some(_) => Envelope::Sign,
+        None => Envelope::Seal,
+    };
     for (rel, _) in repo.store().list("wal")? {
         let (dir, file) = rel.split_once('/').unwrap_or(("", &rel));
         let stem = file
@@ -210,9 +239,10 @@ pub fn rekey(
             .store()
             .local_path(&rel)
             .ok_or_else(|| anyhow!("'{}' is not a local file", repo.store().describe(&rel)))?;
-        match seal::rewrap_file(&path, file, old, new)? {
-            true => done += 1,
-            false => already += 1,
+        match seal::rewrap_file(&path, file, env, old, new)? {
+            seal::Rewrapped::Done => done += 1,
+            seal::Rewrapped::Already => already += 1,
+            seal::Rewrapped::Plain => {}
         }
     }
     Ok((done, already))
@@ -279,5 +309,6 @@ pub use get::{fetch, read_history, verify, NotArchived};
 use header::Header;
 pub use push::{push, push_with, Outcome, Pushed};
 use push::{read_full, CrcRead};
+pub use seal::{Envelope, WalKey};
 #[cfg(test)]
 pub(crate) use tests::testing;

@@ -441,3 +441,96 @@ fn rekey_rewraps_archived_files_in_place() {
     fetch(&r2, &name, &out).unwrap();
     assert!(summary::read(&r2, &name).unwrap().is_some());
 }
+
+#[test]
+fn a_signed_archive_signs_every_file_and_refuses_forgeries() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("r");
+    let r = keyed(&root, 1);
+    let source = r.options().key.clone().unwrap();
+    r.key_for(&source, crate::format::seal::KeyUse::Sign)
+        .unwrap();
+    assert!(r.signing().is_some());
+    let wal = d.path().join("pg_wal");
+    fs::create_dir(&wal).unwrap();
+    let name = segment_name_for(1, 3, SEG);
+    let seg = segment(1, 3, 77, 700);
+    fs::write(wal.join(&name), &seg).unwrap();
+    assert_eq!(
+        push(&r, &wal.join(&name)).unwrap().outcome,
+        Outcome::Archived
+    );
+    let path = archived_path(&r, &name).unwrap();
+    let stored = fs::read(&path).unwrap();
+    assert!(stored.starts_with(seal::SIG_MAGIC));
+    let sum_rel = summary::summary_rel(&name).unwrap();
+    assert!(fs::read(root.join(&sum_rel))
+        .unwrap()
+        .starts_with(seal::SIG_MAGIC));
+    assert!(summary::read(&r, &name).unwrap().is_some());
+    let out = d.path().join("got");
+    assert_eq!(fetch(&r, &name, &out).unwrap(), SEG);
+    assert_eq!(fs::read(&out).unwrap(), seg);
+    verify(&r, &name).unwrap();
+    assert_eq!(
+        push(&r, &wal.join(&name)).unwrap().outcome,
+        Outcome::AlreadyArchived
+    );
+
+    // Without a key: a push is refused, a fetch names the key id it needs.
+    let nokey = Repo::open(root.to_str().unwrap(), false, &Default::default()).unwrap();
+    let id = crate::crypt::show_id(&crate::crypt::Master::new([1; 32]).id);
+    let e = format!("{:#}", push(&nokey, &wal.join(&name)).unwrap_err());
+    assert!(e.contains("is signed") && e.contains("--key-file"), "{e}");
+    let e = format!("{:#}", fetch(&nokey, &name, &out).unwrap_err());
+    assert!(e.contains(&id) && e.contains("--key-file"), "{e}");
+    let e = format!("{:#}", summary::read(&nokey, &name).unwrap_err());
+    assert!(e.contains(&id), "{e}");
+
+    // A byte of a chunk edited, its tag left: refused by fetch and verify.
+    let mut forged = stored.clone();
+    forged[seal::ENV_HDR + 200] ^= 1;
+    fs::write(&path, &forged).unwrap();
+    let e = format!("{:#}", fetch(&r, &name, &out).unwrap_err());
+    assert!(
+        e.contains("does not authenticate") && e.contains(&name),
+        "{e}"
+    );
+    assert!(verify(&r, &name).is_err());
+    // Renamed: refused.
+    fs::write(&path, &stored).unwrap();
+    let other = segment_name_for(1, 4, SEG);
+    let other_path = archived_path(&r, &other).unwrap();
+    fs::copy(&path, &other_path).unwrap();
+    let e = format!("{:#}", fetch(&r, &other, &out).unwrap_err());
+    assert!(e.contains("renamed or forged"), "{e}");
+    // A plain archived file in its place: refused.
+    let (_pd, pr) = repo();
+    fs::write(wal.join(&other), segment(1, 4, 77, 10)).unwrap();
+    push(&pr, &wal.join(&other)).unwrap();
+    fs::copy(archived_path(&pr, &other).unwrap(), &other_path).unwrap();
+    let e = format!("{:#}", fetch(&r, &other, &out).unwrap_err());
+    assert!(e.contains("not signed"), "{e}");
+    assert!(verify(&r, &other).is_err());
+    fs::remove_file(&other_path).unwrap();
+
+    // key rotate rewraps the signed files' keys.
+    let (old, new) = (
+        crate::crypt::Master::new([1; 32]),
+        crate::crypt::Master::new([9; 32]),
+    );
+    assert_eq!(rekey(&r, &old, &new).unwrap(), (2, 0));
+    assert_eq!(rekey(&r, &old, &new).unwrap(), (0, 2));
+    r.set_key(
+        crate::repo::RepoKey {
+            key_id: new.id,
+            kdf: crate::crypt::Kdf::Raw,
+            mode: crate::format::seal::KeyUse::Sign,
+        },
+        None,
+    )
+    .unwrap();
+    let r2 = keyed(&root, 9);
+    fetch(&r2, &name, &out).unwrap();
+    assert!(summary::read(&r2, &name).unwrap().is_some());
+}

@@ -294,21 +294,17 @@ fn read_unbound(repo: &Repo, name: &str) -> Result<Option<(String, Summary)>> {
     let rel = summary_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL segment name"))?;
     let Some(b) = repo
         .store()
-        .get(&rel, FILE_MAX + super::seal::overhead(FILE_MAX))?
+        .get(&rel, FILE_MAX + super::seal::overhead_max(FILE_MAX))?
     else {
         return Ok(None);
     };
     let b = match repo.wal_master(false)? {
         Some(m) => super::seal::open_bytes(&m, object_of(&rel), &b, FILE_MAX)
             .map_err(|m| refused(repo, &rel, &m))?,
-        None if b.starts_with(super::seal::ENV_MAGIC) => {
-            return Err(refused(
-                repo,
-                &rel,
-                "it is encrypted, but its repository is not",
-            ))
-        }
-        None => b,
+        None => match super::Envelope::of(&b) {
+            Some(e) => return Err(refused(repo, &rel, &unkeyed(repo, e, &b))),
+            None => b,
+        },
     };
     let s = Summary::decode(&b).map_err(|m| refused(repo, &rel, &m))?;
     if s.segment != name {
@@ -336,6 +332,15 @@ pub fn read(repo: &Repo, name: &str) -> Result<Option<Summary>> {
     };
     let head = repo.store().get_head(&seg_rel, want)?;
     let head = match (head, &master) {
+        (Some(h), None) if super::Envelope::of(&h).is_some() => {
+            let e = super::Envelope::of(&h).expect("an envelope");
+            let m = unkeyed(repo, e, &h);
+            return Err(refused(
+                repo,
+                &rel,
+                &format!("its segment's archived copy: {m}"),
+            ));
+        }
         (Some(h), Some(m)) => Some(
             super::seal::open_head(m, object_of(&seg_rel), &h, HDR_LEN)
                 .map_err(|e| refused(repo, &rel, &format!("its segment's archived copy: {e}")))?,
@@ -400,6 +405,18 @@ pub(super) fn store(repo: &Repo, s: &Summary) -> Result<()> {
         None => s.encode(),
     };
     repo.store().put(&rel, &bytes)
+}
+
+/// Why an envelope cannot be read without a key.
+fn unkeyed(repo: &Repo, e: super::Envelope, b: &[u8]) -> String {
+    match (e, repo.signing()) {
+        (super::Envelope::Sign, Some(_)) => format!(
+            "it is signed with key id {}, and no key was given to check it: {}",
+            super::seal::key_id_of(b).unwrap_or_default(),
+            crate::crypt::load::GIVE_KEY
+        ),
+        _ => format!("it is {}, but its repository is not", e.word()),
+    }
 }
 
 /// The object name an archived file is sealed under: its file name.

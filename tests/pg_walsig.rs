@@ -1,0 +1,202 @@
+//! A signed PostgreSQL repository: archive-push signs every WAL file and its block
+//! summary (PVWALSIG envelopes), a signed backup is taken, and it restores and recovers
+//! through archive-get with the key; a forged WAL file (a chunk's byte edited, its tag
+//! left) and a plain file dropped in its place are refused by archive-get and by the
+//! restore's WAL check; key rotate rewraps the signed WAL files' keys.
+
+mod common;
+
+use common::pg::{check_restored, give_to_postgres, postgres_dir, push_cmd, restore_repo, Pg};
+use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+fn rows(pg: &Pg) -> String {
+    pg.sql("SELECT count(*) || '/' || sum(g) FROM t")
+}
+
+/// Every archived file of the repository: (path, bytes).
+fn archived(repo: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = vec![];
+    for t in fs::read_dir(repo.join("wal")).unwrap() {
+        let t = t.unwrap().path();
+        if !t.is_dir() {
+            continue;
+        }
+        for f in fs::read_dir(&t).unwrap() {
+            let p = f.unwrap().path();
+            let b = fs::read(&p).unwrap();
+            out.push((p, b));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
+    let dir = postgres_dir("walsig");
+    let key = dir.join("key");
+    fs::write(&key, b"q83vEjRWeJASNFZ4kBI0VniQEjRWeJASNFZ4kBI0Vng=\n").unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+    give_to_postgres(&key);
+    let key = s(&key);
+    let repo_dir = dir.join("repo");
+    let repo = s(&repo_dir);
+    // The repository is signed before the first push (a push with a key into a new
+    // repository would encrypt it).
+    let seed = dir.join("seed");
+    fs::create_dir(&seed).unwrap();
+    fs::write(seed.join("a"), b"seed").unwrap();
+    let seed_src = format!("files:{}", s(&seed));
+    ok(&[
+        "backup",
+        "--source",
+        &seed_src,
+        "--repo",
+        &repo,
+        "--key-file",
+        &key,
+        "--sign",
+    ]);
+    assert!(fs::read_to_string(repo_dir.join("pagevault.repo"))
+        .unwrap()
+        .contains("signing keyed-blake3"));
+    give_to_postgres(&repo_dir);
+
+    let pg = Pg::start(true, Some(&format!("{} --key-file {key}", push_cmd(&repo))));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 20000) g");
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    ok(&[
+        "backup",
+        "--source",
+        &url,
+        "--repo",
+        &repo,
+        "--key-file",
+        &key,
+        "--sign",
+    ]);
+    pg.sql("INSERT INTO t SELECT g FROM generate_series(20001, 30000) g");
+    let last = pg.switch_and_wait();
+    let want = rows(&pg);
+    drop(pg);
+
+    // Every archived file, segments and summaries, is signed.
+    let files = archived(&repo_dir);
+    assert!(files.len() >= 4, "{} archived files", files.len());
+    for (p, b) in &files {
+        assert!(b.starts_with(b"PVWALSIG"), "{}", p.display());
+    }
+
+    // Restored with the key, recovering through archive-get with the key.
+    let (target, _) = restore_repo(&repo, &["--key-file", &key]);
+    let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        conf.contains("archive-get") && conf.contains("--key-file"),
+        "{conf}"
+    );
+    check_restored(&target, &want, rows);
+
+    // The last archived segment: forged, then replaced by a plain file.
+    let seg = repo_dir
+        .join("wal")
+        .join(&last[..8])
+        .join(format!("{last}.zst"));
+    let pristine = fs::read(&seg).unwrap();
+    let got_dir = dir.join("got");
+    fs::create_dir(&got_dir).unwrap();
+    let got = got_dir.join(&last);
+    let get = |with_key: bool| {
+        let g = s(&got);
+        let mut a = vec!["archive-get", &last, &g, "--repo", &repo];
+        if with_key {
+            a.extend_from_slice(&["--key-file", &key]);
+        }
+        run(&a)
+    };
+    let r = get(true);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Without the key: refused, naming the key id.
+    let r = get(false);
+    assert!(
+        r.code != 0 && r.stderr.contains("key id") && r.stderr.contains("--key-file"),
+        "{}",
+        r.stderr
+    );
+
+    let restore_fails = |says: &str| {
+        let to = s(&dir.join("bad").join("data"));
+        let r = run(&["restore", "--repo", &repo, "--to", &to, "--key-file", &key]);
+        let e = r.stderr;
+        assert!(r.code != 0 && e.contains(&last) && e.contains(says), "{e}");
+    };
+    // A byte of a chunk edited, its tag left.
+    let mut forged = pristine.clone();
+    let mid = 164 + (forged.len() - 164 - 32) / 2;
+    forged[mid] ^= 1;
+    fs::write(&seg, &forged).unwrap();
+    let _ = fs::remove_file(&got);
+    let r = get(true);
+    assert_eq!(r.code, 126, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&last) && r.stderr.contains("does not authenticate"),
+        "{}",
+        r.stderr
+    );
+    assert!(!got.exists());
+    restore_fails("does not authenticate");
+
+    // A plain archived copy of the same segment dropped in its place.
+    let plain_repo = s(&dir.join("plain"));
+    fs::write(&seg, &pristine).unwrap();
+    assert_eq!(get(true).code, 0);
+    ok(&["archive-push", &s(&got), "--repo", &plain_repo]);
+    fs::copy(
+        dir.join("plain/wal")
+            .join(&last[..8])
+            .join(format!("{last}.zst")),
+        &seg,
+    )
+    .unwrap();
+    let _ = fs::remove_file(&got);
+    let r = get(true);
+    assert_eq!(r.code, 126, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&last) && r.stderr.contains("not signed"),
+        "{}",
+        r.stderr
+    );
+    restore_fails("not signed");
+
+    // key rotate rewraps every signed WAL file's MAC key: the new key reads them.
+    fs::write(&seg, &pristine).unwrap();
+    let new_key = dir.join("new-key");
+    fs::write(&new_key, b"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
+    fs::set_permissions(&new_key, fs::Permissions::from_mode(0o600)).unwrap();
+    let new_key = s(&new_key);
+    let r = json(&[
+        "key",
+        "rotate",
+        "--repo",
+        &repo,
+        "--old-key-file",
+        &key,
+        "--new-key-file",
+        &new_key,
+    ]);
+    assert_eq!(r["wal_files"].as_u64(), Some(files.len() as u64), "{r}");
+    let g = s(&got);
+    let _ = fs::remove_file(&got);
+    ok(&[
+        "archive-get",
+        &last,
+        &g,
+        "--repo",
+        &repo,
+        "--key-file",
+        &new_key,
+    ]);
+    let _ = fs::remove_dir_all(&dir);
+}
