@@ -353,15 +353,17 @@ bench_key() {
 case_pv() { # case_pv CODEC disk|nul [BINARY TOOL [EXTRA OPTION...]]
     local codec=$1 dest=$2 src="postgres://postgres@127.0.0.1:${PORT[$SET]}/postgres?pgdata=${DATA[$SET]}"
     local PV=${3:-$PV} tool=${4:-pagevault}
-    local extra=("${@:5}")
+    local extra=("${@:5}") bonly=()
+    # Options for the backup only (PV_BACKUP_ONLY, words): --sign.
+    read -r -a bonly <<< "${PV_BACKUP_ONLY:-}"
     fresh_scratch
     if [ "$dest" = nul ]; then
-        run_timed backup "$tool" "NUL $codec" "" "" "$PV" backup --source "$src" --to NUL --compress "$codec" "${extra[@]}" --json || true
+        run_timed backup "$tool" "NUL $codec" "" "" "$PV" backup --source "$src" --to NUL --compress "$codec" "${extra[@]}" "${bonly[@]}" --json || true
         return
     fi
     local to=(--to "$SCRATCH/pv.pvb") from=(--from "$SCRATCH/pv.pvb") sizep=$SCRATCH/pv.pvb
     if [ "$PV_DEST" = repo ]; then to=(--repo "$SCRATCH/repo"); from=(--repo "$SCRATCH/repo"); sizep=$SCRATCH/repo; fi
-    if run_timed backup "$tool" "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" "${extra[@]}" --json; then
+    if run_timed backup "$tool" "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" "${extra[@]}" "${bonly[@]}" --json; then
         if run_timed restore "$tool" "$codec" "$SCRATCH/restore" "$SCRATCH" \
             "$PV" restore "${from[@]}" --to "$SCRATCH/restore" --owner postgres "${extra[@]}" --json &&
             [ "$VERIFY" = 1 ] && [ "$REP" = 1 ] && [ "$CACHE" = "${CACHE_LIST[0]}" ] && [ "$codec" = lz4 ] && [ "$tool" = pagevault ]; then
@@ -481,7 +483,8 @@ CASE_LIST=(
 # CASES (';'-separated) runs a subset; with PV_BEFORE (another build of pagevault), "pvb CODEC
 # disk|nul" cases run it as tool pagevault-before: the before/after table of a refactoring.
 # "pve CODEC disk|nul" runs this pagevault with encryption (--key-file, AES-256-GCM) as tool
-# pagevault-encrypted: the table's "pagevault ÷ this" column of its rows is encryption's cost.
+# pagevault-encrypted: the table's "pagevault ÷ this" column of its rows is encryption's cost;
+# "pvs CODEC disk|nul" with signing (backup --sign, keyed BLAKE3 tags) as pagevault-signed.
 if [ -n "${CASES:-}" ]; then IFS=';' read -r -a CASE_LIST <<< "$CASES"; fi
 run_case() {
     local words
@@ -490,6 +493,7 @@ run_case() {
         pv) case_pv "${words[1]}" "${words[2]}" ;;
         pvb) case_pv "${words[1]}" "${words[2]}" "${PV_BEFORE:?PV_BEFORE names the binary before}" pagevault-before ;;
         pve) bench_key; case_pv "${words[1]}" "${words[2]}" "$PV" pagevault-encrypted --key-file "$BENCH_KEY" ;;
+        pvs) bench_key; PV_BACKUP_ONLY=--sign case_pv "${words[1]}" "${words[2]}" "$PV" pagevault-signed --key-file "$BENCH_KEY" ;;
         pgbr) case_pgbr "${words[1]}" ;;
         pgbb) case_pgbb "${words[1]}" ;;
         floor) case_floor ;;
@@ -604,8 +608,10 @@ SAME = {("pgbackrest", "none"): "none", ("pgbackrest", "lz4"): "lz4", ("pgbackre
         ("pagevault-before", "none"): "none", ("pagevault-before", "lz4"): "lz4", ("pagevault-before", "zstd"): "zstd",
         ("pagevault-before", "NUL none"): "NUL none", ("pagevault-before", "NUL lz4"): "NUL lz4", ("pagevault-before", "NUL zstd"): "NUL zstd",
         ("pagevault-encrypted", "none"): "none", ("pagevault-encrypted", "lz4"): "lz4", ("pagevault-encrypted", "zstd"): "zstd",
-        ("pagevault-encrypted", "NUL none"): "NUL none", ("pagevault-encrypted", "NUL lz4"): "NUL lz4", ("pagevault-encrypted", "NUL zstd"): "NUL zstd"}
-TOOL_ORDER = {"pagevault": 0, "pagevault-encrypted": 0.25, "pagevault-before": 0.5, "pgbackrest": 1, "pg_basebackup": 2, "device": 3}
+        ("pagevault-encrypted", "NUL none"): "NUL none", ("pagevault-encrypted", "NUL lz4"): "NUL lz4", ("pagevault-encrypted", "NUL zstd"): "NUL zstd",
+        ("pagevault-signed", "none"): "none", ("pagevault-signed", "lz4"): "lz4", ("pagevault-signed", "zstd"): "zstd",
+        ("pagevault-signed", "NUL none"): "NUL none", ("pagevault-signed", "NUL lz4"): "NUL lz4", ("pagevault-signed", "NUL zstd"): "NUL zstd"}
+TOOL_ORDER = {"pagevault": 0, "pagevault-encrypted": 0.25, "pagevault-signed": 0.3, "pagevault-before": 0.5, "pgbackrest": 1, "pg_basebackup": 2, "device": 3}
 CODEC_ORDER = {"none": 0, "lz4": 1, "client-lz4": 2, "server-lz4": 3, "zstd": 4, "zst": 4, "server-zstd": 5}
 def variant_key(v):
     nul = v.startswith("NUL ")

@@ -44,29 +44,19 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
     let key = s(&key);
     let repo_dir = dir.join("repo");
     let repo = s(&repo_dir);
-    // The repository is signed before the first push (a push with a key into a new
-    // repository would encrypt it).
-    let seed = dir.join("seed");
-    fs::create_dir(&seed).unwrap();
-    fs::write(seed.join("a"), b"seed").unwrap();
-    let seed_src = format!("files:{}", s(&seed));
-    ok(&[
-        "backup",
-        "--source",
-        &seed_src,
-        "--repo",
-        &repo,
-        "--key-file",
-        &key,
-        "--sign",
-    ]);
+    // The first push signs the new repository (`--sign`: a key alone would encrypt it).
+    fs::create_dir(&repo_dir).unwrap();
+    give_to_postgres(&repo_dir);
+    let pg = Pg::start(
+        true,
+        Some(&format!("{} --key-file {key} --sign", push_cmd(&repo))),
+    );
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 20000) g");
+    // Archived before any backup: the push made the repository signed.
+    pg.switch_and_wait();
     assert!(fs::read_to_string(repo_dir.join("pagevault.repo"))
         .unwrap()
         .contains("signing keyed-blake3"));
-    give_to_postgres(&repo_dir);
-
-    let pg = Pg::start(true, Some(&format!("{} --key-file {key}", push_cmd(&repo))));
-    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 20000) g");
     let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
     ok(&[
         "backup",

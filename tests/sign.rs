@@ -593,3 +593,18 @@ fn sign_into_an_encrypted_repository_encrypts() {
     let r = json(&["verify", "--repo", &repos, "--key-file", &key]);
     assert_eq!(r["repo_sets_checked"], 2, "{r}");
 }
+
+/// `archive-push --sign` needs a key, and writes nothing without one.
+#[test]
+fn archive_push_sign_needs_a_key() {
+    let (dir, _src) = tree_in_tempdir();
+    let wal = dir.path().join("000000010000000000000001");
+    fs::write(&wal, vec![0u8; 8192]).unwrap();
+    let repo = dir.path().join("repo");
+    let e = fails(
+        &["archive-push", &s(&wal), "--repo", &s(&repo), "--sign"],
+        1,
+    );
+    assert!(e.contains("--sign needs a key"), "{e}");
+    assert!(!repo.exists(), "no repository is created");
+}

@@ -35,6 +35,13 @@ pub struct PushArgs {
     /// every page of the cluster.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub summaries: String,
+    /// With a key (--key-file, --passphrase-file or their variables): make a new or
+    /// plain repository signed rather than encrypted. Its WAL files and sets are then
+    /// stored readable and authenticated by keyed BLAKE3 tags, and it refuses unsigned
+    /// writes from then on. Into a repository already signed or encrypted, a key alone
+    /// does what it says.
+    #[arg(long)]
+    pub sign: bool,
 }
 
 #[derive(Args)]
@@ -53,6 +60,7 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
         path: a.path,
         repo: a.repo,
         no_summaries: a.summaries == "off",
+        sign: a.sign,
         store: store.clone(),
     })?;
     match p.outcome {

@@ -1,8 +1,9 @@
 //! WAL archiving as log backups: `archive-push` stores one file PostgreSQL hands to
 //! `archive_command`, `archive-get` restores one for `restore_command`.
 
+use crate::format::seal::KeyUse;
 use crate::repo::{wal, Repo};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default)]
@@ -12,6 +13,8 @@ pub struct PushOptions {
     pub repo: String,
     /// Archive a segment without its block summary (incrementals over it read every page).
     pub no_summaries: bool,
+    /// `--sign`: the key makes a new or plain repository signed, not encrypted.
+    pub sign: bool,
     /// Object-store options (`--s3-endpoint`).
     pub store: crate::device::object::StoreOptions,
 }
@@ -29,7 +32,13 @@ pub struct GetOptions {
 
 /// Archives one file: durable in the repository when this returns Ok.
 pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
+    if o.sign && o.store.key.is_none() {
+        bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+    }
     let repo = Repo::open(&o.repo, true, &o.store)?;
+    if let (true, Some(source), None) = (o.sign, &o.store.key, repo.protection()) {
+        repo.key_for(source, KeyUse::Sign)?;
+    }
     wal::push_with(&repo, &o.path, !o.no_summaries)
 }
 
