@@ -99,9 +99,12 @@ impl Adapt {
         self.max
     }
 
-    /// Reads in flight allowed now (at the end: where the volume settled).
+    /// Where the volume settled: the reads in flight allowed, or, while a step up is
+    /// still on trial (the volume ended before it was judged), the level before it.
     pub fn level(&self) -> usize {
-        self.active.load(Relaxed)
+        let w = self.window.lock().unwrap();
+        w.trial
+            .map_or_else(|| self.active.load(Relaxed), |(before, _)| before)
     }
 
     /// Why the reads in flight went no higher.
@@ -241,6 +244,15 @@ mod tests {
             assert_eq!(a.active(), 16);
         }
         assert_eq!((a.undone.load(Relaxed), a.peak.load(Relaxed)), (1, 16));
+        // After the cool-down a step is tried again; a volume that ends before it is
+        // judged settled where it was, not at the step.
+        for _ in 0..COOLDOWN {
+            if a.active() == 32 {
+                break;
+            }
+            window(&a, &lane, 400, 1 << 20, true);
+        }
+        assert_eq!((a.active(), a.level()), (32, 16));
     }
 
     #[test]
