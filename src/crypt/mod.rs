@@ -339,98 +339,67 @@ impl DataKey {
 /// Bytes of a keyed BLAKE3 tag.
 pub const MAC_LEN: usize = 32;
 
-/// A signed set's MAC keys: keyed BLAKE3 for its frames and for its manifest, each
-/// HKDF-SHA256 of the set's random MAC key (wrapped by the master like a data key, so
-/// `key rotate` rewraps it) with the set id as salt and its own info.
+/// A keyed BLAKE3 key: HKDF-SHA256 of a random MAC key (a `DataKey`'s 32 bytes,
+/// wrapped by the master like a data key, so `key rotate` rewraps it), with a salt and
+/// an info of its own use.
 #[derive(Clone)]
-pub struct SetMac {
-    frame: Arc<Zeroizing<[u8; KEY_LEN]>>,
-    manifest: Arc<Zeroizing<[u8; KEY_LEN]>>,
-    pub set_id: [u8; 16],
-}
+pub struct MacKey(Arc<Zeroizing<[u8; KEY_LEN]>>);
 
-impl std::fmt::Debug for SetMac {
+impl std::fmt::Debug for MacKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SetMac(..)")
+        f.write_str("MacKey(..)")
     }
 }
 
-impl SetMac {
-    /// The MAC keys of set `set_id` from its MAC key (a `DataKey`'s 32 bytes).
-    pub fn new(key: &DataKey, set_id: [u8; 16]) -> SetMac {
-        let kdf = hkdf::Hkdf::<Sha256>::new(Some(&set_id), &key.key[..]);
-        let derive = |info: &[u8]| {
-            let mut k = Zeroizing::new([0u8; KEY_LEN]);
-            kdf.expand(info, &mut *k)
-                .expect("32 bytes is a valid HKDF length");
-            Arc::new(k)
-        };
-        SetMac {
-            frame: derive(b"pagevault frame mac"),
-            manifest: derive(b"pagevault manifest mac"),
-            set_id,
-        }
+impl MacKey {
+    pub fn derive(key: &DataKey, salt: Option<&[u8]>, info: &[u8]) -> MacKey {
+        let mut k = Zeroizing::new([0u8; KEY_LEN]);
+        hkdf::Hkdf::<Sha256>::new(salt, &key.key[..])
+            .expand(info, &mut *k)
+            .expect("32 bytes is a valid HKDF length");
+        MacKey(Arc::new(k))
     }
 
-    fn tag(key: &[u8; KEY_LEN], bound: &[u8], bytes: &[u8]) -> blake3::Hash {
-        let mut h = blake3::Hasher::new_keyed(key);
+    fn hash(&self, bound: &[u8], bytes: &[u8]) -> blake3::Hash {
+        let mut h = blake3::Hasher::new_keyed(&self.0);
         h.update(bound);
         h.update(bytes);
         h.finalize()
     }
 
-    /// The tag of a frame's stored bytes; `bound` is fixed-length (its place).
-    pub fn frame_tag(&self, bound: &[u8], stored: &[u8]) -> [u8; MAC_LEN] {
-        *Self::tag(&self.frame, bound, stored).as_bytes()
-    }
-
-    /// Whether `tag` is the frame's (compared in constant time).
-    pub fn frame_ok(&self, bound: &[u8], stored: &[u8], tag: &[u8; MAC_LEN]) -> bool {
-        Self::tag(&self.frame, bound, stored) == blake3::Hash::from(*tag)
-    }
-
-    /// The tag of a stored manifest; `bound` is fixed-length (the set's header).
-    pub fn manifest_tag(&self, bound: &[u8], stored: &[u8]) -> [u8; MAC_LEN] {
-        *Self::tag(&self.manifest, bound, stored).as_bytes()
-    }
-
-    pub fn manifest_ok(&self, bound: &[u8], stored: &[u8], tag: &[u8; MAC_LEN]) -> bool {
-        Self::tag(&self.manifest, bound, stored) == blake3::Hash::from(*tag)
-    }
-}
-
-/// A signed WAL envelope's chunk MAC key: keyed BLAKE3 under HKDF-SHA256 of the
-/// file's random MAC key (a `DataKey`'s 32 bytes, wrapped by the master like a data
-/// key, so `key rotate` rewraps it) with its own info.
-#[derive(Clone)]
-pub struct ChunkMac {
-    key: Arc<Zeroizing<[u8; KEY_LEN]>>,
-}
-
-impl std::fmt::Debug for ChunkMac {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ChunkMac(..)")
-    }
-}
-
-impl ChunkMac {
-    pub fn new(key: &DataKey) -> ChunkMac {
-        let kdf = hkdf::Hkdf::<Sha256>::new(None, &key.key[..]);
-        let mut k = Zeroizing::new([0u8; KEY_LEN]);
-        kdf.expand(b"pagevault wal chunk mac", &mut *k)
-            .expect("32 bytes is a valid HKDF length");
-        ChunkMac { key: Arc::new(k) }
-    }
-
-    /// The tag of a chunk; `bound` is its place (name, index, last flag, plain length).
+    /// The tag of `bytes` at their place; `bound` is fixed-length for each use.
     pub fn tag(&self, bound: &[u8], bytes: &[u8]) -> [u8; MAC_LEN] {
-        *SetMac::tag(&self.key, bound, bytes).as_bytes()
+        *self.hash(bound, bytes).as_bytes()
     }
 
-    /// Whether `tag` is the chunk's (compared in constant time).
+    /// Whether `tag` is that of `bytes` at their place (compared in constant time).
     pub fn ok(&self, bound: &[u8], bytes: &[u8], tag: &[u8; MAC_LEN]) -> bool {
-        SetMac::tag(&self.key, bound, bytes) == blake3::Hash::from(*tag)
+        self.hash(bound, bytes) == blake3::Hash::from(*tag)
     }
+}
+
+/// A signed set's MAC keys, for its frames and its manifest, salted with the set id.
+#[derive(Clone, Debug)]
+pub struct SetMac {
+    pub frame: MacKey,
+    pub manifest: MacKey,
+    pub set_id: [u8; 16],
+}
+
+impl SetMac {
+    /// The MAC keys of set `set_id` from its MAC key.
+    pub fn new(key: &DataKey, set_id: [u8; 16]) -> SetMac {
+        SetMac {
+            frame: MacKey::derive(key, Some(&set_id), b"pagevault frame mac"),
+            manifest: MacKey::derive(key, Some(&set_id), b"pagevault manifest mac"),
+            set_id,
+        }
+    }
+}
+
+/// A signed WAL envelope's chunk key, from the file's MAC key.
+pub fn chunk_mac(key: &DataKey) -> MacKey {
+    MacKey::derive(key, None, b"pagevault wal chunk mac")
 }
 
 /// AES-256-GCM under `k`.
@@ -493,15 +462,17 @@ mod tests {
     fn set_macs_bind_key_set_and_place() {
         let k = DataKey::random();
         let m = SetMac::new(&k, [1; 16]);
-        let t = m.frame_tag(b"place 1", b"bytes");
-        assert!(m.frame_ok(b"place 1", b"bytes", &t));
-        assert!(!m.frame_ok(b"place 2", b"bytes", &t));
-        assert!(!m.frame_ok(b"place 1", b"bytez", &t));
+        let t = m.frame.tag(b"place 1", b"bytes");
+        assert!(m.frame.ok(b"place 1", b"bytes", &t));
+        assert!(!m.frame.ok(b"place 2", b"bytes", &t));
+        assert!(!m.frame.ok(b"place 1", b"bytez", &t));
         // Frame and manifest keys differ, and so do other sets' and other keys'.
-        assert!(!m.manifest_ok(b"place 1", b"bytes", &t));
-        assert!(!SetMac::new(&k, [2; 16]).frame_ok(b"place 1", b"bytes", &t));
-        assert!(!SetMac::new(&DataKey::random(), [1; 16]).frame_ok(b"place 1", b"bytes", &t));
-        assert_eq!(SetMac::new(&k, [1; 16]).frame_tag(b"place 1", b"bytes"), t);
+        assert!(!m.manifest.ok(b"place 1", b"bytes", &t));
+        assert!(!SetMac::new(&k, [2; 16]).frame.ok(b"place 1", b"bytes", &t));
+        assert!(!SetMac::new(&DataKey::random(), [1; 16])
+            .frame
+            .ok(b"place 1", b"bytes", &t));
+        assert_eq!(SetMac::new(&k, [1; 16]).frame.tag(b"place 1", b"bytes"), t);
     }
 
     /// What signing costs per core: keyed BLAKE3 over 1 MiB frames, beside what a
@@ -526,10 +497,10 @@ mod tests {
         };
         let mut sink = 0u8;
         rate("keyed BLAKE3 (signed set, per frame tag)", &mut || {
-            sink ^= m.frame_tag(&bound, &frame)[0];
+            sink ^= m.frame.tag(&bound, &frame)[0];
         });
         rate("keyed BLAKE3 check (restore)", &mut || {
-            sink ^= m.frame_ok(&bound, &frame, &[0; 32]) as u8;
+            sink ^= m.frame.ok(&bound, &frame, &[0; 32]) as u8;
         });
         rate("XXH3-128 (plain set digest)", &mut || {
             sink ^= twox_hash::XxHash3_128::oneshot(&frame) as u8;

@@ -309,7 +309,7 @@ pub fn trailer(
             dek.seal(DOMAIN_MANIFEST, 0, &aad, &mut stored, len);
         }
         Guard::Sign(mac, header) => {
-            let tag = mac.manifest_tag(&header_bound(header), &stored);
+            let tag = mac.manifest.tag(&header_bound(header), &stored);
             stored.extend_from_slice(&tag);
         }
     }

@@ -180,7 +180,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
             .filter(|&n| n > 0)
             .ok_or_else(bad)?;
         let tag: [u8; MAC_LEN] = stored[open..].try_into().unwrap();
-        if !mac.manifest_ok(&header_bound(&hb), &stored[..open], &tag) {
+        if !mac.manifest.ok(&header_bound(&hb), &stored[..open], &tag) {
             return Err(bad());
         }
     }

@@ -123,7 +123,7 @@ fn frame(
         // header fields, sequence number and set; the file checksum keeps the XXH3.
         header.encode(item.buf.header_mut());
         let bound = frame_aad(item.buf.header_mut(), &mac.set_id);
-        header.raw_hash = mac.frame_tag(&bound, item.buf.payload());
+        header.raw_hash = mac.frame.tag(&bound, item.buf.payload());
     }
     let stored_len = item.buf.len;
     header.stored_crc = crc32c::crc32c(item.buf.payload());

@@ -85,7 +85,7 @@ fn check(
         let mut hb = [0u8; FRAME_HEADER_LEN];
         h.encode(&mut hb);
         let bound = frame_aad(&hb, &mac.set_id);
-        if !mac.frame_ok(&bound, item.buf.payload(), &h.raw_hash) {
+        if !mac.frame.ok(&bound, item.buf.payload(), &h.raw_hash) {
             return Err(fail(
                 "its signature does not match with the set's key: the frame was forged, edited, moved or replayed: the set is damaged or forged".into(),
             ));

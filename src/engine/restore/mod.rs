@@ -30,7 +30,9 @@ pub trait FrameSink: Sync {
     fn write_zeros(&self, _file: u32, _offset: u64, _len: usize) -> io::Result<()> {
         Ok(())
     }
-    /// A frame's range of `file` is written (by one write, or page by page).
+    /// A Data or Zero frame's whole range of `file` is written: its writeback may start.
+    /// Not called for a Pages frame: its scattered pages wait for the range around them
+    /// (an older set's frame in a chain), else each would reach the disk on its own.
     fn written(&self, _file: u32, _offset: u64, _len: u64) {}
     /// Every byte of `file` is written: nothing more will be.
     fn whole(&self, _file: u32) {}

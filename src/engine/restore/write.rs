@@ -77,9 +77,7 @@ impl FrameWrite {
             FrameKind::Zero => sink.write_zeros(self.file, self.offset, self.raw_len as usize)?,
             FrameKind::Data => sink.write(self.file, self.offset, raw)?,
         }
-        // Scattered pages (an incremental's, written before the older sets' frames
-        // around them) wait in the page cache: written back now, each would be an extent
-        // of its own on the disk, and the frames around them would be cut in pieces.
+        // See FrameSink::written: never for a Pages frame.
         if self.kind != FrameKind::Pages {
             sink.written(self.file, self.offset, self.expect);
         }

@@ -22,7 +22,8 @@
 
 use super::*;
 use crate::crypt::{
-    show_id, ChunkMac, DataKey, Master, DOMAIN_WAL, KEY_ID_LEN, MAC_LEN, TAG_LEN, WRAPPED_LEN,
+    chunk_mac, show_id, DataKey, MacKey, Master, DOMAIN_WAL, KEY_ID_LEN, MAC_LEN, TAG_LEN,
+    WRAPPED_LEN,
 };
 
 pub(super) const ENV_MAGIC: &[u8; 8] = b"PVWALENC";
@@ -89,14 +90,14 @@ pub struct WalKey {
 /// One file's key: its data key (sealed) or its chunk MAC (signed).
 enum FileKey {
     Seal(DataKey),
-    Sign(ChunkMac),
+    Sign(MacKey),
 }
 
 impl FileKey {
     fn new(env: Envelope, k: &DataKey) -> FileKey {
         match env {
             Envelope::Seal => FileKey::Seal(k.clone()),
-            Envelope::Sign => FileKey::Sign(ChunkMac::new(k)),
+            Envelope::Sign => FileKey::Sign(chunk_mac(k)),
         }
     }
 
