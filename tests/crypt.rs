@@ -9,21 +9,6 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// A private key file of 32 random bytes (raw, or base64 with a newline).
-fn key_file(dir: &Path, name: &str, seed: u64, base64: bool) -> String {
-    let p = dir.join(name);
-    let key = bytes(seed, 32, false);
-    if base64 {
-        use base64::Engine;
-        let t = base64::engine::general_purpose::STANDARD.encode(&key);
-        fs::write(&p, format!("{t}\n")).unwrap();
-    } else {
-        fs::write(&p, &key).unwrap();
-    }
-    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
-    s(&p)
-}
-
 /// 1 MiB of a recognisable pattern, and the pattern.
 const MARK: &[u8] = b"PAGEVAULT-PLAINTEXT-MARKER-0123456789";
 fn marker_file(src: &Path) {
@@ -33,13 +18,6 @@ fn marker_file(src: &Path) {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
-}
-
-fn from_args(stripes: &[String]) -> Vec<&str> {
-    stripes
-        .iter()
-        .flat_map(|s| ["--from", s.as_str()])
-        .collect()
 }
 
 /// An encrypted two-stripe backup of a tree with the marker file; returns the stripes.

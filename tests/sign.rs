@@ -12,21 +12,6 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// A private key file of 32 pseudo-random bytes.
-fn key_file(dir: &Path, name: &str, seed: u64) -> String {
-    let p = dir.join(name);
-    fs::write(&p, bytes(seed, 32, false)).unwrap();
-    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
-    s(&p)
-}
-
-fn from_args(stripes: &[String]) -> Vec<&str> {
-    stripes
-        .iter()
-        .flat_map(|s| ["--from", s.as_str()])
-        .collect()
-}
-
 /// Every path under `root` but `skip`, with its size: what a failed restore must leave.
 fn snapshot(root: &Path, skip: &Path) -> BTreeMap<String, u64> {
     walkdir::WalkDir::new(root)
@@ -52,8 +37,8 @@ fn signed_manifest(b: &[u8]) -> serde_json::Value {
 #[test]
 fn signed_sets_round_trip_in_every_codec_and_name_their_key() {
     let (dir, src) = tree_in_tempdir();
-    let key = key_file(dir.path(), "key", 1);
-    let other = key_file(dir.path(), "other", 2);
+    let key = key_file(dir.path(), "key", 1, false);
+    let other = key_file(dir.path(), "other", 2, false);
     let source = format!("files:{}", s(&src));
     for codec in ["none", "lz4", "zstd"] {
         let stripes: Vec<String> = (0..2)
@@ -154,7 +139,7 @@ fn fix_plain(b: &mut [u8], at: usize) {
 #[test]
 fn forged_frames_and_manifests_of_a_signed_set_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let key = key_file(dir.path(), "key", 3);
+    let key = key_file(dir.path(), "key", 3, false);
     let set = four_frames(dir.path(), &key, "f.pv");
     let other = four_frames(dir.path(), &key, "g.pv");
     let pristine = fs::read(&set).unwrap();
@@ -360,7 +345,7 @@ fn repo_stripes(repo: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn a_signed_repository_refuses_unsigned_sets_and_downgrades() {
     let (dir, src) = tree_in_tempdir();
-    let key = key_file(dir.path(), "key", 1);
+    let key = key_file(dir.path(), "key", 1, false);
     let repo = dir.path().join("repo");
     let repos = s(&repo);
     let source = format!("files:{}", s(&src));
@@ -435,18 +420,16 @@ fn a_signed_repository_refuses_unsigned_sets_and_downgrades() {
         e.contains("is not signed, but the repository is") && e.contains("forged"),
         "{e}"
     );
-    let e = fails(
-        &[
-            "restore",
-            "--repo",
-            &repos,
-            "--to",
-            &outs,
-            "--key-file",
-            &key,
-        ],
-        1,
-    );
+    let with_key = [
+        "restore",
+        "--repo",
+        &repos,
+        "--to",
+        &outs,
+        "--key-file",
+        &key,
+    ];
+    let e = fails(&with_key, 1);
     assert!(e.contains("is not encrypted or signed"), "{e}");
     let e = fails(&["verify", "--repo", &repos, "--key-file", &key], 1);
     assert!(e.contains("1 of its 2 sets"), "{e}");
@@ -454,18 +437,7 @@ fn a_signed_repository_refuses_unsigned_sets_and_downgrades() {
     assert_eq!(snapshot(dir.path(), &out), before, "nothing written");
     fs::write(repo.join("pagevault.repo"), "pagevault repository 1\n").unwrap();
     let before = snapshot(dir.path(), &out);
-    let e = fails(
-        &[
-            "restore",
-            "--repo",
-            &repos,
-            "--to",
-            &outs,
-            "--key-file",
-            &key,
-        ],
-        1,
-    );
+    let e = fails(&with_key, 1);
     assert!(e.contains("is not encrypted or signed"), "{e}");
     assert!(!out.exists(), "nothing restored");
     assert_eq!(snapshot(dir.path(), &out), before, "nothing written");
@@ -474,7 +446,7 @@ fn a_signed_repository_refuses_unsigned_sets_and_downgrades() {
 #[test]
 fn key_rotate_keeps_signed_sets_restorable_without_rewriting_data() {
     let (dir, src) = tree_in_tempdir();
-    let key = key_file(dir.path(), "key", 1);
+    let key = key_file(dir.path(), "key", 1, false);
     let phrase = dir.path().join("phrase");
     fs::write(&phrase, "a new passphrase\n").unwrap();
     fs::set_permissions(&phrase, fs::Permissions::from_mode(0o600)).unwrap();
@@ -564,7 +536,7 @@ fn key_rotate_keeps_signed_sets_restorable_without_rewriting_data() {
 #[test]
 fn sign_into_an_encrypted_repository_encrypts() {
     let (dir, src) = tree_in_tempdir();
-    let key = key_file(dir.path(), "key", 1);
+    let key = key_file(dir.path(), "key", 1, false);
     let repo = dir.path().join("repo");
     let repos = s(&repo);
     let source = format!("files:{}", s(&src));

@@ -358,21 +358,20 @@ pub(crate) mod tests {
         assert_eq!(MediaHeader::decode(&b).unwrap(), header());
     }
 
-    #[test]
-    fn encrypted_header_is_version_3_with_its_key_block() {
+    /// A header at `version` with a key block for `u`.
+    fn keyed_header(version: u16, u: KeyUse) -> MediaHeader {
         let m = crate::crypt::Master::new([9; 32]);
-        let kb = KeyBlock::new(
-            &m,
-            crate::crypt::Kdf::Raw,
-            &[3; 16],
-            &DataKey::random(),
-            KeyUse::Seal,
-        );
-        let h = MediaHeader {
-            version: SEALED_VERSION,
+        let kb = KeyBlock::new(&m, crate::crypt::Kdf::Raw, &[3; 16], &DataKey::random(), u);
+        MediaHeader {
+            version,
             key: Some(kb),
             ..header()
-        };
+        }
+    }
+
+    #[test]
+    fn encrypted_header_is_version_3_with_its_key_block() {
+        let h = keyed_header(SEALED_VERSION, KeyUse::Seal);
         let b = h.encode();
         assert_eq!(b[41], AES_256_GCM);
         assert_eq!(MediaHeader::decode(&b).unwrap(), h);
@@ -391,19 +390,7 @@ pub(crate) mod tests {
 
     #[test]
     fn signed_header_is_version_4_with_its_key_block() {
-        let m = crate::crypt::Master::new([9; 32]);
-        let kb = KeyBlock::new(
-            &m,
-            crate::crypt::Kdf::Raw,
-            &[3; 16],
-            &DataKey::random(),
-            KeyUse::Sign,
-        );
-        let h = MediaHeader {
-            version: SIGNED_VERSION,
-            key: Some(kb),
-            ..header()
-        };
+        let h = keyed_header(SIGNED_VERSION, KeyUse::Sign);
         let b = h.encode();
         assert_eq!((b[41], b[42]), (0, KEYED_BLAKE3));
         assert_eq!(MediaHeader::decode(&b).unwrap(), h);

@@ -356,3 +356,26 @@ pub fn series_sum(v: &serde_json::Value) -> u64 {
 pub fn s(p: &Path) -> String {
     p.display().to_string()
 }
+
+/// A private key file of 32 random bytes (raw, or base64 with a newline).
+pub fn key_file(dir: &Path, name: &str, seed: u64, base64: bool) -> String {
+    let p = dir.join(name);
+    let key = bytes(seed, 32, false);
+    if base64 {
+        use base64::Engine;
+        let t = base64::engine::general_purpose::STANDARD.encode(&key);
+        fs::write(&p, format!("{t}\n")).unwrap();
+    } else {
+        fs::write(&p, &key).unwrap();
+    }
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    s(&p)
+}
+
+/// `--from S` for each stripe.
+pub fn from_args(stripes: &[String]) -> Vec<&str> {
+    stripes
+        .iter()
+        .flat_map(|s| ["--from", s.as_str()])
+        .collect()
+}
