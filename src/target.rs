@@ -306,11 +306,17 @@ pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf) -> Result<(
     Ok(())
 }
 
-/// Makes every file of the file system holding `dir` durable (one syncfs).
-pub fn sync_fs(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = crate::sys::syncfs(&d);
-    }
+/// Makes every file of the file system holding `dir` durable (one syncfs). An error
+/// is a write the disk did not take (syncfs reports writeback errors): the restore
+/// then fails rather than say its files are there.
+pub fn sync_fs(dir: &Path) -> Result<()> {
+    let d = File::open(dir).with_context(|| format!("cannot open '{}'", dir.display()))?;
+    crate::sys::syncfs(&d).with_context(|| {
+        format!(
+            "syncfs of the file system holding '{}' failed: restored data did not reach the disk",
+            dir.display()
+        )
+    })
 }
 
 /// The uid and gid of user `name` (`--owner`).

@@ -104,7 +104,7 @@ impl Restorer for PgRestorer {
             } else if let Some((_, b)) = self.claimed.iter().find(|(d, _)| d == dir) {
                 target::give_back(dir, target::Before { mode: 0o700, ..*b })?;
             }
-            target::sync_fs(dir);
+            target::sync_fs(dir)?;
         }
         Ok(())
     }

@@ -233,7 +233,7 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     let mut notes = vec![];
     if !o.stage_only {
         // One syncfs makes every restored file durable before we say so.
-        target::sync_fs(&o.to);
+        target::sync_fs(&o.to).with_context(incomplete)?;
         phases.mark("sync to disk");
         notes = finish(o, &sets, restorer.as_ref(), wal_check.as_ref())?;
         if let Some((uid, gid)) = owner {
