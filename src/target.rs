@@ -49,6 +49,7 @@ impl Target {
         let path = self.files.ensure(id)?;
         let f = Arc::new(
             OpenOptions::new()
+                .read(true)
                 .write(true)
                 .custom_flags(crate::sys::O_NOFOLLOW)
                 .open(path)?,
@@ -103,6 +104,24 @@ impl FrameSink for Target {
         if let Ok(f) = self.file(file) {
             crate::device::disk::start_writeback(&f, offset, len);
         }
+    }
+}
+
+impl crate::engine::restore::merge::ReadBack for Target {
+    fn read_at(&self, file: u32, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let f = self.file(file)?;
+        let mut done = 0;
+        while done < buf.len() {
+            match f.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.named(file, e)),
+            }
+        }
+        // Past the end: what no set wrote reads as zeros.
+        buf[done..].fill(0);
+        Ok(())
     }
 }
 

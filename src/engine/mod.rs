@@ -4,7 +4,6 @@
 pub mod adapt;
 pub mod backup;
 pub mod codec;
-pub mod gate;
 pub mod pool;
 pub mod restore;
 pub mod stats;

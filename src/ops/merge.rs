@@ -1,17 +1,18 @@
 //! The merge use case (a synthetic full): the newest chain of a repository (or the chain
 //! ending at a chosen set), a full and the differentials and incrementals after it,
-//! becomes one new full set without touching the database. The chain is restored in
-//! one pass into a private scratch directory (every frame and file checked, no
-//! recovery settings) while the same copy is backed up through the same pipeline as a
-//! full set that carries the newest set's facts (its LSNs, backup_label,
-//! tablespace_map): each file is read once the restore has written it whole (a gate),
-//! and the new set is committed only once the restore has checked every frame and
-//! file. The scratch directory is removed whatever happens.
+//! becomes one new full set without touching the database. The new set's pipeline runs
+//! the chain's restore in place of its readers: the newer sets are restored into a
+//! private scratch directory (their changed pages and new files only), then each of the
+//! full's chunks, checked and decompressed, takes the newer pages from there and goes
+//! straight to the compressors (`engine::restore::merge`); what the full held no frame
+//! of is read from the scratch copy last. The new set carries the newest set's facts
+//! (its LSNs, backup_label, tablespace_map) and is committed only once every frame and
+//! file of the chain was checked. The scratch directory is removed whatever happens.
 
 use super::backup::{backup_of, BackupOptions, BackupReport, Watch, REPO_STRIPES_MAX};
-use super::restore::{restore, RestoreOptions};
+use super::restore::{restore_merged, RestoreOptions, RestoreReport};
 use super::verify::{quiet, ReadOptions};
-use crate::engine::gate::Gate;
+use crate::engine::backup::{Feed, Feeder};
 use crate::engine::stats::Progress;
 use crate::format::manifest::{BackupType, Manifest};
 use crate::pg::facts::PgFacts;
@@ -23,7 +24,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 #[derive(Clone, Debug, Default)]
@@ -31,7 +32,7 @@ pub struct MergeOptions {
     pub repo: String,
     /// The chain ending at this set (an id or its first characters; default: the newest).
     pub set: Option<String>,
-    /// Where the chain is restored first (default: a private directory inside a
+    /// Where the newer sets are restored first (default: a private directory inside a
     /// repository on disk; required for an object store).
     pub scratch: Option<PathBuf>,
     /// none, lz4, zstd or zstd:LEVEL (default: the full set's).
@@ -95,8 +96,6 @@ pub fn merge(
     let data = scratch.0.join("data");
     let tablespaces = tablespace_map(&m, &scratch.0)?;
 
-    let gate = Arc::new(Gate::default());
-    let src = staged_source(&m, &data, &tablespaces, &gate)?;
     let names: Vec<String> = chain.links.iter().map(|l| l.set_id.clone()).collect();
     let restore_options = RestoreOptions {
         read: ReadOptions {
@@ -109,9 +108,17 @@ pub fn merge(
         to: data.clone(),
         tablespace_map: tablespaces.clone(),
         stage_only: true,
-        gate: Some(gate.clone()),
         ..RestoreOptions::default()
     };
+    let done = Arc::new(Mutex::new(None));
+    let feed = Restoring {
+        options: restore_options,
+        done: done.clone(),
+        t0,
+    };
+    let src = staged_source(&m, &data, &tablespaces, feed)?;
+    // Chunks are the full's: its transfer size is the new set's.
+    let transfer = super::set_manifest(&repo, full)?.transfer_size;
     let backup_options = BackupOptions {
         source: src.info.location.clone(),
         repo: Some(o.repo.clone()),
@@ -120,6 +127,7 @@ pub fn merge(
         backup_type: BackupType::Full,
         compress: o.compress.clone().unwrap_or_else(|| full.codec.clone()),
         threads: o.threads,
+        max_transfer_size: transfer as u64,
         page_size: m.page_size as u64,
         store: o.store.clone(),
         // Restores to a time pick it as they would the newest merged set.
@@ -133,25 +141,14 @@ pub fn merge(
         )),
         ..BackupOptions::default()
     };
-    // The restore runs beside the backup (which shows the progress); the backup waits
-    // for each file, and for the whole restore before it commits.
-    let (staged, b, stage_seconds, backup_seconds) = std::thread::scope(|s| {
-        let restoring = s.spawn(|| {
-            let r = restore(&restore_options, &quiet);
-            gate.finish(r.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
-            (r, t0.elapsed().as_secs_f64())
-        });
-        let b = backup_of(&backup_options, Some(Box::new(src)), progress, watch);
-        if b.is_err() {
-            // Nothing will read the rest of the copy.
-            gate.cancel();
-        }
-        let backup_secs = t0.elapsed().as_secs_f64();
-        let (staged, secs) = restoring.join().expect("the restore thread panicked");
-        (staged, b, secs, backup_secs)
-    });
-    let staged = staged.context("merge: restoring the chain into the scratch directory")?;
+    let b = backup_of(&backup_options, Some(Box::new(src)), progress, watch);
+    let backup_seconds = t0.elapsed().as_secs_f64();
     let b = b.context("merge: writing the new full set")?;
+    let (staged, stage_seconds) = done
+        .lock()
+        .unwrap()
+        .take()
+        .ok_or_else(|| anyhow!("merge: the chain's restore did not run"))?;
     let seconds = t0.elapsed().as_secs_f64();
     Ok(MergeReport {
         command: "merge",
@@ -179,7 +176,7 @@ fn make_scratch(o: &MergeOptions) -> Result<PathBuf> {
     let dir = match &o.scratch {
         Some(d) => d.clone(),
         None if o.repo.contains("://") => bail!(
-            "a merge in an object-store repository needs --scratch DIR: a local directory with room for one restored copy of the cluster"
+            "a merge in an object-store repository needs --scratch DIR: a local directory with room for the pages the chain's newer sets changed and the files they added"
         ),
         None => {
             let nanos = std::time::SystemTime::now()
@@ -226,13 +223,29 @@ fn tablespace_map(m: &Manifest, scratch: &Path) -> Result<Vec<String>> {
         .collect()
 }
 
-/// The newest set's entries, each read from where the staging restore puts it once
-/// `gate` opens it (all of them on the scratch directory's file system).
+/// The chain's restore, run by the new set's pipeline in place of its readers: its
+/// report and when it ended, once it ran.
+struct Restoring {
+    options: RestoreOptions,
+    done: Arc<Mutex<Option<(RestoreReport, f64)>>>,
+    t0: Instant,
+}
+
+impl Feed for Restoring {
+    fn feed(&self, out: &Feeder) -> Result<()> {
+        let r = restore_merged(&self.options, &quiet, out).context("merge: restoring the chain")?;
+        *self.done.lock().unwrap() = Some((r, self.t0.elapsed().as_secs_f64()));
+        Ok(())
+    }
+}
+
+/// The newest set's entries, their chunks sent by `feed` (their places in the
+/// scratch directory name them in messages).
 fn staged_source(
     m: &Manifest,
     data: &Path,
     tablespaces: &[String],
-    gate: &Arc<Gate>,
+    feed: Restoring,
 ) -> Result<Staged> {
     let mut restorer = source::restorer(m.source.kind, tablespaces, false);
     restorer.plan(&m.extra)?;
@@ -240,10 +253,8 @@ fn staged_source(
         .with_context(|| format!("cannot stat '{}'", data.display()))?
         .dev();
     let mut entries = vec![];
-    let mut ids = vec![];
     for f in &m.files {
         let abs = restorer.place(data, &f.path);
-        ids.push(f.id);
         entries.push(SourceFile {
             rel_path: f.path.clone(),
             abs_path: abs,
@@ -263,6 +274,6 @@ fn staged_source(
         entries,
         extra: m.extra.clone(),
         page_check: facts.map(|f| (f.data_checksums, f.start_lsn)),
-        gate: Some((gate.clone(), ids)),
+        feed: Some(Box::new(feed)),
     })
 }

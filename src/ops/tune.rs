@@ -311,6 +311,7 @@ impl Trial<'_> {
             sinks.into_iter().map(|s| (s, vec![])).collect(),
             &params,
             self.filter,
+            None,
             &progress,
             &crate::engine::Abort::default(),
         )?;

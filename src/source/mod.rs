@@ -57,6 +57,10 @@ pub trait Source {
     /// The run to stop if the source fails while it is read (a server that goes
     /// away); given before `prepare`.
     fn abort_with(&mut self, _abort: Arc<Abort>) {}
+    /// Chunks sent in place of reading the entries' files (a merge's).
+    fn feed(&self) -> Option<&dyn crate::engine::backup::Feed> {
+        None
+    }
     /// A check run on every chunk read (page checksums); ids are entry indexes.
     fn filter(&self, _entries: &[SourceFile]) -> Option<Box<dyn ChunkFilter>> {
         None

@@ -54,15 +54,70 @@ pub trait ChunkFilter: Sync {
     fn notes(&self) -> Vec<String> {
         vec![]
     }
-    /// Whether `file` may be read yet, waiting up to `wait` (a merge's copy is
-    /// written while it is read); `Err` fails the backup with that message.
-    fn ready(&self, _file: &ReadFile, _wait: std::time::Duration) -> Result<bool, String> {
-        Ok(true)
-    }
     /// For a differential: which pages of the chunk to store (bit i = page i), or None
     /// to store the whole chunk.
     fn select(&self, _file: &ReadFile, _offset: u64, _data: &[u8]) -> Option<PageSet> {
         None
+    }
+}
+
+/// Chunks that come from elsewhere than the plan's files: a merge builds them from a
+/// chain's frames. `feed` runs in place of the readers and sends every chunk of every
+/// planned file, each once, whole (the transfer size, or the file's rest).
+pub trait Feed: Sync {
+    fn feed(&self, out: &Feeder) -> Result<()>;
+}
+
+/// A feed's way into the pipeline: the pool's buffers and the compressors' queue.
+pub struct Feeder<'a> {
+    sh: &'a Shared<'a>,
+    ctx: crossbeam_channel::Sender<Item>,
+    /// Manifest id -> index in the plan.
+    index: std::collections::HashMap<u32, usize>,
+}
+
+impl crate::engine::restore::merge::ChunkOut for Feeder<'_> {
+    fn buffer(&self) -> std::io::Result<Buf> {
+        let (buf, waited) = self
+            .sh
+            .pool
+            .get(self.sh.abort)
+            .ok_or_else(|| std::io::Error::other("stopped: the new set's pipeline failed"))?;
+        self.sh.read_st.wait_in(waited);
+        Ok(buf)
+    }
+
+    fn send(&self, file: u32, offset: u64, buf: Buf) -> std::io::Result<()> {
+        let t = self.sh.p.transfer_size as u64;
+        let fits = |i: &&usize| {
+            let size = self.sh.plan[**i].size;
+            offset.is_multiple_of(t) && offset < size && buf.len as u64 == (size - offset).min(t)
+        };
+        let Some(&i) = self.index.get(&file).filter(fits) else {
+            return Err(std::io::Error::other(format!(
+                "chunk of file {file} at offset {offset} ({} bytes) is not one of the new set's",
+                buf.len
+            )));
+        };
+        let len = buf.len as u64;
+        self.sh.read_st.op(len);
+        self.sh.progress.done.fetch_add(len, Relaxed);
+        let item = Item {
+            file: i as u32,
+            offset,
+            sel: None,
+            buf,
+            frame_len: 0,
+        };
+        match pool::send(&self.ctx, item, self.sh.abort) {
+            Some(w) => {
+                self.sh.read_st.wait_out(w);
+                Ok(())
+            }
+            None => Err(std::io::Error::other(
+                "stopped: the new set's pipeline failed",
+            )),
+        }
     }
 }
 
@@ -191,14 +246,16 @@ struct Item {
 }
 
 /// Runs a backup of `plan` into `stripes` (each a sink and the header block it gets
-/// first). On error every sink is aborted; `abort` stops the run from outside (a source
-/// that fails while it is read).
+/// first), its chunks read from the files or sent by `feed`. On error every sink is
+/// aborted; `abort` stops the run from outside (a source that fails while it is read).
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     plan: &[ReadFile],
     volumes: usize,
     stripes: Vec<(Box<dyn StripeSink>, Vec<u8>)>,
     p: &Params,
     filter: Option<&dyn ChunkFilter>,
+    feed: Option<&dyn Feed>,
     progress: &Progress,
     abort: &Abort,
 ) -> Result<Outcome> {
@@ -245,7 +302,20 @@ pub fn run(
     let nstripes = stripes.len();
 
     let stripe_results: Vec<Option<WriterEnd>> = std::thread::scope(|s| {
-        for ((vol, lane), adapt) in cursors.iter().zip(&read_lanes).zip(&adapts) {
+        if let Some(feed) = feed {
+            let feeder = Feeder {
+                sh: &sh,
+                ctx: ctx.clone(),
+                index: plan.iter().enumerate().map(|(i, f)| (f.id, i)).collect(),
+            };
+            s.spawn(move || {
+                if let Err(e) = feed.feed(&feeder) {
+                    feeder.sh.abort.fail(e);
+                }
+            });
+        }
+        let readers = cursors.iter().zip(&read_lanes).zip(&adapts);
+        for ((vol, lane), adapt) in readers.filter(|_| feed.is_none()) {
             lane.in_flight.store(adapt.base as u64, Relaxed);
             for k in 0..adapt.threads() {
                 let (ctx, sh) = (ctx.clone(), &sh);
@@ -336,12 +406,12 @@ pub fn run(
             .map(|a| a.peak.load(Relaxed))
             .max()
             .unwrap_or(0),
-        files: file_results(plan, sh.state),
+        files: file_results(plan, sh.state, t)?,
     })
 }
 
 /// Each file's checksum from its chunks' digests, and what happened to it.
-fn file_results(plan: &[ReadFile], state: Vec<FileState>) -> Vec<FileResult> {
+fn file_results(plan: &[ReadFile], state: Vec<FileState>, t: u64) -> Result<Vec<FileResult>> {
     plan.iter()
         .zip(state)
         .map(|(f, st)| {
@@ -352,16 +422,22 @@ fn file_results(plan: &[ReadFile], state: Vec<FileState>) -> Vec<FileResult> {
                 // A sparse file: over the chunks it has frames of.
                 (false, Some(_)) => file_checksum(f.size, digests.iter().flatten()),
                 (false, None) => {
-                    let all: Option<Vec<[u8; 32]>> = digests.into_iter().collect();
-                    let all = all.expect("every chunk of a present file was read");
-                    file_checksum(f.size, all.iter())
+                    // A feed that missed a chunk is a bug, never a silent hole.
+                    if let Some(c) = digests.iter().position(Option::is_none) {
+                        return Err(anyhow!(
+                            "'{}': no chunk at offset {} was stored",
+                            f.path.display(),
+                            c as u64 * t
+                        ));
+                    }
+                    file_checksum(f.size, digests.iter().flatten())
                 }
             };
-            FileResult {
+            Ok(FileResult {
                 checksum,
                 vanished,
                 shrank: st.shrank.load(Relaxed),
-            }
+            })
         })
         .collect()
 }

@@ -388,20 +388,6 @@ impl Cursor {
             if f.size == 0 {
                 continue;
             }
-            if let Some(filter) = sh.filter {
-                loop {
-                    if sh.abort.aborted() {
-                        return Ok(None);
-                    }
-                    match filter.ready(f, std::time::Duration::from_millis(100)) {
-                        Ok(true) => break,
-                        Ok(false) => {}
-                        Err(e) => {
-                            return Err(anyhow!("'{}' cannot be read: {e}", f.path.display()))
-                        }
-                    }
-                }
-            }
             match open_for_read(&f.path, direct) {
                 Ok(h) => {
                     self.current = Some((id, Arc::new(h), 0));

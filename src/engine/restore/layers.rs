@@ -10,22 +10,18 @@
 //! set's checked frames into the target through it.
 
 use super::FrameSink;
-use crate::engine::gate::Gate;
 use roaring::RoaringBitmap;
 use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// The files a chain restores and the pages of each written so far.
 pub struct Written {
-    page: u64,
+    pub(super) page: u64,
     /// Restored file id -> its size and the pages written.
-    files: HashMap<u32, (u64, Mutex<RoaringBitmap>)>,
-    /// With a gate: bytes written per restored file, and the gate each whole file opens.
-    done: HashMap<u32, AtomicU64>,
-    gate: Option<Arc<Gate>>,
+    pub(super) files: HashMap<u32, (u64, Mutex<RoaringBitmap>)>,
 }
 
 impl Written {
@@ -40,35 +36,7 @@ impl Written {
             }
             map.insert(id, (size, Mutex::new(RoaringBitmap::new())));
         }
-        Ok(Written {
-            page,
-            files: map,
-            done: HashMap::new(),
-            gate: None,
-        })
-    }
-
-    /// Opens `gate` for each file once all its bytes are written.
-    pub fn with_gate(mut self, gate: Arc<Gate>) -> Written {
-        self.done = self
-            .files
-            .keys()
-            .map(|&id| (id, AtomicU64::new(0)))
-            .collect();
-        self.gate = Some(gate);
-        self
-    }
-
-    /// `n` more bytes of restored file `id` written: whether that made it whole.
-    fn count(&self, id: u32, n: u64) -> bool {
-        // Without a gate nobody waits: no lookups on a restore's write path.
-        if self.gate.is_none() {
-            return false;
-        }
-        let (Some(done), Some((size, _))) = (self.done.get(&id), self.files.get(&id)) else {
-            return false;
-        };
-        done.fetch_add(n, Relaxed) + n == *size
+        Ok(Written { page, files: map })
     }
 
     /// Pages of restored files that no set wrote so far (they read as zeros).
@@ -155,32 +123,8 @@ impl<'a> LayerSink<'a> {
     }
 }
 
-impl LayerSink<'_> {
-    /// Err once the gate's reader gave up (a merge whose backup failed).
-    fn go_on(&self) -> io::Result<()> {
-        match &self.written.gate {
-            Some(g) if g.cancelled() => Err(io::Error::other(
-                "stopped: the run reading these files failed",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// `n` bytes of restored file `to` written: once it is whole, the target is told
-    /// and the gate opened.
-    fn counted(&self, to: u32, n: u64) {
-        if self.written.count(to, n) {
-            self.inner.whole(to);
-            if let Some(g) = &self.written.gate {
-                g.open(to);
-            }
-        }
-    }
-}
-
 impl FrameSink for LayerSink<'_> {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.go_on()?;
         let Some((to, runs)) = self.claim(file, offset, data.len() as u64) else {
             return Ok(());
         };
@@ -190,13 +134,11 @@ impl FrameSink for LayerSink<'_> {
             self.stats
                 .written_bytes
                 .fetch_add(bytes.len() as u64, Relaxed);
-            self.counted(to, bytes.len() as u64);
         }
         Ok(())
     }
 
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
-        self.go_on()?;
         let Some((to, runs)) = self.claim(file, offset, len as u64) else {
             return Ok(());
         };
@@ -204,7 +146,6 @@ impl FrameSink for LayerSink<'_> {
             let n = r.end - r.start;
             self.inner.write_zeros(to, r.start, n as usize)?;
             self.stats.written_bytes.fetch_add(n, Relaxed);
-            self.counted(to, n);
         }
         Ok(())
     }
@@ -294,19 +235,5 @@ mod tests {
         let got = mem.0.lock().unwrap()[&5].clone();
         assert_eq!(&got[..18], b"aaaappppccccdd..xy");
         assert_eq!(w.unwritten(), 0);
-    }
-
-    #[test]
-    fn writes_stop_once_the_gates_reader_gives_up() {
-        let mem = Mem::default();
-        let gate = Arc::new(Gate::default());
-        let w = Written::new([(5, 8)], 4).unwrap().with_gate(gate.clone());
-        let sink = LayerSink::new(&mem, &w, HashMap::from([(0, 5)]));
-        sink.write(0, 0, b"aaaa").unwrap();
-        gate.cancel();
-        let e = sink.write(0, 4, b"bbbb").unwrap_err();
-        assert!(e.to_string().contains("stopped"), "{e}");
-        assert!(sink.write_zeros(0, 4, 4).is_err());
-        assert_eq!(stats(&sink), (4, 0));
     }
 }

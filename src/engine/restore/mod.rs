@@ -3,6 +3,7 @@
 
 mod check;
 pub mod layers;
+pub mod merge;
 mod read;
 mod write;
 
@@ -26,6 +27,11 @@ use write::FileState;
 /// Where verified frames go.
 pub trait FrameSink: Sync {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// A Data frame's whole chunk in `buf`: true if the sink took it (it may swap in
+    /// another buffer of the same capacity), false to have `write` called instead.
+    fn write_buf(&self, _file: u32, _offset: u64, _buf: &mut Buf) -> io::Result<bool> {
+        Ok(false)
+    }
     /// An all-zero range. Fresh pre-sized files already read as zeros there.
     fn write_zeros(&self, _file: u32, _offset: u64, _len: usize) -> io::Result<()> {
         Ok(())

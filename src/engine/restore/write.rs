@@ -25,7 +25,7 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
         f.busy = true;
     }
     let mut next = Some(w);
-    while let Some(w) = next {
+    while let Some(mut w) = next {
         let t1 = Instant::now();
         w.put(sink, sh.p.page_size).map_err(|e| {
             anyhow!(
@@ -70,12 +70,18 @@ pub(super) struct FrameWrite {
 }
 
 impl FrameWrite {
-    fn put(&self, sink: &dyn FrameSink, page: usize) -> io::Result<()> {
-        let raw = self.buf.payload();
+    fn put(&mut self, sink: &dyn FrameSink, page: usize) -> io::Result<()> {
         match self.kind {
-            FrameKind::Pages => write_pages(sink, self.file, self.offset, self.expect, page, raw)?,
+            FrameKind::Pages => {
+                let raw = self.buf.payload();
+                write_pages(sink, self.file, self.offset, self.expect, page, raw)?
+            }
             FrameKind::Zero => sink.write_zeros(self.file, self.offset, self.raw_len as usize)?,
-            FrameKind::Data => sink.write(self.file, self.offset, raw)?,
+            FrameKind::Data => {
+                if !sink.write_buf(self.file, self.offset, &mut self.buf)? {
+                    sink.write(self.file, self.offset, self.buf.payload())?
+                }
+            }
         }
         // See FrameSink::written: never for a Pages frame.
         if self.kind != FrameKind::Pages {

@@ -693,6 +693,7 @@ fn pipeline(
         sinks.into_iter().zip(headers).collect(),
         params,
         filter.as_deref(),
+        input.src.feed(),
         progress,
         &abort,
     );
@@ -734,6 +735,7 @@ fn pipeline(
             input.vols.names.len(),
             sinks.into_iter().map(|s| (s, vec![])).collect(),
             &params2,
+            None,
             None,
             progress,
             &Abort::default(),

@@ -8,6 +8,8 @@ use super::super::verify::{
 };
 use super::{run_into, Phases, RestoreOptions};
 use crate::engine::restore::layers::{LayerSink, Written};
+use crate::engine::restore::merge::{ChunkOut, MergeSink};
+use crate::engine::restore::FrameSink;
 use crate::engine::restore::{self, Outcome};
 use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{BackupType, EntryKind, Manifest};
@@ -136,10 +138,12 @@ pub struct LinkReport {
 /// Writes the chain into `target` (laid out from the newest set), newest set first;
 /// every set's frames and file checksums are checked. Returns the outcome of all sets
 /// (waits and pool of the largest) and what each gave, oldest first.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn write_chain(
     sets: &Sets,
     o: &RestoreOptions,
     target: &Target,
+    merge: Option<&dyn ChunkOut>,
     live: &Arc<Live>,
     show: Show,
     phases: &mut Phases,
@@ -147,10 +151,8 @@ pub(super) fn write_chain(
     let newest = &sets.newest().set.manifest;
     let restored = regular_files(newest);
     let page = sets.full().page_size() as u64;
-    let mut written = Written::new(restored.iter().map(|f| (f.id, f.size)), page)?;
-    if let Some(g) = &o.gate {
-        written = written.with_gate(g.clone());
-    }
+    let written = Written::new(restored.iter().map(|f| (f.id, f.size)), page)?;
+    let last = sets.links.len() - 1;
     let by_path: HashMap<&str, u32> = (newest.files.iter())
         .filter(|f| f.kind == EntryKind::File)
         .map(|f| (f.path.as_str(), f.id))
@@ -159,12 +161,21 @@ pub(super) fn write_chain(
     let mut reports = vec![];
     for (n, link) in sets.links.iter().rev().enumerate() {
         let m = &link.set.manifest;
-        let map = m
+        let map: HashMap<u32, u32> = m
             .files
             .iter()
             .filter_map(|f| Some((f.id, *by_path.get(f.path.as_str())?)))
             .collect();
+        // A merge's full: its chunks, with the newer sets' pages, go to the new set.
+        let merging = merge.filter(|_| n == last && n > 0).map(|out| {
+            let t = m.transfer_size as u64;
+            MergeSink::new(out, target, &written, map.clone(), t)
+        });
         let sink = LayerSink::new(target, &written, map);
+        let into: &dyn FrameSink = match &merging {
+            Some(m) => m,
+            None => &sink,
+        };
         let progress = Arc::new(Progress {
             live: live.clone(),
             ..Progress::default()
@@ -174,12 +185,19 @@ pub(super) fn write_chain(
         let shown = show(progress.clone(), "restore");
         // The newest set's run creates the files (all of them, at the newest sizes).
         let out = match n {
-            0 => run_into(&link.set, &ids, &params, target, &sink, &progress, phases),
-            _ => restore::run(&link.set.stripes, &ids, &params, Some(&sink), &progress),
+            0 => run_into(&link.set, &ids, &params, target, into, &progress, phases),
+            _ => restore::run(&link.set.stripes, &ids, &params, Some(into), &progress),
         };
         drop(shown);
         let out = out
             .and_then(|out| check_checksums(m, &ids, &out.checksums).map(|_| out))
+            .and_then(|out| {
+                // What the full held no frame of, once its frames all checked.
+                if let Some(m) = &merging {
+                    m.finish()?;
+                }
+                Ok(out)
+            })
             .with_context(|| format!("set {} ({})", m.set_id, m.backup_type))?;
         if n > 0 {
             phases.mark("read, check and write older sets");

@@ -8,6 +8,7 @@ mod wal;
 
 use super::verify::{engine_params, ReadOptions, Show};
 use crate::device::object::{retry_stats, RetryStats};
+use crate::engine::restore::merge::ChunkOut;
 use crate::engine::restore::{self, FileIn, FrameSink};
 use crate::engine::stats::{Progress, WaitStats};
 use crate::format::manifest::{BackupType, EntryKind, Manifest};
@@ -56,9 +57,6 @@ pub struct RestoreOptions {
     /// Only the set's files, for a merge to read back: no log chain check, recovery
     /// settings, owner or sync.
     pub stage_only: bool,
-    /// Opened for each restored file once it is whole (by its id in the newest set),
-    /// for a merge reading the copy while it is written.
-    pub gate: Option<Arc<crate::engine::gate::Gate>>,
 }
 
 impl RestoreOptions {
@@ -186,6 +184,21 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
 
 /// Restores a set (or the chain ending at the newest set before the target) into `o.to`.
 pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
+    restore_with(o, show, None)
+}
+
+/// A merge's restore (with `stage_only`): the newer sets of the chain are restored
+/// into `o.to`, and every chunk of the result goes to `out`, the full's with the newer
+/// pages put in (`engine::restore::merge`).
+pub fn restore_merged(o: &RestoreOptions, show: Show, out: &dyn ChunkOut) -> Result<RestoreReport> {
+    restore_with(o, show, Some(out))
+}
+
+fn restore_with(
+    o: &RestoreOptions,
+    show: Show,
+    merge: Option<&dyn ChunkOut>,
+) -> Result<RestoreReport> {
     let retries = retry_stats();
     let sets = open_sets(o)?;
     let full = &sets.full().manifest;
@@ -224,7 +237,7 @@ pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     if o.stage_only {
         target = target.without_writeback();
     }
-    let written = chain::write_chain(&sets, o, &target, &progress.live, show, &mut phases);
+    let written = chain::write_chain(&sets, o, &target, merge, &progress.live, show, &mut phases);
     drop(target);
     let (out, links) = written.with_context(incomplete)?;
     target::finish_entries(m, &place)?;
