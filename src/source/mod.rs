@@ -57,6 +57,11 @@ pub trait Source {
     /// The run to stop if the source fails while it is read (a server that goes
     /// away); given before `prepare`.
     fn abort_with(&mut self, _abort: Arc<Abort>) {}
+    /// Waits for what makes the set restorable beyond its files (PostgreSQL: the
+    /// archive reaching the stop segment); called once the late files are stored.
+    fn settle(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Chunks sent in place of reading the entries' files (a merge's).
     fn feed(&self) -> Option<&dyn crate::engine::backup::Feed> {
         None

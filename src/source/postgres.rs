@@ -50,6 +50,9 @@ pub struct Postgres {
     /// The segment holding the start, as pg_wal held it up to the start (see
     /// [`Source::start_wal_head`]).
     start_head: Option<(String, Vec<u8>)>,
+    /// The stop segment, once the backup stopped with archiving on: the archive must
+    /// hold it before the set is committed.
+    stop_segment: Option<String>,
 }
 
 /// Owns the backup's connection while the files are read and asks the server every
@@ -222,6 +225,7 @@ impl Postgres {
             gone: Arc::new(OnceLock::new()),
             abort: Arc::default(),
             start_head: None,
+            stop_segment: None,
         })
     }
 
@@ -499,6 +503,13 @@ impl Source for Postgres {
         Ok(out)
     }
 
+    fn settle(&mut self) -> Result<()> {
+        match self.stop_segment.take() {
+            Some(name) => self.wait_archived(&[&name]),
+            None => Ok(()),
+        }
+    }
+
     fn finish(&mut self, ok: bool) -> Result<Finish> {
         let client = match self.watcher.take() {
             Some(w) => w.stop(),
@@ -515,15 +526,11 @@ impl Source for Postgres {
         if let Some(m) = self.gone.get() {
             bail!("{m}");
         }
-        let archiving: bool = client
-            .query_one("SELECT current_setting('archive_mode') <> 'off'", &[])
-            .map_err(|e| anyhow!("reading archive_mode failed: {}", pg_err(&e)))?
-            .get(0);
-        // pagevault waits for the archiver itself (below): the server's own wait
-        // looks once a second.
+        // pagevault waits for the archiver itself (`settle`): the server's own wait
+        // looks once a second. One round trip.
         let row = client
             .query_one(
-                "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(false)",
+                "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn), current_setting('archive_mode') <> 'off' FROM pg_backup_stop(false)",
                 &[],
             )
             .map_err(|e| {
@@ -536,9 +543,8 @@ impl Source for Postgres {
         let stop: String = row.get(0);
         let label: String = row.get(1);
         let spcmap: Option<String> = row.get(2);
-        let stop_wal: String = client
-            .query_one("SELECT pg_walfile_name($1::text::pg_lsn)", &[&stop])?
-            .get(0);
+        let stop_wal: String = row.get(3);
+        let archiving: bool = row.get(4);
         let facts = self.facts.as_mut().expect("prepared");
         facts.stop = Some(Stop {
             lsn: crate::pg::parse_lsn(&stop)
@@ -548,10 +554,11 @@ impl Source for Postgres {
             tablespace_map: spcmap.unwrap_or_default(),
         });
         let (start_wal, seg_size) = (facts.start_wal.clone(), facts.wal_segment_size);
-        // The archive then reaches the set's end. The backup history file the archiver
-        // takes next is not waited for: no restore reads it (the set holds backup_label).
+        // The archive must reach the set's end (`settle`, once the late files are
+        // copied). The backup history file the archiver takes next is not waited for:
+        // no restore reads it (the set holds backup_label).
         if archiving {
-            self.wait_archived(&[&stop_wal])?;
+            self.stop_segment = Some(stop_wal.clone());
         }
         // The WAL that makes the copy consistent: start to stop segment, from pg_wal.
         let pg_wal = self.pgdata().join("pg_wal");

@@ -98,7 +98,10 @@ pub fn plan_pages(
                 wait.as_secs()
             ));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // pg_backup_start switched segments just now: the archiver takes milliseconds
+        // to tens of, so look often at first.
+        let ms = (2 + t0.elapsed().as_millis() as u64 / 10).min(50);
+        std::thread::sleep(Duration::from_millis(ms));
     }
     let from_server = live.is_some();
     let map = match live {

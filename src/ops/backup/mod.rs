@@ -762,5 +762,12 @@ fn pipeline(
         input.entries.extend(fin.late);
     }
     phases.late = t.elapsed().as_secs_f64();
+    // The archiver worked while the late files were copied.
+    let t = Instant::now();
+    if let Err(e) = input.src.settle() {
+        set_write::abort(out.stripes);
+        return Err(e.context(STOPPED));
+    }
+    phases.finish += t.elapsed().as_secs_f64();
     Ok((out, fin.extra, problems))
 }
