@@ -12,17 +12,21 @@
 #      stay on their page and no index changes), the pages of every table, index and
 #      visibility map whose LSN moved counted (pageinspect), and an incremental with each
 #      tool (timed; pagevault's bytes read from its JSON);
-#   3. the chain restored with each tool (timed, cold cache): pagevault restore --repo,
-#      pgbackrest restore, pg_combinebackup of the full and every incremental; and the full
-#      alone (pagevault restore --set FULL, pgbackrest restore --set FULL, a copy of
-#      pg_basebackup's full);
-#   4. pagevault merge of the chain (a synthetic full), when the binary has it.
+#   3. REPS - 1 more full backups with each tool (timed, then dropped from the chains'
+#      way: the restores below name their sets);
+#   4. REPS times, the tools in turn: the chain restored with each tool (timed, cold
+#      cache): pagevault restore --set LAST_INCR, pgbackrest restore --set LAST_INCR,
+#      pg_combinebackup of the full and every incremental; and the full alone (pagevault
+#      restore --set FULL, pgbackrest restore --set FULL, a copy of pg_basebackup's
+#      full); then pagevault merge of the chain (a synthetic full), when the binary has it.
+# This machine's disk varies run to run (fio's random reads: 23,000-65,000 IOPS in three
+# runs in a row): the table gives medians and ranges, and the ratios are of medians.
 # pagevault's backups run as postgres (its archive-push writes the same repository).
 # Every timed command starts with a cold page cache, every backup after a CHECKPOINT.
 # Prints one markdown table and the goals' ratios; keeps everything under WORK/results/.
 #
-# Usage: bench/incr.sh [--work DIR] [--scale N] [--rounds N] [--no-build]
-# Environment: WORK_DIR, SCALE (400 = about 6 GB), ROUNDS (7), PG17 (bin/ of PostgreSQL 17,
+# Usage: bench/incr.sh [--work DIR] [--scale N] [--rounds N] [--reps N] [--no-build]
+# Environment: WORK_DIR, SCALE (400 = about 6 GB), ROUNDS (7), REPS (3), PG17 (bin/ of PostgreSQL 17,
 #              default /var/tmp/pagevault-tools/pg17/bin), PGBACKREST (a 2.5x binary with
 #              block incremental, default /var/tmp/pagevault-tools/bin/pgbackrest),
 #              PAGEVAULT, NO_BUILD=1, QUIET_BUDGET
@@ -33,9 +37,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/bench/lib.sh"
 SCALE=${SCALE:-400}
 ROUNDS=${ROUNDS:-7}
+REPS=${REPS:-3}
 PG_BIN=${PG17:-/var/tmp/pagevault-tools/pg17/bin}
 PGBR=${PGBACKREST:-/var/tmp/pagevault-tools/bin/pgbackrest}
-parse_options --work=WORK --scale=SCALE --rounds=ROUNDS --no-build=NO_BUILD=1 -- "$@"
+parse_options --work=WORK --scale=SCALE --rounds=ROUNDS --reps=REPS --no-build=NO_BUILD=1 -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
 as_pg() { runuser -u postgres -- "$@"; }
 ensure_binary
@@ -155,38 +160,48 @@ for ((r = 1; r <= ROUNDS; r++)); do
         --incremental="$PG17B/$((r - 1))/backup_manifest"
 done
 CHANGED=""
+PV_FULL=$(jq -r '.set_id' "$RUNDIR/pagevault-full-0.out")
+PV_LAST=$(jq -r '.set_id' "$RUNDIR/pagevault-incr-$ROUNDS.out")
+BR_FULL=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[0].label')
+BR_LAST=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[-1].label')
+# More fulls, for the full column's median: the chains stay the ones named above.
+for ((k = 1; k < REPS; k++)); do
+    timed pagevault full "$k" as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json
+    timed pgbackrest full "$k" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup
+    timed pg17 full "$k" as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/full-$k" -c fast
+    rm -rf "$PG17B/full-$k"
+done
 as_pg "$PG_BIN/pg_ctl" -D "$DATA" -w -m fast stop >/dev/null
 
 # --------------------------------------------------------------- restores ----
 R=$D/restore
 restore_dir() { rm -rf "$R"; install -d -m 700 -o postgres -g postgres "$R"; }
-PV_FULL=$(jq -r '.set_id' "$RUNDIR/pagevault-full-0.out")
-BR_FULL=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[0].label')
-restore_dir
-timed pagevault restore-full 0 "$PV" restore --repo "$PVREPO" --set "$PV_FULL" --to "$R" --owner postgres --json
-restore_dir
-timed pagevault restore "$ROUNDS" "$PV" restore --repo "$PVREPO" --to "$R" --owner postgres --json
-restore_dir
-timed pgbackrest restore-full 0 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --pg1-path="$R" --set="$BR_FULL" restore
-restore_dir
-timed pgbackrest restore "$ROUNDS" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --pg1-path="$R" restore
-rm -rf "$R"
-timed pg17 restore-full 0 as_pg cp -a "$PG17B/0" "$R"
-rm -rf "$R"
 chain=(); for ((r = 0; r <= ROUNDS; r++)); do chain+=("$PG17B/$r"); done
-timed pg17 restore "$ROUNDS" as_pg "$PG_BIN/pg_combinebackup" -o "$R" "${chain[@]}"
-rm -rf "$R"
+for ((k = 1; k <= REPS; k++)); do
+    restore_dir
+    timed pagevault restore-full "$k" "$PV" restore --repo "$PVREPO" --set "$PV_FULL" --to "$R" --owner postgres --json
+    restore_dir
+    timed pagevault restore "$k" "$PV" restore --repo "$PVREPO" --set "$PV_LAST" --to "$R" --owner postgres --json
+    restore_dir
+    timed pgbackrest restore-full "$k" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --pg1-path="$R" --set="$BR_FULL" restore
+    restore_dir
+    timed pgbackrest restore "$k" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --pg1-path="$R" --set="$BR_LAST" restore
+    rm -rf "$R"
+    timed pg17 restore-full "$k" as_pg cp -a "$PG17B/0" "$R"
+    rm -rf "$R"
+    timed pg17 restore "$k" as_pg "$PG_BIN/pg_combinebackup" -o "$R" "${chain[@]}"
+    rm -rf "$R"
+    if "$PV" merge --help >/dev/null 2>&1; then
+        timed pagevault merge "$k" as_pg "$PV" merge --repo "$PVREPO" --set "$PV_LAST" --json
+    fi
+done
+"$PV" merge --help >/dev/null 2>&1 || log "this pagevault has no merge: not measured"
 # The device floor: the database's size written (then read) sequentially, O_DIRECT, 1 MiB,
 # 16 in flight: what any full restore (backup) of it needs of this disk.
 FIO=(fio --name=floor --filename="$D/floor.tmp" --size="$DB_BYTES" --bs=1M --direct=1 --ioengine=libaio --iodepth=16)
 timed device floor-write 0 "${FIO[@]}" --rw=write --end_fsync=1
 timed device floor-read 0 "${FIO[@]}" --rw=read
 rm -f "$D/floor.tmp"
-if "$PV" merge --help >/dev/null 2>&1; then
-    timed pagevault merge "$ROUNDS" as_pg "$PV" merge --repo "$PVREPO" --json
-else
-    log "this pagevault has no merge: not measured"
-fi
 
 # ------------------------------------------------------------- the table ----
 export RESULTS DB_BYTES ROUNDS PAGE=8192
@@ -198,13 +213,16 @@ def secs(tool, phase):
     return statistics.median(v) if v else None
 print(f"database {int(os.environ['DB_BYTES']) / 2**30:.1f} GiB, {os.environ['ROUNDS']} rounds of 1% of pgbench_accounts' pages\n")
 fmt = lambda x: "-" if x is None else f"{x:.2f}"
-print("| tool | full s | incr s median (min-max) | restore full alone s | restore chain s | merge s |")
+def cell(tool, phase):
+    v = [float(r["seconds"]) for r in rows if r["tool"] == tool and r["phase"] == phase]
+    if not v:
+        return "-"
+    return f"{statistics.median(v):.2f}" + (f" ({min(v):.2f}-{max(v):.2f})" if len(v) > 1 else "")
+print("Each cell: the median seconds (min-max) of its runs: full and restores REPS runs, incr ROUNDS.\n")
+print("| tool | full s | incr s | restore full alone s | restore chain s | merge s |")
 print("|---|---:|---:|---:|---:|---:|")
 for t in ("pagevault", "pgbackrest", "pg17"):
-    inc = [float(r["seconds"]) for r in rows if r["tool"] == t and r["phase"] == "incr"]
-    spread = f" ({min(inc):.2f}-{max(inc):.2f})" if inc else ""
-    print(f"| {t} | {fmt(secs(t, 'full'))} | {fmt(secs(t, 'incr'))}{spread} | {fmt(secs(t, 'restore-full'))} "
-          f"| {fmt(secs(t, 'restore'))} | {fmt(secs(t, 'merge'))} |")
+    print(f"| {t} | " + " | ".join(cell(t, p) for p in ("full", "incr", "restore-full", "restore", "merge")) + " |")
 page = int(os.environ["PAGE"])
 print("\n| round | pages changed (pageinspect) | pages listed | bytes read | of which whole files | read / (changed + whole) |")
 print("|---:|---:|---:|---:|---:|---:|")
@@ -217,7 +235,7 @@ for r in rows:
     ratio = read / (changed * page + whole)
     worst = max(worst, ratio)
     print(f"| {r['round']} | {changed:,} | {listed:,} | {read:,} | {whole:,} | {ratio:.3f} |")
-print("\nGoals (one run):")
+print("\nGoals (ratios of the medians above):")
 pv_i, pv_f = secs("pagevault", "incr"), secs("pagevault", "full")
 if worst:
     print(f"- incr reads / (changed blocks + whole files) = {worst:.3f} at worst (goal <= 1.25)")
