@@ -346,6 +346,13 @@ pub fn run(
             .any(Option::is_none)
             .then(|| anyhow!("a stripe writer panicked"))
     });
+    let (files, failed) = match failed {
+        Some(e) => (vec![], Some(e)),
+        None => match file_results(plan, sh.state, t) {
+            Ok(f) => (f, None),
+            Err(e) => (vec![], Some(e)),
+        },
+    };
     if let Some(e) = failed {
         for (sink, _, _) in stripe_results.into_iter().flatten() {
             sink.abort();
@@ -406,7 +413,7 @@ pub fn run(
             .map(|a| a.peak.load(Relaxed))
             .max()
             .unwrap_or(0),
-        files: file_results(plan, sh.state, t)?,
+        files,
     })
 }
 
