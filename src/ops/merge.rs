@@ -233,7 +233,8 @@ struct Restoring {
 
 impl Feed for Restoring {
     fn feed(&self, out: &Feeder) -> Result<()> {
-        let r = restore_merged(&self.options, &quiet, out).context("merge: restoring the chain")?;
+        // Its errors say "restoring the chain failed" already.
+        let r = restore_merged(&self.options, &quiet, out)?;
         *self.done.lock().unwrap() = Some((r, self.t0.elapsed().as_secs_f64()));
         Ok(())
     }
