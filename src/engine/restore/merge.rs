@@ -151,29 +151,39 @@ impl FrameSink for MergeSink<'_> {
     }
 
     fn write_buf(&self, file: u32, offset: u64, buf: &mut Buf) -> io::Result<bool> {
-        let Some((to, len)) = self.chunk(file, offset) else {
-            return Ok(true);
-        };
-        let mut out = self.out.buffer()?;
-        let have = buf.len.min(len);
-        if out.capacity() == buf.capacity() {
-            std::mem::swap(&mut out, buf);
-        } else {
-            out.space()[..have].copy_from_slice(&buf.payload()[..have]);
-        }
-        // Past the full's end of the file: zeros unless a newer set wrote the page.
-        out.space()[have..len].fill(0);
-        out.len = len;
-        self.patch_and_send(to, offset, out)?;
+        self.merged(file, offset, |out, len| {
+            let have = buf.len.min(len);
+            if out.capacity() == buf.capacity() {
+                std::mem::swap(out, buf);
+            } else {
+                out.space()[..have].copy_from_slice(&buf.payload()[..have]);
+            }
+            have
+        })?;
         Ok(true)
     }
 
     fn write_zeros(&self, file: u32, offset: u64, _len: usize) -> io::Result<()> {
+        self.merged(file, offset, |_, _| 0)
+    }
+}
+
+impl MergeSink<'_> {
+    /// The full's chunk of `file` at `offset` into a buffer of the new set: `fill`
+    /// puts the full's bytes there and says how many; past them, zeros unless a newer
+    /// set wrote the page. Nothing for a chunk outside every restored file.
+    fn merged(
+        &self,
+        file: u32,
+        offset: u64,
+        fill: impl FnOnce(&mut Buf, usize) -> usize,
+    ) -> io::Result<()> {
         let Some((to, len)) = self.chunk(file, offset) else {
             return Ok(());
         };
         let mut out = self.out.buffer()?;
-        out.space()[..len].fill(0);
+        let have = fill(&mut out, len);
+        out.space()[have..len].fill(0);
         out.len = len;
         self.patch_and_send(to, offset, out)
     }
