@@ -44,7 +44,7 @@ fn encrypted_sets_round_trip_and_hold_no_plaintext() {
         for st in &stripes {
             let b = fs::read(st).unwrap();
             assert_eq!(u32_at(&b, 8) & 0xffff, 3, "format version 3");
-            assert_eq!(b[41], 1, "AES-256-GCM");
+            assert_eq!(b[41], 2, "AES-256-GCM, frames without a CRC32C");
             assert!(!contains(&b, MARK), "{codec}: plaintext marker in {st}");
             assert!(!contains(&b, b"base/16384"), "{codec}: a file name in {st}");
         }
@@ -175,11 +175,14 @@ fn edit_stripe(path: &str, edit: impl FnOnce(&mut Vec<u8>)) {
     fs::write(path, b).unwrap();
 }
 
-/// Makes a frame's stored CRC (bytes 28..32) match its stored bytes, then its header's.
+/// The frame's CRC32C of its stored bytes made valid again (sets of encryption method 1;
+/// method 2's frames carry none) and its header's.
 fn fix_stored(b: &mut [u8], at: usize) {
-    let n = u32_at(b, at + 12) as usize;
-    let c = crc32c::crc32c(&b[at + 80..at + 80 + n]);
-    put_u32(b, at + 28, c);
+    if b[41] == 1 {
+        let n = u32_at(b, at + 12) as usize;
+        let c = crc32c::crc32c(&b[at + 80..at + 80 + n]);
+        put_u32(b, at + 28, c);
+    }
     fix_frame(b, at);
 }
 
@@ -217,12 +220,21 @@ fn a_forged_frame_is_refused() {
     });
     assert!(forged(&e), "{e}");
 
-    // Without the CRCs fixed, damage reads as damage.
+    // New sets' frames carry no CRC32C (encryption method 2): the tag is their check,
+    // and a flipped byte reads as damaged or forged.
+    assert_eq!(pristine[41], 2, "a new encrypted set is of method 2");
     let e = forge(|b| {
         let at = frames_of(b)[1];
         b[at + 80 + 1000] ^= 0x40;
     });
-    assert!(e.contains("damaged (CRC32C"), "{e}");
+    assert!(forged(&e) && e.contains("damaged"), "{e}");
+    // Their CRC field must stay zero.
+    let e = forge(|b| {
+        let at = frames_of(b)[1];
+        put_u32(b, at + 28, 1);
+        fix_frame(b, at);
+    });
+    assert!(e.contains("CRC32C field") && e.contains("forged"), "{e}");
 
     // Two frames' stored bytes swapped (same length), CRCs fixed.
     let e = forge(|b| {
@@ -287,6 +299,32 @@ fn a_forged_frame_is_refused() {
     // The pristine set still verifies.
     fs::write(&set, &pristine).unwrap();
     ok(&["verify", "--from", &set, "--key-file", &key]);
+}
+
+/// A set of encryption method 1 (written before session 20: every sealed frame under a
+/// CRC32C too) still verifies, and a flipped byte in it reads as damage.
+#[test]
+fn a_set_of_method_1_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (set, key) = four_frames(dir.path());
+    let to_method_1 = |b: &mut Vec<u8>| {
+        b[41] = 1;
+        let c = crc32c::crc32c(&b[..60]);
+        put_u32(b, 60, c);
+        for at in frames_of(b) {
+            fix_stored(b, at);
+        }
+    };
+    edit_stripe(&set, to_method_1);
+    let b = fs::read(&set).unwrap();
+    assert!(frames_of(&b).iter().all(|&at| u32_at(&b, at + 28) != 0));
+    ok(&["verify", "--from", &set, "--key-file", &key]);
+    edit_stripe(&set, |b| {
+        let at = frames_of(b)[2];
+        b[at + 80 + 10] ^= 1;
+    });
+    let e = fails(&["verify", "--from", &set, "--key-file", &key], 1);
+    assert!(e.contains("damaged (CRC32C"), "{e}");
 }
 
 #[test]

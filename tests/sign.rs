@@ -112,7 +112,7 @@ fn signed_sets_round_trip_in_every_codec_and_name_their_key() {
     assert!(e.contains("--sign needs a key"), "{e}");
     assert!(!Path::new(&set).exists());
     backup_files(&src, &set, &["--sign", "--encrypt", "--key-file", &key]);
-    assert_eq!(fs::read(&set).unwrap()[41], 1, "AES-256-GCM");
+    assert_eq!(fs::read(&set).unwrap()[41], 2, "AES-256-GCM");
 }
 
 /// A single-stripe signed set of one file of 4 MiB of incompressible data: four

@@ -23,6 +23,9 @@ pub fn default_threads() -> usize {
 pub struct Seal {
     pub dek: crate::crypt::DataKey,
     pub set_id: [u8; 16],
+    /// Frames carry a CRC32C of their stored bytes besides the tag (method 1); new
+    /// sets' frames do not (method 2: the tag detects damage as it detects forgery).
+    pub crc: bool,
 }
 
 /// First error wins; every stage polls `aborted` and stops.

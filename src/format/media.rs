@@ -20,7 +20,9 @@
 //! An encrypted set (version 3) or a signed one (version 4) has its key block after the
 //! header (`seal.rs`).
 
-use super::seal::{header_bound, KeyBlock, KeyUse, AES_256_GCM, KEYED_BLAKE3, KEY_BLOCK_END};
+use super::seal::{
+    header_bound, KeyBlock, KeyUse, AES_256_GCM, AES_256_GCM_TAG_ONLY, KEYED_BLAKE3, KEY_BLOCK_END,
+};
 use super::{
     get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, valid_block_size,
     valid_page_size, valid_transfer_size, Codec, FormatError, MANIFEST_MAX, MANIFEST_RATIO,
@@ -49,6 +51,8 @@ pub struct MediaHeader {
     pub created_unix: u64,
     /// An encrypted (version 3) or signed (version 4) set's key block.
     pub key: Option<KeyBlock>,
+    /// An encrypted set whose frames carry no CRC32C (encryption method 2).
+    pub tag_only: bool,
 }
 
 impl MediaHeader {
@@ -78,6 +82,7 @@ impl MediaHeader {
         if let Some(k) = &self.key {
             match self.key_use() {
                 Some(KeyUse::Sign) => b[42] = KEYED_BLAKE3,
+                _ if self.tag_only => b[41] = AES_256_GCM_TAG_ONLY,
                 _ => b[41] = AES_256_GCM,
             }
             k.encode(&mut b);
@@ -135,12 +140,13 @@ impl MediaHeader {
         let flags = (b[41], b[42], version);
         let key = match flags {
             (0, 0, v) if v < SEALED_VERSION => None,
-            (AES_256_GCM, 0, SEALED_VERSION) | (0, KEYED_BLAKE3, SIGNED_VERSION)
+            (AES_256_GCM | AES_256_GCM_TAG_ONLY, 0, SEALED_VERSION)
+            | (0, KEYED_BLAKE3, SIGNED_VERSION)
                 if b.len() >= KEY_BLOCK_END =>
             {
                 Some(KeyBlock::decode(b)?)
             }
-            (AES_256_GCM | 0, KEYED_BLAKE3 | 0, _) => {
+            (AES_256_GCM | AES_256_GCM_TAG_ONLY | 0, KEYED_BLAKE3 | 0, _) => {
                 return Err(FormatError::Invalid {
                     field: "encryption and signature",
                     offset: 41,
@@ -185,6 +191,7 @@ impl MediaHeader {
             transfer_size,
             created_unix: get_u64(b, 52),
             key,
+            tag_only: b[41] == AES_256_GCM_TAG_ONLY,
         })
     }
 }
@@ -348,6 +355,7 @@ pub(crate) mod tests {
             transfer_size: 1 << 20,
             created_unix: 1_700_000_000,
             key: None,
+            tag_only: false,
         }
     }
 
@@ -386,6 +394,26 @@ pub(crate) mod tests {
             ..h
         };
         assert!(MediaHeader::decode(&sealed2.encode()).is_err());
+    }
+
+    #[test]
+    fn encrypted_header_says_whether_frames_carry_a_crc() {
+        let h = MediaHeader {
+            tag_only: true,
+            ..keyed_header(SEALED_VERSION, KeyUse::Seal)
+        };
+        let b = h.encode();
+        assert_eq!(b[41], AES_256_GCM_TAG_ONLY);
+        assert_eq!(MediaHeader::decode(&b).unwrap(), h);
+        // Method 2 at another version, or beside a signature, is refused.
+        for (v, f42) in [(2, 0), (4, 0), (3, 1)] {
+            let mut c = b.clone();
+            c[8] = v;
+            c[42] = f42;
+            let crc = crc32c::crc32c(&c[..60]);
+            put_u32(&mut c, 60, crc);
+            assert!(MediaHeader::decode(&c).is_err(), "{v} {f42}");
+        }
     }
 
     #[test]

@@ -16,8 +16,12 @@ use crate::crypt::{DataKey, Kdf, KeySource, Master, KEY_ID_LEN, WRAPPED_LEN};
 pub const KEY_BLOCK_AT: usize = 64;
 pub const KEY_BLOCK_END: usize = 180;
 const MAGIC: &[u8; 4] = b"PVKB";
-/// Media header byte 41 of an encrypted set: AES-256-GCM.
+/// Media header byte 41 of an encrypted set: AES-256-GCM, each frame's stored bytes
+/// also under a CRC32C (sets written before session 20).
 pub const AES_256_GCM: u8 = 1;
+/// Media header byte 41: AES-256-GCM, frames without a CRC32C (the field is zero): the
+/// tag is their check.
+pub const AES_256_GCM_TAG_ONLY: u8 = 2;
 /// Media header byte 42 of a signed set: keyed BLAKE3.
 pub const KEYED_BLAKE3: u8 = 1;
 

@@ -66,6 +66,7 @@ fn set_keys(name: &str, header: &MediaHeader, o: &StoreOptions) -> Result<Keys> 
             seal: Some(Seal {
                 dek: key,
                 set_id: header.set_id,
+                crc: !header.tag_only,
             }),
             sign: None,
         },

@@ -54,12 +54,20 @@ fn check(
     let fail = |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
     let sealed = p.seal.as_ref();
     // Uncompressed and plain, the stored bytes are the raw bytes: the content digest
-    // below checks them. Sealed, damage must read as damage before a forgery.
+    // below checks them. Sealed without a CRC (method 2), the tag checks them; with one
+    // (method 1), damage reads as damage before a forgery.
     let signed = p.sign.as_ref();
     let crc = match (h.codec, sealed, signed) {
         (Codec::None, None, None) => h.stored_crc,
+        (_, Some(s), _) if !s.crc => h.stored_crc,
         _ => crc32c::crc32c(item.buf.payload()),
     };
+    if sealed.is_some_and(|s| !s.crc) && h.stored_crc != 0 {
+        return Err(fail(format!(
+            "its CRC32C field holds {:08x} in a set whose frames carry none: the set is damaged or forged",
+            h.stored_crc
+        )));
+    }
     if crc != h.stored_crc {
         return Err(fail(format!(
             "stored bytes are damaged (CRC32C {crc:08x}, expected {:08x})",
@@ -75,7 +83,7 @@ fn check(
             Some(len) => item.buf.len = len,
             None => {
                 return Err(fail(
-                    "does not authenticate with the set's key: the frame was forged, moved or replayed: the set is damaged or forged".into(),
+                    "does not authenticate with the set's key: the frame was damaged, forged, moved or replayed: the set is damaged or forged".into(),
                 ))
             }
         }

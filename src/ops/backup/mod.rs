@@ -363,6 +363,7 @@ fn backup_set(
             transfer_size: o.max_transfer_size as u32,
             created_unix: started.timestamp() as u64,
             key: guard.block.clone(),
+            tag_only: guard.seal.is_some(),
         },
         stripes,
     );
@@ -527,7 +528,11 @@ fn guarding(o: &BackupOptions, dest: &Dest, set_id: [u8; 16]) -> Result<Guarded>
     Ok(match u {
         KeyUse::Seal => Guarded {
             block,
-            seal: Some(Seal { dek: key, set_id }),
+            seal: Some(Seal {
+                dek: key,
+                set_id,
+                crc: false,
+            }),
             sign: None,
             note,
         },
