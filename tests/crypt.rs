@@ -327,6 +327,63 @@ fn a_set_of_method_1_still_reads() {
     assert!(e.contains("damaged (CRC32C"), "{e}");
 }
 
+/// Four first backups, each with its own key, race into a new repository, four times:
+/// the marker's compare and swap lets exactly one key win; the others fail naming the
+/// wrong key, and every set the repository holds opens with the winner's key.
+#[test]
+fn first_writers_with_different_keys_race_and_one_key_wins() {
+    let (dir, src) = tree_in_tempdir();
+    let source = format!("files:{}", s(&src));
+    let keys: Vec<String> = (0..4)
+        .map(|i| key_file(dir.path(), &format!("k{i}"), 40 + i, false))
+        .collect();
+    for round in 0..4 {
+        let repo = s(&dir.path().join(format!("repo-{round}")));
+        let runs: Vec<Run> = std::thread::scope(|sc| {
+            let hs: Vec<_> = keys
+                .iter()
+                .map(|k| {
+                    let (source, repo) = (&source, &repo);
+                    sc.spawn(move || {
+                        run(&[
+                            "backup",
+                            "--source",
+                            source,
+                            "--repo",
+                            repo,
+                            "--key-file",
+                            k,
+                        ])
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<usize> = (0..4).filter(|&i| runs[i].code == 0).collect();
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: {:?}",
+            runs.iter().map(|r| &r.stderr).collect::<Vec<_>>()
+        );
+        for (i, r) in runs.iter().enumerate().filter(|(i, _)| *i != won[0]) {
+            assert!(
+                r.stderr.contains("wrong key"),
+                "round {round}, key {i}: {}",
+                r.stderr
+            );
+        }
+        let v = json(&["verify", "--repo", &repo, "--key-file", &keys[won[0]]]);
+        assert_eq!(v["valid"], true, "{v}");
+        assert_eq!(
+            fs::read_dir(dir.path().join(format!("repo-{round}/catalog")))
+                .unwrap()
+                .count(),
+            1
+        );
+    }
+}
+
 #[test]
 fn an_encrypted_repository_refuses_plain_writes_and_other_keys() {
     let (dir, src) = tree_in_tempdir();

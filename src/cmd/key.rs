@@ -18,16 +18,18 @@ pub struct KeyArgs {
 pub enum KeyAction {
     /// Rewrap every data key of an encrypted repository (sets, archived WAL), or every
     /// MAC key of a signed one (sets), and its marker for a new master key, without
-    /// rewriting data. Stop archiving meanwhile.
+    /// re-encrypting data. On a filesystem each key block is rewritten in place; in an
+    /// object store (S3, Azure), which has no write in place, every stripe and WAL file
+    /// is written anew, its bytes copied through this host. Stop archiving meanwhile.
     Rotate(RotateArgs),
 }
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pagevault key rotate --repo /backups/main --old-key-file old.key --new-key-file new.key"
+    after_help = "Examples:\n  pagevault key rotate --repo /backups/main --old-key-file old.key --new-key-file new.key\n  pagevault key rotate --repo s3://bucket/main --old-key-file old.key --new-passphrase-file phrase\n\nA rotation that stops halfway (an error, a signal) leaves every file readable with one of the two keys, and the repository names the new one: run the same command again to finish it."
 )]
 pub struct RotateArgs {
-    /// The repository (a directory).
+    /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// The current key (default: --key-file / --passphrase-file or their variables).

@@ -1,11 +1,15 @@
 //! `key rotate`: an encrypted repository's data keys (each set's, each archived WAL
 //! file's), or a signed one's MAC keys (each set's), rewrapped from the old master key
-//! to a new one, and its marker, without rewriting any data. The marker records the new key first ("rotating-to"), so a
-//! rotation that stops halfway is finished by running it again with the same keys.
+//! to a new one, and its marker, without re-encrypting any data: on a filesystem each
+//! key block is rewritten in place; in an object store, which has no write in place,
+//! each stripe and WAL file is written anew (its bytes copied within the store through
+//! this host). The marker records the new key first ("rotating-to"), so a rotation
+//! that stops halfway is finished by running it again with the same keys.
 
 use crate::crypt::{show_id, KeySource};
 use crate::device::object::StoreOptions;
 use crate::format::seal::KeyUse;
+use crate::repo::store::DirStore;
 use crate::repo::{wal, Repo, RepoKey};
 use crate::set::rekey::{rekey_stripe, Rekeyed};
 use anyhow::{anyhow, bail, Result};
@@ -50,12 +54,6 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         );
     };
     let signed = cur.mode == KeyUse::Sign;
-    if repo.store().local_path("").is_none() {
-        bail!(
-            "repository '{}': key rotate rewrites each stripe's and WAL file's key block in place, which this build does only for a repository on a filesystem (an object store would need every object rewritten)",
-            repo.describe()
-        );
-    }
     let old = o
         .old
         .master(&cur.kdf)
@@ -109,11 +107,15 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
     let (mut stripes, mut stripes_already, mut stripes_plain) = (0, 0, 0);
     for e in repo.catalog()? {
         for st in &e.stripes {
-            let spec = repo.stripe_path(st);
-            if spec.contains("://") {
-                bail!("set {}: stripe '{spec}' is in an object store, which key rotate does not rewrite; nothing after it was rotated, the repository still opens with the old key", e.set_id);
-            }
-            match rekey_stripe(Path::new(&spec), &old, &new, target.kdf, signed)? {
+            let done = match stripe_store(&repo, st) {
+                Some((dir, name)) => rekey_stripe(&dir, &name, &old, &new, target.kdf, signed),
+                None if st.contains("://") => bail!(
+                    "set {}: stripe '{st}' is in an object store outside the repository, which key rotate does not rewrite; the stripes before it were rotated, and running key rotate again with the same keys goes on",
+                    e.set_id
+                ),
+                None => rekey_stripe(repo.store(), st, &old, &new, target.kdf, signed),
+            };
+            match done? {
                 Rekeyed::Done => stripes += 1,
                 Rekeyed::Already => stripes_already += 1,
                 Rekeyed::Plain => stripes_plain += 1,
@@ -135,4 +137,16 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         wal_files,
         wal_already,
     })
+}
+
+/// A stripe recorded by an absolute path (outside the repository): its directory as a
+/// store, and its name. None for one inside the repository (or an object URL).
+fn stripe_store(repo: &Repo, recorded: &str) -> Option<(DirStore, String)> {
+    if recorded.contains("://") || !Path::new(recorded).is_absolute() {
+        return None;
+    }
+    let spec = repo.stripe_path(recorded);
+    let p = Path::new(&spec);
+    let name = p.file_name()?.to_string_lossy().into_owned();
+    Some((DirStore::new(p.parent()?.to_path_buf()), name))
 }

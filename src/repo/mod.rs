@@ -233,7 +233,7 @@ impl Repo {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", root.display());
             }
             // Another process (archive-push) may be creating the same repository.
-            // (The marker is written through `.MARKER.*.tmp`: see write_atomic.)
+            // (The marker is written through `.MARKER.*.tmp`, then linked: DirStore::put_new.)
             let foreign = |n: &std::ffi::OsStr| {
                 let ours = |n: &str| {
                     ["sets", "catalog", "wal"].contains(&n)
@@ -253,7 +253,8 @@ impl Repo {
                 create_dir(&root.join(d))
                     .with_context(|| format!("cannot create repository '{}'", root.display()))?;
             }
-            write_atomic(&marker, MARKER_HEAD.as_bytes())?;
+            // Never over a marker a concurrent creator wrote (and perhaps keyed since).
+            DirStore::new(root.clone()).put_new(MARKER, MARKER_HEAD.as_bytes())?;
         }
         Repo {
             store: Box::new(DirStore::new(root)),
@@ -383,7 +384,35 @@ impl Repo {
             kdf,
             mode: asked,
         };
-        self.store.put(MARKER, k.marker(None).as_bytes())?;
+        // A compare and swap from the plain marker: two first writers with keys never
+        // both win, and the one that loses takes the winner's key, if it is its own.
+        let read = || -> Result<(Vec<u8>, Option<RepoKey>)> {
+            let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
+            let (key, _) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
+                anyhow!(
+                    "'{}': {e}: the marker is damaged or forged",
+                    self.store.describe(MARKER)
+                )
+            })?;
+            Ok((text, key))
+        };
+        let (text, now) = read()?;
+        let won = now.is_none()
+            && self
+                .store
+                .replace_if(MARKER, &text, k.marker(None).as_bytes())?;
+        if !won {
+            let Some(theirs) = read()?.1 else {
+                bail!(
+                    "repository '{}': its marker changed while this write made it {}: run it again",
+                    self.describe(),
+                    asked.verb()
+                );
+            };
+            self.check_key(&theirs, source)?;
+            *self.key.lock().unwrap() = Some(theirs);
+            return Ok(theirs);
+        }
         *self.key.lock().unwrap() = Some(k);
         Ok(k)
     }

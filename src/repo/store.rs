@@ -31,6 +31,19 @@ pub trait Store: Send + Sync {
     /// Creates or replaces `rel`: absent or complete, and durable when it returns.
     fn put(&self, rel: &str, bytes: &[u8]) -> Result<()>;
 
+    /// Replaces `rel` with `bytes` only while it holds `expected` (a compare and swap
+    /// among the writers that use it). Local: under an exclusive lock on `.NAME.lock`
+    /// beside it; objects: a PUT conditional on the version read. Ok(false) when it
+    /// holds something else, or nothing: another writer came first.
+    fn replace_if(&self, rel: &str, expected: &[u8], bytes: &[u8]) -> Result<bool>;
+
+    /// Rewrites the first `n` bytes of `rel` (fewer if it is shorter) as `patch` makes
+    /// them; `patch` returns false to leave `rel` as it is, and so does this. Local: in
+    /// place, fsynced. Objects: the object written anew, its other bytes copied within
+    /// the store through this host (an object store has no write in place); the old
+    /// object stays whole until the new one is. An error when `rel` is absent.
+    fn patch_head(&self, rel: &str, n: u64, patch: &mut Patch) -> Result<bool>;
+
     /// Creates `rel` only if absent, durably; Ok(false) when it exists (never
     /// overwritten).
     fn put_new(&self, rel: &str, bytes: &[u8]) -> Result<bool>;
@@ -72,6 +85,9 @@ pub trait Store: Send + Sync {
     /// (refused before or while it is read).
     fn fetch_to(&self, rel: &str, dir: &Path, max: u64) -> Result<Option<Local>>;
 }
+
+/// What `Store::patch_head` applies to an object's head: true when it changed it.
+pub type Patch<'a> = dyn FnMut(&mut Vec<u8>) -> Result<bool> + 'a;
 
 /// A local file holding an object's bytes (see `Store::fetch_to`).
 pub struct Local {
@@ -205,6 +221,49 @@ fn parent(p: &Path) -> &Path {
 impl Store for DirStore {
     fn describe(&self, rel: &str) -> String {
         self.path(rel).display().to_string()
+    }
+
+    fn replace_if(&self, rel: &str, expected: &[u8], bytes: &[u8]) -> Result<bool> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let fin = self.path(rel);
+        let name = fin.file_name().unwrap_or_default().to_string_lossy();
+        let lock = parent(&fin).join(format!(".{name}.lock"));
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lock)
+            .with_context(|| format!("cannot open the lock file '{}'", lock.display()))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .with_context(|| format!("cannot lock '{}'", lock.display()))?;
+        if self.get(rel, 1 << 16)?.as_deref() != Some(expected) {
+            return Ok(false);
+        }
+        self.put(rel, bytes)?;
+        Ok(true)
+    }
+
+    fn patch_head(&self, rel: &str, n: u64, patch: &mut Patch) -> Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let p = self.path(rel);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .with_context(|| format!("cannot open '{}' to rewrite its head", p.display()))?;
+        let mut b = Vec::with_capacity(n.min(1 << 20) as usize);
+        (&f).take(n)
+            .read_to_end(&mut b)
+            .with_context(|| format!("cannot read '{}'", p.display()))?;
+        if !patch(&mut b)? {
+            return Ok(false);
+        }
+        f.write_all_at(&b, 0)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot rewrite the head of '{}'", p.display()))?;
+        Ok(true)
     }
 
     fn relative(&self, spec: &str) -> Option<String> {
@@ -417,6 +476,17 @@ impl Store for ObjectStore {
 
     fn local_path(&self, _rel: &str) -> Option<PathBuf> {
         None
+    }
+
+    fn replace_if(&self, rel: &str, expected: &[u8], bytes: &[u8]) -> Result<bool> {
+        self.at(rel).replace_if(expected, bytes.to_vec())
+    }
+
+    fn patch_head(&self, rel: &str, n: u64, patch: &mut Patch) -> Result<bool> {
+        match self.at(rel).patch_head(n, patch)? {
+            Some(done) => Ok(done),
+            None => bail!("'{}' does not exist", self.describe(rel)),
+        }
     }
 
     fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>> {

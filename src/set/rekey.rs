@@ -1,16 +1,16 @@
-//! `key rotate` on a stripe: its key block rewrapped for a new master key in place
-//! (one write of the first 512 bytes, fsynced); the frames and the manifest, sealed
-//! by the data key or tagged with the MAC key, are not touched.
+//! `key rotate` on a stripe: its key block rewrapped for a new master key (the first
+//! 512 bytes rewritten: in place on a filesystem, the object written anew in an object
+//! store); the frames and the manifest, sealed by the data key or tagged with the MAC
+//! key, are not changed.
 
 use crate::crypt::{show_id, Kdf, Master};
 use crate::format::media::{MediaHeader, MIN_BLOCK};
 use crate::format::seal::KeyBlock;
-use anyhow::{anyhow, bail, Context, Result};
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use crate::repo::store::Store;
+use anyhow::{anyhow, bail, Result};
 
 /// What `rekey_stripe` did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rekeyed {
     Done,
     /// It was the new key's already (a rotation run again).
@@ -19,26 +19,42 @@ pub enum Rekeyed {
     Plain,
 }
 
-/// Rewraps the data or MAC key of the stripe at `path` from `old` to `new` (derivation
-/// `kdf`). A plain stripe is an error in an encrypted repository, skipped in a signed
-/// one (`signed`).
+/// Rewraps the data or MAC key of stripe `rel` in `store` from `old` to `new`
+/// (derivation `kdf`). A plain stripe is an error in an encrypted repository, skipped
+/// in a signed one (`signed`).
 pub fn rekey_stripe(
-    path: &Path,
+    store: &dyn Store,
+    rel: &str,
     old: &Master,
     new: &Master,
     kdf: Kdf,
     signed: bool,
 ) -> Result<Rekeyed> {
-    let shown = path.display();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("cannot open stripe '{shown}' to rewrite its key block"))?;
-    let mut b = vec![0u8; MIN_BLOCK];
-    f.read_exact_at(&mut b, 0)
-        .with_context(|| format!("cannot read stripe '{shown}'"))?;
-    let mut h = MediaHeader::decode(&b).map_err(|e| anyhow!("stripe '{shown}': {e}"))?;
+    let shown = store.describe(rel);
+    let mut did = Rekeyed::Done;
+    store.patch_head(rel, MIN_BLOCK as u64, &mut |b| {
+        did = rekey_block(b, &shown, old, new, kdf, signed)?;
+        Ok(did == Rekeyed::Done)
+    })?;
+    Ok(did)
+}
+
+/// Rewraps the key block in `b`, a stripe's first bytes, in place.
+fn rekey_block(
+    b: &mut [u8],
+    shown: &str,
+    old: &Master,
+    new: &Master,
+    kdf: Kdf,
+    signed: bool,
+) -> Result<Rekeyed> {
+    if b.len() < MIN_BLOCK {
+        bail!(
+            "stripe '{shown}' is shorter than a header block ({} bytes)",
+            b.len()
+        );
+    }
+    let mut h = MediaHeader::decode(b).map_err(|e| anyhow!("stripe '{shown}': {e}"))?;
     let (Some(kb), Some(u)) = (h.key.clone(), h.key_use()) else {
         if signed {
             return Ok(Rekeyed::Plain);
@@ -61,9 +77,6 @@ pub fn rekey_stripe(
         .open_with(old, &h.set_id, u)
         .map_err(|e| anyhow!("stripe '{shown}': {e}"))?;
     h.key = Some(KeyBlock::new(new, kdf, &h.set_id, &key, u));
-    let block = h.encode();
-    f.write_all_at(&block[..MIN_BLOCK], 0)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("cannot rewrite the key block of stripe '{shown}'"))?;
+    b[..MIN_BLOCK].copy_from_slice(&h.encode()[..MIN_BLOCK]);
     Ok(Rekeyed::Done)
 }

@@ -3,6 +3,7 @@
 // (create buckets, list incomplete uploads, damage objects).
 // Usage: node store.js s3|azure COMMAND BUCKET [KEY] [ARG]
 //   mkbucket B | ls B [PREFIX] | uploads B | rm B KEY | truncate B KEY BYTES | flip B KEY OFFSET
+//   | sha B KEY OFFSET (SHA-256 of the bytes from OFFSET, hex)
 // Environment: AWS_* (with AWS_ENDPOINT_URL), AZURE_STORAGE_CONNECTION_STRING.
 const [kind, cmd, bucket, key, arg] = process.argv.slice(2);
 
@@ -38,6 +39,12 @@ async function s3() {
       const r = await c.send(new s.GetObjectCommand({ Bucket: bucket, Key: key }));
       const b = Buffer.from(await r.Body.transformToByteArray());
       await c.send(new s.PutObjectCommand({ Bucket: bucket, Key: key, Body: b.subarray(0, Number(arg)) }));
+      return;
+    }
+    case 'sha': {
+      const r = await c.send(new s.GetObjectCommand({ Bucket: bucket, Key: key }));
+      const b = Buffer.from(await r.Body.transformToByteArray());
+      console.log(require('crypto').createHash('sha256').update(b.subarray(Number(arg))).digest('hex'));
       return;
     }
     case 'flip': {
@@ -76,6 +83,11 @@ async function azure() {
       const bc = cc.getBlockBlobClient(key);
       const b = await bc.downloadToBuffer();
       await bc.upload(b.subarray(0, Number(arg)), Number(arg));
+      return;
+    }
+    case 'sha': {
+      const b = await cc.getBlockBlobClient(key).downloadToBuffer();
+      console.log(require('crypto').createHash('sha256').update(b.subarray(Number(arg))).digest('hex'));
       return;
     }
     case 'flip': {

@@ -187,8 +187,10 @@ pub(super) fn build_s3(bucket: &str, o: &StoreOptions) -> Result<Arc<dyn ObjectS
         bail!("s3://{bucket}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
     }
     // No SHA-256 of every part on both ends: TLS guards the transfer, and every frame
-    // carries its own CRC32C and content digest, checked on restore.
+    // is checked on restore (its CRC32C and content digest, or its tag). Conditional
+    // PUTs (If-None-Match, If-Match) make the repository marker's compare and swap.
     b.with_unsigned_payload(true)
+        .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
         .with_client_options(client_options(allow_http, Kind::S3)?)
         .with_retry(retry_config())
         .build()

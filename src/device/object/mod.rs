@@ -15,7 +15,7 @@ use object_store::azure::MicrosoftAzureBuilder;
 use object_store::path::Path as KeyPath;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, MultipartUpload, ObjectStore, PutMode, PutOptions,
-    PutPayload, RetryConfig,
+    PutPayload, RetryConfig, UpdateVersion, WriteMultipart,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -26,6 +26,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::instrument::WithSubscriber;
 use tracing::Dispatch;
+
+/// The parts of an object rewritten by `Location::patch_head`.
+const REWRITE_PART: u64 = 8 << 20;
 
 /// S3 refuses parts under 5 MiB (except the last) and more than 10,000 parts.
 const S3_MIN_PART: usize = 5 << 20;
@@ -234,6 +237,109 @@ impl Location {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.err("cannot read", e)),
         }
+    }
+
+    /// Replaces the object with `bytes` only while it holds `expected`: a PUT
+    /// conditional on the version read (If-Match). Ok(false) when it holds something
+    /// else, is absent, or changed between the read and the PUT.
+    pub fn replace_if(&self, expected: &[u8], bytes: Vec<u8>) -> Result<bool> {
+        let p = self.path();
+        let read = block_on(async {
+            let g = self.store.get(&p).await?;
+            let meta = g.meta.clone();
+            Ok::<_, object_store::Error>((meta, g.bytes().await?))
+        });
+        let (meta, now) = match read {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.err("cannot read", e)),
+        };
+        if now.as_ref() != expected {
+            return Ok(false);
+        }
+        let opts = PutOptions {
+            mode: PutMode::Update(UpdateVersion {
+                e_tag: meta.e_tag,
+                version: meta.version,
+            }),
+            ..Default::default()
+        };
+        match block_on(self.store.put_opts(&p, PutPayload::from(bytes), opts)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::Precondition { .. })
+            | Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.err("cannot write", e)),
+        }
+    }
+
+    /// Rewrites the object's first `n` bytes as `patch` makes them (false: left as it
+    /// is). The object is written anew by a multipart upload: the patched head, then
+    /// its other bytes in ranged GETs of `REWRITE_PART`, each of the version the head
+    /// was read from (a change meanwhile fails the rewrite), two parts in flight at
+    /// most. The new object replaces the old when the upload completes; a failed upload
+    /// is aborted and the old object stays. None when it does not exist.
+    pub fn patch_head(
+        &self,
+        n: u64,
+        patch: &mut dyn FnMut(&mut Vec<u8>) -> Result<bool>,
+    ) -> Result<Option<bool>> {
+        let p = self.path();
+        let meta = match block_on(self.store.head(&p)) {
+            Ok(m) => m,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.err("cannot read", e)),
+        };
+        let size = meta.size;
+        let ranged = |r: std::ops::Range<u64>| GetOptions {
+            range: Some(r.into()),
+            if_match: meta.e_tag.clone(),
+            ..Default::default()
+        };
+        let (store, path, ranged) = (&self.store, &p, &ranged);
+        let get = |r: std::ops::Range<u64>| async move {
+            let want = r.end - r.start;
+            let b = store.get_opts(path, ranged(r)).await?.bytes().await?;
+            if b.len() as u64 != want {
+                return Err(object_store::Error::Generic {
+                    store: "pagevault",
+                    source: format!("the store sent {} bytes of a {want}-byte range", b.len())
+                        .into(),
+                });
+            }
+            Ok(b)
+        };
+        let mut head = block_on(get(0..n.min(size)))
+            .map_err(|e| self.err("cannot read", e))?
+            .to_vec();
+        if !patch(&mut head)? {
+            return Ok(Some(false));
+        }
+        block_on(async {
+            let up = self.store.put_multipart(&p).await?;
+            let mut w = WriteMultipart::new_with_chunk_size(up, REWRITE_PART as usize);
+            w.write(&head);
+            let copied = async {
+                let mut at = head.len() as u64;
+                while at < size {
+                    let end = (at + REWRITE_PART).min(size);
+                    w.wait_for_capacity(2).await?;
+                    w.put(get(at..end).await?);
+                    at = end;
+                }
+                Ok(())
+            }
+            .await;
+            match copied {
+                Ok(()) => w.finish().await.map(|_| ()),
+                Err(e) => {
+                    let _ = w.abort().await;
+                    Err(e)
+                }
+            }
+        })
+        .map_err(|e| self.err("cannot rewrite", e))?;
+        Ok(Some(true))
     }
 
     /// Writes a whole object (a single PUT: atomic, never half visible).

@@ -235,11 +235,14 @@ pub fn rekey(
             continue;
         }
         let rel = format!("wal/{rel}");
-        let path = repo
-            .store()
-            .local_path(&rel)
-            .ok_or_else(|| anyhow!("'{}' is not a local file", repo.store().describe(&rel)))?;
-        match seal::rewrap_file(&path, file, env, old, new)? {
+        let shown = repo.store().describe(&rel);
+        let mut did = seal::Rewrapped::Plain;
+        repo.store()
+            .patch_head(&rel, seal::ENV_HDR as u64, &mut |b| {
+                did = seal::rewrap_head(b, &shown, file, env, old, new)?;
+                Ok(did == seal::Rewrapped::Done)
+            })?;
+        match did {
             seal::Rewrapped::Done => done += 1,
             seal::Rewrapped::Already => already += 1,
             seal::Rewrapped::Plain => {}

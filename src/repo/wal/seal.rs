@@ -381,7 +381,7 @@ pub(super) fn open_file(
     Ok(tmp)
 }
 
-/// What [`rewrap_file`] did.
+/// What [`rewrap_head`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Rewrapped {
     Done,
@@ -390,45 +390,44 @@ pub(super) enum Rewrapped {
     Plain,
 }
 
-/// Rewraps the file key of protected file `path` (object `name`) from `old` to `new` in
-/// place (its 164-byte header rewritten, fsynced). `env` is the repository's: a plain
+/// Rewraps the file key in `b`, the head of protected file `shown` (object `name`), from
+/// `old` to `new` in place: its 164-byte header. `env` is the repository's: a plain
 /// file is an error when it seals, left as is when it signs.
-pub(super) fn rewrap_file(
-    path: &Path,
+pub(super) fn rewrap_head(
+    b: &mut [u8],
+    shown: &str,
     name: &str,
     env: Envelope,
     old: &Master,
     new: &Master,
 ) -> Result<Rewrapped> {
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("cannot open '{}'", path.display()))?;
-    let mut b = [0u8; ENV_HDR];
-    let got =
-        read_full(&mut &f, &mut b).with_context(|| format!("cannot read '{}'", path.display()))?;
-    if env == Envelope::Sign && Envelope::of(&b[..got]).is_none() {
+    if env == Envelope::Sign && Envelope::of(b).is_none() {
         return Ok(Rewrapped::Plain);
     }
+    let damaged = |m: &str| {
+        anyhow!(
+            "archived WAL file '{shown}' is damaged: {m}; it cannot be restored from this archive"
+        )
+    };
+    if b.len() < ENV_HDR {
+        return Err(damaged("it is shorter than its envelope's header"));
+    }
+    let b = &mut b[..ENV_HDR];
     let id: [u8; KEY_ID_LEN] = b[76..92].try_into().unwrap();
-    if got == ENV_HDR && id == new.id && crc32c::crc32c(&b[..160]) == get_u32(&b, 160) {
+    if id == new.id && crc32c::crc32c(&b[..160]) == get_u32(b, 160) {
         return Ok(Rewrapped::Already);
     }
     let k = WalKey {
         master: old.clone(),
         env,
     };
-    let (dek, _) = open_header(&k, name, &b[..got]).map_err(|m| damaged(path, &m))?;
+    let (dek, _) = open_header(&k, name, b).map_err(|m| damaged(&m))?;
     let (nonce, wrapped) = new.wrap(&dek, &env.wrap_aad(name));
     b[76..92].copy_from_slice(&new.id);
     b[92..104].copy_from_slice(&nonce);
     b[104..152].copy_from_slice(&wrapped);
     let c = crc32c::crc32c(&b[..160]);
     b[160..164].copy_from_slice(&c.to_le_bytes());
-    f.write_all_at(&b, 0)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("cannot rewrite '{}'", path.display()))?;
     Ok(Rewrapped::Done)
 }
 
