@@ -171,6 +171,11 @@ pub trait Restorer {
         Ok(())
     }
     /// Where a set path is restored.
+    /// The directories outside the target that `place` puts files in (claimed).
+    fn places(&self) -> Vec<PathBuf> {
+        vec![]
+    }
+
     fn place(&self, to: &Path, rel: &str) -> PathBuf {
         to.join(rel)
     }

@@ -84,6 +84,10 @@ impl Restorer for PgRestorer {
         place(to, rel, &self.spaces)
     }
 
+    fn places(&self) -> Vec<PathBuf> {
+        self.spaces.values().cloned().collect()
+    }
+
     fn claim_places(&mut self) -> Result<()> {
         for dir in self.spaces.values() {
             let before = target::prepare(dir, false)?;

@@ -233,14 +233,17 @@ fn restore_with(
             o.to.display()
         ),
     };
-    let mut target = Target::new(target::lay_out(m, &place, false)?);
+    let roots = Arc::new(target::Roots::open(
+        std::iter::once(o.to.clone()).chain(restorer.places()),
+    )?);
+    let mut target = Target::new(target::lay_out(m, &place, false, roots.clone())?);
     if o.stage_only {
         target = target.without_writeback();
     }
     let written = chain::write_chain(&sets, o, &target, merge, &progress.live, show, &mut phases);
     drop(target);
     let (out, links) = written.with_context(incomplete)?;
-    target::finish_entries(m, &place)?;
+    target::finish_entries(m, &place, &roots)?;
     phases.mark("links, modes, times");
     restorer.link(&o.to, owner)?;
     let mut notes = vec![];

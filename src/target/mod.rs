@@ -6,12 +6,16 @@ use crate::engine::restore::FrameSink;
 use crate::format::manifest::{EntryKind, Manifest};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
+
+mod roots;
+pub use roots::Roots;
+use rustix::fs::OFlags;
 
 /// Writes frames into the restored files, opened lazily and kept open while they last.
 pub struct Target {
@@ -47,13 +51,7 @@ impl Target {
             open.clear(); // in-flight writers keep their Arc
         }
         let path = self.files.ensure(id)?;
-        let f = Arc::new(
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(crate::sys::O_NOFOLLOW)
-                .open(path)?,
-        );
+        let f = Arc::new(self.files.roots.open_file(path, OFlags::RDWR, 0)?);
         open.insert(id, f.clone());
         Ok(f)
     }
@@ -208,6 +206,8 @@ pub struct Files {
     made: Vec<OnceLock<Result<(), String>>>,
     /// Keep what a file already holds (applying a differential).
     overlay: bool,
+    /// Where files are made and opened, beneath these handles only.
+    roots: Arc<Roots>,
 }
 
 impl Files {
@@ -224,16 +224,11 @@ impl Files {
     fn make(&self, i: usize) -> Result<(), String> {
         let (p, size) = &self.list[i];
         let made = self.made[i].get_or_init(|| {
-            let mut o = OpenOptions::new();
-            o.write(true);
-            if self.overlay {
-                o.create(true)
-                    .truncate(false)
-                    .custom_flags(crate::sys::O_NOFOLLOW);
-            } else {
-                o.create_new(true);
-            }
-            let r = o.open(p).and_then(|f| f.set_len(*size));
+            let flags = match self.overlay {
+                true => OFlags::WRONLY | OFlags::CREATE,
+                false => OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            };
+            let r = (self.roots.open_file(p, flags, 0o666)).and_then(|f| f.set_len(*size));
             r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
         });
         made.clone()
@@ -273,21 +268,27 @@ impl Files {
     }
 }
 
-/// Creates the directories of a manifest and returns its regular files, not yet created.
-pub fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> Result<Files> {
+/// Creates the directories of a manifest and returns its regular files, not yet created,
+/// every one beneath `roots`.
+pub fn lay_out(
+    m: &Manifest,
+    place: &dyn Fn(&str) -> PathBuf,
+    overlay: bool,
+    roots: Arc<Roots>,
+) -> Result<Files> {
     let (mut list, mut index) = (vec![], HashMap::new());
     let mut made_dirs = std::collections::HashSet::new();
     for f in &m.files {
         let p = place(&f.path);
         match f.kind {
             EntryKind::Dir => {
-                fs::create_dir_all(&p)?;
+                roots.create_dir_all(&p)?;
                 made_dirs.insert(p);
             }
             EntryKind::File => {
                 if let Some(parent) = p.parent() {
                     if made_dirs.insert(parent.to_path_buf()) {
-                        fs::create_dir_all(parent)?;
+                        roots.create_dir_all(parent)?;
                     }
                 }
                 index.insert(f.id, list.len());
@@ -302,25 +303,28 @@ pub fn lay_out(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, overlay: bool) -> 
         index,
         made,
         overlay,
+        roots,
     })
 }
 
-/// Links last (nothing is written through them), then modes and times, deepest first.
-pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf) -> Result<()> {
+/// Links last (nothing is written through them), then modes and times, deepest first,
+/// all beneath `roots`.
+pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, roots: &Roots) -> Result<()> {
     for f in m.files.iter().filter(|f| f.kind == EntryKind::Link) {
         let p = place(&f.path);
         if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent)?;
+            roots.create_dir_all(parent)?;
         }
-        std::os::unix::fs::symlink(f.link_target.as_deref().unwrap_or(""), &p)
+        roots
+            .symlink(f.link_target.as_deref().unwrap_or(""), &p)
             .with_context(|| format!("cannot create link '{}'", p.display()))?;
     }
     for f in m.files.iter().rev().filter(|f| f.kind != EntryKind::Link) {
         let p = place(&f.path);
         // setuid and setgid bits from a set are dropped: a set is data, and a
-        // restore often runs as root.
-        let _ = fs::set_permissions(&p, fs::Permissions::from_mode(f.mode & !0o6000));
-        set_mtime(&p, f.mtime);
+        // restore often runs as root. A mode or time that cannot be set is not worth
+        // failing a restore for.
+        let _ = roots.set_mode_and_mtime(&p, f.mode & 0o1777, f.mtime);
     }
     Ok(())
 }
@@ -434,7 +438,8 @@ mod tests {
             entry(3, "d/l", EntryKind::Link, 0),
         ];
         let place = |rel: &str| t.path().join(rel);
-        let target = Target::new(lay_out(&m, &place, false).unwrap());
+        let roots = Arc::new(Roots::open([t.path().to_path_buf()]).unwrap());
+        let target = Target::new(lay_out(&m, &place, false, roots.clone()).unwrap());
         assert!(t.path().join("d/e").is_dir(), "parents are made");
         target.files.create_first(2).unwrap();
         assert_eq!(fs::metadata(place("d/a")).unwrap().len(), 10_000);
@@ -446,7 +451,7 @@ mod tests {
         let a = fs::read(place("d/a")).unwrap();
         assert_eq!(&a[4096..4101], b"hello");
         assert!(a[..4096].iter().all(|&b| b == 0));
-        finish_entries(&m, &place).unwrap();
+        finish_entries(&m, &place, &roots).unwrap();
         let meta = fs::metadata(place("d/a")).unwrap();
         assert_eq!((meta.mode() & 0o7777, meta.mtime()), (0o640, 1_600_000_000));
         assert_eq!(
@@ -454,7 +459,7 @@ mod tests {
             Path::new("../elsewhere")
         );
         // A fresh (not overlay) layout never reuses a file that is already there.
-        let again = Target::new(lay_out(&m, &place, false).unwrap());
+        let again = Target::new(lay_out(&m, &place, false, roots).unwrap());
         let e = again.write(1, 0, b"x").unwrap_err().to_string();
         assert!(e.contains("cannot create") && e.contains("d/a"), "{e}");
     }
@@ -466,7 +471,8 @@ mod tests {
         m.files = vec![entry(1, "a", EntryKind::File, 8)];
         let place = |rel: &str| t.path().join(rel);
         fs::write(place("a"), b"abcdefgh").unwrap();
-        let target = Target::new(lay_out(&m, &place, true).unwrap());
+        let roots = Arc::new(Roots::open([t.path().to_path_buf()]).unwrap());
+        let target = Target::new(lay_out(&m, &place, true, roots).unwrap());
         target.write_zeros(1, 2, 2).unwrap();
         target.write(1, 6, b"XY").unwrap();
         drop(target);

@@ -1,0 +1,230 @@
+//! The directories a restore writes under (the target, each tablespace's location),
+//! held open. Every file and directory below them is made and opened relative to these
+//! handles with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS):
+//! no link, whoever planted it, and no `..` leads out of them. Where the kernel has no
+//! openat2 (before Linux 5.6, or a filter refuses it with ENOSYS), paths are opened as
+//! they are, the last component with O_NOFOLLOW.
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Mutex;
+
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// Set once openat2 answered ENOSYS: paths are used from then on.
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+pub struct Roots {
+    list: Vec<(PathBuf, OwnedFd)>,
+    /// Parent directories opened by `finish`, by path.
+    parents: Mutex<HashMap<PathBuf, std::sync::Arc<OwnedFd>>>,
+}
+
+impl Roots {
+    /// Opens each of `dirs` (they exist: `prepare` made them), never through a link.
+    pub fn open(dirs: impl IntoIterator<Item = PathBuf>) -> io::Result<Roots> {
+        let mut list = vec![];
+        for d in dirs {
+            let fd = rustix::fs::open(
+                &d,
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| named(&d, "cannot open", e.into()))?;
+            list.push((d, fd));
+        }
+        // The longest first: a tablespace inside the target is its own root.
+        list.sort_by_key(|(p, _)| std::cmp::Reverse(p.as_os_str().len()));
+        Ok(Roots {
+            list,
+            parents: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The root `p` lies under, and `p` relative to it (plain names only).
+    fn find<'a>(&self, p: &'a Path) -> io::Result<(&OwnedFd, &'a Path)> {
+        for (root, fd) in &self.list {
+            if let Ok(rel) = p.strip_prefix(root) {
+                if rel.components().all(|c| matches!(c, Component::Normal(_))) {
+                    return Ok((fd, rel));
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "'{}' is outside the directories this restore writes",
+                p.display()
+            ),
+        ))
+    }
+
+    /// Opens file `p` with `flags` (and `mode` when it creates it).
+    pub fn open_file(&self, p: &Path, flags: OFlags, mode: u32) -> io::Result<File> {
+        let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let mode = Mode::from_raw_mode(mode);
+        let (root, rel) = self.find(p)?;
+        if !NO_OPENAT2.load(Relaxed) {
+            match rustix::fs::openat2(root, rel, flags, mode, BENEATH) {
+                Err(Errno::NOSYS) => NO_OPENAT2.store(true, Relaxed),
+                r => return r.map(File::from).map_err(io::Error::from),
+            }
+        }
+        rustix::fs::open(p, flags, mode)
+            .map(File::from)
+            .map_err(io::Error::from)
+    }
+
+    /// Makes directory `p` and those above it under its root, each step beneath it.
+    pub fn create_dir_all(&self, p: &Path) -> io::Result<()> {
+        let (root, rel) = self.find(p)?;
+        if NO_OPENAT2.load(Relaxed) {
+            return std::fs::create_dir_all(p);
+        }
+        let dir = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let mut cur: Option<OwnedFd> = None;
+        for c in rel.components() {
+            let at = cur.as_ref().unwrap_or(root);
+            let next = match rustix::fs::openat2(at, c.as_os_str(), dir, Mode::empty(), BENEATH) {
+                Err(Errno::NOENT) => {
+                    match rustix::fs::mkdirat(at, c.as_os_str(), Mode::from_raw_mode(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    rustix::fs::openat2(at, c.as_os_str(), dir, Mode::empty(), BENEATH)
+                }
+                Err(Errno::NOSYS) => {
+                    NO_OPENAT2.store(true, Relaxed);
+                    return std::fs::create_dir_all(p);
+                }
+                r => r,
+            };
+            cur = Some(next.map_err(|e| named(p, "cannot make directory", e.into()))?);
+        }
+        Ok(())
+    }
+
+    /// The directory holding `p`, opened beneath its root (cached), and `p`'s name.
+    fn parent<'a>(&self, p: &'a Path) -> io::Result<(std::sync::Arc<OwnedFd>, &'a OsStr)> {
+        let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
+            return Err(io::Error::other(format!("'{}' has no parent", p.display())));
+        };
+        if let Some(fd) = self.parents.lock().unwrap().get(dir) {
+            return Ok((fd.clone(), name));
+        }
+        let (root, rel) = self.find(dir)?;
+        let rel = match rel.as_os_str().is_empty() {
+            true => Path::new("."),
+            false => rel,
+        };
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let fd = if NO_OPENAT2.load(Relaxed) {
+            rustix::fs::open(dir, flags, Mode::empty())
+        } else {
+            match rustix::fs::openat2(root, rel, flags, Mode::empty(), BENEATH) {
+                Err(Errno::NOSYS) => {
+                    NO_OPENAT2.store(true, Relaxed);
+                    rustix::fs::open(dir, flags, Mode::empty())
+                }
+                r => r,
+            }
+        };
+        let fd = std::sync::Arc::new(fd.map_err(|e| named(dir, "cannot open", e.into()))?);
+        self.parents
+            .lock()
+            .unwrap()
+            .insert(dir.to_path_buf(), fd.clone());
+        Ok((fd, name))
+    }
+
+    /// Makes a link at `p` (whose directory exists) to `target`.
+    pub fn symlink(&self, target: &str, p: &Path) -> io::Result<()> {
+        let (dir, name) = self.parent(p)?;
+        rustix::fs::symlinkat(target, &*dir, name).map_err(io::Error::from)
+    }
+
+    /// Sets the mode and modification time of `p`, a file or directory the restore
+    /// made (a link there is refused).
+    pub fn set_mode_and_mtime(&self, p: &Path, mode: u32, mtime: i64) -> io::Result<()> {
+        let (dir, name) = self.parent(p)?;
+        let st = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+            return Err(named(p, "refused", io::Error::other("it is a link")));
+        }
+        rustix::fs::chmodat(&*dir, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
+        let t = rustix::fs::Timestamps {
+            last_access: rustix::fs::Timespec {
+                tv_sec: 0,
+                tv_nsec: rustix::fs::UTIME_OMIT,
+            },
+            last_modification: rustix::fs::Timespec {
+                tv_sec: mtime.max(0),
+                tv_nsec: 0,
+            },
+        };
+        rustix::fs::utimensat(&*dir, name, &t, AtFlags::SYMLINK_NOFOLLOW)?;
+        Ok(())
+    }
+}
+
+fn named(p: &Path, what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} '{}': {e}", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link planted anywhere under a root (a directory or the last component) is
+    /// never followed out of it, and a path outside every root is refused.
+    #[test]
+    fn nothing_is_made_or_opened_through_a_link_or_outside() {
+        let t = tempfile::tempdir().unwrap();
+        let (root, outside) = (t.path().join("root"), t.path().join("outside"));
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("evil")).unwrap();
+        std::os::unix::fs::symlink(outside.join("f"), root.join("d/last")).unwrap();
+        let r = Roots::open([root.clone()]).unwrap();
+        let create = OFlags::WRONLY | OFlags::CREATE;
+        assert!(r.open_file(&root.join("evil/f"), create, 0o600).is_err());
+        assert!(r.open_file(&root.join("d/last"), create, 0o600).is_err());
+        assert!(r.create_dir_all(&root.join("evil/sub")).is_err());
+        assert!(r.symlink("x", &root.join("evil/l")).is_err());
+        assert!(r
+            .set_mode_and_mtime(&root.join("d/last"), 0o777, 0)
+            .is_err());
+        let e = r
+            .open_file(&root.join("../outside/f"), create, 0o600)
+            .unwrap_err();
+        assert!(e.to_string().contains("outside the directories"), "{e}");
+        assert!(r.open_file(&outside.join("f"), create, 0o600).is_err());
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "written outside"
+        );
+        // What lies beneath is made and opened.
+        r.create_dir_all(&root.join("a/b/c")).unwrap();
+        r.open_file(&root.join("a/b/c/f"), create | OFlags::EXCL, 0o600)
+            .unwrap();
+        r.symlink("f", &root.join("a/b/c/l")).unwrap();
+        r.set_mode_and_mtime(&root.join("a/b/c/f"), 0o640, 1_000_000)
+            .unwrap();
+        let m = std::fs::metadata(root.join("a/b/c/f")).unwrap();
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        assert_eq!(
+            (m.permissions().mode() & 0o777, m.mtime()),
+            (0o640, 1_000_000)
+        );
+    }
+}
