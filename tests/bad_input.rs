@@ -397,8 +397,7 @@ fn a_target_deeper_than_path_max_restores_whole() {
         );
         // Read back relative to a directory inside it, as the kernel allows.
         use rustix::fs::{Mode, OFlags};
-        let inner =
-            rustix::fs::open(&to.join("base/16384"), OFlags::RDONLY, Mode::empty()).unwrap();
+        let inner = rustix::fs::open(to.join("base/16384"), OFlags::RDONLY, Mode::empty()).unwrap();
         let f = rustix::fs::openat(&inner, "f".repeat(70), OFlags::RDONLY, Mode::empty()).unwrap();
         let mut got = vec![];
         std::io::Read::read_to_end(&mut fs::File::from(f), &mut got).unwrap();
