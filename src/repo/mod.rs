@@ -289,15 +289,21 @@ impl Repo {
         .with_key()
     }
 
-    /// Reads the marker's encryption; a key given must be the repository's.
-    fn with_key(self) -> Result<Repo> {
+    /// The marker's bytes, its key and the key a rotation goes to.
+    fn read_marker(&self) -> Result<(Vec<u8>, Option<RepoKey>, Option<RepoKey>)> {
         let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
-        let (key, _) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
+        let (key, rotating) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
             anyhow!(
                 "'{}': {e}: the marker is damaged or forged",
                 self.store.describe(MARKER)
             )
         })?;
+        Ok((text, key, rotating))
+    }
+
+    /// Reads the marker's encryption; a key given must be the repository's.
+    fn with_key(self) -> Result<Repo> {
+        let (_, key, _) = self.read_marker()?;
         if let (Some(k), Some(source)) = (&key, &self.options.key) {
             self.check_key(k, source)?;
         }
@@ -386,23 +392,13 @@ impl Repo {
         };
         // A compare and swap from the plain marker: two first writers with keys never
         // both win, and the one that loses takes the winner's key, if it is its own.
-        let read = || -> Result<(Vec<u8>, Option<RepoKey>)> {
-            let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
-            let (key, _) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
-                anyhow!(
-                    "'{}': {e}: the marker is damaged or forged",
-                    self.store.describe(MARKER)
-                )
-            })?;
-            Ok((text, key))
-        };
-        let (text, now) = read()?;
+        let (text, now, _) = self.read_marker()?;
         let won = now.is_none()
             && self
                 .store
                 .replace_if(MARKER, &text, k.marker(None).as_bytes())?;
         if !won {
-            let Some(theirs) = read()?.1 else {
+            let Some(theirs) = self.read_marker()?.1 else {
                 bail!(
                     "repository '{}': its marker changed while this write made it {}: run it again",
                     self.describe(),
@@ -467,9 +463,7 @@ impl Repo {
 
     /// The key a `key rotate` left half done goes to, as the marker records it.
     pub fn rotating(&self) -> Result<Option<RepoKey>> {
-        let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
-        let (_, r) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| anyhow!("{e}"))?;
-        Ok(r)
+        Ok(self.read_marker()?.2)
     }
 
     /// Records the repository's key (and the key a rotation goes to, while it runs).
