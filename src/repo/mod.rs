@@ -27,6 +27,8 @@ pub use store::{create_dir, inherit_owner};
 use store::{DirStore, ObjectStore, Store};
 
 const MARKER: &str = "pagevault.repo";
+/// A stripe's media header: byte 41 says whether its set is encrypted.
+const MEDIA_HEAD: u64 = 64;
 /// A catalog record is a few KiB; refuse anything absurd.
 const RECORD_MAX: u64 = 16 << 20;
 
@@ -372,8 +374,7 @@ impl Repo {
             return Ok(k);
         }
         if asked == KeyUse::Seal {
-            let sets = self.catalog()?.len();
-            let wal = self.store.list("wal")?.len();
+            let (sets, wal) = (self.catalog()?.len(), self.wal_files()?);
             if sets + wal > 0 {
                 bail!(
                     "repository '{}' is not encrypted and holds {sets} sets and {wal} WAL files: encryption starts with a new repository (or run without a key)",
@@ -397,6 +398,18 @@ impl Repo {
             && self
                 .store
                 .replace_if(MARKER, &text, k.marker(None).as_bytes())?;
+        // A plain write that checked the marker before the swap and wrote after it is
+        // seen here, or it sees the swap itself (`check_still_plain`) and goes.
+        if won && asked == KeyUse::Seal {
+            let plain = self.plain_items()?;
+            if plain > 0 {
+                let _ = (self.store).replace_if(MARKER, k.marker(None).as_bytes(), &text);
+                bail!(
+                    "repository '{}' received {plain} sets or WAL files without a key while this write made it encrypted: it stays plain; encryption starts with a new repository (or run without a key)",
+                    self.describe()
+                );
+            }
+        }
         if !won {
             let Some(theirs) = self.read_marker()?.1 else {
                 bail!(
@@ -411,6 +424,51 @@ impl Repo {
         }
         *self.key.lock().unwrap() = Some(k);
         Ok(k)
+    }
+
+    /// Archived WAL files (`wal/TIMELINE/...`, not `wal/system_identifier`).
+    fn wal_files(&self) -> Result<usize> {
+        let all = self.store.list("wal")?;
+        Ok(all.iter().filter(|(k, _)| k.contains('/')).count())
+    }
+
+    /// Sets and archived files stored without encryption (a concurrent writer's with
+    /// the same key are sealed, and do not count); one removed meanwhile does not.
+    fn plain_items(&self) -> Result<usize> {
+        let mut n = 0;
+        for e in self.catalog()? {
+            let head = match e.stripes.first() {
+                Some(st) if !st.contains("://") && !Path::new(st).is_absolute() => {
+                    self.store.get_head(st, MEDIA_HEAD)?
+                }
+                _ => None,
+            };
+            n += usize::from(head.is_none_or(|h| h.len() < MEDIA_HEAD as usize || h[41] == 0));
+        }
+        for (k, _) in self.store.list("wal")? {
+            if k.contains('/') {
+                let head = self.store.get_head(&format!("wal/{k}"), 8)?;
+                n += usize::from(head.is_some_and(|h| !wal::sealed_head(&h)));
+            }
+        }
+        Ok(n)
+    }
+
+    /// After a plain write, whose caller then removes what it wrote on an error: the
+    /// repository became encrypted or signed while it ran (a first keyed write raced
+    /// it), so it is refused as it would have been a moment later.
+    pub fn check_still_plain(&self) -> Result<()> {
+        let (_, now, _) = self.read_marker()?;
+        if now.is_none() {
+            return Ok(());
+        }
+        *self.key.lock().unwrap() = now;
+        match self.refuse_plain() {
+            Err(e) => bail!(
+                "{e} (it became so while this write ran, and what the write stored was removed)"
+            ),
+            Ok(()) => Ok(()),
+        }
     }
 
     /// The key archived WAL files are sealed or signed with, and which: None for a

@@ -38,7 +38,8 @@ pub trait Store: Send + Sync {
     fn replace_if(&self, rel: &str, expected: &[u8], bytes: &[u8]) -> Result<bool>;
 
     /// Rewrites the first `n` bytes of `rel` (fewer if it is shorter) as `patch` makes
-    /// them; `patch` returns false to leave `rel` as it is, and so does this. Local: in
+    /// them, in place (`patch` may not change their length); `patch` returns false to
+    /// leave `rel` as it is, and so does this. Local: in
     /// place, fsynced. Objects: the object written anew, its other bytes copied within
     /// the store through this host (an object store has no write in place); the old
     /// object stays whole until the new one is. An error when `rel` is absent.
@@ -246,19 +247,27 @@ impl Store for DirStore {
     }
 
     fn patch_head(&self, rel: &str, n: u64, patch: &mut Patch) -> Result<bool> {
-        use std::os::unix::fs::FileExt;
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
         let p = self.path(rel);
         let f = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&p)
             .with_context(|| format!("cannot open '{}' to rewrite its head", p.display()))?;
         let mut b = Vec::with_capacity(n.min(1 << 20) as usize);
         (&f).take(n)
             .read_to_end(&mut b)
             .with_context(|| format!("cannot read '{}'", p.display()))?;
+        let len = b.len();
         if !patch(&mut b)? {
             return Ok(false);
+        }
+        if b.len() != len {
+            bail!(
+                "a patch changed the length of the head of '{}'",
+                p.display()
+            );
         }
         f.write_all_at(&b, 0)
             .and_then(|()| f.sync_all())

@@ -312,8 +312,15 @@ impl Location {
         let mut head = block_on(get(0..n.min(size)))
             .map_err(|e| self.err("cannot read", e))?
             .to_vec();
+        let len = head.len();
         if !patch(&mut head)? {
             return Ok(Some(false));
+        }
+        if head.len() != len {
+            bail!(
+                "a patch changed the length of the head of '{}'",
+                self.describe()
+            );
         }
         block_on(async {
             let up = self.store.put_multipart(&p).await?;

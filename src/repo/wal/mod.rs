@@ -251,6 +251,11 @@ pub fn rekey(
     Ok((done, already))
 }
 
+/// Whether an archived file's first bytes (8 are enough) open a sealed envelope.
+pub fn sealed_head(b: &[u8]) -> bool {
+    Envelope::of(b) == Some(Envelope::Seal)
+}
+
 /// Removes one archived file (retention), and its block summary.
 pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
     let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;

@@ -375,6 +375,13 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
     }
     let created = store.put_new_file(&rel, &tmp.path)?;
     drop(tmp);
+    // A first keyed write may have raced this plain push: then the file goes.
+    if created && master.is_none() {
+        if let Err(e) = repo.check_still_plain() {
+            let _ = store.delete(&rel);
+            return Err(e);
+        }
+    }
     if created {
         let mut p = done(Outcome::Archived, &hdr);
         if summarized {

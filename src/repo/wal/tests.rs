@@ -534,3 +534,29 @@ fn a_signed_archive_signs_every_file_and_refuses_forgeries() {
     fetch(&r2, &name, &out).unwrap();
     assert!(summary::read(&r2, &name).unwrap().is_some());
 }
+
+/// A plain push whose repository handle predates a first keyed write (it checked the
+/// marker before the swap) and writes after it: refused, its file removed, the
+/// repository encrypted and holding nothing plain.
+#[test]
+fn a_plain_push_racing_the_first_encryption_is_refused_and_removed() {
+    let (dir, plain) = repo();
+    let source = crate::crypt::KeySource::key([7; 32], "test key");
+    let options = crate::device::object::StoreOptions {
+        key: Some(source.clone()),
+        ..Default::default()
+    };
+    let keyed = Repo::open(dir.path().join("r").to_str().unwrap(), false, &options).unwrap();
+    keyed
+        .key_for(&source, crate::format::seal::KeyUse::Seal)
+        .unwrap();
+    let p = dir.path().join(segment_name_for(1, 1, SEG));
+    fs::write(&p, segment(1, 1, 5, 3)).unwrap();
+    let e = push(&plain, &p).unwrap_err().to_string();
+    assert!(e.contains("is encrypted") && e.contains("removed"), "{e}");
+    let left: Vec<_> = (plain.store().list("wal").unwrap().into_iter())
+        .filter(|(k, _)| k.contains('/'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(keyed.encryption().is_some());
+}
