@@ -104,9 +104,21 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         );
     }
     repo.set_key(cur, Some(&target))?;
+    // A signal stops it between files (an object's upload is aborted): run it again.
+    let _signals = crate::interrupt::catch();
+    let stopped = |done: u64| {
+        match crate::interrupt::received() {
+        Some(sig) => Err(anyhow!(
+            "{}: {done} stripes rotated; the rest still open with the old key: run key rotate again with the same keys to finish",
+            crate::interrupt::error(sig)
+        )),
+        None => Ok(()),
+    }
+    };
     let (mut stripes, mut stripes_already, mut stripes_plain) = (0, 0, 0);
     for e in repo.catalog()? {
         for st in &e.stripes {
+            stopped(stripes)?;
             let done = match stripe_store(&repo, st) {
                 Some((dir, name)) => rekey_stripe(&dir, &name, &old, &new, target.kdf, signed),
                 None if st.contains("://") => bail!(
@@ -115,6 +127,12 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
                 ),
                 None => rekey_stripe(repo.store(), st, &old, &new, target.kdf, signed),
             };
+            let done = done.map_err(|e| match crate::interrupt::received() {
+                Some(_) => e.context(format!(
+                    "{stripes} stripes rotated; run key rotate again with the same keys to finish"
+                )),
+                None => e,
+            });
             match done? {
                 Rekeyed::Done => stripes += 1,
                 Rekeyed::Already => stripes_already += 1,

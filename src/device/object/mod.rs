@@ -329,6 +329,13 @@ impl Location {
             let copied = async {
                 let mut at = head.len() as u64;
                 while at < size {
+                    // A signal aborts the upload below: the old object stays.
+                    if let Some(sig) = crate::interrupt::received() {
+                        return Err(object_store::Error::Generic {
+                            store: "pagevault",
+                            source: crate::interrupt::error(sig).into(),
+                        });
+                    }
                     let end = (at + REWRITE_PART).min(size);
                     w.wait_for_capacity(2).await?;
                     w.put(get(at..end).await?);
@@ -345,7 +352,14 @@ impl Location {
                 }
             }
         })
-        .map_err(|e| self.err("cannot rewrite", e))?;
+        .map_err(|e| match crate::interrupt::received() {
+            Some(sig) => anyhow!(
+                "{}: the rewrite of '{}' was aborted, and the object is as it was",
+                crate::interrupt::error(sig),
+                self.describe()
+            ),
+            None => self.err("cannot rewrite", e),
+        })?;
         Ok(Some(true))
     }
 

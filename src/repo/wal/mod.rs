@@ -226,6 +226,12 @@ pub fn rekey(
         None => Envelope::Seal,
     };
     for (rel, _) in repo.store().list("wal")? {
+        if let Some(sig) = crate::interrupt::received() {
+            bail!(
+                "{}: {done} WAL files rotated; run key rotate again with the same keys to finish",
+                crate::interrupt::error(sig)
+            );
+        }
         let (dir, file) = rel.split_once('/').unwrap_or(("", &rel));
         let stem = file
             .strip_suffix(".zst")
