@@ -90,3 +90,18 @@ fn a_restore_target_is_private_until_done_and_keeps_its_own_mode() {
         .collect();
     assert!(readable.is_empty(), "readable by others: {readable:?}");
 }
+
+/// A target the user names through a link (a data directory on another disk) is
+/// restored into as before: the link the user chose is followed, nothing below it.
+#[test]
+fn a_target_named_through_a_link_restores() {
+    let (dir, src) = tree_in_tempdir();
+    let set = s(&dir.path().join("s.pv"));
+    backup_files(&src, &set, &["--compress", "lz4"]);
+    let real = dir.path().join("real");
+    fs::create_dir(&real).unwrap();
+    let via = dir.path().join("via");
+    std::os::unix::fs::symlink(&real, &via).unwrap();
+    ok(&["restore", "--from", &set, "--to", &s(&via)]);
+    assert_same_tree(&src, &real);
+}

@@ -30,13 +30,15 @@ pub struct Roots {
 }
 
 impl Roots {
-    /// Opens each of `dirs` (they exist: `prepare` made them), never through a link.
+    /// Opens each of `dirs` (they exist: `prepare` made them). The user named them, so
+    /// a link there is followed (a data directory reached through a link restores as it
+    /// did); nothing below them is.
     pub fn open(dirs: impl IntoIterator<Item = PathBuf>) -> io::Result<Roots> {
         let mut list = vec![];
         for d in dirs {
             let fd = rustix::fs::open(
                 &d,
-                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
             .map_err(|e| named(&d, "cannot open", e.into()))?;
@@ -195,6 +197,11 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("evil")).unwrap();
         std::os::unix::fs::symlink(outside.join("f"), root.join("d/last")).unwrap();
         let r = Roots::open([root.clone()]).unwrap();
+        // A root reached through a link (the user's own) is opened.
+        std::os::unix::fs::symlink(&root, t.path().join("via")).unwrap();
+        let via = Roots::open([t.path().join("via")]).unwrap();
+        via.create_dir_all(&t.path().join("via/x")).unwrap();
+        assert!(root.join("x").is_dir());
         let create = OFlags::WRONLY | OFlags::CREATE;
         assert!(r.open_file(&root.join("evil/f"), create, 0o600).is_err());
         assert!(r.open_file(&root.join("d/last"), create, 0o600).is_err());
