@@ -234,7 +234,7 @@ impl Store for DirStore {
             .truncate(false)
             .write(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(crate::sys::O_NOFOLLOW)
             .open(&lock)
             .with_context(|| format!("cannot open the lock file '{}'", lock.display()))?;
         rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
@@ -252,7 +252,7 @@ impl Store for DirStore {
         let f = OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(crate::sys::O_NOFOLLOW)
             .open(&p)
             .with_context(|| format!("cannot open '{}' to rewrite its head", p.display()))?;
         let mut b = Vec::with_capacity(n.min(1 << 20) as usize);

@@ -189,12 +189,6 @@ pub fn give_back(dir: &Path, b: Before) -> Result<()> {
         .with_context(|| format!("cannot give '{}' back its mode", dir.display()))
 }
 
-pub fn set_mtime(p: &Path, mtime: i64) {
-    // By path (utimensat): one syscall per file, where open + futimens + close took three.
-    // A time that cannot be set is not worth failing a restore for.
-    let _ = filetime::set_file_mtime(p, filetime::FileTime::from_unix_time(mtime.max(0), 0));
-}
-
 /// The regular files of a restore, each created at its size exactly once: by
 /// `create_first` before the pipeline, by `create_all` alongside it, or by the first
 /// frame that needs it. Creating a file costs about 15 us of CPU here, up to 400 us

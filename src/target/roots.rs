@@ -72,16 +72,8 @@ impl Roots {
 
     /// Opens file `p` with `flags` (and `mode` when it creates it).
     pub fn open_file(&self, p: &Path, flags: OFlags, mode: u32) -> io::Result<File> {
-        let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        let mode = Mode::from_raw_mode(mode);
         let (root, rel) = self.find(p)?;
-        if !NO_OPENAT2.load(Relaxed) {
-            match rustix::fs::openat2(root, rel, flags, mode, BENEATH) {
-                Err(Errno::NOSYS) => NO_OPENAT2.store(true, Relaxed),
-                r => return r.map(File::from).map_err(io::Error::from),
-            }
-        }
-        rustix::fs::open(p, flags, mode)
+        beneath(root, rel, p, flags, Mode::from_raw_mode(mode))
             .map(File::from)
             .map_err(io::Error::from)
     }
@@ -128,18 +120,13 @@ impl Roots {
             true => Path::new("."),
             false => rel,
         };
-        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        let fd = if NO_OPENAT2.load(Relaxed) {
-            rustix::fs::open(dir, flags, Mode::empty())
-        } else {
-            match rustix::fs::openat2(root, rel, flags, Mode::empty(), BENEATH) {
-                Err(Errno::NOSYS) => {
-                    NO_OPENAT2.store(true, Relaxed);
-                    rustix::fs::open(dir, flags, Mode::empty())
-                }
-                r => r,
-            }
-        };
+        let fd = beneath(
+            root,
+            rel,
+            dir,
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        );
         let fd = std::sync::Arc::new(fd.map_err(|e| named(dir, "cannot open", e.into()))?);
         self.parents
             .lock()
@@ -176,6 +163,25 @@ impl Roots {
         rustix::fs::utimensat(&*dir, name, &t, AtFlags::SYMLINK_NOFOLLOW)?;
         Ok(())
     }
+}
+
+/// `rel` opened beneath `root` (never through a link); `full`, its path, only where the
+/// kernel has no openat2.
+fn beneath(
+    root: &OwnedFd,
+    rel: &Path,
+    full: &Path,
+    flags: OFlags,
+    mode: Mode,
+) -> rustix::io::Result<OwnedFd> {
+    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    if !NO_OPENAT2.load(Relaxed) {
+        match rustix::fs::openat2(root, rel, flags, mode, BENEATH) {
+            Err(Errno::NOSYS) => NO_OPENAT2.store(true, Relaxed),
+            r => return r,
+        }
+    }
+    rustix::fs::open(full, flags, mode)
 }
 
 fn named(p: &Path, what: &str, e: io::Error) -> io::Error {
