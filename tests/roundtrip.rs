@@ -137,3 +137,49 @@ fn merged_adjacent_reads_restore_the_same_bytes_as_single_reads() {
         assert_same_tree(&src, &target);
     }
 }
+
+#[test]
+fn a_memory_budget_bounds_the_buffers_and_refuses_one_too_small_to_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("big"), bytes(43, 24 << 20, false)).unwrap();
+    std::fs::write(src.join("text"), bytes(44, 3 << 20, true)).unwrap();
+    let stripe = s(&dir.path().join("b.pv"));
+    let b = backup_files_json(&src, &stripe, &["--memory-budget", "40M", "--threads", "2"]);
+    let c = &b["config"];
+    let (count, each) = (
+        c["buffer_count"].as_u64().unwrap(),
+        c["buffer_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(c["memory_budget"], 40 << 20, "{c}");
+    assert!((count + 2) * each <= 40 << 20, "{c}");
+    assert!(
+        count < 70,
+        "the default pool (room for 64 reads) does not fit: {c}"
+    );
+    let pool = b["pool_bytes"].as_u64().unwrap();
+    assert!(
+        pool > 0 && pool <= 40 << 20,
+        "pool {pool} within the budget"
+    );
+    let target = dir.path().join("r");
+    ok(&["restore", "--from", &stripe, "--to", &s(&target)]);
+    assert_same_tree(&src, &target);
+    // Too small for the first reads in flight: refused before anything is written.
+    let small = s(&dir.path().join("small.pv"));
+    let source = format!("files:{}", s(&src));
+    let err = backup_fails(&source, &small, &["--memory-budget", "8M"], 1);
+    assert!(
+        err.contains("--memory-budget 8 MiB holds") && err.contains("raise the budget"),
+        "{err}"
+    );
+    assert!(!dir.path().join("small.pv").exists());
+    let err = backup_fails(
+        &source,
+        &small,
+        &["--memory-budget", "40M", "--buffer-count", "100"],
+        1,
+    );
+    assert!(err.contains("--buffer-count 100 needs"), "{err}");
+}

@@ -110,6 +110,13 @@ pub struct BackupArgs {
     /// flight stay fixed.
     #[arg(long, value_enum, default_value = "on")]
     pub adaptive_readers: super::Switch,
+    /// The most memory the backup's buffers may hold (pool, compression scratch,
+    /// object-store upload parts), e.g. 256M or 1G: the pool grows only as the reads
+    /// in flight need it, and the adaptive readers stop where it is full. Default: room
+    /// for the readers' cap (64 reads in flight per volume, about 70 MiB at 1M
+    /// transfers); either way a buffer is made only when the run first needs it.
+    #[arg(long, value_parser = units::parse_size)]
+    pub memory_budget: Option<u64>,
     /// Read with O_DIRECT where the filesystem allows (bypasses the page cache).
     #[arg(long, value_enum, default_value = "off")]
     pub direct_io: super::Switch,
@@ -161,6 +168,7 @@ impl BackupArgs {
             page_size: self.page_size,
             adaptive_readers: self.adaptive_readers.on(),
             direct_io: self.direct_io.on(),
+            memory_budget: self.memory_budget,
             spool: self.spool.clone(),
             report: self.report.clone(),
             store: StoreOptions::default(),
@@ -257,11 +265,13 @@ fn adaptive_line(a: &AdaptiveReport, base: usize) -> Option<String> {
         Held::NotTried => return None,
         Held::NoGain => "a step higher did not raise throughput by 5%",
         Held::Cap => "that is the most allowed",
-        Held::PoolFull => "every buffer was in use (raise --buffer-count)",
+        Held::PoolFull => "every buffer was in use (raise --buffer-count or --memory-budget)",
     };
     Some(format!(
-        "Adaptive readers: reads in flight started at {base} per volume and settled at {} (peak {}; {} step(s) kept, {} taken back): {why}.",
-        a.settled_in_flight, a.peak_in_flight, a.raises, a.undone
+        "Adaptive readers: reads in flight started at {base} per volume and settled at {} (peak {}; {} step(s) kept, {} taken back): {why}. Reads of {} each{}.",
+        a.settled_in_flight, a.peak_in_flight, a.raises, a.undone,
+        human(a.settled_read_bytes as u64),
+        if a.span_raises > 0 { format!(" ({} step(s) to larger reads kept)", a.span_raises) } else { String::new() }
     ))
 }
 
@@ -270,7 +280,13 @@ fn print_config(c: &BackupConfig) {
     println!("Buffer configuration:");
     println!("  BufferCount:           {} (default: {stripes} devices x 4 + 2 x {volumes} volumes = {}, pipeline needs {})", c.buffer_count, c.sql_default, c.pipeline_min);
     println!("  MaxTransferSize:       {}", human(c.max_transfer_size));
-    println!("  Total buffer memory:   {} ({} buffers of {}, plus {threads} compression scratch buffers)", human(c.total_buffer_memory), c.buffer_count, human(c.buffer_bytes as u64));
+    println!("  Total buffer memory:   {} at most ({} buffers of {}, each made when first needed, plus {threads} compression scratch buffers)", human(c.total_buffer_memory), c.buffer_count, human(c.buffer_bytes as u64));
+    if let Some(b) = c.memory_budget {
+        println!(
+            "  Memory budget:         {} (pool, scratch and upload buffers)",
+            human(b)
+        );
+    }
     if c.device_buffer_memory > 0 {
         println!(
             "  Upload buffers:        {} (object-store parts in flight, all stripes)",
@@ -279,7 +295,7 @@ fn print_config(c: &BackupConfig) {
     }
     println!(
         "  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}{}",
-        c.readers_per_volume, c.read_depth, if c.adaptive { format!(" (adaptive: probes up to {} per volume while throughput rises)", c.adaptive_cap) } else { String::new() }
+        c.readers_per_volume, c.read_depth, if c.adaptive { format!(" (adaptive: probes up to {} per volume, and reads up to 16 MiB long, while throughput rises)", c.adaptive_cap) } else { String::new() }
     );
     println!("  Devices:               {}", c.devices.join(", "));
     println!("  BlockSize:             {}", human(c.block_size));

@@ -1,12 +1,14 @@
 //! Adaptive readers, as a congestion window: every volume starts with `--readers x
 //! --read-depth` reads in flight and probes upward on every device, up to `max` (64 by
 //! default, bounded by the pool). Every 100 ms one reader looks at the last window of
-//! its volume's reads (the first window, the start, only sets the baseline): while the pool has free buffers it tries twice the reads in
-//! flight; the next window keeps the step only if the volume's throughput rose by 5% or
-//! more (then tries the next one at once), else it steps back and waits a second before
-//! trying again. Reads in flight then follow what the device rewards, not a guess.
-//! Adjacent ranges are merged separately (engine/backup/read.rs): transfers under 1 MiB
-//! are read up to 1 MiB per preadv.
+//! its volume's reads (the first window, the start, only sets the baseline): while the
+//! pool has free buffers it tries a step up; the next window keeps the step only if the
+//! volume's throughput rose by 5% or more (then tries the next one at once), else it
+//! steps back and waits a second before trying again. A step is one of two: twice the
+//! reads in flight, or twice the span (adjacent transfers read by one preadv, up to
+//! `max_span`: larger requests for devices that reward them). After a step that did not
+//! pay the next trial is of the other kind. Reads then follow what the device rewards,
+//! not a guess.
 
 use super::stats::Lane;
 use super::Abort;
@@ -47,11 +49,23 @@ impl Held {
     }
 }
 
+/// What a step changes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dim {
+    /// Reads in flight.
+    Depth,
+    /// Transfers per read.
+    Span,
+}
+
 struct Window {
     at: Instant,
     bytes: u64,
-    /// A step on trial: the level before it and the throughput there (bytes/s).
-    trial: Option<(usize, f64)>,
+    /// A step on trial: what it changed, the value before it and the throughput there
+    /// (bytes/s).
+    trial: Option<(Dim, usize, f64)>,
+    /// What the next trial changes.
+    next: Dim,
     cooldown: u32,
 }
 
@@ -59,6 +73,12 @@ pub struct Adapt {
     pub base: usize,
     pub max: usize,
     active: AtomicUsize,
+    /// Transfers one read may take: where it starts, the most, and now.
+    pub base_span: usize,
+    pub max_span: usize,
+    span: AtomicUsize,
+    /// Span steps kept.
+    pub span_raised: AtomicU64,
     finished: AtomicBool,
     /// Parked readers sleep here until the level rises or the volume ends.
     parked: (Mutex<()>, Condvar),
@@ -77,12 +97,17 @@ impl Adapt {
             base,
             max: max.max(base),
             active: AtomicUsize::new(base),
+            base_span: 1,
+            max_span: 1,
+            span: AtomicUsize::new(1),
+            span_raised: AtomicU64::new(0),
             finished: AtomicBool::new(false),
             parked: (Mutex::new(()), Condvar::new()),
             window: Mutex::new(Window {
                 at: Instant::now(),
                 bytes: 0,
                 trial: None,
+                next: Dim::Depth,
                 // The first window holds the start (opening files, empty queues): it
                 // is no baseline for a trial.
                 cooldown: 1,
@@ -94,6 +119,26 @@ impl Adapt {
         }
     }
 
+    /// Reads may merge `base` adjacent transfers, and the controller may try up to `max`.
+    pub fn spans(mut self, base: usize, max: usize) -> Adapt {
+        (self.base_span, self.max_span) = (base.max(1), max.max(base).max(1));
+        self.span = AtomicUsize::new(self.base_span);
+        self
+    }
+
+    /// Adjacent transfers one read may take now.
+    pub fn span(&self) -> usize {
+        self.span.load(Relaxed)
+    }
+
+    /// The span the volume settled at (the one before a step still on trial).
+    pub fn settled_span(&self) -> usize {
+        match self.window.lock().unwrap().trial {
+            Some((Dim::Span, before, _)) => before,
+            _ => self.span(),
+        }
+    }
+
     /// Readers the volume may use at most (threads to start).
     pub fn threads(&self) -> usize {
         self.max
@@ -102,9 +147,10 @@ impl Adapt {
     /// Where the volume settled: the reads in flight allowed, or, while a step up is
     /// still on trial (the volume ended before it was judged), the level before it.
     pub fn level(&self) -> usize {
-        let w = self.window.lock().unwrap();
-        w.trial
-            .map_or_else(|| self.active.load(Relaxed), |(before, _)| before)
+        match self.window.lock().unwrap().trial {
+            Some((Dim::Depth, before, _)) => before,
+            _ => self.active.load(Relaxed),
+        }
     }
 
     /// Why the reads in flight went no higher.
@@ -150,7 +196,7 @@ impl Adapt {
 
     /// Called after each read; adjusts the reads in flight at most once per window.
     pub fn tick(&self, lane: &Lane, pool_has_room: bool) {
-        if self.max == self.base {
+        if self.max == self.base && self.max_span == self.base_span {
             return;
         }
         let Ok(mut w) = self.window.try_lock() else {
@@ -164,17 +210,27 @@ impl Adapt {
         let db = b - w.bytes;
         (w.at, w.bytes) = (Instant::now(), b);
         let rate = db as f64 / dt.as_secs_f64();
-        let cur = self.active.load(Relaxed);
-        if let Some((before, before_rate)) = w.trial.take() {
+        if let Some((dim, before, before_rate)) = w.trial.take() {
             if rate >= before_rate * GAIN {
-                self.raised.fetch_add(1, Relaxed);
-                self.peak.fetch_max(cur, Relaxed);
+                match dim {
+                    Dim::Depth => {
+                        self.raised.fetch_add(1, Relaxed);
+                        self.peak.fetch_max(self.active.load(Relaxed), Relaxed);
+                    }
+                    Dim::Span => _ = self.span_raised.fetch_add(1, Relaxed),
+                }
                 // Still rising: try the next step now, judged against this window.
-                self.step(&mut w, lane, cur, rate, pool_has_room);
+                self.step(&mut w, lane, rate, pool_has_room);
             } else {
-                self.set(lane, before);
-                self.undone.fetch_add(1, Relaxed);
-                self.hold(Held::NoGain);
+                match dim {
+                    Dim::Depth => {
+                        self.set(lane, before);
+                        self.undone.fetch_add(1, Relaxed);
+                        self.hold(Held::NoGain);
+                    }
+                    Dim::Span => self.span.store(before, Relaxed),
+                }
+                w.next = other(dim);
                 w.cooldown = COOLDOWN;
             }
             return;
@@ -186,23 +242,48 @@ impl Adapt {
         if db == 0 {
             return;
         }
-        self.step(&mut w, lane, cur, rate, pool_has_room);
+        self.step(&mut w, lane, rate, pool_has_room);
     }
 
-    fn step(&self, w: &mut Window, lane: &Lane, cur: usize, rate: f64, room: bool) {
-        if cur >= self.max {
-            return self.hold(Held::Cap);
-        }
+    /// Puts a step on trial: of the kind due, or of the other when that one cannot
+    /// go higher.
+    fn step(&self, w: &mut Window, lane: &Lane, rate: f64, room: bool) {
+        let (cur, span) = (self.active.load(Relaxed), self.span());
         if !room {
             return self.hold(Held::PoolFull);
         }
-        w.trial = Some((cur, rate));
-        self.set(lane, (cur * 2).min(self.max));
+        let depth_open = cur < self.max;
+        let span_open = span < self.max_span;
+        if !depth_open {
+            self.hold(Held::Cap);
+        }
+        let dim = match (w.next, depth_open, span_open) {
+            (Dim::Depth, true, _) | (Dim::Span, true, false) => Dim::Depth,
+            (Dim::Span, _, true) | (Dim::Depth, false, true) => Dim::Span,
+            _ => return,
+        };
+        match dim {
+            Dim::Depth => {
+                w.trial = Some((dim, cur, rate));
+                self.set(lane, (cur * 2).min(self.max));
+            }
+            Dim::Span => {
+                w.trial = Some((dim, span, rate));
+                self.span.store((span * 2).min(self.max_span), Relaxed);
+            }
+        }
     }
 
     #[cfg(test)]
     fn active(&self) -> usize {
         self.active.load(Relaxed)
+    }
+}
+
+fn other(d: Dim) -> Dim {
+    match d {
+        Dim::Depth => Dim::Span,
+        Dim::Span => Dim::Depth,
     }
 }
 
@@ -269,6 +350,38 @@ mod tests {
         let (f, lane) = (Adapt::new(4, 4), Lane::default());
         window(&f, &lane, 100, 8192, true);
         assert_eq!((f.active(), f.held()), (4, Held::NotTried));
+    }
+
+    #[test]
+    fn after_a_depth_step_that_did_not_pay_the_span_is_tried() {
+        let (a, lane) = (Adapt::new(16, 64).spans(1, 16), Lane::default());
+        window(&a, &lane, 10, 1 << 20, true);
+        window(&a, &lane, 100, 1 << 20, true);
+        assert_eq!((a.active(), a.span()), (32, 1), "depth first");
+        window(&a, &lane, 100, 1 << 20, true);
+        assert_eq!((a.active(), a.span()), (16, 1), "no gain: back");
+        for _ in 0..=COOLDOWN {
+            window(&a, &lane, 100, 1 << 20, true);
+        }
+        assert_eq!((a.active(), a.span()), (16, 2), "then larger reads");
+        assert_eq!(a.settled_span(), 1, "a span on trial is not settled");
+        window(&a, &lane, 150, 1 << 20, true);
+        assert_eq!(
+            (a.span(), a.span_raised.load(Relaxed)),
+            (4, 1),
+            "kept: next"
+        );
+        window(&a, &lane, 150, 1 << 20, true);
+        assert_eq!((a.active(), a.span(), a.settled_span()), (16, 2, 2), "back");
+        for _ in 0..=COOLDOWN {
+            window(&a, &lane, 150, 1 << 20, true);
+        }
+        assert_eq!((a.active(), a.span()), (32, 2), "then depth again");
+        // At the cap, only the span is tried.
+        let (c, lane) = (Adapt::new(8, 8).spans(1, 4), Lane::default());
+        window(&c, &lane, 10, 1 << 20, true);
+        window(&c, &lane, 100, 1 << 20, true);
+        assert_eq!((c.active(), c.span(), c.held()), (8, 2, Held::Cap));
     }
 
     #[test]

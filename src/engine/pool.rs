@@ -1,10 +1,12 @@
-//! The buffer pool: `count` page-aligned buffers, the only large memory of a run.
-//! Buffers circulate between stages through channels; nothing allocates per read.
+//! The buffer pool: at most `count` page-aligned buffers, the only large memory of a
+//! run. A buffer is made the first time none is free and fewer than `count` exist, so
+//! the pool holds what the run used at its busiest, never more; buffers then circulate
+//! between stages through channels and nothing allocates per read.
 
 use super::Abort;
 use crate::format::frame::FRAME_HEADER_LEN;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,6 +64,8 @@ pub struct Pool {
     rx: Receiver<Buf>,
     pub count: usize,
     pub buf_size: usize,
+    /// Buffers made so far (at most `count`).
+    made: AtomicUsize,
     /// Buffers handed out and not given back yet, for the report's occupancy.
     in_use: Arc<AtomicU64>,
 }
@@ -69,14 +73,12 @@ pub struct Pool {
 impl Pool {
     pub fn new(count: usize, buf_size: usize) -> Pool {
         let (tx, rx) = bounded(count);
-        for _ in 0..count {
-            tx.send(Buf::new(buf_size)).unwrap();
-        }
         Pool {
             tx,
             rx,
             count,
             buf_size: buf_size.next_multiple_of(ALIGN),
+            made: AtomicUsize::new(0),
             in_use: Arc::default(),
         }
     }
@@ -87,14 +89,35 @@ impl Pool {
         self
     }
 
-    /// Bytes the pool holds.
+    /// Bytes the pool holds: the buffers made, at most `count`.
     pub fn bytes(&self) -> u64 {
-        (self.count * (self.buf_size + PREFIX + ALIGN)) as u64
+        (self.made() * (self.buf_size + PREFIX + ALIGN)) as u64
+    }
+
+    /// Buffers made so far: the most the run had in use at once.
+    pub fn made(&self) -> usize {
+        self.made.load(Relaxed)
+    }
+
+    /// A new buffer while fewer than `count` exist.
+    fn make(&self) -> Option<Buf> {
+        self.made
+            .fetch_update(Relaxed, Relaxed, |m| (m < self.count).then_some(m + 1))
+            .ok()
+            .map(|_| Buf::new(self.buf_size))
+    }
+
+    /// A buffer free now, or a new one while the pool may grow.
+    fn free_now(&self) -> Option<Buf> {
+        self.rx.try_recv().ok().or_else(|| self.make())
     }
 
     /// A free buffer and how long we waited for it; None once the run is aborted.
     pub fn get(&self, abort: &Abort) -> Option<(Buf, Duration)> {
         let t = Instant::now();
+        if let Some(b) = self.free_now() {
+            return Some((self.take(b), t.elapsed()));
+        }
         loop {
             match self.rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(b) => return Some((self.take(b), t.elapsed())),
@@ -106,7 +129,7 @@ impl Pool {
 
     /// A free buffer if one is free now (for merged reads, which never wait for more).
     pub fn try_get(&self) -> Option<Buf> {
-        self.rx.try_recv().ok().map(|b| self.take(b))
+        self.free_now().map(|b| self.take(b))
     }
 
     /// An empty buffer, counted in use.
@@ -184,5 +207,24 @@ mod tests {
         );
         p.put(x);
         assert!(p.get(&a).is_some(), "a returned buffer is handed out again");
+    }
+
+    #[test]
+    fn pool_makes_a_buffer_only_when_none_is_free() {
+        let (p, a) = (Pool::new(8, 4096), Abort::default());
+        assert_eq!((p.made(), p.bytes()), (0, 0), "nothing made up front");
+        for _ in 0..5 {
+            let b = p.get(&a).unwrap().0;
+            p.put(b);
+        }
+        assert_eq!(p.made(), 1, "one buffer in use at a time: one made");
+        let held: Vec<Buf> = (0..3).map(|_| p.try_get().unwrap()).collect();
+        assert_eq!(p.made(), 3);
+        held.into_iter().for_each(|b| p.put(b));
+        let all: Vec<Buf> = (0..8).map(|_| p.get(&a).unwrap().0).collect();
+        assert_eq!(p.made(), 8);
+        assert!(p.try_get().is_none(), "never more than count");
+        assert_eq!(p.bytes(), 8 * (p.buf_size + PREFIX + ALIGN) as u64);
+        drop(all);
     }
 }

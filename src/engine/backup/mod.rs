@@ -205,6 +205,10 @@ pub struct Outcome {
     /// no higher.
     pub adaptive_undone: u64,
     pub settled_in_flight: usize,
+    /// Bytes one read of that volume ended at asking for (transfers merged), and the
+    /// span steps kept.
+    pub settled_read_bytes: usize,
+    pub span_raises: u64,
     pub held: Option<super::adapt::Held>,
 }
 
@@ -296,7 +300,8 @@ pub fn run(
     let adapts: Vec<Adapt> = (0..volumes)
         .map(|_| {
             let (base, max) = p.in_flight();
-            Adapt::new(base, max)
+            let (span, max_span) = read::spans(p.transfer_size, p.adaptive);
+            Adapt::new(base, max).spans(span, max_span)
         })
         .collect();
     let nstripes = stripes.len();
@@ -407,6 +412,11 @@ pub fn run(
         adaptive_raises: adapts.iter().map(|a| a.raised.load(Relaxed)).sum(),
         adaptive_undone: adapts.iter().map(|a| a.undone.load(Relaxed)).sum(),
         settled_in_flight: adapts.iter().map(|a| a.level()).max().unwrap_or(0),
+        settled_read_bytes: adapts
+            .iter()
+            .max_by_key(|a| a.level())
+            .map_or(p.transfer_size, |a| a.settled_span() * p.transfer_size),
+        span_raises: adapts.iter().map(|a| a.span_raised.load(Relaxed)).sum(),
         held: adapts.iter().max_by_key(|a| a.level()).map(|a| a.held()),
         peak_in_flight: adapts
             .iter()

@@ -48,15 +48,9 @@ pub(super) fn reader(
 ) {
     let (p, plan, abort, pool) = (sh.p, sh.plan, sh.abort, &sh.pool);
     let t = p.transfer_size;
-    // Transfers under 1 MiB are merged up to 1 MiB per read when adaptive.
-    let merge = if p.adaptive {
-        ((1usize << 20) / t).clamp(1, MAX_MERGE)
-    } else {
-        1
-    };
     // Reused for every read: no allocation per read.
-    let mut run: Vec<(Chunk, Buf)> = Vec::with_capacity(merge);
-    let mut extra: Vec<Buf> = Vec::with_capacity(merge);
+    let mut run: Vec<(Chunk, Buf)> = Vec::with_capacity(MAX_MERGE);
+    let mut extra: Vec<Buf> = Vec::with_capacity(MAX_MERGE);
     let mut asks: Vec<(u64, u64)> = Vec::new();
     while !abort.aborted() {
         if !adapt.admit(k, abort) {
@@ -88,6 +82,7 @@ pub(super) fn reader(
         // Adjacent ranges of the file, while buffers are free: one vectored read
         // instead of several small ones.
         run.push((chunk, buf));
+        let merge = adapt.span();
         if merge > 1 && run[0].0.len == t && run[0].0.sel.is_none() {
             while extra.len() + 1 < merge {
                 match pool.try_get() {
@@ -456,6 +451,16 @@ fn read_one(plan: &[ReadFile], c: &Chunk, page: usize, buf: &mut Buf) -> io::Res
 
 /// Most chunks one merged read takes.
 const MAX_MERGE: usize = 16;
+
+/// Transfers one read merges, adaptive: (where it starts, the most the controller may
+/// try). Transfers under 1 MiB start merged up to 1 MiB; probing goes up to 16 MiB.
+pub(super) fn spans(transfer: usize, adaptive: bool) -> (usize, usize) {
+    if !adaptive {
+        return (1, 1);
+    }
+    let base = ((1usize << 20) / transfer).clamp(1, MAX_MERGE);
+    (base, ((16usize << 20) / transfer).clamp(base, MAX_MERGE))
+}
 
 /// Reads adjacent chunks of one file with one preadv; a chunk the call did not fill
 /// (end of file, a short read, a refusal) is read on its own. Bit i of the result:

@@ -72,6 +72,10 @@ pub struct BackupOptions {
     pub page_size: u64,
     pub adaptive_readers: bool,
     pub direct_io: bool,
+    /// The most the buffers may hold (pool, compression scratch, device write
+    /// buffers): the pool and the reads in flight stay within it. None: the pool is
+    /// sized for the adaptive readers' cap.
+    pub memory_budget: Option<u64>,
     /// Where the SQLite source puts its snapshot copy.
     pub spool: Option<PathBuf>,
     /// An HTML page with the timeline is written there.
@@ -111,6 +115,7 @@ impl Default for BackupOptions {
             page_size: 8 << 10,
             adaptive_readers: true,
             direct_io: false,
+            memory_budget: None,
             spool: None,
             report: None,
             store: Default::default(),
@@ -146,6 +151,8 @@ pub struct BackupConfig {
     /// Adaptive readers, and the reads in flight per volume they may reach.
     pub adaptive: bool,
     pub adaptive_cap: usize,
+    /// `--memory-budget`, when given.
+    pub memory_budget: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -164,6 +171,10 @@ pub struct AdaptiveReport {
     /// Reads in flight the busiest volume ended at, and why it went no higher.
     pub settled_in_flight: usize,
     pub held: Option<crate::engine::adapt::Held>,
+    /// Bytes one read settled at (adjacent transfers merged into one), and the span
+    /// steps kept.
+    pub settled_read_bytes: usize,
+    pub span_raises: u64,
 }
 
 /// What a backup did: its `--json` summary, and a few facts only the text shows.
@@ -329,7 +340,13 @@ fn backup_set(
         _ => None,
     };
     phases.plan = lap();
-    let (mut params, config, hint) = configure(o, codec, &dest.devices, &input);
+    let (mut params, config, hint) = match configure(o, codec, &dest.devices, &input) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = input.src.finish(false);
+            return Err(e);
+        }
+    };
     let guard = match guarding(o, &dest, set_id) {
         Ok(k) => k,
         Err(e) => {
@@ -448,6 +465,8 @@ fn backup_set(
             peak_in_flight: out.peak_in_flight,
             undone: out.adaptive_undone,
             settled_in_flight: out.settled_in_flight,
+            settled_read_bytes: out.settled_read_bytes,
+            span_raises: out.span_raises,
             held: out.held,
         },
         object_store: device::object::retry_stats().since(retries),
@@ -620,7 +639,7 @@ fn configure(
     codec: CodecSpec,
     devices: &[Box<dyn Device>],
     input: &Input,
-) -> (Params, BackupConfig, CreateHint) {
+) -> Result<(Params, BackupConfig, CreateHint)> {
     let volumes = input.vols.names.len().max(1);
     let threads = o
         .threads
@@ -642,7 +661,7 @@ fn configure(
         .map(|b| b as usize)
         .unwrap_or(sql_default.max(pipeline_min));
     let page_size = input.src.page_size() as u64;
-    let params = Params {
+    let mut params = Params {
         buffer_count,
         transfer_size: o.max_transfer_size as usize,
         block_size: o.block_size as usize,
@@ -661,12 +680,28 @@ fn configure(
         expected_bytes: input.plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
         transfer_size: o.max_transfer_size as usize,
     };
+    let device_memory: u64 = devices.iter().map(|d| d.write_memory(&hint)).sum();
+    if let Some(budget) = o.memory_budget {
+        let fit = within_budget(budget, device_memory, &params, (base, stripes))?;
+        params.buffer_count = match o.buffer_count {
+            Some(b) if b as usize > fit => bail!(
+                "--buffer-count {b} needs {} of buffers, over --memory-budget {} (at most {fit} \
+                 buffers of {} fit): raise the budget or lower --buffer-count",
+                human((b as usize + threads) as u64 * params.buffer_size() as u64 + device_memory),
+                human(budget),
+                human(params.buffer_size() as u64)
+            ),
+            Some(b) => b as usize,
+            None => buffer_count.min(fit),
+        };
+    }
+    let buffer_count = params.buffer_count;
     let config = BackupConfig {
         buffer_count,
         max_transfer_size: o.max_transfer_size,
         buffer_bytes: params.buffer_size(),
         total_buffer_memory: (buffer_count * params.buffer_size()) as u64,
-        device_buffer_memory: devices.iter().map(|d| d.write_memory(&hint)).sum(),
+        device_buffer_memory: device_memory,
         compression_scratch_buffers: threads,
         volumes,
         readers_per_volume: o.readers,
@@ -681,8 +716,9 @@ fn configure(
         pipeline_min,
         adaptive: params.adaptive,
         adaptive_cap: params.in_flight().1,
+        memory_budget: o.memory_budget,
     };
-    (params, config, hint)
+    Ok((params, config, hint))
 }
 
 /// Reads the source into the stripes, then ends the source's backup and reads, in a

@@ -96,6 +96,34 @@ pub fn pipeline_min(reads_in_flight: usize, threads: usize, stripes: usize) -> u
     reads_in_flight + 2 * threads + 2 * stripes
 }
 
+/// Pool buffers that fit in `budget` beside the compression scratch buffers and the
+/// devices' write buffers; an error naming what to change when too few for the first
+/// `reads` in flight (every volume's `--readers x --read-depth`) and `stripes`.
+pub fn within_budget(
+    budget: u64,
+    device_memory: u64,
+    p: &Params,
+    (reads, stripes): (usize, usize),
+) -> Result<usize> {
+    let each = p.buffer_size() as u64;
+    let fixed = device_memory + p.threads as u64 * each;
+    let fit = (budget.saturating_sub(fixed) / each) as usize;
+    let least = pipeline_min(reads, p.threads, stripes);
+    if fit < least {
+        bail!(
+            "--memory-budget {} holds {fit} buffers of {} beside {} of compression scratch and \
+             device write buffers; the backup needs at least {least} ({reads} reads in flight, \
+             2 per compression thread and per stripe), {} in all: raise the budget, or lower \
+             --read-depth, --threads or --max-transfer-size",
+            human(budget),
+            human(each),
+            human(fixed),
+            human(fixed + least as u64 * each)
+        );
+    }
+    Ok(fit)
+}
+
 /// Memory of the pool plus one compression scratch buffer per thread.
 pub fn buffer_memory(p: &Params) -> u64 {
     ((p.buffer_count + p.threads) * p.buffer_size()) as u64
