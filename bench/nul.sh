@@ -11,8 +11,10 @@
 #     1,045 with bs=4k, nothing with bs=1M)
 #     pagevault backup --to NUL at its defaults, and with --adaptive-readers off
 #   warm (the files read once first, then from the page cache):
-#     fio buffered sequential 1 MiB reads (psync) by 1 and 4 jobs; for the tree, cat by
-#     1 and 4 processes
+#     fio buffered sequential 1 MiB reads (psync): 1 job; 2 and 4 jobs each reading its
+#     own part of the file (the file read once, as pagevault reads it); 4 jobs each
+#     reading the whole file (4 times the bytes: what the page cache gives at most);
+#     for the tree, cat by 1 and 4 processes
 #     pagevault backup --to NUL at its defaults
 # Also runs
 # `pagevault bench --profile backup` (one 1 MiB I/O at a time, read and write) on WORK
@@ -77,10 +79,11 @@ hold_guest_memory
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 warm() { find "$1" -type f -exec cat {} + > /dev/null; }
 
-# ref_mb WHAT DIRECT DEPTH JOBS: MB/s (10^6) of one sequential pass by the reference
-# reader: fio for the large file, cat by DEPTH x JOBS processes for the tree.
+# ref_mb WHAT DIRECT DEPTH JOBS [split]: MB/s (10^6) of one sequential pass by the
+# reference reader: fio for the large file (split: each job reads 1/JOBS of it, else each
+# reads all of it), cat by DEPTH x JOBS processes for the tree.
 ref_mb() {
-  local what=$1 direct=$2 depth=$3 jobs=$4 engine t0 t1
+  local what=$1 direct=$2 depth=$3 jobs=$4 split=${5:-} engine t0 t1 part=()
   if [ "$what" = "$TREE" ]; then
     t0=$(now_ns)
     (cd "$TREE" && find . -type f -print0 | xargs -0 -P $((depth * jobs)) -n 64 cat > /dev/null)
@@ -89,8 +92,11 @@ ref_mb() {
     return
   fi
   engine=libaio; [ "$direct" = 0 ] && engine=psync
-  fio --name=r --filename="$what/data" --rw=read --bs=1M --direct="$direct" --ioengine="$engine" \
-      --iodepth="$depth" --numjobs="$jobs" --group_reporting --output-format=json 2>/dev/null \
+  [ -n "$split" ] && part=(--size=$((BIG_BYTES / jobs)) --offset_increment=$((BIG_BYTES / jobs)))
+  # --invalidate=0: fio otherwise drops the file from the page cache before reading, and a
+  # "warm" read is then a cold one.
+  fio --name=r --filename="$what/data" --rw=read --bs=1M --direct="$direct" --ioengine="$engine" --invalidate=0 \
+      --iodepth="$depth" --numjobs="$jobs" "${part[@]}" --group_reporting --output-format=json 2>/dev/null \
     | sed -n '/^{/,$p' | jq '.jobs[0].read.bw_bytes / 1e6'
 }
 
@@ -112,7 +118,7 @@ echo "# BACKUP TO NUL against fio ($(date -u '+%Y-%m-%d %H:%M UTC'))"
 echo
 echo "pagevault $commit$dirty built $PV_BUILT; $(nproc) cores; large file $(mb "$BIG_BYTES") MB, tree $FILES files $(mb "$TREE_BYTES") MB; $REPS rounds."
 echo "$VM_MEMORY_NOTE."
-echo "MB/s = 10^6 bytes/s of source read. Reference (\"fio\" columns): for the large file fio cold O_DIRECT libaio 1 MiB at depth d, warm buffered psync 1 MiB by 1 and 4 jobs; for the tree, cat of every file by d processes (warm: 1 and 4). pv: backup --to NUL (defaults unless named); in flight = settled/peak reads in flight per volume."
+echo "MB/s = 10^6 bytes/s of source read. Reference (\"fio\" columns): for the large file fio cold O_DIRECT libaio 1 MiB at depth d, warm buffered psync 1 MiB by 1 job, by 2 and 4 jobs each reading its part (the file once), and by 4 jobs each reading all of it; for the tree, cat of every file by d processes (warm: 1 and 4). pv: backup --to NUL (defaults unless named); in flight = settled/peak reads in flight per volume."
 } > "$OUT/summary.md"
 
 for round in $(seq 1 "$REPS"); do
@@ -125,6 +131,11 @@ for round in $(seq 1 "$REPS"); do
       if [ "$tool" = fio ]; then
         for d in 1 4 16 32 64; do drop; r[fio$d]=$(ref_mb "$what" 1 "$d" 1); done
         warm "$what"; r[fiow]=$(ref_mb "$what" 0 1 1); r[fiow4]=$(ref_mb "$what" 0 1 4)
+        if [ "$what" = "$BIG" ]; then
+          r[fiows2]=$(ref_mb "$what" 0 1 2 split); r[fiows4]=$(ref_mb "$what" 0 1 4 split)
+        else
+          r[fiows2]=${r[fiow4]}; r[fiows4]=${r[fiow4]}
+        fi
       else
         drop; read -r r[pv] r[pvlvl] < <(pv_mb "$what")
         drop; read -r r[pvoff] _ < <(pv_mb "$what" --adaptive-readers off)
@@ -135,7 +146,9 @@ for round in $(seq 1 "$REPS"); do
     for d in 1 4 16 32 64; do
       if awk -v a="${r[fio$d]}" -v b="$best" 'BEGIN {exit !(a > b)}'; then best=${r[fio$d]}; bestd=$d; fi
     done
-    bestw=${r[fiow]}; awk -v a="${r[fiow4]}" -v b="$bestw" 'BEGIN {exit !(a > b)}' && bestw=${r[fiow4]}
+    # Warm, the best reference that reads the file once.
+    bestw=${r[fiow]}
+    for k in fiows2 fiows4; do awk -v a="${r[$k]}" -v b="$bestw" 'BEGIN {exit !(a > b)}' && bestw=${r[$k]}; done
     {
       echo
       echo "## Round $round, $name"
@@ -144,9 +157,9 @@ for round in $(seq 1 "$REPS"); do
       echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
       echo "| cold | $(f1 "${r[fio1]}") | $(f1 "${r[fio4]}") | $(f1 "${r[fio16]}") | $(f1 "${r[fio32]}") | $(f1 "${r[fio64]}") | $(f1 "${r[pv]}") | ${r[pvlvl]} | $(f1 "${r[pvoff]}") | $(ratio "${r[pv]}" "$best") (best fio at d$bestd) |"
       echo
-      echo "| warm | fio 1 job | fio 4 jobs | pv defaults | in flight | pv / best fio |"
-      echo "|---|---:|---:|---:|---:|---:|"
-      echo "| | $(f1 "${r[fiow]}") | $(f1 "${r[fiow4]}") | $(f1 "${r[pvw]}") | ${r[pvwlvl]} | $(ratio "${r[pvw]}" "$bestw") |"
+      echo "| warm | fio 1 job | 2 jobs, a part each | 4 jobs, a part each | 4 jobs, all of it each | pv defaults | in flight | pv / best fio reading it once | pv / 4 whole |"
+      echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+      echo "| | $(f1 "${r[fiow]}") | $(f1 "${r[fiows2]}") | $(f1 "${r[fiows4]}") | $(f1 "${r[fiow4]}") | $(f1 "${r[pvw]}") | ${r[pvwlvl]} | $(ratio "${r[pvw]}" "$bestw") | $(ratio "${r[pvw]}" "${r[fiow4]}") |"
     } >> "$OUT/summary.md"
     for k in "${!r[@]}"; do printf '%s\t%s\t%s\t%s\n' "$round" "$name" "$k" "${r[$k]}"; done >> "$OUT/values.tsv"
     log "round $round, $name: cold pv ${r[pv]} vs fio best ${best} (d$bestd); warm pv ${r[pvw]} vs fio ${bestw}"
@@ -157,6 +170,21 @@ for round in $(seq 1 "$REPS"); do
   echo "" >> "$OUT/summary.md"
   echo "pagevault bench --profile backup (QD1, read+write), round $round: read ${pvb:-?} MB/s" >> "$OUT/summary.md"
 done
+# Memory: the large file backed up cold with --memory-budget, peak RSS beside the budget
+# (the process without buffers holds about 8 MB).
+{
+  echo
+  echo "## Peak memory with --memory-budget (large file, cold)"
+  echo
+  echo "| budget | MB/s | reads in flight settled | pool made MiB | peak RSS MiB |"
+  echo "|---|---:|---:|---:|---:|"
+  for budget in 24M 48M 96M default; do
+    wait_quiet; drop
+    flag=(); [ "$budget" != default ] && flag=(--memory-budget "$budget")
+    j=$(/usr/bin/time -f '%M' -o "$OUT/rss" "$PV" backup --source "files:$BIG" --to NUL --json "${flag[@]}")
+    echo "| $budget | $(jq '.raw_bytes / .seconds / 1e6 | floor' <<<"$j") | $(jq '.adaptive_readers.settled_in_flight' <<<"$j") | $(jq '.pool_bytes / 1048576 | floor' <<<"$j") | $(awk '{printf "%.1f", $1 / 1024}' "$OUT/rss") |"
+  done
+} >> "$OUT/summary.md"
 # Medians over the rounds: one pagevault run against the best of five fio depths in a
 # round would compare one sample with the largest of five on a disk that swings.
 python3 - "$OUT/values.tsv" >> "$OUT/summary.md" <<'PY'
@@ -171,13 +199,14 @@ for line in open(sys.argv[1]):
         pass
 med = lambda what, k: statistics.median(v[(what, k)]) if v[(what, k)] else float("nan")
 print("\n## Medians over the rounds\n")
-print("| source | best reference cold (depth) | pv defaults cold | ratio | pv adaptive off | reference warm 1 / 4 | pv warm | ratio to 1 / 4 |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| source | best reference cold (depth) | pv defaults cold | ratio | pv adaptive off | reference warm, reading it once: 1 / 2 / 4 jobs | reference warm, 4 jobs each all of it | pv warm | ratio to the best once | ratio to 4 whole |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for what in sorted({w for w, _ in v}):
     best_d = max((1, 4, 16, 32, 64), key=lambda d: (v[(what, f"fio{d}")] and med(what, f"fio{d}")) or -1)
     best = med(what, f"fio{best_d}")
-    pv, off, w1, w4, pw = (med(what, k) for k in ("pv", "pvoff", "fiow", "fiow4", "pvw"))
-    print(f"| {what} | {best:.0f} (d{best_d}) | {pv:.0f} | {pv / best:.2f} | {off:.0f} | {w1:.0f} / {w4:.0f} | {pw:.0f} | {pw / w1:.2f} / {pw / w4:.2f} |")
+    pv, off, w1, s2, s4, w4, pw = (med(what, k) for k in ("pv", "pvoff", "fiow", "fiows2", "fiows4", "fiow4", "pvw"))
+    once = max(w1, s2, s4)
+    print(f"| {what} | {best:.0f} (d{best_d}) | {pv:.0f} | {pv / best:.2f} | {off:.0f} | {w1:.0f} / {s2:.0f} / {s4:.0f} | {w4:.0f} | {pw:.0f} | {pw / once:.2f} | {pw / w4:.2f} |")
 PY
 echo "" >> "$OUT/summary.md"
 echo "Waited $QUIET_WAITED s in all for other CPU load to pass (budget $QUIET_BUDGET s)." >> "$OUT/summary.md"

@@ -1,13 +1,15 @@
 //! The buffer pool: at most `count` page-aligned buffers, the only large memory of a
 //! run. A buffer is made the first time none is free and fewer than `count` exist, so
 //! the pool holds what the run used at its busiest, never more; buffers then circulate
-//! between stages through channels and nothing allocates per read.
+//! between stages through channels and nothing allocates per read. Free buffers are
+//! handed out last in, first out: the one given back last is still in a core's cache,
+//! and the next read's copy into it does not go to memory.
 
 use super::Abort;
 use crate::format::frame::FRAME_HEADER_LEN;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub const ALIGN: usize = 4096;
@@ -60,8 +62,8 @@ impl Buf {
 }
 
 pub struct Pool {
-    tx: Sender<Buf>,
-    rx: Receiver<Buf>,
+    free: Mutex<Vec<Buf>>,
+    given_back: Condvar,
     pub count: usize,
     pub buf_size: usize,
     /// Buffers made so far (at most `count`).
@@ -72,10 +74,9 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(count: usize, buf_size: usize) -> Pool {
-        let (tx, rx) = bounded(count);
         Pool {
-            tx,
-            rx,
+            free: Mutex::new(Vec::with_capacity(count)),
+            given_back: Condvar::new(),
             count,
             buf_size: buf_size.next_multiple_of(ALIGN),
             made: AtomicUsize::new(0),
@@ -109,7 +110,8 @@ impl Pool {
 
     /// A buffer free now, or a new one while the pool may grow.
     fn free_now(&self) -> Option<Buf> {
-        self.rx.try_recv().ok().or_else(|| self.make())
+        let last = self.free.lock().unwrap().pop();
+        last.or_else(|| self.make())
     }
 
     /// A free buffer and how long we waited for it; None once the run is aborted.
@@ -118,12 +120,19 @@ impl Pool {
         if let Some(b) = self.free_now() {
             return Some((self.take(b), t.elapsed()));
         }
+        let mut free = self.free.lock().unwrap();
         loop {
-            match self.rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(b) => return Some((self.take(b), t.elapsed())),
-                Err(RecvTimeoutError::Timeout) if !abort.aborted() => continue,
-                Err(_) => return None,
+            if let Some(b) = free.pop() {
+                return Some((self.take(b), t.elapsed()));
             }
+            if abort.aborted() {
+                return None;
+            }
+            free = self
+                .given_back
+                .wait_timeout(free, Duration::from_millis(50))
+                .unwrap()
+                .0;
         }
     }
 
@@ -141,7 +150,8 @@ impl Pool {
 
     pub fn put(&self, b: Buf) {
         self.in_use.fetch_sub(1, Relaxed);
-        let _ = self.tx.send(b);
+        self.free.lock().unwrap().push(b);
+        self.given_back.notify_one();
     }
 
     /// A buffer outside the pool, for a compressor's scratch space.
@@ -225,6 +235,13 @@ mod tests {
         assert_eq!(p.made(), 8);
         assert!(p.try_get().is_none(), "never more than count");
         assert_eq!(p.bytes(), 8 * (p.buf_size + PREFIX + ALIGN) as u64);
-        drop(all);
+        // Last in, first out: the buffer given back last (still in cache) comes next.
+        let mut all = all.into_iter();
+        let (mut x, y) = (all.next().unwrap(), all.next().unwrap());
+        let at = x.space().as_ptr();
+        p.put(y);
+        p.put(x);
+        x = p.get(&a).unwrap().0;
+        assert_eq!(x.space().as_ptr(), at);
     }
 }

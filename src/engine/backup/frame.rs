@@ -71,7 +71,10 @@ fn frame(
     }
     let raw_len = item.buf.len;
     let raw = item.buf.payload();
-    let digest = ContentHash::of_version(FORMAT_VERSION).digest(raw);
+    let digest = match (pages, item.digest) {
+        (None, Some(d)) => d,
+        _ => ContentHash::of_version(FORMAT_VERSION).digest(raw),
+    };
     let zero = pages.is_none() && is_zero(raw);
     sh.state[item.file as usize].digests.lock().unwrap()[(item.offset / t) as usize] = Some(digest);
     let data_kind = if pages.is_some() {
@@ -126,9 +129,11 @@ fn frame(
         header.raw_hash = mac.frame.tag(&bound, item.buf.payload());
     }
     let stored_len = item.buf.len;
-    // A sealed frame's tag is its check; a CRC over it would only cost a pass.
-    header.stored_crc = match &p.seal {
-        Some(s) if !s.crc => 0,
+    // A sealed frame's tag is its check, and a plain uncompressed frame's digest is of
+    // its stored bytes: a CRC over either would only cost a pass.
+    header.stored_crc = match (&p.seal, &p.sign, codec) {
+        (Some(s), _, _) if !s.crc => 0,
+        (None, None, Codec::None) => 0,
         _ => crc32c::crc32c(item.buf.payload()),
     };
     let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64) as usize;

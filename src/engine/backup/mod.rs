@@ -107,6 +107,7 @@ impl crate::engine::restore::merge::ChunkOut for Feeder<'_> {
             offset,
             sel: None,
             buf,
+            digest: None,
             frame_len: 0,
         };
         match pool::send(&self.ctx, item, self.sh.abort) {
@@ -245,6 +246,9 @@ struct Item {
     /// The pages read of a sparse chunk (the rest of the buffer is zeros).
     sel: Option<PageSet>,
     buf: Buf,
+    /// The whole chunk's content digest, taken by the reader right after the read
+    /// while its bytes are still in the core's cache (None: the frame stage takes it).
+    digest: Option<[u8; 32]>,
     /// Bytes of the frame on media (header + stored + padding), set by the compressor.
     frame_len: usize,
 }

@@ -5,6 +5,7 @@ use super::{Item, PageSet, ReadFile, Shared};
 use crate::engine::adapt::Adapt;
 use crate::engine::pool::{self, Buf};
 use crate::engine::stats::Lane;
+use crate::format::{ContentHash, FORMAT_VERSION};
 use crate::sys;
 use anyhow::{anyhow, Context, Result};
 use roaring::RoaringBitmap;
@@ -48,6 +49,7 @@ pub(super) fn reader(
 ) {
     let (p, plan, abort, pool) = (sh.p, sh.plan, sh.abort, &sh.pool);
     let t = p.transfer_size;
+    let hash = ContentHash::of_version(FORMAT_VERSION);
     // Reused for every read: no allocation per read.
     let mut run: Vec<(Chunk, Buf)> = Vec::with_capacity(MAX_MERGE);
     let mut extra: Vec<Buf> = Vec::with_capacity(MAX_MERGE);
@@ -105,11 +107,16 @@ pub(super) fn reader(
         }
         for (c, buf) in run.drain(..) {
             sh.read_st.op(c.read_len(p.page_size) as u64);
+            // A whole chunk is digested here, while the read's copy is in this core's
+            // cache: the frame stage, later and maybe on another core, would read it
+            // again from memory.
+            let digest = c.sel.is_none().then(|| hash.digest(buf.payload()));
             let item = Item {
                 file: c.file,
                 offset: c.offset,
                 sel: c.sel,
                 buf,
+                digest,
                 frame_len: 0,
             };
             match pool::send(ctx, item, abort) {
