@@ -216,11 +216,13 @@ fn sparse_chunk(
     page: usize,
 ) -> Option<(u64, usize, PageSet)> {
     let (t, pg) = (transfer as u64, page as u64);
-    let next = pages.range((offset / pg) as u32..).next()? as u64;
-    let start = next * pg / t * t;
-    if start >= size {
+    // Rounded up: `offset` is a chunk's start or the file's end, which need not be a
+    // page boundary (a listed last page cut short would otherwise be handed out again).
+    let next = pages.range(offset.div_ceil(pg) as u32..).next()? as u64;
+    if next * pg >= size {
         return None;
     }
+    let start = next * pg / t * t;
     let len = (size - start).min(t);
     let first = (start / pg) as u32;
     let last = (start + len).div_ceil(pg) as u32;
@@ -702,5 +704,10 @@ mod tests {
         let short = 300 * pg as u64 + 100;
         let (start, len, _) = sparse_chunk(&pages, 2 * t as u64, short, t, pg).unwrap();
         assert_eq!((start, len), (2 * t as u64, (short - start) as usize));
+        // ... and nothing comes after it, though its last page is listed and cut short.
+        let end = 2 * t as u64 + 44 * pg as u64 + 100;
+        let (start, len, _) = sparse_chunk(&pages, 2 * t as u64, end, t, pg).unwrap();
+        assert_eq!(start + len as u64, end);
+        assert_eq!(sparse_chunk(&pages, end, end, t, pg), None);
     }
 }
