@@ -299,7 +299,10 @@ pub fn run(
     let cursors = read::cursors(plan, volumes);
     let (read_lanes, write_lanes) = (live.read_lanes(volumes), live.write_lanes(stripes.len()));
     let _signals = crate::interrupt::catch();
-    let (ctx, crx) = bounded::<Item>(p.buffer_count);
+    // Chunks read wait for a compressor in a short queue: when the compressors fall
+    // behind (a warm source read faster than they frame it), the readers wait instead
+    // of filling every buffer, and the few buffers in use stay in cache.
+    let (ctx, crx) = bounded::<Item>(compress_queue(p.threads, p.buffer_count));
     let (wtx, wrx) = bounded::<Item>(p.buffer_count);
     let adapts: Vec<Adapt> = (0..volumes)
         .map(|_| {
@@ -429,6 +432,11 @@ pub fn run(
             .unwrap_or(0),
         files,
     })
+}
+
+/// Chunks waiting for the compressors at most: two for each.
+fn compress_queue(threads: usize, buffers: usize) -> usize {
+    (2 * threads).clamp(1, buffers.max(1))
 }
 
 /// Each file's checksum from its chunks' digests, and what happened to it.
