@@ -178,7 +178,7 @@ done
   echo
   echo "| budget | MB/s | reads in flight settled | pool made MiB | peak RSS MiB |"
   echo "|---|---:|---:|---:|---:|"
-  for budget in 24M 48M 96M default; do
+  for budget in 32M 48M 96M default; do
     wait_quiet; drop
     flag=(); [ "$budget" != default ] && flag=(--memory-budget "$budget")
     j=$(/usr/bin/time -f '%M' -o "$OUT/rss" "$PV" backup --source "files:$BIG" --to NUL --json "${flag[@]}")
