@@ -128,8 +128,13 @@ fn backup_and_restore_reports_add_up() {
     assert_eq!(j["raw_bytes"], total);
     assert_eq!(series_sum(&reads[0]["bytes"]), total);
     assert_eq!(d["summary"]["raw_bytes"], total);
-    // One read per transfer: 256 per big file, one for the short one.
-    assert_eq!(series_sum(&reads[0]["ops"]), 4 * 256 + 1);
+    // One read per transfer (256 per big file, one for the short one), fewer while the
+    // adaptive readers try reads of several adjacent transfers.
+    let ops = series_sum(&reads[0]["ops"]);
+    assert!(
+        (4 * 256 / 16..=4 * 256 + 1).contains(&ops),
+        "{ops} reads for 1025 transfers"
+    );
     // The engine writes the media header and the frames (body_end bytes); the
     // trailer with the manifest follows after the run.
     let h = json(&["header", "--from", &s(&stripe)]);
