@@ -117,12 +117,9 @@ impl Pool {
     /// A free buffer and how long we waited for it; None once the run is aborted.
     pub fn get(&self, abort: &Abort) -> Option<(Buf, Duration)> {
         let t = Instant::now();
-        if let Some(b) = self.free_now() {
-            return Some((self.take(b), t.elapsed()));
-        }
         let mut free = self.free.lock().unwrap();
         loop {
-            if let Some(b) = free.pop() {
+            if let Some(b) = free.pop().or_else(|| self.make()) {
                 return Some((self.take(b), t.elapsed()));
             }
             if abort.aborted() {

@@ -59,6 +59,11 @@ pub trait ChunkFilter: Sync {
     fn select(&self, _file: &ReadFile, _offset: u64, _data: &[u8]) -> Option<PageSet> {
         None
     }
+    /// Whether `select` may choose pages of `file` (its chunks are then digested after
+    /// the choice, not as they are read).
+    fn selects(&self, _file: &ReadFile) -> bool {
+        false
+    }
 }
 
 /// Chunks that come from elsewhere than the plan's files: a merge builds them from a

@@ -109,8 +109,11 @@ pub(super) fn reader(
             sh.read_st.op(c.read_len(p.page_size) as u64);
             // A whole chunk is digested here, while the read's copy is in this core's
             // cache: the frame stage, later and maybe on another core, would read it
-            // again from memory.
-            let digest = c.sel.is_none().then(|| hash.digest(buf.payload()));
+            // again from memory. Not a chunk whose pages the filter will choose: its
+            // digest is of the pages kept.
+            let whole =
+                c.sel.is_none() && !sh.filter.is_some_and(|f| f.selects(&plan[c.file as usize]));
+            let digest = whole.then(|| hash.digest(buf.payload()));
             let item = Item {
                 file: c.file,
                 offset: c.offset,

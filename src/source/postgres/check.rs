@@ -46,9 +46,13 @@ impl PageChecker {
 }
 
 impl ChunkFilter for PageChecker {
+    fn selects(&self, file: &ReadFile) -> bool {
+        self.base_lsn.is_some() && self.diff_ids.contains(&file.id)
+    }
+
     fn select(&self, file: &ReadFile, _offset: u64, data: &[u8]) -> Option<PageSet> {
         let base = self.base_lsn?;
-        if !self.diff_ids.contains(&file.id) {
+        if !self.selects(file) {
             return None;
         }
         let mut sel = [0u64; 32];
