@@ -282,6 +282,8 @@ impl Postgres {
             .min_depth(1)
             .sort_by_file_name()
             .into_iter();
+        // Listed first, then stat'ed many at once (`stat_all`): a cold cluster's inodes.
+        let mut listed = vec![];
         while let Some(e) = it.next() {
             let e = match e {
                 Ok(e) => e,
@@ -297,6 +299,20 @@ impl Postgres {
                     return Err(err).with_context(|| format!("cannot list '{}'", root.display()))
                 }
             };
+            let name = e.file_name().to_string_lossy();
+            let depth1 = e.depth() == 1 && prefix.is_empty();
+            let skip = name.starts_with("pgsql_tmp")
+                || name == "pg_internal.init"
+                || (depth1 && SKIP_FILES.contains(&name.as_ref()));
+            if (skip || depth1 && EMPTY_DIRS.contains(&name.as_ref())) && e.file_type().is_dir() {
+                it.skip_current_dir();
+            }
+            if !skip {
+                listed.push(e);
+            }
+        }
+        let paths: Vec<&Path> = listed.iter().map(|e| e.path()).collect();
+        for (e, m) in listed.iter().zip(super::stat_all(&paths)) {
             let rel = e
                 .path()
                 .strip_prefix(root)
@@ -310,16 +326,7 @@ impl Postgres {
             };
             let name = e.file_name().to_string_lossy();
             let depth1 = e.depth() == 1 && prefix.is_empty();
-            if name.starts_with("pgsql_tmp")
-                || name == "pg_internal.init"
-                || (depth1 && SKIP_FILES.contains(&name.as_ref()))
-            {
-                if e.file_type().is_dir() {
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-            let m = match e.metadata() {
+            let m = match m {
                 Ok(m) => m,
                 Err(_) => continue, // vanished between listing and stat
             };
@@ -367,12 +374,9 @@ impl Postgres {
                     None
                 },
             });
-            if ft.is_dir() && depth1 && EMPTY_DIRS.contains(&name.as_ref()) {
-                it.skip_current_dir();
-                if name == "pg_wal" {
-                    let status = e.path().join("archive_status");
-                    out.push(private_dir("pg_wal/archive_status".into(), status, &m));
-                }
+            if ft.is_dir() && depth1 && name == "pg_wal" {
+                let status = e.path().join("archive_status");
+                out.push(private_dir("pg_wal/archive_status".into(), status, &m));
             }
         }
         Ok(())

@@ -9,6 +9,7 @@ use crate::format::{ContentHash, FORMAT_VERSION};
 use crate::sys;
 use anyhow::{anyhow, Context, Result};
 use roaring::RoaringBitmap;
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSliceMut};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -25,6 +26,8 @@ pub(super) fn cursors(plan: &[ReadFile], volumes: usize) -> Vec<Mutex<Cursor>> {
                 files: vec![],
                 next_file: 0,
                 current: None,
+                opened: VecDeque::new(),
+                opened_bytes: 0,
                 ahead: 0,
                 ahead_pages: 0,
                 asks: vec![],
@@ -53,21 +56,20 @@ pub(super) fn reader(
     // Reused for every read: no allocation per read.
     let mut run: Vec<(Chunk, Buf)> = Vec::with_capacity(MAX_MERGE);
     let mut extra: Vec<Buf> = Vec::with_capacity(MAX_MERGE);
-    let mut asks: Vec<(u64, u64)> = Vec::new();
+    let mut asks: Vec<Ask> = Vec::new();
     while !abort.aborted() {
         if !adapt.admit(k, abort) {
             break;
         }
-        let (next, ask) = {
+        let next = {
             let mut v = vol.lock().unwrap();
             let next = v.next(sh, (t, p.page_size), p.direct_io);
-            (next, v.take_asks(&mut asks))
+            v.take_asks(&mut asks);
+            next
         };
         // Outside the lock: each is a syscall that queues reads.
-        if let Some(h) = ask {
-            for (offset, len) in asks.drain(..) {
-                sys::fadvise(&*h, offset, len, sys::Advice::WillNeed);
-            }
+        for (h, offset, len) in asks.drain(..) {
+            sys::fadvise(&*h, offset, len, sys::Advice::WillNeed);
         }
         let chunk = match next {
             Ok(Some(c)) => c,
@@ -169,22 +171,37 @@ fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) 
     Ok(())
 }
 
+/// A range of an open file (offset, length) to ask of the kernel ahead of the readers.
+type Ask = (Arc<File>, u64, u64);
+
 /// Hands out the chunks of one volume's files in order, opening each file once.
 pub(super) struct Cursor {
     files: Vec<u32>,
+    /// The next file of `files` not yet opened.
     next_file: usize,
     current: Option<(u32, Arc<File>, u64)>,
+    /// Files opened ahead of the readers, their first bytes asked of the kernel, and
+    /// how many bytes were asked.
+    opened: VecDeque<(u32, Arc<File>)>,
+    opened_bytes: u64,
     /// In the current sparse file: the first page not yet asked for ahead of the
     /// readers, and how many listed pages are asked for and not yet handed out.
     ahead: u32,
     ahead_pages: u32,
-    /// Runs of pages (offset, length) asked for, to be issued outside the lock.
-    asks: Vec<(u64, u64)>,
+    /// Ranges asked for, to be issued outside the lock.
+    asks: Vec<Ask>,
 }
 
 /// Listed pages of a sparse file asked of the kernel ahead of the readers: scattered
 /// pages read one run per reader leave the device's queue short of what it can take.
 const AHEAD_PAGES: u32 = 512;
+
+/// Small files opened, and their first transfer asked of the kernel, ahead of the
+/// readers (at most this many, of at most `AHEAD_BYTES`): one read in flight per reader
+/// leaves the device's queue short of what a tree of small files needs, and the kernel
+/// reads what is asked without a thread waiting for each.
+const AHEAD_FILES: usize = 64;
+const AHEAD_BYTES: u64 = 4 << 20;
 
 struct Chunk {
     file: u32,
@@ -265,7 +282,7 @@ impl Cursor {
     /// After a sparse chunk of `n` pages ending at page `end` was handed out: asks for
     /// the listed pages after it, in runs, until `AHEAD_PAGES` are asked for.
     fn ask_ahead(&mut self, plan: &[ReadFile], n: u32, end: u32, page: usize) {
-        let Some((id, _, _)) = &self.current else {
+        let Some((id, h, _)) = &self.current else {
             return;
         };
         let f = &plan[*id as usize];
@@ -288,6 +305,7 @@ impl Cursor {
                 next += 1;
             }
             self.asks.push((
+                h.clone(),
                 first as u64 * page as u64,
                 (next - first) as u64 * page as u64,
             ));
@@ -296,18 +314,51 @@ impl Cursor {
         }
     }
 
-    /// Moves the runs asked for into `out` (empty); the file they are of, if any.
-    fn take_asks(&mut self, out: &mut Vec<(u64, u64)>) -> Option<Arc<File>> {
+    /// Moves the ranges asked for into `out` (empty).
+    fn take_asks(&mut self, out: &mut Vec<Ask>) {
         out.clear();
-        if self.asks.is_empty() {
-            return None;
+        if !self.asks.is_empty() {
+            std::mem::swap(&mut self.asks, out);
         }
-        std::mem::swap(&mut self.asks, out);
-        let h = self.current.as_ref().map(|(_, h, _)| h.clone());
-        if h.is_none() {
-            out.clear();
+    }
+
+    /// Opens the volume's next file; None when it vanished and may (it is skipped).
+    fn open_next(&mut self, sh: &Shared, direct: bool) -> Result<Option<(u32, Arc<File>)>> {
+        let id = self.files[self.next_file];
+        self.next_file += 1;
+        let f = &sh.plan[id as usize];
+        match open_for_read(&f.path, direct) {
+            Ok(h) => Ok(Some((id, Arc::new(h)))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
+                sh.state[id as usize].vanished.store(true, Relaxed);
+                Ok(None)
+            }
+            Err(e) => {
+                Err(anyhow!(e)).with_context(|| format!("cannot open '{}'", f.path.display()))
+            }
         }
-        h
+    }
+
+    /// Opens files after the current one and asks for their first transfer, while they
+    /// are small enough to fit `AHEAD_FILES` and `AHEAD_BYTES`.
+    fn open_ahead(&mut self, sh: &Shared, transfer: usize, direct: bool) -> Result<()> {
+        while self.opened.len() < AHEAD_FILES && self.next_file < self.files.len() {
+            let f = &sh.plan[self.files[self.next_file] as usize];
+            let want = f.size.min(transfer as u64);
+            if f.pages.is_some() || self.opened_bytes + want > AHEAD_BYTES {
+                break;
+            }
+            if f.size == 0 {
+                self.next_file += 1;
+                continue;
+            }
+            if let Some((id, h)) = self.open_next(sh, direct)? {
+                self.asks.push((h.clone(), 0, want));
+                self.opened_bytes += want;
+                self.opened.push_back((id, h));
+            }
+        }
+        Ok(())
     }
 
     /// Hands `add` up to `n` chunks of `file` from `end` on, if that is where the file
@@ -350,7 +401,7 @@ impl Cursor {
         (transfer, page): (usize, usize),
         direct: bool,
     ) -> Result<Option<Chunk>> {
-        let (plan, state) = (sh.plan, &sh.state);
+        let plan = sh.plan;
         loop {
             if let Some((id, handle, offset)) = &mut self.current {
                 let size = plan[*id as usize].size;
@@ -387,26 +438,25 @@ impl Cursor {
                 }
                 self.current = None;
             }
-            let Some(&id) = self.files.get(self.next_file) else {
-                return Ok(None);
-            };
-            self.next_file += 1;
-            let f = &plan[id as usize];
-            if f.size == 0 {
-                continue;
+            if let Some((id, h)) = self.opened.pop_front() {
+                let size = sh.plan[id as usize].size;
+                self.opened_bytes -= size.min(transfer as u64);
+                self.current = Some((id, h, 0));
+            } else {
+                let Some(&id) = self.files.get(self.next_file) else {
+                    return Ok(None);
+                };
+                if plan[id as usize].size == 0 {
+                    self.next_file += 1;
+                    continue;
+                }
+                if let Some((id, h)) = self.open_next(sh, direct)? {
+                    self.current = Some((id, h, 0));
+                }
             }
-            match open_for_read(&f.path, direct) {
-                Ok(h) => {
-                    self.current = Some((id, Arc::new(h), 0));
-                    (self.ahead, self.ahead_pages) = (0, 0);
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
-                    state[id as usize].vanished.store(true, Relaxed);
-                }
-                Err(e) => {
-                    return Err(anyhow!(e))
-                        .with_context(|| format!("cannot open '{}'", f.path.display()))
-                }
+            (self.ahead, self.ahead_pages) = (0, 0);
+            if !direct {
+                self.open_ahead(sh, transfer, direct)?;
             }
         }
     }
@@ -651,9 +701,13 @@ mod tests {
         c.current = Some((0, Arc::new(tempfile::tempfile().unwrap()), 0));
         // The first chunk (pages 0..128, 4 listed) handed out: asks start after it,
         // one read per run, to the file's end (76 pages are under the bound).
+        let asked = |c: &mut Cursor| {
+            let mut out = vec![];
+            c.take_asks(&mut out);
+            out.into_iter().map(|(_, o, l)| (o, l)).collect::<Vec<_>>()
+        };
         c.ask_ahead(&plan, 4, 128, pg);
-        let mut out = vec![(1, 1)];
-        assert!(c.take_asks(&mut out).is_some());
+        let out = asked(&mut c);
         let want: Vec<(u64, u64)> = (2..20u64)
             .map(|k| (k * 100 * pg as u64, 2 * pg as u64))
             .chain([(5000 * pg as u64, 40 * pg as u64)])
@@ -662,12 +716,11 @@ mod tests {
         assert_eq!(c.ahead, 6000);
         // Nothing more is asked for: every listed page is.
         c.ask_ahead(&plan, 2, 300, pg);
-        assert!(c.take_asks(&mut out).is_none() && out.is_empty());
+        assert!(asked(&mut c).is_empty());
         // Readers past what was asked (a new file's first chunk) start it over there.
         (c.ahead, c.ahead_pages) = (0, 0);
         c.ask_ahead(&plan, 0, 5030, pg);
-        c.take_asks(&mut out);
-        assert_eq!(out, vec![(5030 * pg as u64, 10 * pg as u64)]);
+        assert_eq!(asked(&mut c), vec![(5030 * pg as u64, 10 * pg as u64)]);
         // Bounded: 600 listed pages in a row are asked for AHEAD_PAGES at a time.
         let mut dense = RoaringBitmap::new();
         dense.insert_range(0..600);
@@ -677,16 +730,16 @@ mod tests {
         }];
         (c.ahead, c.ahead_pages) = (0, 0);
         c.ask_ahead(&plan, 0, 0, pg);
-        c.take_asks(&mut out);
         let bound = AHEAD_PAGES as u64 * pg as u64;
-        assert_eq!(out, vec![(0, bound)]);
+        assert_eq!(asked(&mut c), vec![(0, bound)]);
         // The readers take 50 of them: 50 more are asked for; then 100: the last 38.
         c.ask_ahead(&plan, 50, 50, pg);
-        c.take_asks(&mut out);
-        assert_eq!(out, vec![(bound, 50 * pg as u64)]);
+        assert_eq!(asked(&mut c), vec![(bound, 50 * pg as u64)]);
         c.ask_ahead(&plan, 100, 150, pg);
-        c.take_asks(&mut out);
-        assert_eq!(out, vec![(bound + 50 * pg as u64, 38 * pg as u64)]);
+        assert_eq!(
+            asked(&mut c),
+            vec![(bound + 50 * pg as u64, 38 * pg as u64)]
+        );
     }
 
     #[test]
