@@ -36,6 +36,17 @@ pub fn bitmap_len(chunk_len: u64, page_size: u64) -> usize {
     chunk_len.div_ceil(page_size).div_ceil(8) as usize
 }
 
+/// Whether a frame's CRC32C field holds the CRC of its stored bytes (else 0 when
+/// written, not checked when read). Not when a tag checks them (sealed by a method
+/// without a CRC: `sealed_crc` Some(false)), nor when they are a plain set's raw bytes,
+/// which the content digest checks (sets written before this rule carry one there).
+pub fn carries_crc(codec: super::Codec, sealed_crc: Option<bool>, signed: bool) -> bool {
+    !matches!(
+        (sealed_crc, signed, codec),
+        (Some(false), _, _) | (None, false, super::Codec::None)
+    )
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameHeader {
     pub kind: FrameKind,
@@ -170,6 +181,22 @@ impl FrameHeader {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_crc_is_carried_unless_a_tag_or_the_digest_checks_the_stored_bytes() {
+        use crate::format::Codec::{Lz4, None as Plain, Zstd};
+        // Plain and unsigned: compressed frames carry one, uncompressed ones do not.
+        assert!(!carries_crc(Plain, None, false));
+        assert!(carries_crc(Lz4, None, false) && carries_crc(Zstd, None, false));
+        // Signed: the tag is checked after the bytes are trusted enough to decode.
+        assert!(carries_crc(Plain, None, true));
+        // Sealed: by the method's rule, whatever the codec.
+        for c in [Plain, Lz4, Zstd] {
+            assert!(carries_crc(c, Some(true), false));
+            assert!(!carries_crc(c, Some(false), false));
+            assert!(!carries_crc(c, Some(false), true));
+        }
+    }
 
     fn sample() -> FrameHeader {
         FrameHeader {

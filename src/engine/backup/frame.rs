@@ -6,7 +6,7 @@ use super::{Item, PageSet, Shared};
 use crate::crypt::{DOMAIN_FRAME, TAG_LEN};
 use crate::engine::codec::Compressor;
 use crate::engine::pool;
-use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::format::frame::{carries_crc, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::seal::frame_aad;
 use crate::format::{pad_to, Codec, ContentHash, FORMAT_VERSION};
 use anyhow::anyhow;
@@ -129,12 +129,10 @@ fn frame(
         header.raw_hash = mac.frame.tag(&bound, item.buf.payload());
     }
     let stored_len = item.buf.len;
-    // A sealed frame's tag is its check, and a plain uncompressed frame's digest is of
-    // its stored bytes: a CRC over either would only cost a pass.
-    header.stored_crc = match (&p.seal, &p.sign, codec) {
-        (Some(s), _, _) if !s.crc => 0,
-        (None, None, Codec::None) => 0,
-        _ => crc32c::crc32c(item.buf.payload()),
+    header.stored_crc = if carries_crc(codec, p.seal.as_ref().map(|s| s.crc), p.sign.is_some()) {
+        crc32c::crc32c(item.buf.payload())
+    } else {
+        0
     };
     let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64) as usize;
     item.buf.space()[stored_len..total - FRAME_HEADER_LEN].fill(0);

@@ -7,7 +7,7 @@ use super::{Item, Shared};
 use crate::crypt::DOMAIN_FRAME;
 use crate::engine::codec::Decompressor;
 use crate::engine::pool::{self, Buf};
-use crate::format::frame::{bitmap_len, FrameKind, FRAME_HEADER_LEN};
+use crate::format::frame::{bitmap_len, carries_crc, FrameKind, FRAME_HEADER_LEN};
 use crate::format::seal::frame_aad;
 use crate::format::Codec;
 use anyhow::{anyhow, Result};
@@ -52,15 +52,13 @@ fn check(
     let at = item.at;
     let name = &sh.stripes[item.stripe].name;
     let fail = |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
-    let sealed = p.seal.as_ref();
-    // Uncompressed and plain, the stored bytes are the raw bytes: the content digest
-    // below checks them. Sealed without a CRC (method 2), the tag checks them; with one
-    // (method 1), damage reads as damage before a forgery.
-    let signed = p.sign.as_ref();
-    let crc = match (h.codec, sealed, signed) {
-        (Codec::None, None, None) => h.stored_crc,
-        (_, Some(s), _) if !s.crc => h.stored_crc,
-        _ => crc32c::crc32c(item.buf.payload()),
+    let (sealed, signed) = (p.seal.as_ref(), p.sign.as_ref());
+    // Where a frame carries a CRC, damage reads as damage before a forgery (a sealed
+    // set's method 1); where it does not, the tag or the content digest below checks.
+    let crc = if carries_crc(h.codec, sealed.map(|s| s.crc), signed.is_some()) {
+        crc32c::crc32c(item.buf.payload())
+    } else {
+        h.stored_crc
     };
     if sealed.is_some_and(|s| !s.crc) && h.stored_crc != 0 {
         return Err(fail(format!(
