@@ -1,7 +1,7 @@
 //! The read stage: each volume's files in order, chunk by chunk, into pool buffers;
 //! adjacent chunks merged into one vectored read when adaptive.
 
-use super::{Item, PageSet, ReadFile, Shared};
+use super::{FileState, Item, PageSet, ReadFile, Shared};
 use crate::engine::adapt::Adapt;
 use crate::engine::pool::{self, Buf};
 use crate::engine::stats::Lane;
@@ -323,14 +323,18 @@ impl Cursor {
     }
 
     /// Opens the volume's next file; None when it vanished and may (it is skipped).
-    fn open_next(&mut self, sh: &Shared, direct: bool) -> Result<Option<(u32, Arc<File>)>> {
+    fn open_next(
+        &mut self,
+        (plan, state): (&[ReadFile], &[FileState]),
+        direct: bool,
+    ) -> Result<Option<(u32, Arc<File>)>> {
         let id = self.files[self.next_file];
         self.next_file += 1;
-        let f = &sh.plan[id as usize];
+        let f = &plan[id as usize];
         match open_for_read(&f.path, direct) {
             Ok(h) => Ok(Some((id, Arc::new(h)))),
             Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
-                sh.state[id as usize].vanished.store(true, Relaxed);
+                state[id as usize].vanished.store(true, Relaxed);
                 Ok(None)
             }
             Err(e) => {
@@ -341,9 +345,14 @@ impl Cursor {
 
     /// Opens files after the current one and asks for their first transfer, while they
     /// are small enough to fit `AHEAD_FILES` and `AHEAD_BYTES`.
-    fn open_ahead(&mut self, sh: &Shared, transfer: usize, direct: bool) -> Result<()> {
+    fn open_ahead(
+        &mut self,
+        (plan, state): (&[ReadFile], &[FileState]),
+        transfer: usize,
+        direct: bool,
+    ) -> Result<()> {
         while self.opened.len() < AHEAD_FILES && self.next_file < self.files.len() {
-            let f = &sh.plan[self.files[self.next_file] as usize];
+            let f = &plan[self.files[self.next_file] as usize];
             let want = f.size.min(transfer as u64);
             if f.pages.is_some() || self.opened_bytes + want > AHEAD_BYTES {
                 break;
@@ -352,7 +361,7 @@ impl Cursor {
                 self.next_file += 1;
                 continue;
             }
-            if let Some((id, h)) = self.open_next(sh, direct)? {
+            if let Some((id, h)) = self.open_next((plan, state), direct)? {
                 self.asks.push((h.clone(), 0, want));
                 self.opened_bytes += want;
                 self.opened.push_back((id, h));
@@ -450,13 +459,13 @@ impl Cursor {
                     self.next_file += 1;
                     continue;
                 }
-                if let Some((id, h)) = self.open_next(sh, direct)? {
+                if let Some((id, h)) = self.open_next((plan, &sh.state), direct)? {
                     self.current = Some((id, h, 0));
                 }
             }
             (self.ahead, self.ahead_pages) = (0, 0);
             if !direct {
-                self.open_ahead(sh, transfer, direct)?;
+                self.open_ahead((plan, &sh.state), transfer, direct)?;
             }
         }
     }
@@ -613,6 +622,69 @@ fn read_sparse(c: &Chunk, sel: &PageSet, page: usize, buf: &mut Buf) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_files_are_opened_and_asked_for_ahead_within_the_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = 1usize << 20;
+        // 100 files of 40 KiB, then a sparse one; file 3 is empty, file 5 vanishes.
+        let mut plan: Vec<ReadFile> = (0..101u32)
+            .map(|i| {
+                let path = dir.path().join(format!("f{i}"));
+                let size = if i == 3 { 0 } else { 40 << 10 };
+                if i != 5 {
+                    std::fs::write(&path, vec![1u8; size as usize]).unwrap();
+                }
+                ReadFile {
+                    id: i,
+                    path,
+                    size,
+                    volume: 0,
+                    missing_ok: true,
+                    pages: None,
+                }
+            })
+            .collect();
+        plan[100].pages = Some(Arc::new((0..2u32).collect()));
+        let state: Vec<FileState> = plan
+            .iter()
+            .map(|_| FileState {
+                digests: Mutex::new(vec![]),
+                vanished: std::sync::atomic::AtomicBool::new(false),
+                shrank: std::sync::atomic::AtomicBool::new(false),
+            })
+            .collect();
+        let mut c = cursors(&plan, 1).pop().unwrap().into_inner().unwrap();
+        c.next_file = 1; // file 0 is the one being read
+        c.open_ahead((&plan, &state), t, false).unwrap();
+        let ids: Vec<u32> = c.opened.iter().map(|(id, _)| *id).collect();
+        // At most AHEAD_FILES, skipping the empty and the vanished file.
+        assert_eq!(ids.len(), AHEAD_FILES);
+        assert_eq!(ids[..4], [1, 2, 4, 6]);
+        assert!(state[5].vanished.load(Relaxed) && !state[3].vanished.load(Relaxed));
+        let mut asks = vec![];
+        c.take_asks(&mut asks);
+        assert_eq!(asks.len(), AHEAD_FILES);
+        assert!(asks.iter().all(|(_, o, l)| (*o, *l) == (0, 40 << 10)));
+        assert_eq!(c.opened_bytes, AHEAD_FILES as u64 * (40 << 10));
+        // Taking files on refills the window, up to the sparse file (its pages are
+        // asked for run by run instead).
+        while c.next_file < plan.len() - 1 {
+            c.opened.pop_front();
+            c.opened_bytes -= 40 << 10;
+            c.open_ahead((&plan, &state), t, false).unwrap();
+        }
+        assert_eq!(c.opened.back().unwrap().0, 99);
+        c.open_ahead((&plan, &state), t, false).unwrap();
+        assert_eq!(c.next_file, 100, "the sparse file is not opened ahead");
+        // The bytes bound: files of 1 MiB fill 4 MiB with 4 of them.
+        for f in &mut plan {
+            f.size = 1 << 20;
+        }
+        let mut c = cursors(&plan[..20], 1).pop().unwrap().into_inner().unwrap();
+        c.open_ahead((&plan[..20], &state[..20]), t, false).unwrap();
+        assert_eq!(c.opened.len() as u64, AHEAD_BYTES >> 20);
+    }
 
     #[test]
     fn a_file_swapped_for_a_link_or_a_fifo_is_not_read() {
