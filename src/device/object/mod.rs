@@ -130,6 +130,36 @@ mod stripe;
 #[cfg(test)]
 mod tests;
 
+/// GETs `range` of the object at `path` into `buf` (cleared first, so that a caller
+/// reuses its buffers), streaming the body; with `e_tag`, only of that version. A body of
+/// another length than the range's is an error.
+async fn get_range(
+    store: &dyn ObjectStore,
+    path: &KeyPath,
+    range: std::ops::Range<u64>,
+    e_tag: Option<String>,
+    mut buf: Vec<u8>,
+) -> object_store::Result<Vec<u8>> {
+    let want = range.end - range.start;
+    let opts = GetOptions {
+        range: Some(range.into()),
+        if_match: e_tag,
+        ..Default::default()
+    };
+    let mut body = store.get_opts(path, opts).await?.into_stream();
+    buf.clear();
+    while let Some(part) = body.try_next().await? {
+        buf.extend_from_slice(&part);
+    }
+    if buf.len() as u64 != want {
+        return Err(object_store::Error::Generic {
+            store: "pagevault",
+            source: format!("the store sent {} bytes of a {want}-byte range", buf.len()).into(),
+        });
+    }
+    Ok(buf)
+}
+
 use build::*;
 use retry::counter;
 pub use retry::{retry_stats, RetryStats};
@@ -291,27 +321,9 @@ impl Location {
             Err(e) => return Err(self.err("cannot read", e)),
         };
         let size = meta.size;
-        let ranged = |r: std::ops::Range<u64>| GetOptions {
-            range: Some(r.into()),
-            if_match: meta.e_tag.clone(),
-            ..Default::default()
-        };
-        let (store, path, ranged) = (&self.store, &p, &ranged);
-        let get = |r: std::ops::Range<u64>| async move {
-            let want = r.end - r.start;
-            let b = store.get_opts(path, ranged(r)).await?.bytes().await?;
-            if b.len() as u64 != want {
-                return Err(object_store::Error::Generic {
-                    store: "pagevault",
-                    source: format!("the store sent {} bytes of a {want}-byte range", b.len())
-                        .into(),
-                });
-            }
-            Ok(b)
-        };
-        let mut head = block_on(get(0..n.min(size)))
-            .map_err(|e| self.err("cannot read", e))?
-            .to_vec();
+        let (store, path, e_tag) = (&*self.store, &p, &meta.e_tag);
+        let get = |r: std::ops::Range<u64>| get_range(store, path, r, e_tag.clone(), Vec::new());
+        let mut head = block_on(get(0..n.min(size))).map_err(|e| self.err("cannot read", e))?;
         let len = head.len();
         if !patch(&mut head)? {
             return Ok(Some(false));
@@ -338,7 +350,7 @@ impl Location {
                     }
                     let end = (at + REWRITE_PART).min(size);
                     w.wait_for_capacity(2).await?;
-                    w.put(get(at..end).await?);
+                    w.put(get(at..end).await?.into());
                     at = end;
                 }
                 Ok(())

@@ -269,41 +269,17 @@ impl ObjectSource {
         &self,
         start: u64,
         end: u64,
-        mut buf: Vec<u8>,
+        buf: Vec<u8>,
     ) -> JoinHandle<object_store::Result<Vec<u8>>> {
         let store = self.loc.store.clone();
         let path = self.loc.path();
-        spawn(async move {
-            let opts = GetOptions {
-                range: Some((start..end).into()),
-                ..Default::default()
-            };
-            let mut body = store.get_opts(&path, opts).await?.into_stream();
-            buf.clear();
-            while let Some(part) = body.try_next().await? {
-                buf.extend_from_slice(&part);
-            }
-            Ok(buf)
-        })
+        spawn(async move { get_range(&*store, &path, start..end, None, buf).await })
     }
 
-    fn wait(&self, h: JoinHandle<object_store::Result<Vec<u8>>>, want: u64) -> io::Result<Vec<u8>> {
-        let b = block_on(h)
+    fn wait(&self, h: JoinHandle<object_store::Result<Vec<u8>>>) -> io::Result<Vec<u8>> {
+        block_on(h)
             .map_err(|e| io::Error::other(format!("read task failed: {e}")))?
-            .map_err(|e| {
-                io::Error::other(format!("{:#}", self.loc.err("cannot read stripe", e)))
-            })?;
-        if b.len() as u64 != want {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "'{}': the store sent {} bytes of a {want}-byte range",
-                    self.loc.describe(),
-                    b.len()
-                ),
-            ));
-        }
-        Ok(b)
+            .map_err(|e| io::Error::other(format!("{:#}", self.loc.err("cannot read stripe", e))))
     }
 
     fn chunk_range(&self, c: u64) -> (u64, u64) {
@@ -321,7 +297,7 @@ impl ObjectSource {
             Some(h) => h,
             None => self.fetch(s, e, st.free.pop().unwrap_or_default()),
         };
-        let b = self.wait(h, e - s)?;
+        let b = self.wait(h)?;
         st.ready.insert(c, b);
         Ok(())
     }
@@ -351,7 +327,7 @@ impl StripeSource for ObjectSource {
         if !sequential {
             // Header, tail, manifest: exactly the bytes asked for.
             drop(st);
-            let b = self.wait(self.fetch(offset, end, Vec::new()), end - offset)?;
+            let b = self.wait(self.fetch(offset, end, Vec::new()))?;
             buf.copy_from_slice(&b);
             return Ok(());
         }
