@@ -39,6 +39,19 @@ pub fn is_enospc(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOSPC)
 }
 
+/// The most files the process may hold open (its soft RLIMIT_NOFILE), as text.
+pub fn open_files_limit() -> String {
+    match rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
+        Some(n) => n.to_string(),
+        None => "unlimited".into(),
+    }
+}
+
+/// The process (EMFILE) or the system (ENFILE) has no file descriptor left.
+pub fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
 /// The first `len` bytes of a file, mapped read-only (and populated: one call maps
 /// what the page cache holds).
 pub fn map_file(f: &std::fs::File, len: u64) -> io::Result<memmap2::Mmap> {

@@ -139,6 +139,51 @@ fn merged_adjacent_reads_restore_the_same_bytes_as_single_reads() {
 }
 
 #[test]
+fn small_files_read_ahead_give_way_to_a_low_open_files_limit_and_one_too_low_is_named() {
+    // 300 small files: the cursor would open 64 of them ahead of the readers.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..300u64 {
+        std::fs::write(
+            src.join(format!("f{i:03}")),
+            bytes(i, 3000 + i as usize, false),
+        )
+        .unwrap();
+    }
+    let source = format!("files:{}", s(&src));
+    let backup = |limit: &str, stripe: &str| {
+        let out = std::process::Command::new("sh")
+            .args(["-c", "ulimit -n $0 && exec \"$@\"", limit, bin()])
+            .args(["backup", "--source", &source, "--to", stripe])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Under 64 descriptors: files opened ahead stop where none is left, and the backup
+    // goes on with the readers'.
+    let stripe = s(&dir.path().join("a.pv"));
+    let (code, err) = backup("48", &stripe);
+    assert_eq!(code, Some(0), "{err}");
+    let out = dir.path().join("out");
+    ok(&["restore", "--from", &stripe, "--to", &s(&out)]);
+    assert_same_tree(&src, &out);
+    // Too few for the readers themselves: an error that names the limit and the way out.
+    let (code, err) = backup("12", &s(&dir.path().join("b.pv")));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("Too many open files")
+            && err.contains("ulimit -n")
+            && err.contains("--read-depth"),
+        "{err}"
+    );
+    assert!(!dir.path().join("b.pv").exists() && !dir.path().join("b.pv.partial").exists());
+}
+
+#[test]
 fn a_memory_budget_bounds_the_buffers_and_refuses_one_too_small_to_run() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");

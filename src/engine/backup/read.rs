@@ -7,7 +7,7 @@ use crate::engine::pool::{self, Buf};
 use crate::engine::stats::Lane;
 use crate::format::{ContentHash, FORMAT_VERSION};
 use crate::sys;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use roaring::RoaringBitmap;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -171,6 +171,14 @@ fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) 
     Ok(())
 }
 
+enum Opened {
+    File(u32, Arc<File>),
+    /// It vanished, as it may.
+    Gone,
+    /// The process has no descriptor left (only ahead of the readers).
+    NoRoom,
+}
+
 /// A range of an open file (offset, length) to ask of the kernel ahead of the readers.
 type Ask = (Arc<File>, u64, u64);
 
@@ -323,24 +331,36 @@ impl Cursor {
     }
 
     /// Opens the volume's next file; None when it vanished and may (it is skipped).
+    /// Opens the volume's next file. Ahead of the readers, a process out of descriptors
+    /// is no error: the file is opened when its turn comes.
     fn open_next(
         &mut self,
         (plan, state): (&[ReadFile], &[FileState]),
         direct: bool,
-    ) -> Result<Option<(u32, Arc<File>)>> {
+        ahead: bool,
+    ) -> Result<Opened> {
         let id = self.files[self.next_file];
-        self.next_file += 1;
         let f = &plan[id as usize];
-        match open_for_read(&f.path, direct) {
-            Ok(h) => Ok(Some((id, Arc::new(h)))),
+        let opened = match open_for_read(&f.path, direct) {
+            Ok(h) => Opened::File(id, Arc::new(h)),
             Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
                 state[id as usize].vanished.store(true, Relaxed);
-                Ok(None)
+                Opened::Gone
             }
+            Err(e) if ahead && sys::is_out_of_descriptors(&e) => return Ok(Opened::NoRoom),
+            Err(e) if sys::is_out_of_descriptors(&e) => bail!(
+                "cannot open '{}': {e}; the process may hold {} open files (ulimit -n): raise \
+                 the limit, or lower --read-depth and --readers",
+                f.path.display(),
+                sys::open_files_limit()
+            ),
             Err(e) => {
-                Err(anyhow!(e)).with_context(|| format!("cannot open '{}'", f.path.display()))
+                return Err(anyhow!(e))
+                    .with_context(|| format!("cannot open '{}'", f.path.display()))
             }
-        }
+        };
+        self.next_file += 1;
+        Ok(opened)
     }
 
     /// Opens files after the current one and asks for their first transfer, while they
@@ -361,10 +381,14 @@ impl Cursor {
                 self.next_file += 1;
                 continue;
             }
-            if let Some((id, h)) = self.open_next((plan, state), direct)? {
-                self.asks.push((h.clone(), 0, want));
-                self.opened_bytes += want;
-                self.opened.push_back((id, h));
+            match self.open_next((plan, state), direct, true)? {
+                Opened::File(id, h) => {
+                    self.asks.push((h.clone(), 0, want));
+                    self.opened_bytes += want;
+                    self.opened.push_back((id, h));
+                }
+                Opened::Gone => {}
+                Opened::NoRoom => break,
             }
         }
         Ok(())
@@ -459,7 +483,7 @@ impl Cursor {
                     self.next_file += 1;
                     continue;
                 }
-                if let Some((id, h)) = self.open_next((plan, &sh.state), direct)? {
+                if let Opened::File(id, h) = self.open_next((plan, &sh.state), direct, false)? {
                     self.current = Some((id, h, 0));
                 }
             }
