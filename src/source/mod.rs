@@ -85,34 +85,34 @@ pub(crate) fn stat_all(paths: &[&Path]) -> Vec<std::io::Result<std::fs::Metadata
         return paths.iter().map(std::fs::symlink_metadata).collect();
     }
     let next = AtomicUsize::new(0);
-    let mut parts: Vec<(usize, Vec<std::io::Result<std::fs::Metadata>>)> =
-        std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut got = vec![];
-                        loop {
-                            let at = next.fetch_add(BATCH, Relaxed);
-                            if at >= paths.len() {
-                                return got;
-                            }
-                            let end = (at + BATCH).min(paths.len());
-                            got.push((
-                                at,
-                                paths[at..end]
-                                    .iter()
-                                    .map(std::fs::symlink_metadata)
-                                    .collect(),
-                            ));
-                        }
-                    })
-                })
+    type Part = (usize, Vec<std::io::Result<std::fs::Metadata>>);
+    let work = || {
+        let mut got: Vec<Part> = vec![];
+        loop {
+            let at = next.fetch_add(BATCH, Relaxed);
+            if at >= paths.len() {
+                return got;
+            }
+            let end = (at + BATCH).min(paths.len());
+            let m = paths[at..end]
+                .iter()
+                .map(std::fs::symlink_metadata)
                 .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().expect("a stat thread panicked"))
-                .collect()
-        });
+            got.push((at, m));
+        }
+    };
+    let mut parts: Vec<Part> = std::thread::scope(|s| {
+        // A thread that cannot be started leaves its share to the others and to this
+        // one, which works too.
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
+            .collect();
+        let mut parts = work();
+        for h in helpers {
+            parts.extend(h.join().expect("a stat thread panicked"));
+        }
+        parts
+    });
     parts.sort_unstable_by_key(|(at, _)| *at);
     parts.into_iter().flat_map(|(_, m)| m).collect()
 }

@@ -330,8 +330,7 @@ impl Cursor {
         }
     }
 
-    /// Opens the volume's next file; None when it vanished and may (it is skipped).
-    /// Opens the volume's next file. Ahead of the readers, a process out of descriptors
+    /// Opens the volume's next file (Gone: it vanished, as it may; it is skipped). Ahead of the readers, a process out of descriptors
     /// is no error: the file is opened when its turn comes.
     fn open_next(
         &mut self,
