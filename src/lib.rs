@@ -11,6 +11,7 @@ pub mod engine;
 pub mod format;
 pub mod interrupt;
 pub mod ops;
+pub mod par;
 pub mod pg;
 pub mod repo;
 pub mod report;

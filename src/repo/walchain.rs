@@ -276,22 +276,13 @@ fn by_timeline(spans: &[history::Span], first: u64, last: u64, seg: u64) -> Vec<
 /// chain if any fails, naming each. Returns how long it took.
 pub fn verify(repo: &Repo, chain: &WalChain, threads: usize) -> Result<Duration> {
     let t0 = Instant::now();
-    let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::Mutex::new(vec![]);
-    std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, chain.files.len().max(1)) {
-            s.spawn(|| loop {
-                if crate::interrupt::received().is_some() {
-                    return;
-                }
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(name) = chain.files.get(i) else {
-                    return;
-                };
-                if let Err(e) = wal::verify(repo, name) {
-                    failed.lock().unwrap().push((i, format!("{e:#}")));
-                }
-            });
+    crate::par::each_index(chain.files.len(), threads, |i| {
+        if crate::interrupt::received().is_some() {
+            return;
+        }
+        if let Err(e) = wal::verify(repo, &chain.files[i]) {
+            failed.lock().unwrap().push((i, format!("{e:#}")));
         }
     });
     if let Some(sig) = crate::interrupt::received() {

@@ -63,20 +63,19 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
     let mut listed = vec![];
     for e in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
         let e = e.with_context(|| format!("cannot walk '{}'", root.display()))?;
-        if e.path().strip_prefix(root).unwrap().to_str().is_none() {
+        let Some(rel) = e.path().strip_prefix(root).unwrap().to_str() else {
             bail!(
                 "'{}' is not valid UTF-8; pagevault stores UTF-8 paths",
                 e.path().display()
             );
-        }
-        listed.push(e);
+        };
+        listed.push((rel.to_string(), e));
     }
-    let paths: Vec<&Path> = listed.iter().map(|e| e.path()).collect();
+    let paths: Vec<&Path> = listed.iter().map(|(_, e)| e.path()).collect();
     let mut out = vec![];
-    for (e, m) in listed.iter().zip(super::stat_all(&paths)) {
+    for ((rel, e), m) in listed.iter().zip(super::stat_all(&paths)) {
         let m = m.with_context(|| format!("cannot stat '{}'", e.path().display()))?;
-        let rel = e.path().strip_prefix(root).unwrap().to_str().unwrap();
-        if let Some(f) = entry(e.path(), rel.to_string(), &m)? {
+        if let Some(f) = entry(e.path(), rel.clone(), &m)? {
             out.push(f);
         }
     }

@@ -78,43 +78,14 @@ const STAT_THREADS: usize = 16;
 /// lstat of every path, in order; many at once: a sequential walk of a cold tree waits
 /// for its inodes to be read from the device one at a time.
 pub(crate) fn stat_all(paths: &[&Path]) -> Vec<std::io::Result<std::fs::Metadata>> {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    const BATCH: usize = 64;
-    let threads = paths.len().div_ceil(BATCH).clamp(1, STAT_THREADS);
-    if threads == 1 {
-        return paths.iter().map(std::fs::symlink_metadata).collect();
-    }
-    let next = AtomicUsize::new(0);
-    type Part = (usize, Vec<std::io::Result<std::fs::Metadata>>);
-    let work = || {
-        let mut got: Vec<Part> = vec![];
-        loop {
-            let at = next.fetch_add(BATCH, Relaxed);
-            if at >= paths.len() {
-                return got;
-            }
-            let end = (at + BATCH).min(paths.len());
-            let m = paths[at..end]
-                .iter()
-                .map(std::fs::symlink_metadata)
-                .collect();
-            got.push((at, m));
-        }
-    };
-    let mut parts: Vec<Part> = std::thread::scope(|s| {
-        // A thread that cannot be started leaves its share to the others and to this
-        // one, which works too.
-        let helpers: Vec<_> = (1..threads)
-            .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
-            .collect();
-        let mut parts = work();
-        for h in helpers {
-            parts.extend(h.join().expect("a stat thread panicked"));
-        }
-        parts
+    let got: Vec<std::sync::OnceLock<_>> = paths.iter().map(|_| Default::default()).collect();
+    let threads = paths.len().div_ceil(64).min(STAT_THREADS);
+    crate::par::each_index(paths.len(), threads, |i| {
+        let _ = got[i].set(std::fs::symlink_metadata(paths[i]));
     });
-    parts.sort_unstable_by_key(|(at, _)| *at);
-    parts.into_iter().flat_map(|(_, m)| m).collect()
+    got.into_iter()
+        .map(|m| m.into_inner().expect("every path was stat'ed"))
+        .collect()
 }
 
 #[derive(Default)]
