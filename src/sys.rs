@@ -121,6 +121,69 @@ pub fn posix_fallocate(fd: impl AsFd, len: u64) -> io::Result<()> {
     }
 }
 
+/// Pages of a file in the page cache, and how many of them are dirty or under
+/// writeback (cachestat, Linux 6.5+).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cached {
+    pub pages: u64,
+    pub dirty: u64,
+}
+
+/// cachestat(2) over the whole file. None where the kernel lacks the call.
+pub fn cached(fd: impl AsFd) -> Option<Cached> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    // The same number on every architecture (the unified table); libc does not name it.
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range = Range { off: 0, len: 0 };
+    let mut st = Stat::default();
+    // SAFETY: the kernel reads `range` and writes `st`, both live, sized and laid out as
+    // its structs; the descriptor is kept open by the borrow.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_fd().as_raw_fd(),
+            &range as *const Range,
+            &mut st as *mut Stat,
+            0u32,
+        )
+    };
+    (rc == 0).then_some(Cached {
+        pages: st.nr_cache,
+        dirty: st.nr_dirty + st.nr_writeback,
+    })
+}
+
+/// Size of a transparent huge page (x86-64 and most others with 4 KiB pages).
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Anonymous memory of `len` bytes starting on a huge page boundary, which the kernel is
+/// asked to back with transparent huge pages: physically contiguous 2 MiB at a time, so
+/// an O_DIRECT read into it is a few segments, not one per 4 KiB page. Only the huge
+/// pages touched take memory. Returns the mapping and the aligned start's offset in it.
+pub fn huge_memory(len: usize) -> io::Result<(memmap2::MmapMut, usize)> {
+    let len = len.next_multiple_of(HUGE_PAGE);
+    // One huge page more of address space (never touched) to find the boundary in.
+    let map = memmap2::MmapMut::map_anon(len + HUGE_PAGE)?;
+    let start = map.as_ptr().align_offset(HUGE_PAGE);
+    // Advice only: without huge pages the memory works the same, with 4 KiB pages.
+    let _ = map.advise_range(memmap2::Advice::HugePage, start, len);
+    Ok((map, start))
+}
+
 /// Turns O_DIRECT on or off on an open file.
 pub fn set_direct(fd: impl AsFd, on: bool) -> io::Result<()> {
     use rustix::fs::OFlags;

@@ -183,6 +183,79 @@ fn small_files_read_ahead_give_way_to_a_low_open_files_limit_and_one_too_low_is_
     assert!(!dir.path().join("b.pv").exists() && !dir.path().join("b.pv.partial").exists());
 }
 
+/// Drops `path`'s pages from the page cache; false where they stay (or the kernel
+/// cannot say).
+fn drop_cached(path: &std::path::Path) -> bool {
+    use pagevault::sys;
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    sys::fadvise(&f, 0, 0, sys::Advice::DontNeed);
+    sys::cached(&f).is_some_and(|c| c.pages == 0)
+}
+
+#[test]
+fn a_large_file_missing_from_the_page_cache_is_read_with_o_direct_within_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // Not a multiple of the transfer: the last O_DIRECT read is cut short by the end.
+    let big = src.join("big");
+    std::fs::write(&big, bytes(45, (72 << 20) + 12_345, false)).unwrap();
+    std::fs::write(src.join("small"), bytes(46, 3 << 20, false)).unwrap();
+    if !drop_cached(&big) {
+        eprintln!("skipped: the page cache keeps this file (or the kernel has no cachestat)");
+        return;
+    }
+    let stripe = s(&dir.path().join("cold.pv"));
+    let b = backup_files_json(&src, &stripe, &["--memory-budget", "40M", "--threads", "2"]);
+    let c = &b["config"];
+    assert_eq!(c["direct_io"], "auto", "{c}");
+    assert_eq!(c["direct_files"], 1, "{c}");
+    assert_eq!(c["direct_bytes"], (72 << 20) + 12_345, "{c}");
+    assert_eq!(c["huge_pages"], true, "{c}");
+    // Huge-page buffers count whole 2 MiB pages, and still fit the budget.
+    let count = c["buffer_count"].as_u64().unwrap();
+    assert_eq!(c["total_buffer_memory"], count * (2 << 20), "{c}");
+    assert!(
+        c["total_buffer_memory"].as_u64().unwrap() + 2 * c["buffer_bytes"].as_u64().unwrap()
+            <= 40 << 20,
+        "{c}"
+    );
+    let pool = b["pool_bytes"].as_u64().unwrap();
+    assert!(
+        pool > 0 && pool <= 40 << 20,
+        "pool {pool} within the budget"
+    );
+    assert_eq!(b["adaptive_readers"]["started_in_flight"], 4, "{b}");
+    let out = dir.path().join("r1");
+    ok(&["restore", "--from", &stripe, "--to", &s(&out)]);
+    assert_same_tree(&src, &out);
+
+    // Read through the cache once, the same file stays there: no O_DIRECT.
+    std::fs::read(&big).unwrap();
+    let warm = s(&dir.path().join("warm.pv"));
+    let b = backup_files_json(&src, &warm, &[]);
+    assert_eq!(b["config"]["direct_files"], 0, "{b}");
+    assert_eq!(b["config"]["huge_pages"], false, "{b}");
+    assert_eq!(b["adaptive_readers"]["started_in_flight"], 16, "{b}");
+
+    // Off: never, cold or not; on: every file (the small one too).
+    assert!(drop_cached(&big));
+    let b = backup_files_json(
+        &src,
+        &s(&dir.path().join("off.pv")),
+        &["--direct-io", "off"],
+    );
+    assert_eq!(b["config"]["direct_files"], 0, "{b}");
+    let on = s(&dir.path().join("on.pv"));
+    let b = backup_files_json(&src, &on, &["--direct-io", "on", "--read-depth", "2"]);
+    assert_eq!(b["config"]["direct_files"], 2, "{b}");
+    assert_eq!(b["adaptive_readers"]["started_in_flight"], 2, "{b}");
+    let out = dir.path().join("r2");
+    ok(&["restore", "--from", &on, "--to", &s(&out)]);
+    assert_same_tree(&src, &out);
+}
+
 #[test]
 fn a_memory_budget_bounds_the_buffers_and_refuses_one_too_small_to_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,10 +6,10 @@ use super::{print_json, Reporter};
 use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
 use crate::format::manifest::BackupType;
-use crate::ops::backup::ChangeMap;
 use crate::ops::backup::{
     self as ops, AdaptiveReport, BackupConfig, BackupOptions, BackupReport, Watch,
 };
+use crate::ops::backup::{ChangeMap, DirectIo};
 use crate::units::{self, human};
 use anyhow::Result;
 use clap::Args;
@@ -69,10 +69,11 @@ pub struct BackupArgs {
     /// Readers per volume (each keeps --read-depth reads in flight).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub readers: u32,
-    /// Reads in flight per reader, where the adaptive readers start. A buffered read
-    /// path needs many in flight to keep fast devices busy.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub read_depth: u32,
+    /// Reads in flight per reader, where the adaptive readers start. Default 16 (buffered
+    /// reads need many in flight to keep fast devices busy), or 4 on a volume read mostly
+    /// with O_DIRECT (each read is one request; the device merges a few).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub read_depth: Option<u32>,
     /// Compression threads (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
@@ -117,9 +118,12 @@ pub struct BackupArgs {
     /// transfers); either way a buffer is made only when the run first needs it.
     #[arg(long, value_parser = units::parse_size)]
     pub memory_budget: Option<u64>,
-    /// Read with O_DIRECT where the filesystem allows (bypasses the page cache).
-    #[arg(long, value_enum, default_value = "off")]
-    pub direct_io: super::Switch,
+    /// Read with O_DIRECT where the file system allows it, bypassing the page cache:
+    /// auto reads so the whole files of 64 MiB or more none of whose pages are in the page
+    /// cache (a cold large file reads faster so, into buffers on huge pages); on reads so
+    /// every file; off none.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub direct_io: DirectIoArg,
     /// Where the SQLite source puts its snapshot copy (default: beside the database).
     #[arg(long)]
     pub spool: Option<PathBuf>,
@@ -167,7 +171,7 @@ impl BackupArgs {
             data_finished: None,
             page_size: self.page_size,
             adaptive_readers: self.adaptive_readers.on(),
-            direct_io: self.direct_io.on(),
+            direct_io: self.direct_io.into(),
             memory_budget: self.memory_budget,
             spool: self.spool.clone(),
             report: self.report.clone(),
@@ -259,7 +263,8 @@ impl Watch for Shown {
 }
 
 /// What the adaptive readers settled on, and why they went no higher.
-fn adaptive_line(a: &AdaptiveReport, base: usize) -> Option<String> {
+fn adaptive_line(a: &AdaptiveReport) -> Option<String> {
+    let base = a.started_in_flight;
     use crate::engine::adapt::Held;
     let why = match a.held? {
         Held::NotTried => return None,
@@ -273,6 +278,24 @@ fn adaptive_line(a: &AdaptiveReport, base: usize) -> Option<String> {
         human(a.settled_read_bytes as u64),
         if a.span_raises > 0 { format!(" ({} step(s) to larger reads kept)", a.span_raises) } else { String::new() }
     ))
+}
+
+/// `--direct-io`, as listed in `--help`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DirectIoArg {
+    Auto,
+    On,
+    Off,
+}
+
+impl From<DirectIoArg> for DirectIo {
+    fn from(a: DirectIoArg) -> DirectIo {
+        match a {
+            DirectIoArg::Auto => DirectIo::Auto,
+            DirectIoArg::On => DirectIo::On,
+            DirectIoArg::Off => DirectIo::Off,
+        }
+    }
 }
 
 fn print_config(c: &BackupConfig) {
@@ -293,17 +316,39 @@ fn print_config(c: &BackupConfig) {
             human(c.device_buffer_memory)
         );
     }
+    let depth = if c.direct_files == 0 || c.direct_read_depth == c.read_depth {
+        c.read_depth.to_string()
+    } else {
+        format!(
+            "{} ({} on a volume read mostly with O_DIRECT)",
+            c.read_depth, c.direct_read_depth
+        )
+    };
     println!(
-        "  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {}{}",
-        c.readers_per_volume, c.read_depth, if c.adaptive { format!(" (adaptive: probes up to {} per volume, and reads up to 16 MiB long, while throughput rises)", c.adaptive_cap) } else { String::new() }
+        "  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {depth}{}",
+        c.readers_per_volume, if c.adaptive { format!(" (adaptive: probes up to {} per volume, and reads up to 16 MiB long, while throughput rises)", c.adaptive_cap) } else { String::new() }
     );
     println!("  Devices:               {}", c.devices.join(", "));
     println!("  BlockSize:             {}", human(c.block_size));
     println!("  Codec:                 {} on {threads} threads", c.codec);
-    println!(
-        "  Direct I/O:            {}",
-        if c.direct_io { "on" } else { "off" }
-    );
+    let direct = match c.direct_io {
+        DirectIo::Off => "off".to_string(),
+        DirectIo::On => "on: every file".to_string(),
+        DirectIo::Auto if c.direct_files == 0 => {
+            "auto: none (no file of 64 MiB or more is missing from the page cache)".to_string()
+        }
+        DirectIo::Auto => format!(
+            "auto: {} file(s), {} (64 MiB or more, none of their pages in the page cache)",
+            c.direct_files,
+            human(c.direct_bytes)
+        ),
+    };
+    let huge = if c.huge_pages {
+        "; buffers on huge pages"
+    } else {
+        ""
+    };
+    println!("  Direct I/O:            {direct}{huge}");
 }
 
 fn print_text(r: &BackupReport, verbose: bool) {
@@ -381,7 +426,7 @@ fn print_text(r: &BackupReport, verbose: bool) {
         );
     }
     r.waits.print();
-    if let Some(line) = adaptive_line(&r.adaptive_readers, r.base_in_flight) {
+    if let Some(line) = adaptive_line(&r.adaptive_readers) {
         println!("{line}");
     }
     super::print_retries();

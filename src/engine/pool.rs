@@ -17,8 +17,41 @@ pub const ALIGN: usize = 4096;
 /// for O_DIRECT reads.
 pub const PREFIX: usize = ALIGN;
 
+/// A buffer's memory: from the heap, or on its own transparent huge pages (for
+/// O_DIRECT reads, which the device then takes in few segments).
+enum Mem {
+    Heap(Vec<u8>),
+    Huge(memmap2::MmapMut),
+}
+
+impl Mem {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Mem::Heap(v) => v,
+            Mem::Huge(m) => m,
+        }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Mem::Heap(v) => v,
+            Mem::Huge(m) => m,
+        }
+    }
+}
+
+/// Bytes one buffer of `cap` payload bytes takes: heap (prefix and alignment slack
+/// included) or whole huge pages.
+pub fn footprint(cap: usize, huge: bool) -> usize {
+    let cap = cap.next_multiple_of(ALIGN);
+    if huge {
+        (cap + PREFIX).next_multiple_of(crate::sys::HUGE_PAGE)
+    } else {
+        cap + PREFIX + ALIGN
+    }
+}
+
 pub struct Buf {
-    mem: Vec<u8>,
+    mem: Mem,
     base: usize,
     cap: usize,
     /// Bytes of payload in use.
@@ -26,17 +59,34 @@ pub struct Buf {
 }
 
 impl Buf {
-    fn new(cap: usize) -> Buf {
+    fn new(cap: usize, huge: bool) -> Buf {
         let cap = cap.next_multiple_of(ALIGN);
+        // Header and payload on the same huge pages; without them (the kernel refused
+        // the mapping), the heap.
+        if let Some((map, base)) = huge
+            .then(|| crate::sys::huge_memory(cap + PREFIX).ok())
+            .flatten()
+        {
+            return Buf {
+                mem: Mem::Huge(map),
+                base,
+                cap,
+                len: 0,
+            };
+        }
         // Zeroed allocation: pages are only backed by memory once touched.
         let mem = vec![0u8; cap + PREFIX + ALIGN];
         let base = mem.as_ptr().align_offset(ALIGN);
         Buf {
-            mem,
+            mem: Mem::Heap(mem),
             base,
             cap,
             len: 0,
         }
+    }
+    /// Whether the buffer is on huge pages.
+    pub fn is_huge(&self) -> bool {
+        matches!(self.mem, Mem::Huge(_))
     }
     pub fn capacity(&self) -> usize {
         self.cap
@@ -44,20 +94,20 @@ impl Buf {
     /// The whole payload area (aligned to 4096 bytes).
     pub fn space(&mut self) -> &mut [u8] {
         let s = self.base + PREFIX;
-        &mut self.mem[s..s + self.cap]
+        &mut self.mem.bytes_mut()[s..s + self.cap]
     }
     pub fn payload(&self) -> &[u8] {
         let s = self.base + PREFIX;
-        &self.mem[s..s + self.len]
+        &self.mem.bytes()[s..s + self.len]
     }
     pub fn header_mut(&mut self) -> &mut [u8] {
         let s = self.base + PREFIX;
-        &mut self.mem[s - FRAME_HEADER_LEN..s]
+        &mut self.mem.bytes_mut()[s - FRAME_HEADER_LEN..s]
     }
     /// Header and the first `total - header` payload bytes, contiguous.
     pub fn frame(&self, total: usize) -> &[u8] {
         let s = self.base + PREFIX - FRAME_HEADER_LEN;
-        &self.mem[s..s + total]
+        &self.mem.bytes()[s..s + total]
     }
 }
 
@@ -66,6 +116,8 @@ pub struct Pool {
     given_back: Condvar,
     pub count: usize,
     pub buf_size: usize,
+    /// Buffers on huge pages.
+    huge: bool,
     /// Buffers made so far (at most `count`).
     made: AtomicUsize,
     /// Buffers handed out and not given back yet, for the report's occupancy.
@@ -79,9 +131,16 @@ impl Pool {
             given_back: Condvar::new(),
             count,
             buf_size: buf_size.next_multiple_of(ALIGN),
+            huge: false,
             made: AtomicUsize::new(0),
             in_use: Arc::default(),
         }
+    }
+
+    /// Makes its buffers on huge pages (for O_DIRECT reads).
+    pub fn on_huge_pages(mut self, huge: bool) -> Pool {
+        self.huge = huge;
+        self
     }
 
     /// Counts buffers in use into `gauge` (shared with a sampler).
@@ -92,7 +151,7 @@ impl Pool {
 
     /// Bytes the pool holds: the buffers made, at most `count`.
     pub fn bytes(&self) -> u64 {
-        (self.made() * (self.buf_size + PREFIX + ALIGN)) as u64
+        (self.made() * footprint(self.buf_size, self.huge)) as u64
     }
 
     /// Buffers made so far: the most the run had in use at once.
@@ -105,7 +164,7 @@ impl Pool {
         self.made
             .fetch_update(Relaxed, Relaxed, |m| (m < self.count).then_some(m + 1))
             .ok()
-            .map(|_| Buf::new(self.buf_size))
+            .map(|_| Buf::new(self.buf_size, self.huge))
     }
 
     /// A buffer free now, or a new one while the pool may grow.
@@ -153,7 +212,7 @@ impl Pool {
 
     /// A buffer outside the pool, for a compressor's scratch space.
     pub fn extra(&self) -> Buf {
-        Buf::new(self.buf_size)
+        Buf::new(self.buf_size, false)
     }
 }
 
@@ -190,7 +249,7 @@ mod tests {
 
     #[test]
     fn payload_is_aligned_and_header_adjacent() {
-        let mut b = Buf::new(70_000);
+        let mut b = Buf::new(70_000, false);
         assert_eq!(b.capacity() % ALIGN, 0);
         assert_eq!(b.space().as_ptr() as usize % ALIGN, 0);
         b.header_mut().fill(7);
@@ -199,6 +258,37 @@ mod tests {
         let f = b.frame(FRAME_HEADER_LEN + 1);
         assert!(f[..FRAME_HEADER_LEN].iter().all(|&x| x == 7));
         assert_eq!(f[FRAME_HEADER_LEN], 9);
+    }
+
+    #[test]
+    fn huge_buffers_keep_header_and_payload_on_one_huge_page_and_count_whole_pages() {
+        let pool = Pool::new(1, 1 << 20).on_huge_pages(true);
+        let a = Abort::default();
+        let mut b = pool.get(&a).unwrap().0;
+        assert!(
+            b.is_huge(),
+            "an anonymous mapping is refused only without memory"
+        );
+        let p = b.space().as_ptr() as usize;
+        assert_eq!(p % ALIGN, 0);
+        let page = p / crate::sys::HUGE_PAGE;
+        assert_eq!(page, (p + (1 << 20) - 1) / crate::sys::HUGE_PAGE);
+        assert_eq!(
+            (p - FRAME_HEADER_LEN) / crate::sys::HUGE_PAGE,
+            page,
+            "the header shares the payload's huge page"
+        );
+        b.header_mut().fill(7);
+        b.space()[..3].copy_from_slice(&[1, 2, 3]);
+        b.len = 3;
+        assert_eq!(b.payload(), [1, 2, 3]);
+        assert_eq!(
+            b.frame(FRAME_HEADER_LEN + 1)[FRAME_HEADER_LEN - 1..],
+            [7, 1]
+        );
+        assert_eq!(pool.bytes(), crate::sys::HUGE_PAGE as u64);
+        assert_eq!(footprint(1 << 20, false), (1 << 20) + PREFIX + ALIGN);
+        assert_eq!(footprint(4 << 20, true), 6 << 20);
     }
 
     #[test]

@@ -130,6 +130,8 @@ pub fn merge(
         max_transfer_size: transfer as u64,
         page_size: m.page_size as u64,
         store: o.store.clone(),
+        // Its chunks are fed, not read from files.
+        direct_io: super::backup::DirectIo::Off,
         // Restores to a time pick it as they would the newest merged set.
         data_finished: Some(newest.finished.clone()),
         name: Some(format!(

@@ -204,6 +204,7 @@ fn sample_plan(plan: &[ReadFile], sample: u64) -> Vec<ReadFile> {
                 volume: f.volume,
                 missing_ok: f.missing_ok,
                 pages: None,
+                direct: false,
             }
         })
         .collect()
@@ -269,7 +270,7 @@ impl Trial<'_> {
             read_depth: p.read_depth,
             threads: p.threads,
             codec: CodecSpec::parse(&p.codec)?,
-            direct_io: false,
+            direct_read_depth: p.read_depth,
             page_size: self.page_size,
             // The grid sets the reads in flight itself.
             adaptive: false,
@@ -590,6 +591,7 @@ mod tests {
             volume: 0,
             missing_ok: false,
             pages: None,
+            direct: false,
         };
         let plan = vec![f(0, 100 << 20), f(1, 10 << 20), f(2, 1000), f(3, 0)];
         let s = sample_plan(&plan, 11 << 20);

@@ -1,6 +1,7 @@
 //! Backup pipeline: readers (per volume) -> pool buffers -> compressors -> one
 //! writer per stripe. Frames go to whichever stripe writer is free first.
 
+pub mod direct;
 mod frame;
 mod read;
 mod write;
@@ -33,6 +34,8 @@ pub struct ReadFile {
     /// Pages (of `Params::page_size`, numbered from the file's start) to read; None
     /// reads the whole file. Chunks with none are skipped: they get no frame.
     pub pages: Option<Arc<RoaringBitmap>>,
+    /// Read with O_DIRECT (where the file system allows it): see `direct::choose`.
+    pub direct: bool,
 }
 
 /// Inspects each chunk read (page checksums, for example) before it is stored.
@@ -143,9 +146,10 @@ pub struct Params {
     pub readers_per_volume: usize,
     /// Reads in flight per reader.
     pub read_depth: usize,
+    /// ... on a volume read mostly with O_DIRECT.
+    pub direct_read_depth: usize,
     pub threads: usize,
     pub codec: CodecSpec,
-    pub direct_io: bool,
     /// Page size, for differential page selection.
     pub page_size: usize,
     /// Adaptive readers: the reads in flight probe upward to `adapt::CAP` per volume.
@@ -160,9 +164,14 @@ pub struct Params {
 }
 
 impl Params {
-    /// Reads in flight per volume: (base, most).
-    pub fn in_flight(&self) -> (usize, usize) {
-        let base = self.readers_per_volume * self.read_depth;
+    /// Reads in flight per volume, read mostly with O_DIRECT or not: (base, most).
+    pub fn in_flight(&self, direct: bool) -> (usize, usize) {
+        let depth = if direct {
+            self.direct_read_depth
+        } else {
+            self.read_depth
+        };
+        let base = self.readers_per_volume * depth;
         let max = if self.adaptive {
             super::adapt::CAP.max(base)
         } else {
@@ -176,6 +185,12 @@ impl Params {
     /// Bytes of one pool buffer: a compressed frame plus padding must fit.
     pub fn buffer_size(&self) -> usize {
         CodecSpec::bound(self.transfer_size) + crate::crypt::TAG_LEN + self.block_size + pool::ALIGN
+    }
+
+    /// Memory one pool buffer takes: on huge pages when some file is read with
+    /// O_DIRECT.
+    pub fn buffer_footprint(&self, huge: bool) -> usize {
+        pool::footprint(self.buffer_size(), huge)
     }
 }
 
@@ -211,6 +226,8 @@ pub struct Outcome {
     /// no higher.
     pub adaptive_undone: u64,
     pub settled_in_flight: usize,
+    /// Reads in flight that volume started at.
+    pub base_in_flight: usize,
     /// Bytes one read of that volume ended at asking for (transfers merged), and the
     /// span steps kept.
     pub settled_read_bytes: usize,
@@ -287,7 +304,9 @@ pub fn run(
                 shrank: AtomicBool::new(false),
             })
             .collect(),
-        pool: Pool::new(p.buffer_count, p.buffer_size()).counted(live.pool_in_use.clone()),
+        pool: Pool::new(p.buffer_count, p.buffer_size())
+            .on_huge_pages(plan.iter().any(|f| f.direct))
+            .counted(live.pool_in_use.clone()),
         abort,
         progress,
         read_st: live.stage("read"),
@@ -310,8 +329,8 @@ pub fn run(
     let (ctx, crx) = bounded::<Item>(compress_queue(p.threads, p.buffer_count));
     let (wtx, wrx) = bounded::<Item>(p.buffer_count);
     let adapts: Vec<Adapt> = (0..volumes)
-        .map(|_| {
-            let (base, max) = p.in_flight();
+        .map(|v| {
+            let (base, max) = p.in_flight(direct::mostly_direct(plan, v));
             let (span, max_span) = read::spans(p.transfer_size, p.adaptive);
             Adapt::new(base, max).spans(span, max_span)
         })
@@ -377,7 +396,7 @@ pub fn run(
         return Err(e);
     }
     let wall = started.elapsed();
-    let readers = volumes * p.readers_per_volume * p.read_depth;
+    let readers = adapts.iter().map(|a| a.base).sum();
     let waits = summarize(
         &[
             (
@@ -424,6 +443,10 @@ pub fn run(
         adaptive_raises: adapts.iter().map(|a| a.raised.load(Relaxed)).sum(),
         adaptive_undone: adapts.iter().map(|a| a.undone.load(Relaxed)).sum(),
         settled_in_flight: adapts.iter().map(|a| a.level()).max().unwrap_or(0),
+        base_in_flight: adapts
+            .iter()
+            .max_by_key(|a| a.level())
+            .map_or(0, |a| a.base),
         settled_read_bytes: adapts
             .iter()
             .max_by_key(|a| a.level())

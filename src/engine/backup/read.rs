@@ -63,7 +63,7 @@ pub(super) fn reader(
         }
         let next = {
             let mut v = vol.lock().unwrap();
-            let next = v.next(sh, (t, p.page_size), p.direct_io);
+            let next = v.next(sh, (t, p.page_size));
             v.take_asks(&mut asks);
             next
         };
@@ -335,12 +335,11 @@ impl Cursor {
     fn open_next(
         &mut self,
         (plan, state): (&[ReadFile], &[FileState]),
-        direct: bool,
         ahead: bool,
     ) -> Result<Opened> {
         let id = self.files[self.next_file];
         let f = &plan[id as usize];
-        let opened = match open_for_read(&f.path, direct) {
+        let opened = match open_for_read(&f.path, f.direct) {
             Ok(h) => Opened::File(id, Arc::new(h)),
             Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
                 state[id as usize].vanished.store(true, Relaxed);
@@ -363,24 +362,24 @@ impl Cursor {
     }
 
     /// Opens files after the current one and asks for their first transfer, while they
-    /// are small enough to fit `AHEAD_FILES` and `AHEAD_BYTES`.
+    /// are small enough to fit `AHEAD_FILES` and `AHEAD_BYTES` and read through the page
+    /// cache in whole.
     fn open_ahead(
         &mut self,
         (plan, state): (&[ReadFile], &[FileState]),
         transfer: usize,
-        direct: bool,
     ) -> Result<()> {
         while self.opened.len() < AHEAD_FILES && self.next_file < self.files.len() {
             let f = &plan[self.files[self.next_file] as usize];
             let want = f.size.min(transfer as u64);
-            if f.pages.is_some() || self.opened_bytes + want > AHEAD_BYTES {
+            if f.pages.is_some() || f.direct || self.opened_bytes + want > AHEAD_BYTES {
                 break;
             }
             if f.size == 0 {
                 self.next_file += 1;
                 continue;
             }
-            match self.open_next((plan, state), direct, true)? {
+            match self.open_next((plan, state), true)? {
                 Opened::File(id, h) => {
                     self.asks.push((h.clone(), 0, want));
                     self.opened_bytes += want;
@@ -427,12 +426,7 @@ impl Cursor {
         }
     }
 
-    fn next(
-        &mut self,
-        sh: &Shared,
-        (transfer, page): (usize, usize),
-        direct: bool,
-    ) -> Result<Option<Chunk>> {
+    fn next(&mut self, sh: &Shared, (transfer, page): (usize, usize)) -> Result<Option<Chunk>> {
         let plan = sh.plan;
         loop {
             if let Some((id, handle, offset)) = &mut self.current {
@@ -449,7 +443,7 @@ impl Cursor {
                             len,
                             sel: Some(sel),
                         };
-                        if !direct {
+                        if !plan[*id as usize].direct {
                             let n = sel.iter().map(|w| w.count_ones()).sum::<u32>();
                             let end = (*offset).div_ceil(page as u64) as u32;
                             self.ask_ahead(plan, n, end, page);
@@ -482,14 +476,12 @@ impl Cursor {
                     self.next_file += 1;
                     continue;
                 }
-                if let Opened::File(id, h) = self.open_next((plan, &sh.state), direct, false)? {
+                if let Opened::File(id, h) = self.open_next((plan, &sh.state), false)? {
                     self.current = Some((id, h, 0));
                 }
             }
             (self.ahead, self.ahead_pages) = (0, 0);
-            if !direct {
-                self.open_ahead((plan, &sh.state), transfer, direct)?;
-            }
+            self.open_ahead((plan, &sh.state), transfer)?;
         }
     }
 }
@@ -665,6 +657,7 @@ mod tests {
                     volume: 0,
                     missing_ok: true,
                     pages: None,
+                    direct: false,
                 }
             })
             .collect();
@@ -679,7 +672,7 @@ mod tests {
             .collect();
         let mut c = cursors(&plan, 1).pop().unwrap().into_inner().unwrap();
         c.next_file = 1; // file 0 is the one being read
-        c.open_ahead((&plan, &state), t, false).unwrap();
+        c.open_ahead((&plan, &state), t).unwrap();
         let ids: Vec<u32> = c.opened.iter().map(|(id, _)| *id).collect();
         // At most AHEAD_FILES, skipping the empty and the vanished file.
         assert_eq!(ids.len(), AHEAD_FILES);
@@ -695,17 +688,23 @@ mod tests {
         while c.next_file < plan.len() - 1 {
             c.opened.pop_front();
             c.opened_bytes -= 40 << 10;
-            c.open_ahead((&plan, &state), t, false).unwrap();
+            c.open_ahead((&plan, &state), t).unwrap();
         }
         assert_eq!(c.opened.back().unwrap().0, 99);
-        c.open_ahead((&plan, &state), t, false).unwrap();
+        c.open_ahead((&plan, &state), t).unwrap();
         assert_eq!(c.next_file, 100, "the sparse file is not opened ahead");
+        plan[100].pages = None;
+        plan[100].direct = true;
+        c.opened.clear();
+        c.opened_bytes = 0;
+        c.open_ahead((&plan, &state), t).unwrap();
+        assert_eq!(c.next_file, 100, "nor a file read with O_DIRECT");
         // The bytes bound: files of 1 MiB fill 4 MiB with 4 of them.
         for f in &mut plan {
             f.size = 1 << 20;
         }
         let mut c = cursors(&plan[..20], 1).pop().unwrap().into_inner().unwrap();
-        c.open_ahead((&plan[..20], &state[..20]), t, false).unwrap();
+        c.open_ahead((&plan[..20], &state[..20]), t).unwrap();
         assert_eq!(c.opened.len() as u64, AHEAD_BYTES >> 20);
     }
 
@@ -791,6 +790,7 @@ mod tests {
             volume: 0,
             missing_ok: false,
             pages: Some(Arc::new(pages)),
+            direct: false,
         }];
         let mut c = cursors(&plan, 1).pop().unwrap().into_inner().unwrap();
         c.current = Some((0, Arc::new(tempfile::tempfile().unwrap()), 0));

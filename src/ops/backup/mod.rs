@@ -3,6 +3,8 @@
 
 use crate::device::object::RetryStats;
 use crate::device::{self, CreateHint, Device};
+use crate::engine::backup::direct;
+pub use crate::engine::backup::direct::DirectIo;
 use crate::engine::backup::{self, Outcome, Params, ReadFile};
 use crate::engine::codec::CodecSpec;
 use crate::engine::stats::{Progress, WaitStats};
@@ -59,7 +61,9 @@ pub struct BackupOptions {
     pub max_transfer_size: u64,
     pub block_size: u64,
     pub readers: u32,
-    pub read_depth: u32,
+    /// Reads in flight per reader where the adaptive readers start. None: 16, or
+    /// `direct::DIRECT_DEPTH` on a volume read mostly with O_DIRECT.
+    pub read_depth: Option<u32>,
     /// None: one per core.
     pub threads: Option<u32>,
     pub copy_only: bool,
@@ -71,7 +75,7 @@ pub struct BackupOptions {
     /// Page size of a files: source.
     pub page_size: u64,
     pub adaptive_readers: bool,
-    pub direct_io: bool,
+    pub direct_io: DirectIo,
     /// The most the buffers may hold (pool, compression scratch, device write
     /// buffers): the pool and the reads in flight stay within it. None: the pool is
     /// sized for the adaptive readers' cap.
@@ -107,14 +111,14 @@ impl Default for BackupOptions {
             max_transfer_size: 1 << 20,
             block_size: 4 << 10,
             readers: 1,
-            read_depth: 16,
+            read_depth: None,
             threads: None,
             copy_only: false,
             name: None,
             data_finished: None,
             page_size: 8 << 10,
             adaptive_readers: true,
-            direct_io: false,
+            direct_io: DirectIo::Auto,
             memory_budget: None,
             spool: None,
             report: None,
@@ -137,11 +141,19 @@ pub struct BackupConfig {
     pub volumes: usize,
     pub readers_per_volume: u32,
     pub read_depth: u32,
+    /// Reads in flight per reader where a volume read mostly with O_DIRECT starts.
+    pub direct_read_depth: u32,
     pub devices: Vec<String>,
     pub block_size: u64,
     pub codec: String,
     pub threads: usize,
-    pub direct_io: bool,
+    pub direct_io: DirectIo,
+    /// Files (and their bytes) read with O_DIRECT: all with `on`; with `auto`, the
+    /// large ones the page cache held none of.
+    pub direct_files: u64,
+    pub direct_bytes: u64,
+    /// Pool buffers on huge pages (some file is read with O_DIRECT).
+    pub huge_pages: bool,
     pub page_size: u64,
     /// SQL Server's default BUFFERCOUNT and the pipeline's minimum (text only).
     #[serde(skip)]
@@ -168,7 +180,9 @@ pub struct AdaptiveReport {
     pub peak_in_flight: usize,
     /// Steps up taken back because throughput did not rise.
     pub undone: u64,
-    /// Reads in flight the busiest volume ended at, and why it went no higher.
+    /// Reads in flight the busiest volume started and ended at, and why it went no
+    /// higher.
+    pub started_in_flight: usize,
     pub settled_in_flight: usize,
     pub held: Option<crate::engine::adapt::Held>,
     /// Bytes one read settled at (adjacent transfers merged into one), and the span
@@ -223,9 +237,6 @@ pub struct BackupReport {
     pub checksum_failures: usize,
     #[serde(skip)]
     pub compressed: bool,
-    /// Reads in flight per volume before adaptive readers raised them.
-    #[serde(skip)]
-    pub base_in_flight: usize,
 }
 
 /// Seconds of each step of a backup, in order.
@@ -340,7 +351,7 @@ fn backup_set(
         _ => None,
     };
     phases.plan = lap();
-    let (mut params, config, hint) = match configure(o, codec, &dest.devices, &input) {
+    let (mut params, config, hint) = match configure(o, codec, &dest.devices, &mut input) {
         Ok(c) => c,
         Err(e) => {
             let _ = input.src.finish(false);
@@ -464,6 +475,7 @@ fn backup_set(
             raises: out.adaptive_raises,
             peak_in_flight: out.peak_in_flight,
             undone: out.adaptive_undone,
+            started_in_flight: out.base_in_flight,
             settled_in_flight: out.settled_in_flight,
             settled_read_bytes: out.settled_read_bytes,
             span_raises: out.span_raises,
@@ -474,7 +486,6 @@ fn backup_set(
         file_pages: text.file_pages,
         checksum_failures: problems.len(),
         compressed: codec.codec != crate::format::Codec::None,
-        base_in_flight: params.in_flight().0,
     };
     if let (Some(path), Some(series)) = (&o.report, series) {
         write_report(path, &r, series, &dest.devices)?;
@@ -638,7 +649,7 @@ fn configure(
     o: &BackupOptions,
     codec: CodecSpec,
     devices: &[Box<dyn Device>],
-    input: &Input,
+    input: &mut Input,
 ) -> Result<(Params, BackupConfig, CreateHint)> {
     let volumes = input.vols.names.len().max(1);
     let threads = o
@@ -647,8 +658,18 @@ fn configure(
         .unwrap_or_else(crate::engine::default_threads);
     let stripes = devices.len();
     let sql_default = sql_server_buffers(stripes, volumes);
-    // Adaptive readers may reach the cap on one volume: the default pool has room for it.
-    let base = volumes * (o.readers * o.read_depth) as usize;
+    let direct = direct::choose(&mut input.plan, o.direct_io);
+    let huge = direct.files > 0;
+    let read_depth = o.read_depth.unwrap_or(16);
+    let direct_read_depth = o.read_depth.unwrap_or(direct::DIRECT_DEPTH as u32);
+    // Where each volume's reads in flight start. Adaptive readers may reach the cap on
+    // one volume: the default pool has room for it.
+    let base: usize = (0..volumes)
+        .map(|v| match direct::mostly_direct(&input.plan, v) {
+            true => (o.readers * direct_read_depth) as usize,
+            false => (o.readers * read_depth) as usize,
+        })
+        .sum();
     let reads = if o.adaptive_readers {
         base.max(crate::engine::adapt::CAP)
     } else {
@@ -666,10 +687,10 @@ fn configure(
         transfer_size: o.max_transfer_size as usize,
         block_size: o.block_size as usize,
         readers_per_volume: o.readers as usize,
-        read_depth: o.read_depth as usize,
+        read_depth: read_depth as usize,
+        direct_read_depth: direct_read_depth as usize,
         threads,
         codec,
-        direct_io: o.direct_io,
         page_size: page_size as usize,
         adaptive: o.adaptive_readers,
         seal: None,
@@ -682,14 +703,18 @@ fn configure(
     };
     let device_memory: u64 = devices.iter().map(|d| d.write_memory(&hint)).sum();
     if let Some(budget) = o.memory_budget {
-        let fit = within_budget(budget, device_memory, &params, (base, stripes))?;
+        let fit = within_budget(budget, device_memory, &params, (base, stripes), huge)?;
         params.buffer_count = match o.buffer_count {
             Some(b) if b as usize > fit => bail!(
                 "--buffer-count {b} needs {} of buffers, over --memory-budget {} (at most {fit} \
                  buffers of {} fit): raise the budget or lower --buffer-count",
-                human((b as usize + threads) as u64 * params.buffer_size() as u64 + device_memory),
+                human(
+                    (b as usize * params.buffer_footprint(huge) + threads * params.buffer_size())
+                        as u64
+                        + device_memory
+                ),
                 human(budget),
-                human(params.buffer_size() as u64)
+                human(params.buffer_footprint(huge) as u64)
             ),
             Some(b) => b as usize,
             None => buffer_count.min(fit),
@@ -700,22 +725,26 @@ fn configure(
         buffer_count,
         max_transfer_size: o.max_transfer_size,
         buffer_bytes: params.buffer_size(),
-        total_buffer_memory: (buffer_count * params.buffer_size()) as u64,
+        total_buffer_memory: (buffer_count * params.buffer_footprint(huge)) as u64,
         device_buffer_memory: device_memory,
         compression_scratch_buffers: threads,
         volumes,
         readers_per_volume: o.readers,
-        read_depth: o.read_depth,
+        read_depth,
+        direct_read_depth,
         devices: devices.iter().map(|d| d.describe()).collect(),
         block_size: o.block_size,
         codec: codec.describe(),
         threads,
-        direct_io: params.direct_io,
+        direct_io: o.direct_io,
+        direct_files: direct.files,
+        direct_bytes: direct.bytes,
+        huge_pages: huge,
         page_size,
         sql_default,
         pipeline_min,
         adaptive: params.adaptive,
-        adaptive_cap: params.in_flight().1,
+        adaptive_cap: params.in_flight(false).1,
         memory_budget: o.memory_budget,
     };
     Ok((params, config, hint))

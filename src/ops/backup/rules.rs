@@ -104,9 +104,10 @@ pub fn within_budget(
     device_memory: u64,
     p: &Params,
     (reads, stripes): (usize, usize),
+    huge: bool,
 ) -> Result<usize> {
-    let each = p.buffer_size() as u64;
-    let fixed = device_memory + p.threads as u64 * each;
+    let each = p.buffer_footprint(huge) as u64;
+    let fixed = device_memory + (p.threads * p.buffer_size()) as u64;
     let fit = (budget.saturating_sub(fixed) / each) as usize;
     let least = pipeline_min(reads, p.threads, stripes);
     if fit < least {
@@ -183,6 +184,7 @@ pub fn plan_of(
                 volume,
                 missing_ok: e.missing_ok,
                 pages: None,
+                direct: false,
             });
             ids.push(first_id + i);
         }
