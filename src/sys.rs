@@ -167,6 +167,11 @@ pub fn cached(fd: impl AsFd) -> Option<Cached> {
     })
 }
 
+/// The kernel's page size (what cachestat counts in).
+pub fn page_size() -> u64 {
+    rustix::param::page_size() as u64
+}
+
 /// Size of a transparent huge page (x86-64 and most others with 4 KiB pages).
 pub const HUGE_PAGE: usize = 2 << 20;
 

@@ -231,13 +231,32 @@ fn a_large_file_missing_from_the_page_cache_is_read_with_o_direct_within_the_mem
     ok(&["restore", "--from", &stripe, "--to", &s(&out)]);
     assert_same_tree(&src, &out);
 
-    // Read through the cache once, the same file stays there: no O_DIRECT.
+    // Read through the cache once, the same file stays there: no O_DIRECT, and its
+    // volume's reads are copies, one per core, held there.
     std::fs::read(&big).unwrap();
     let warm = s(&dir.path().join("warm.pv"));
-    let b = backup_files_json(&src, &warm, &[]);
-    assert_eq!(b["config"]["direct_files"], 0, "{b}");
-    assert_eq!(b["config"]["huge_pages"], false, "{b}");
-    assert_eq!(b["adaptive_readers"]["started_in_flight"], 16, "{b}");
+    let b = backup_files_json(&src, &warm, &["--threads", "3"]);
+    let c = &b["config"];
+    assert_eq!(c["direct_files"], 0, "{c}");
+    assert_eq!(c["huge_pages"], false, "{c}");
+    assert_eq!(c["cached_files"], 1, "{c}");
+    assert_eq!(
+        c["buffer_count"],
+        3 + 2 * 3 + 2,
+        "3 reads, 2 per compressor and stripe"
+    );
+    let a = &b["adaptive_readers"];
+    assert_eq!(
+        (&a["started_in_flight"], &a["peak_in_flight"]),
+        (&3.into(), &3.into()),
+        "{a}"
+    );
+    let out = dir.path().join("r3");
+    ok(&["restore", "--from", &warm, "--to", &s(&out)]);
+    assert_same_tree(&src, &out);
+    // A read depth given holds for it as for any volume.
+    let b = backup_files_json(&src, &s(&dir.path().join("w2.pv")), &["--read-depth", "5"]);
+    assert_eq!(b["adaptive_readers"]["started_in_flight"], 5, "{b}");
 
     // Off: never, cold or not; on: every file (the small one too).
     assert!(drop_cached(&big));

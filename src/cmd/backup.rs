@@ -316,14 +316,18 @@ fn print_config(c: &BackupConfig) {
             human(c.device_buffer_memory)
         );
     }
-    let depth = if c.direct_files == 0 || c.direct_read_depth == c.read_depth {
-        c.read_depth.to_string()
-    } else {
-        format!(
-            "{} ({} on a volume read mostly with O_DIRECT)",
-            c.read_depth, c.direct_read_depth
-        )
-    };
+    let mut depth = c.read_depth.to_string();
+    if c.direct_files > 0 && c.direct_read_depth != c.read_depth {
+        depth += &format!(
+            " ({} on a volume read mostly with O_DIRECT)",
+            c.direct_read_depth
+        );
+    }
+    if let (true, Some(n)) = (c.cached_files > 0, c.cached_read_depth) {
+        depth += &format!(
+            " ({n} per volume, held, on a volume found mostly in the page cache: its reads are copies)"
+        );
+    }
     println!(
         "  Volumes:               {volumes}, readers per volume {}, reads in flight per reader {depth}{}",
         c.readers_per_volume, if c.adaptive { format!(" (adaptive: probes up to {} per volume, and reads up to 16 MiB long, while throughput rises)", c.adaptive_cap) } else { String::new() }
@@ -343,12 +347,21 @@ fn print_config(c: &BackupConfig) {
             human(c.direct_bytes)
         ),
     };
+    let cached = if c.cached_files > 0 {
+        format!(
+            "; {} file(s), {}, found in the page cache",
+            c.cached_files,
+            human(c.cached_bytes)
+        )
+    } else {
+        String::new()
+    };
     let huge = if c.huge_pages {
         "; buffers on huge pages"
     } else {
         ""
     };
-    println!("  Direct I/O:            {direct}{huge}");
+    println!("  Direct I/O:            {direct}{huge}{cached}");
 }
 
 fn print_text(r: &BackupReport, verbose: bool) {

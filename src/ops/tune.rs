@@ -205,6 +205,7 @@ fn sample_plan(plan: &[ReadFile], sample: u64) -> Vec<ReadFile> {
                 missing_ok: f.missing_ok,
                 pages: None,
                 direct: false,
+                cached: false,
             }
         })
         .collect()
@@ -271,6 +272,8 @@ impl Trial<'_> {
             threads: p.threads,
             codec: CodecSpec::parse(&p.codec)?,
             direct_read_depth: p.read_depth,
+            cached_read_depth: None,
+            huge_pages: false,
             page_size: self.page_size,
             // The grid sets the reads in flight itself.
             adaptive: false,
@@ -592,6 +595,7 @@ mod tests {
             missing_ok: false,
             pages: None,
             direct: false,
+            cached: false,
         };
         let plan = vec![f(0, 100 << 20), f(1, 10 << 20), f(2, 1000), f(3, 0)];
         let s = sample_plan(&plan, 11 << 20);

@@ -7,7 +7,7 @@
 use super::ReadFile;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// `--direct-io`: which files bypass the page cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -44,62 +44,105 @@ pub const DIRECT_DEPTH: usize = 4;
 /// Files looked at together.
 const THREADS: usize = 8;
 
-/// Files and bytes to read with O_DIRECT.
+/// Files and bytes to read with O_DIRECT, and large files found (almost) whole in the
+/// page cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Chosen {
     pub files: u64,
     pub bytes: u64,
+    pub cached_files: u64,
+    pub cached_bytes: u64,
 }
 
-/// Marks the files of `plan` to read with O_DIRECT (`ReadFile::direct`) as `mode` says.
-/// `auto`: whole files of at least `AUTO_MIN` whose pages the page cache holds none of,
-/// and none dirty (cachestat); a kernel without cachestat, or a file that cannot be
-/// opened now (its read reports that), keeps the page cache.
+/// Where a large file's pages are, by cachestat when planned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Residence {
+    Unknown,
+    /// No page in the page cache, none dirty.
+    Cold,
+    /// At least 15 of every 16 pages in the page cache.
+    Cached,
+}
+
+/// Marks the files of `plan` to read with O_DIRECT (`ReadFile::direct`) as `mode` says,
+/// and the large ones found in the page cache (`ReadFile::cached`). `auto`: whole
+/// files of at least `AUTO_MIN` whose pages the page cache holds none of, and none
+/// dirty (cachestat); a kernel without cachestat, or a file that cannot be opened now
+/// (its read reports that), keeps the page cache.
 pub fn choose(plan: &mut [ReadFile], mode: DirectIo) -> Chosen {
-    match mode {
-        DirectIo::Off => plan.iter_mut().for_each(|f| f.direct = false),
-        DirectIo::On => plan.iter_mut().for_each(|f| f.direct = true),
-        DirectIo::Auto => {
-            let candidates: Vec<usize> = (0..plan.len())
-                .filter(|&i| plan[i].size >= AUTO_MIN && plan[i].pages.is_none())
-                .collect();
-            let cold: Vec<AtomicBool> = candidates.iter().map(|_| AtomicBool::new(false)).collect();
-            let files = &*plan;
-            crate::par::each_index(candidates.len(), THREADS, |k| {
-                let f = &files[candidates[k]];
-                let open = OpenOptions::new()
-                    .read(true)
-                    .custom_flags(crate::sys::O_NOFOLLOW)
-                    .open(&f.path);
-                let Ok(h) = open else { return };
-                if crate::sys::cached(&h).is_some_and(|c| c.pages == 0 && c.dirty == 0) {
-                    cold[k].store(true, Relaxed);
-                }
-            });
-            plan.iter_mut().for_each(|f| f.direct = false);
-            for (k, &i) in candidates.iter().enumerate() {
-                plan[i].direct = cold[k].load(Relaxed);
-            }
-        }
+    let candidates: Vec<usize> = (0..plan.len())
+        .filter(|&i| plan[i].size >= AUTO_MIN && plan[i].pages.is_none())
+        .collect();
+    let found: Vec<AtomicU8> = candidates.iter().map(|_| AtomicU8::new(0)).collect();
+    let files = &*plan;
+    crate::par::each_index(candidates.len(), THREADS, |k| {
+        let f = &files[candidates[k]];
+        let open = OpenOptions::new()
+            .read(true)
+            .custom_flags(crate::sys::O_NOFOLLOW)
+            .open(&f.path);
+        let Some(c) = open.ok().and_then(crate::sys::cached) else {
+            return;
+        };
+        let r = if c.pages == 0 && c.dirty == 0 {
+            Residence::Cold
+        } else if c.pages * crate::sys::page_size() * 16 >= f.size * 15 {
+            Residence::Cached
+        } else {
+            Residence::Unknown
+        };
+        found[k].store(r as u8, Relaxed);
+    });
+    for f in plan.iter_mut() {
+        f.direct = mode == DirectIo::On;
+        f.cached = false;
     }
-    plan.iter()
-        .filter(|f| f.direct)
-        .fold(Chosen::default(), |c, f| Chosen {
-            files: c.files + 1,
-            bytes: c.bytes + f.size,
-        })
+    for (k, &i) in candidates.iter().enumerate() {
+        let r = found[k].load(Relaxed);
+        plan[i].direct |= mode == DirectIo::Auto && r == Residence::Cold as u8;
+        plan[i].cached = r == Residence::Cached as u8;
+    }
+    plan.iter().fold(Chosen::default(), |c, f| Chosen {
+        files: c.files + f.direct as u64,
+        bytes: c.bytes + if f.direct { f.size } else { 0 },
+        cached_files: c.cached_files + f.cached as u64,
+        cached_bytes: c.cached_bytes + if f.cached { f.size } else { 0 },
+    })
 }
 
-/// Whether a volume's reads start at `DIRECT_DEPTH`: half its bytes or more are direct.
-pub fn mostly_direct(plan: &[ReadFile], volume: usize) -> bool {
-    let (mut direct, mut all) = (0u64, 0u64);
+/// Whether pool buffers go on huge pages: some file is read with O_DIRECT, in transfers
+/// of 1 MiB or more (256 pages of 4 KiB: more than a request's segments on many
+/// devices, so the read is split). Smaller transfers fit a request as they are, and a
+/// huge page would hold little of them.
+pub fn huge_pages(chosen: Chosen, transfer: usize) -> bool {
+    chosen.files > 0 && transfer >= 1 << 20
+}
+
+/// How a volume is read, by where half its bytes or more are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mostly {
+    /// Read with O_DIRECT: reads start at `DIRECT_DEPTH`.
+    Direct,
+    /// In the page cache: reads are copies, as many as the cores can make.
+    Cached,
+    /// Anything else: the buffered default.
+    Buffered,
+}
+
+pub fn mostly(plan: &[ReadFile], volume: usize) -> Mostly {
+    let (mut direct, mut cached, mut all) = (0u64, 0u64, 0u64);
     for f in plan.iter().filter(|f| f.volume == volume) {
         all += f.size;
-        if f.direct {
-            direct += f.size;
-        }
+        direct += if f.direct { f.size } else { 0 };
+        cached += if f.cached { f.size } else { 0 };
     }
-    all > 0 && direct * 2 >= all
+    if all > 0 && direct * 2 >= all {
+        Mostly::Direct
+    } else if all > 0 && cached * 2 >= all {
+        Mostly::Cached
+    } else {
+        Mostly::Buffered
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +166,7 @@ mod tests {
             missing_ok: false,
             pages: None,
             direct: false,
+            cached: false,
         }
     }
 
@@ -153,22 +197,44 @@ mod tests {
             chosen,
             Chosen {
                 files: 1,
-                bytes: AUTO_MIN
+                bytes: AUTO_MIN,
+                cached_files: 1,
+                cached_bytes: AUTO_MIN,
             }
+        );
+        assert!(
+            plan[1].cached && !plan[0].cached && !plan[2].cached,
+            "small: not looked at"
         );
         assert_eq!(
             plan.iter().map(|f| f.direct).collect::<Vec<_>>(),
             [true, false, false]
         );
-        assert!(!mostly_direct(&plan, 0), "64 MiB of 129 is under half");
+        assert!(huge_pages(chosen, 1 << 20) && huge_pages(chosen, 16 << 20));
+        assert!(
+            !huge_pages(chosen, 512 << 10),
+            "a small transfer fits a request as it is"
+        );
+        assert!(!huge_pages(Chosen::default(), 1 << 20));
+        assert_eq!(
+            mostly(&plan, 0),
+            Mostly::Buffered,
+            "64 MiB of 129 is under half"
+        );
         plan[2].volume = 1;
-        assert!(mostly_direct(&plan, 0), "64 MiB of 128 is half");
+        assert_eq!(mostly(&plan, 0), Mostly::Direct, "64 MiB of 128 is half");
+        assert_eq!(mostly(&plan, 1), Mostly::Buffered);
 
         // A sparse read (a differential's pages) keeps the cache's readahead asks.
         plan[0].pages = Some(Default::default());
         assert_eq!(choose(&mut plan, DirectIo::Auto).files, 0);
         assert_eq!(choose(&mut plan, DirectIo::On).files, 3);
-        assert_eq!(choose(&mut plan, DirectIo::Off).files, 0);
-        assert!(!mostly_direct(&plan, 0));
+        let off = choose(&mut plan, DirectIo::Off);
+        assert_eq!(
+            (off.files, off.cached_files),
+            (0, 1),
+            "cached or not, whatever the mode"
+        );
+        assert_eq!(mostly(&plan, 0), Mostly::Cached);
     }
 }

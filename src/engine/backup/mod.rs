@@ -34,8 +34,10 @@ pub struct ReadFile {
     /// Pages (of `Params::page_size`, numbered from the file's start) to read; None
     /// reads the whole file. Chunks with none are skipped: they get no frame.
     pub pages: Option<Arc<RoaringBitmap>>,
-    /// Read with O_DIRECT (where the file system allows it): see `direct::choose`.
+    /// Read with O_DIRECT (where the file system allows it), and found (almost) whole in the
+    /// page cache when planned: see `direct::choose`.
     pub direct: bool,
+    pub cached: bool,
 }
 
 /// Inspects each chunk read (page checksums, for example) before it is stored.
@@ -148,6 +150,11 @@ pub struct Params {
     pub read_depth: usize,
     /// ... on a volume read mostly with O_DIRECT.
     pub direct_read_depth: usize,
+    /// ... on a volume found mostly in the page cache, held there (its reads are
+    /// copies: more than the cores can make only cost buffers). None: as any volume.
+    pub cached_read_depth: Option<usize>,
+    /// Pool buffers on huge pages (see `direct::huge_pages`).
+    pub huge_pages: bool,
     pub threads: usize,
     pub codec: CodecSpec,
     /// Page size, for differential page selection.
@@ -164,12 +171,12 @@ pub struct Params {
 }
 
 impl Params {
-    /// Reads in flight per volume, read mostly with O_DIRECT or not: (base, most).
-    pub fn in_flight(&self, direct: bool) -> (usize, usize) {
-        let depth = if direct {
-            self.direct_read_depth
-        } else {
-            self.read_depth
+    /// Reads in flight per volume, by how it is read: (base, most).
+    pub fn in_flight(&self, how: direct::Mostly) -> (usize, usize) {
+        let depth = match (how, self.cached_read_depth) {
+            (direct::Mostly::Direct, _) => self.direct_read_depth,
+            (direct::Mostly::Cached, Some(n)) => return (n, n),
+            _ => self.read_depth,
         };
         let base = self.readers_per_volume * depth;
         let max = if self.adaptive {
@@ -187,10 +194,9 @@ impl Params {
         CodecSpec::bound(self.transfer_size) + crate::crypt::TAG_LEN + self.block_size + pool::ALIGN
     }
 
-    /// Memory one pool buffer takes: on huge pages when some file is read with
-    /// O_DIRECT.
-    pub fn buffer_footprint(&self, huge: bool) -> usize {
-        pool::footprint(self.buffer_size(), huge)
+    /// Memory one pool buffer takes.
+    pub fn buffer_footprint(&self) -> usize {
+        pool::footprint(self.buffer_size(), self.huge_pages)
     }
 }
 
@@ -305,7 +311,7 @@ pub fn run(
             })
             .collect(),
         pool: Pool::new(p.buffer_count, p.buffer_size())
-            .on_huge_pages(plan.iter().any(|f| f.direct))
+            .on_huge_pages(p.huge_pages)
             .counted(live.pool_in_use.clone()),
         abort,
         progress,
@@ -330,8 +336,10 @@ pub fn run(
     let (wtx, wrx) = bounded::<Item>(p.buffer_count);
     let adapts: Vec<Adapt> = (0..volumes)
         .map(|v| {
-            let (base, max) = p.in_flight(direct::mostly_direct(plan, v));
+            let (base, max) = p.in_flight(direct::mostly(plan, v));
             let (span, max_span) = read::spans(p.transfer_size, p.adaptive);
+            // A volume held where it starts (found in the page cache) keeps its span too.
+            let max_span = if base < max { max_span } else { span };
             Adapt::new(base, max).spans(span, max_span)
         })
         .collect();

@@ -658,6 +658,7 @@ mod tests {
                     missing_ok: true,
                     pages: None,
                     direct: false,
+                    cached: false,
                 }
             })
             .collect();
@@ -791,6 +792,7 @@ mod tests {
             missing_ok: false,
             pages: Some(Arc::new(pages)),
             direct: false,
+            cached: false,
         }];
         let mut c = cursors(&plan, 1).pop().unwrap().into_inner().unwrap();
         c.current = Some((0, Arc::new(tempfile::tempfile().unwrap()), 0));

@@ -141,8 +141,10 @@ pub struct BackupConfig {
     pub volumes: usize,
     pub readers_per_volume: u32,
     pub read_depth: u32,
-    /// Reads in flight per reader where a volume read mostly with O_DIRECT starts.
+    /// Reads in flight per reader where a volume read mostly with O_DIRECT starts, and
+    /// per volume where one found mostly in the page cache stays.
     pub direct_read_depth: u32,
+    pub cached_read_depth: Option<usize>,
     pub devices: Vec<String>,
     pub block_size: u64,
     pub codec: String,
@@ -152,7 +154,12 @@ pub struct BackupConfig {
     /// large ones the page cache held none of.
     pub direct_files: u64,
     pub direct_bytes: u64,
-    /// Pool buffers on huge pages (some file is read with O_DIRECT).
+    /// Files of 64 MiB or more found in the page cache (15 of 16 pages or more), and their bytes: a volume
+    /// mostly of them reads with one read in flight per core.
+    pub cached_files: u64,
+    pub cached_bytes: u64,
+    /// Pool buffers on huge pages (some file is read with O_DIRECT, in transfers of
+    /// 1 MiB or more).
     pub huge_pages: bool,
     pub page_size: u64,
     /// SQL Server's default BUFFERCOUNT and the pipeline's minimum (text only).
@@ -659,36 +666,20 @@ fn configure(
     let stripes = devices.len();
     let sql_default = sql_server_buffers(stripes, volumes);
     let direct = direct::choose(&mut input.plan, o.direct_io);
-    let huge = direct.files > 0;
+    let huge = direct::huge_pages(direct, o.max_transfer_size as usize);
     let read_depth = o.read_depth.unwrap_or(16);
     let direct_read_depth = o.read_depth.unwrap_or(direct::DIRECT_DEPTH as u32);
-    // Where each volume's reads in flight start. Adaptive readers may reach the cap on
-    // one volume: the default pool has room for it.
-    let base: usize = (0..volumes)
-        .map(|v| match direct::mostly_direct(&input.plan, v) {
-            true => (o.readers * direct_read_depth) as usize,
-            false => (o.readers * read_depth) as usize,
-        })
-        .sum();
-    let reads = if o.adaptive_readers {
-        base.max(crate::engine::adapt::CAP)
-    } else {
-        base
-    };
-    let pipeline_min = pipeline_min(reads, threads, stripes);
-    // Never fewer than the pipeline needs to keep every stage busy.
-    let buffer_count = o
-        .buffer_count
-        .map(|b| b as usize)
-        .unwrap_or(sql_default.max(pipeline_min));
     let page_size = input.src.page_size() as u64;
     let mut params = Params {
-        buffer_count,
+        buffer_count: 0,
         transfer_size: o.max_transfer_size as usize,
         block_size: o.block_size as usize,
         readers_per_volume: o.readers as usize,
         read_depth: read_depth as usize,
         direct_read_depth: direct_read_depth as usize,
+        // Copies from the page cache: one per compression thread (a core each).
+        cached_read_depth: (o.read_depth.is_none() && o.adaptive_readers).then_some(threads),
+        huge_pages: huge,
         threads,
         codec,
         page_size: page_size as usize,
@@ -697,24 +688,37 @@ fn configure(
         sign: None,
         first_seq: 0,
     };
+    // Where each volume's reads in flight start, and the most they may reach: adaptive
+    // readers may reach the cap on one volume, and the default pool has room for it.
+    let (base, most) = (0..volumes)
+        .map(|v| params.in_flight(direct::mostly(&input.plan, v)))
+        .fold((0, 0), |(b, m), (base, max)| (b + base, m.max(max)));
+    let reads = base.max(most);
+    let pipeline_min = pipeline_min(reads, threads, stripes);
+    // Never fewer than the pipeline needs to keep every stage busy.
+    let buffer_count = o
+        .buffer_count
+        .map(|b| b as usize)
+        .unwrap_or(sql_default.max(pipeline_min));
+    params.buffer_count = buffer_count;
     let hint = CreateHint {
         expected_bytes: input.plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
         transfer_size: o.max_transfer_size as usize,
     };
     let device_memory: u64 = devices.iter().map(|d| d.write_memory(&hint)).sum();
     if let Some(budget) = o.memory_budget {
-        let fit = within_budget(budget, device_memory, &params, (base, stripes), huge)?;
+        let fit = within_budget(budget, device_memory, &params, (base, stripes))?;
         params.buffer_count = match o.buffer_count {
             Some(b) if b as usize > fit => bail!(
                 "--buffer-count {b} needs {} of buffers, over --memory-budget {} (at most {fit} \
                  buffers of {} fit): raise the budget or lower --buffer-count",
                 human(
-                    (b as usize * params.buffer_footprint(huge) + threads * params.buffer_size())
+                    (b as usize * params.buffer_footprint() + threads * params.buffer_size())
                         as u64
                         + device_memory
                 ),
                 human(budget),
-                human(params.buffer_footprint(huge) as u64)
+                human(params.buffer_footprint() as u64)
             ),
             Some(b) => b as usize,
             None => buffer_count.min(fit),
@@ -725,13 +729,14 @@ fn configure(
         buffer_count,
         max_transfer_size: o.max_transfer_size,
         buffer_bytes: params.buffer_size(),
-        total_buffer_memory: (buffer_count * params.buffer_footprint(huge)) as u64,
+        total_buffer_memory: (buffer_count * params.buffer_footprint()) as u64,
         device_buffer_memory: device_memory,
         compression_scratch_buffers: threads,
         volumes,
         readers_per_volume: o.readers,
         read_depth,
         direct_read_depth,
+        cached_read_depth: params.cached_read_depth,
         devices: devices.iter().map(|d| d.describe()).collect(),
         block_size: o.block_size,
         codec: codec.describe(),
@@ -739,12 +744,14 @@ fn configure(
         direct_io: o.direct_io,
         direct_files: direct.files,
         direct_bytes: direct.bytes,
+        cached_files: direct.cached_files,
+        cached_bytes: direct.cached_bytes,
         huge_pages: huge,
         page_size,
         sql_default,
         pipeline_min,
         adaptive: params.adaptive,
-        adaptive_cap: params.in_flight(false).1,
+        adaptive_cap: params.in_flight(direct::Mostly::Buffered).1,
         memory_budget: o.memory_budget,
     };
     Ok((params, config, hint))

@@ -104,9 +104,8 @@ pub fn within_budget(
     device_memory: u64,
     p: &Params,
     (reads, stripes): (usize, usize),
-    huge: bool,
 ) -> Result<usize> {
-    let each = p.buffer_footprint(huge) as u64;
+    let each = p.buffer_footprint() as u64;
     let fixed = device_memory + (p.threads * p.buffer_size()) as u64;
     let fit = (budget.saturating_sub(fixed) / each) as usize;
     let least = pipeline_min(reads, p.threads, stripes);
@@ -185,6 +184,7 @@ pub fn plan_of(
                 missing_ok: e.missing_ok,
                 pages: None,
                 direct: false,
+                cached: false,
             });
             ids.push(first_id + i);
         }
