@@ -70,8 +70,10 @@ pub struct BackupArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub readers: u32,
     /// Reads in flight per reader, where the adaptive readers start. Default 16 (buffered
-    /// reads need many in flight to keep fast devices busy), or 4 on a volume read mostly
-    /// with O_DIRECT (each read is one request; the device merges a few).
+    /// reads need many in flight to keep fast devices busy); 4 on a volume read mostly
+    /// with O_DIRECT (each read is one request; the device merges a few); one per
+    /// compression thread, held there, on a volume found mostly in the page cache (its
+    /// reads are copies).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub read_depth: Option<u32>,
     /// Compression threads (default: one per core).
