@@ -305,7 +305,16 @@ fn print_config(c: &BackupConfig) {
     println!("Buffer configuration:");
     println!("  BufferCount:           {} (default: {stripes} devices x 4 + 2 x {volumes} volumes = {}, pipeline needs {})", c.buffer_count, c.sql_default, c.pipeline_min);
     println!("  MaxTransferSize:       {}", human(c.max_transfer_size));
-    println!("  Total buffer memory:   {} at most ({} buffers of {}, each made when first needed, plus {threads} compression scratch buffers)", human(c.total_buffer_memory), c.buffer_count, human(c.buffer_bytes as u64));
+    let each = if c.huge_pages {
+        format!(
+            "{}, on {} of huge pages",
+            human(c.buffer_bytes as u64),
+            human(c.total_buffer_memory / c.buffer_count.max(1) as u64)
+        )
+    } else {
+        human(c.buffer_bytes as u64)
+    };
+    println!("  Total buffer memory:   {} at most ({} buffers of {each}, each made when first needed, plus {threads} compression scratch buffers)", human(c.total_buffer_memory), c.buffer_count);
     if let Some(b) = c.memory_budget {
         println!(
             "  Memory budget:         {} (pool, scratch and upload buffers)",

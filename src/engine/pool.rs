@@ -210,9 +210,10 @@ impl Pool {
         self.given_back.notify_one();
     }
 
-    /// A buffer outside the pool, for a compressor's scratch space.
+    /// A buffer outside the pool, for a compressor's scratch space: made as the pool's
+    /// are, since a compressor swaps it with the buffers it frames.
     pub fn extra(&self) -> Buf {
-        Buf::new(self.buf_size, false)
+        Buf::new(self.buf_size, self.huge)
     }
 }
 

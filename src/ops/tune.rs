@@ -198,14 +198,8 @@ fn sample_plan(plan: &[ReadFile], sample: u64) -> Vec<ReadFile> {
         .map(|f| {
             let want = ((f.size as f64 * share).ceil() as u64).next_multiple_of(64 << 10);
             ReadFile {
-                id: f.id,
-                path: f.path.clone(),
-                size: want.min(f.size),
-                volume: f.volume,
                 missing_ok: f.missing_ok,
-                pages: None,
-                direct: false,
-                cached: false,
+                ..ReadFile::new(f.id, f.path.clone(), want.min(f.size), f.volume)
             }
         })
         .collect()
@@ -587,16 +581,7 @@ mod tests {
 
     #[test]
     fn sample_takes_the_same_share_of_every_file() {
-        let f = |id, size| ReadFile {
-            id,
-            path: "x".into(),
-            size,
-            volume: 0,
-            missing_ok: false,
-            pages: None,
-            direct: false,
-            cached: false,
-        };
+        let f = |id, size| ReadFile::new(id, "x".into(), size, 0);
         let plan = vec![f(0, 100 << 20), f(1, 10 << 20), f(2, 1000), f(3, 0)];
         let s = sample_plan(&plan, 11 << 20);
         assert_eq!(s.len(), 3, "empty files are skipped");

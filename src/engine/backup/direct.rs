@@ -158,16 +158,7 @@ mod tests {
             f.write_all(&block).unwrap();
         }
         f.sync_all().unwrap();
-        ReadFile {
-            id: 0,
-            path,
-            size,
-            volume: 0,
-            missing_ok: false,
-            pages: None,
-            direct: false,
-            cached: false,
-        }
+        ReadFile::new(0, path, size, 0)
     }
 
     #[test]

@@ -40,6 +40,23 @@ pub struct ReadFile {
     pub cached: bool,
 }
 
+impl ReadFile {
+    /// A whole file that must not vanish, read through the page cache until
+    /// `direct::choose` says otherwise.
+    pub fn new(id: u32, path: PathBuf, size: u64, volume: usize) -> ReadFile {
+        ReadFile {
+            id,
+            path,
+            size,
+            volume,
+            missing_ok: false,
+            pages: None,
+            direct: false,
+            cached: false,
+        }
+    }
+}
+
 /// Inspects each chunk read (page checksums, for example) before it is stored.
 pub trait ChunkFilter: Sync {
     /// `Err` fails the backup with that message. With `sel` (a sparse chunk), only the
@@ -447,7 +464,7 @@ pub fn run(
         zero_frames: sh.zero_frames.load(Relaxed),
         wall,
         waits,
-        pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
+        pool_bytes: sh.pool.bytes() + (p.threads * p.buffer_footprint()) as u64,
         adaptive_raises: adapts.iter().map(|a| a.raised.load(Relaxed)).sum(),
         adaptive_undone: adapts.iter().map(|a| a.undone.load(Relaxed)).sum(),
         settled_in_flight: adapts.iter().map(|a| a.level()).max().unwrap_or(0),

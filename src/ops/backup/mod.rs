@@ -712,11 +712,7 @@ fn configure(
             Some(b) if b as usize > fit => bail!(
                 "--buffer-count {b} needs {} of buffers, over --memory-budget {} (at most {fit} \
                  buffers of {} fit): raise the budget or lower --buffer-count",
-                human(
-                    (b as usize * params.buffer_footprint() + threads * params.buffer_size())
-                        as u64
-                        + device_memory
-                ),
+                human(((b as usize + threads) * params.buffer_footprint()) as u64 + device_memory),
                 human(budget),
                 human(params.buffer_footprint() as u64)
             ),

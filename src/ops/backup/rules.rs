@@ -106,7 +106,8 @@ pub fn within_budget(
     (reads, stripes): (usize, usize),
 ) -> Result<usize> {
     let each = p.buffer_footprint() as u64;
-    let fixed = device_memory + (p.threads * p.buffer_size()) as u64;
+    // Compression scratch buffers are made as the pool's are.
+    let fixed = device_memory + p.threads as u64 * each;
     let fit = (budget.saturating_sub(fixed) / each) as usize;
     let least = pipeline_min(reads, p.threads, stripes);
     if fit < least {
@@ -177,14 +178,8 @@ pub fn plan_of(
         if e.kind == EntryKind::File {
             let volume = vols.of(e, kind);
             plan.push(ReadFile {
-                id: (first_id + i) as u32,
-                path: e.abs_path.clone(),
-                size: e.size,
-                volume,
                 missing_ok: e.missing_ok,
-                pages: None,
-                direct: false,
-                cached: false,
+                ..ReadFile::new((first_id + i) as u32, e.abs_path.clone(), e.size, volume)
             });
             ids.push(first_id + i);
         }
