@@ -85,7 +85,8 @@ impl Buf {
         }
     }
     /// Whether the buffer is on huge pages.
-    pub fn is_huge(&self) -> bool {
+    #[cfg(test)]
+    fn is_huge(&self) -> bool {
         matches!(self.mem, Mem::Huge(_))
     }
     pub fn capacity(&self) -> usize {

@@ -5,8 +5,6 @@
 //! holds it or is about to.
 
 use super::ReadFile;
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// `--direct-io`: which files bypass the page cache.
@@ -20,16 +18,6 @@ pub enum DirectIo {
     /// Large whole files with no page in the page cache.
     #[default]
     Auto,
-}
-
-impl DirectIo {
-    pub fn name(self) -> &'static str {
-        match self {
-            DirectIo::Off => "off",
-            DirectIo::On => "on",
-            DirectIo::Auto => "auto",
-        }
-    }
 }
 
 /// Smallest file `auto` reads with O_DIRECT: below it a file's reads are too few for
@@ -77,10 +65,8 @@ pub fn choose(plan: &mut [ReadFile], mode: DirectIo) -> Chosen {
     let files = &*plan;
     crate::par::each_index(candidates.len(), THREADS, |k| {
         let f = &files[candidates[k]];
-        let open = OpenOptions::new()
-            .read(true)
-            .custom_flags(crate::sys::O_NOFOLLOW)
-            .open(&f.path);
+        // As its read will open it: never through a link, never a FIFO.
+        let open = super::read::open_for_read(&f.path, false);
         let Some(c) = open.ok().and_then(crate::sys::cached) else {
             return;
         };

@@ -264,7 +264,7 @@ fn sparse_chunk(
 
 /// Opens a file the walk listed as regular: never through a link put in its place,
 /// never a FIFO or device (which could hang the backup or read another file).
-fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
+pub(super) fn open_for_read(path: &PathBuf, direct: bool) -> io::Result<File> {
     let open = |flags| {
         OpenOptions::new()
             .read(true)
