@@ -16,14 +16,16 @@
 #     reading the whole file (4 times the bytes: what the page cache gives at most);
 #     for the tree, cat by 1 and 4 processes
 #     pagevault backup --to NUL at its defaults
+#     each warm measurement is the median of --warm-runs runs (default 5): a warm pass of
+#     the large file lasts about 0.3 s, and single passes swing by half on this VM
 # Also runs
 # `pagevault bench --profile backup` (one 1 MiB I/O at a time, read and write) on WORK
 # once per round, for reference beside fio at depth 1.
 # Prints one table per round and the ratios pagevault / best fio, with the level the
 # adaptive readers settled on. Rounds compare only within themselves: the disk swings.
 #
-# Usage: bench/nul.sh [--work DIR] [--size SIZE] [--files N] [--reps N] [--no-build]
-# Environment: WORK_DIR, SIZE, FILES, REPS, PAGEVAULT (binary to use), NO_BUILD=1,
+# Usage: bench/nul.sh [--work DIR] [--size SIZE] [--files N] [--reps N] [--warm-runs N] [--no-build]
+# Environment: WORK_DIR, SIZE, FILES, REPS, WARM_RUNS, PAGEVAULT (binary to use), NO_BUILD=1,
 #              QUIET_BUDGET (seconds to wait in all for other load to pass).
 # Needs root (drop_caches), fio and jq (PAGEVAULT_BENCH=1 scripts/setup.sh).
 set -euo pipefail
@@ -34,9 +36,11 @@ WORK=${WORK_DIR:-$WORK/nul}
 SIZE=${SIZE:-2G}
 FILES=${FILES:-30000}
 REPS=${REPS:-3}
+WARM_RUNS=${WARM_RUNS:-5}
 NO_BUILD=${NO_BUILD:-0}
-parse_options --work=WORK --size=SIZE --files=FILES --reps=REPS --no-build=NO_BUILD=1 -- "$@"
+parse_options --work=WORK --size=SIZE --files=FILES --reps=REPS --warm-runs=WARM_RUNS --no-build=NO_BUILD=1 -- "$@"
 need_posint --reps "$REPS"
+need_posint --warm-runs "$WARM_RUNS"
 need_posint --files "$FILES"
 [ "$(id -u)" = 0 ] || die "bench/nul.sh needs root (drop_caches)"
 command -v fio >/dev/null && command -v jq >/dev/null || die "fio and jq are missing: PAGEVAULT_BENCH=1 scripts/setup.sh"
@@ -100,13 +104,37 @@ ref_mb() {
     | sed -n '/^{/,$p' | jq '.jobs[0].read.bw_bytes / 1e6'
 }
 
-# pv_mb WHAT [FLAGS]: MB/s of a backup to NUL (source bytes / wall), and the level the
-# adaptive readers settled on.
+# pv_mb WHAT [FLAGS]: MB/s of a backup to NUL (source bytes / wall), the level the
+# adaptive readers settled on, and how many files it found cached and read with O_DIRECT.
 pv_mb() {
   local what=$1; shift
   local j
   j=$("$PV" backup --source "files:$what" --to NUL --json "$@")
-  echo "$(jq '.raw_bytes / .seconds / 1e6' <<<"$j") $(jq -r '"\(.adaptive_readers.settled_in_flight)/\(.adaptive_readers.peak_in_flight)"' <<<"$j")"
+  echo "$(jq '.raw_bytes / .seconds / 1e6' <<<"$j") $(jq -r '"\(.adaptive_readers.settled_in_flight)/\(.adaptive_readers.peak_in_flight)"' <<<"$j") $(jq -r '"\(.config.cached_files)c/\(.config.direct_files)d"' <<<"$j")"
+}
+
+# median X...: the middle value (the lower one of the middle two for an even count);
+# spread X...: lowest-highest.
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.0f-%.0f", lo, hi}'; }
+
+# warm_ref KEY WHAT JOBS [split]: r[KEY] = median MB/s of WARM_RUNS warm reference passes.
+warm_ref() {
+  local k=$1 i v=(); shift
+  for ((i = 0; i < WARM_RUNS; i++)); do v+=("$(ref_mb "$1" 0 1 "${@:2}")"); done
+  r[$k]=$(median "${v[@]}"); r[$k.spread]=$(spread "${v[@]}")
+}
+
+# warm_pv WHAT: r[pvw] = median MB/s of WARM_RUNS warm backups to NUL; r[pvwlvl] the
+# levels settled on and r[pvwres] the cached/O_DIRECT file counts (each distinct one).
+warm_pv() {
+  local i m l c v=() lv=() res=()
+  for ((i = 0; i < WARM_RUNS; i++)); do
+    read -r m l c < <(pv_mb "$1"); v+=("$m"); lv+=("$l"); res+=("$c")
+  done
+  r[pvw]=$(median "${v[@]}"); r[pvw.spread]=$(spread "${v[@]}")
+  r[pvwlvl]=$(printf '%s\n' "${lv[@]}" | sort -u | paste -sd,)
+  r[pvwres]=$(printf '%s\n' "${res[@]}" | sort -u | paste -sd,)
 }
 
 f1() { printf '%.0f' "$1"; }
@@ -130,16 +158,16 @@ for round in $(seq 1 "$REPS"); do
       wait_quiet
       if [ "$tool" = fio ]; then
         for d in 1 4 16 32 64; do drop; r[fio$d]=$(ref_mb "$what" 1 "$d" 1); done
-        warm "$what"; r[fiow]=$(ref_mb "$what" 0 1 1); r[fiow4]=$(ref_mb "$what" 0 1 4)
+        warm "$what"; warm_ref fiow "$what" 1; warm_ref fiow4 "$what" 4
         if [ "$what" = "$BIG" ]; then
-          r[fiows2]=$(ref_mb "$what" 0 1 2 split); r[fiows4]=$(ref_mb "$what" 0 1 4 split)
+          warm_ref fiows2 "$what" 2 split; warm_ref fiows4 "$what" 4 split
         else
           r[fiows2]=${r[fiow4]}; r[fiows4]=${r[fiow4]}
         fi
       else
-        drop; read -r r[pv] r[pvlvl] < <(pv_mb "$what")
-        drop; read -r r[pvoff] _ < <(pv_mb "$what" --adaptive-readers off)
-        warm "$what"; read -r r[pvw] r[pvwlvl] < <(pv_mb "$what")
+        drop; read -r r[pv] r[pvlvl] r[pvres] < <(pv_mb "$what")
+        drop; read -r r[pvoff] _ _ < <(pv_mb "$what" --adaptive-readers off)
+        warm "$what"; warm_pv "$what"
       fi
     done
     best=0; bestd=0
@@ -155,11 +183,13 @@ for round in $(seq 1 "$REPS"); do
       echo
       echo "| | fio d1 | d4 | d16 | d32 | d64 | pv defaults | in flight | pv adaptive off | pv / best fio |"
       echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-      echo "| cold | $(f1 "${r[fio1]}") | $(f1 "${r[fio4]}") | $(f1 "${r[fio16]}") | $(f1 "${r[fio32]}") | $(f1 "${r[fio64]}") | $(f1 "${r[pv]}") | ${r[pvlvl]} | $(f1 "${r[pvoff]}") | $(ratio "${r[pv]}" "$best") (best fio at d$bestd) |"
+      echo "| cold | $(f1 "${r[fio1]}") | $(f1 "${r[fio4]}") | $(f1 "${r[fio16]}") | $(f1 "${r[fio32]}") | $(f1 "${r[fio64]}") | $(f1 "${r[pv]}") | ${r[pvlvl]} (${r[pvres]}) | $(f1 "${r[pvoff]}") | $(ratio "${r[pv]}" "$best") (best fio at d$bestd) |"
       echo
-      echo "| warm | fio 1 job | 2 jobs, a part each | 4 jobs, a part each | 4 jobs, all of it each | pv defaults | in flight | pv / best fio reading it once | pv / 4 whole |"
-      echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-      echo "| | $(f1 "${r[fiow]}") | $(f1 "${r[fiows2]}") | $(f1 "${r[fiows4]}") | $(f1 "${r[fiow4]}") | $(f1 "${r[pvw]}") | ${r[pvwlvl]} | $(ratio "${r[pvw]}" "$bestw") | $(ratio "${r[pvw]}" "${r[fiow4]}") |"
+      echo "Warm: medians of $WARM_RUNS passes each (lowest-highest); pv's files found cached (c) and read with O_DIRECT (d)."
+      echo
+      echo "| warm | fio 1 job | 2 jobs, a part each | 4 jobs, a part each | 4 jobs, all of it each | pv defaults | in flight | pv / fio 1 job | pv / best fio reading it once | pv / 4 whole |"
+      echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      echo "| | $(f1 "${r[fiow]}") (${r[fiow.spread]}) | $(f1 "${r[fiows2]}") | $(f1 "${r[fiows4]}") | $(f1 "${r[fiow4]}") | $(f1 "${r[pvw]}") (${r[pvw.spread]}) | ${r[pvwlvl]} (${r[pvwres]}) | $(ratio "${r[pvw]}" "${r[fiow]}") | $(ratio "${r[pvw]}" "$bestw") | $(ratio "${r[pvw]}" "${r[fiow4]}") |"
     } >> "$OUT/summary.md"
     for k in "${!r[@]}"; do printf '%s\t%s\t%s\t%s\n' "$round" "$name" "$k" "${r[$k]}"; done >> "$OUT/values.tsv"
     log "round $round, $name: cold pv ${r[pv]} vs fio best ${best} (d$bestd); warm pv ${r[pvw]} vs fio ${bestw}"
@@ -199,14 +229,14 @@ for line in open(sys.argv[1]):
         pass
 med = lambda what, k: statistics.median(v[(what, k)]) if v[(what, k)] else float("nan")
 print("\n## Medians over the rounds\n")
-print("| source | best reference cold (depth) | pv defaults cold | ratio | pv adaptive off | reference warm, reading it once: 1 / 2 / 4 jobs | reference warm, 4 jobs each all of it | pv warm | ratio to the best once | ratio to 4 whole |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| source | best reference cold (depth) | pv defaults cold | ratio | pv adaptive off | reference warm, reading it once: 1 / 2 / 4 jobs | reference warm, 4 jobs each all of it | pv warm | ratio to 1 job | ratio to the best once | ratio to 4 whole |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for what in sorted({w for w, _ in v}):
     best_d = max((1, 4, 16, 32, 64), key=lambda d: (v[(what, f"fio{d}")] and med(what, f"fio{d}")) or -1)
     best = med(what, f"fio{best_d}")
     pv, off, w1, s2, s4, w4, pw = (med(what, k) for k in ("pv", "pvoff", "fiow", "fiows2", "fiows4", "fiow4", "pvw"))
     once = max(w1, s2, s4)
-    print(f"| {what} | {best:.0f} (d{best_d}) | {pv:.0f} | {pv / best:.2f} | {off:.0f} | {w1:.0f} / {s2:.0f} / {s4:.0f} | {w4:.0f} | {pw:.0f} | {pw / once:.2f} | {pw / w4:.2f} |")
+    print(f"| {what} | {best:.0f} (d{best_d}) | {pv:.0f} | {pv / best:.2f} | {off:.0f} | {w1:.0f} / {s2:.0f} / {s4:.0f} | {w4:.0f} | {pw:.0f} | {pw / w1:.2f} | {pw / once:.2f} | {pw / w4:.2f} |")
 PY
 echo "" >> "$OUT/summary.md"
 echo "Waited $QUIET_WAITED s in all for other CPU load to pass (budget $QUIET_BUDGET s)." >> "$OUT/summary.md"
