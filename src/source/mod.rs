@@ -78,14 +78,10 @@ const STAT_THREADS: usize = 16;
 /// lstat of every path, in order; many at once: a sequential walk of a cold tree waits
 /// for its inodes to be read from the device one at a time.
 pub(crate) fn stat_all(paths: &[&Path]) -> Vec<std::io::Result<std::fs::Metadata>> {
-    let got: Vec<std::sync::OnceLock<_>> = paths.iter().map(|_| Default::default()).collect();
     let threads = paths.len().div_ceil(64).min(STAT_THREADS);
-    crate::par::each_index(paths.len(), threads, |i| {
-        let _ = got[i].set(std::fs::symlink_metadata(paths[i]));
-    });
-    got.into_iter()
-        .map(|m| m.into_inner().expect("every path was stat'ed"))
-        .collect()
+    crate::par::map_index(paths.len(), threads, |i| {
+        std::fs::symlink_metadata(paths[i])
+    })
 }
 
 #[derive(Default)]

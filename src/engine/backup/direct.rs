@@ -5,7 +5,6 @@
 //! holds it or is about to.
 
 use super::ReadFile;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// `--direct-io`: which files bypass the page cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -61,32 +60,25 @@ pub fn choose(plan: &mut [ReadFile], mode: DirectIo) -> Chosen {
     let candidates: Vec<usize> = (0..plan.len())
         .filter(|&i| plan[i].size >= AUTO_MIN && plan[i].pages.is_none())
         .collect();
-    let found: Vec<AtomicU8> = candidates.iter().map(|_| AtomicU8::new(0)).collect();
     let files = &*plan;
-    crate::par::each_index(candidates.len(), THREADS, |k| {
+    let found = crate::par::map_index(candidates.len(), THREADS, |k| {
         let f = &files[candidates[k]];
         // As its read will open it: never through a link, never a FIFO.
         let open = super::read::open_for_read(&f.path, false);
-        let Some(c) = open.ok().and_then(crate::sys::cached) else {
-            return;
-        };
-        let r = if c.pages == 0 && c.dirty == 0 {
-            Residence::Cold
-        } else if c.pages * crate::sys::page_size() * 16 >= f.size * 15 {
-            Residence::Cached
-        } else {
-            Residence::Unknown
-        };
-        found[k].store(r as u8, Relaxed);
+        match open.ok().and_then(crate::sys::cached) {
+            None => Residence::Unknown,
+            Some(c) if c.pages == 0 && c.dirty == 0 => Residence::Cold,
+            Some(c) if c.pages * crate::sys::page_size() * 16 >= f.size * 15 => Residence::Cached,
+            Some(_) => Residence::Unknown,
+        }
     });
     for f in plan.iter_mut() {
         f.direct = mode == DirectIo::On;
         f.cached = false;
     }
-    for (k, &i) in candidates.iter().enumerate() {
-        let r = found[k].load(Relaxed);
-        plan[i].direct |= mode == DirectIo::Auto && r == Residence::Cold as u8;
-        plan[i].cached = r == Residence::Cached as u8;
+    for (&i, &r) in candidates.iter().zip(&found) {
+        plan[i].direct |= mode == DirectIo::Auto && r == Residence::Cold;
+        plan[i].cached = r == Residence::Cached;
     }
     plan.iter().fold(Chosen::default(), |c, f| Chosen {
         files: c.files + f.direct as u64,
