@@ -50,6 +50,21 @@ need_pkg() {
     fi
 }
 
+# use_current_pgbackrest: the pgBackRest the peers' rows measure is the current release,
+# PGBACKREST or PAGEVAULT_TOOLS/bin/pgbackrest (default /var/tmp/pagevault-tools: built from
+# its repository, see bench/README.md, incr.sh), put first on PATH; without one, the system's,
+# with a warning when it is older than 2.52 (Debian's 2.45 runs about 1.8x slower than 2.59.1).
+use_current_pgbackrest() {
+    local built=${PGBACKREST:-${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}/bin/pgbackrest} v
+    if [ -x "$built" ]; then
+        export PATH="$(dirname "$built"):$PATH"
+    fi
+    v=$(pgbackrest version 2>/dev/null | awk '{print $2}')
+    if [ -n "$v" ] && [ "$(printf '%s\n' "$v" 2.52 | sort -V | head -1)" != 2.52 ]; then
+        log "warning: measuring pgBackRest $v, older than 2.52 (the current release runs about 1.8x faster): build release/2.59.1 into $built (bench/README.md)"
+    fi
+}
+
 now_ns() { date +%s%N; }
 # Busy CPU ticks of the whole machine (user nice system irq softirq steal), to tell
 # how much else ran during a measurement (another build, the host stealing time).

@@ -95,6 +95,7 @@ need node "Node.js"
 need "$PG_BIN/initdb" "PostgreSQL 15"
 need "$PG_BIN/pgbench" "pgbench (PostgreSQL 15)"
 need pgbackrest "pgBackRest"
+use_current_pgbackrest
 need /usr/bin/time "GNU time"
 need openssl "openssl"
 need ss "ss (iproute2)"

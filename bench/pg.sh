@@ -85,6 +85,7 @@ if [ ! -x "$PG_BIN/initdb" ]; then
     need_pkg "$PG_BIN/initdb" postgresql-15
 fi
 need_pkg pgbackrest pgbackrest
+use_current_pgbackrest
 need_pkg /usr/bin/time time
 need_pkg lz4 lz4
 need_pkg zstd zstd
