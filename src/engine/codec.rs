@@ -81,11 +81,10 @@ impl Compressor {
     }
 }
 
-/// A zstd compression context at one level, without zstd 1.5.7's pre-block splitter.
-/// The splitter (on by default from level 3) costs a third of level 3's time on
-/// PostgreSQL pages that compress well, for no smaller output there; zstd before
-/// 1.5.7 (and pgBackRest with it) has none. The `zstd` crate does not reach that
-/// parameter, so this calls libzstd itself.
+/// A zstd compression context at one level, without zstd 1.5.7's pre-block splitter:
+/// on by default from level 3, it costs CPU on every block and makes PostgreSQL pages
+/// no smaller (bench/README.md, session 24); libzstd before 1.5.7 (pgBackRest's) has
+/// none. The `zstd` crate does not reach that parameter, so this calls libzstd itself.
 struct ZstdContext(std::ptr::NonNull<zstd_sys::ZSTD_CCtx>);
 
 // SAFETY: a ZSTD_CCtx has no ties to the thread that made it; `&mut self` on every
@@ -101,7 +100,8 @@ impl ZstdContext {
         use zstd_sys::ZSTD_cParameter::{
             ZSTD_c_compressionLevel, ZSTD_c_experimentalParam20 as ZSTD_c_blockSplitterLevel,
         };
-        // Splitter level 1 is "no splitting" (zstd.h, ZSTD_c_blockSplitterLevel).
+        // Splitter level 1 is "no splitting" (zstd.h, ZSTD_c_blockSplitterLevel, which
+        // zstd-sys names only by its number: the test checks it is that parameter).
         for (param, value) in [
             (ZSTD_c_compressionLevel, level),
             (ZSTD_c_blockSplitterLevel, 1),
@@ -202,6 +202,10 @@ mod tests {
         let mut z = ZstdContext::new(3).unwrap();
         assert_eq!(z.parameter(ZSTD_c_compressionLevel), 3);
         assert_eq!(z.parameter(ZSTD_c_experimentalParam20), 1, "splitter off");
+        // The parameter of that number is the splitter's: levels 0 (auto) to 6.
+        // SAFETY: a pure query of the library.
+        let b = unsafe { zstd_sys::ZSTD_cParam_getBounds(ZSTD_c_experimentalParam20) };
+        assert_eq!((b.error, b.lowerBound, b.upperBound), (0, 0, 6));
         // A page-like input: runs of one byte and counters, as heap pages hold.
         let src: Vec<u8> = (0..(1u32 << 20))
             .map(|i| if i % 8192 < 6000 { b' ' } else { (i / 7) as u8 })
