@@ -301,7 +301,7 @@ fn a_forged_frame_is_refused() {
     ok(&["verify", "--from", &set, "--key-file", &key]);
 }
 
-/// A set of encryption method 1 (written before session 20: every sealed frame under a
+/// A set of encryption method 1 (written before commit 4a18ceb: every sealed frame under a
 /// CRC32C too) still verifies, and a flipped byte in it reads as damage.
 #[test]
 fn a_set_of_method_1_still_reads() {

@@ -83,7 +83,7 @@ impl Compressor {
 
 /// A zstd compression context at one level, without zstd 1.5.7's pre-block splitter:
 /// on by default from level 3, it costs CPU on every block and makes PostgreSQL pages
-/// no smaller (bench/README.md, session 24); libzstd before 1.5.7 (pgBackRest's) has
+/// no smaller (bench/README.md, the splitter row); libzstd before 1.5.7 (pgBackRest's) has
 /// none. The `zstd` crate does not reach that parameter, so this calls libzstd itself.
 struct ZstdContext(std::ptr::NonNull<zstd_sys::ZSTD_CCtx>);
 

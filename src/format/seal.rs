@@ -17,7 +17,7 @@ pub const KEY_BLOCK_AT: usize = 64;
 pub const KEY_BLOCK_END: usize = 180;
 const MAGIC: &[u8; 4] = b"PVKB";
 /// Media header byte 41 of an encrypted set: AES-256-GCM, each frame's stored bytes
-/// also under a CRC32C (sets written before session 20).
+/// also under a CRC32C (sets written before method 2, commit 4a18ceb).
 pub const AES_256_GCM: u8 = 1;
 /// Media header byte 41: AES-256-GCM, frames without a CRC32C (the field is zero): the
 /// tag is their check.
