@@ -118,7 +118,18 @@ fn main() -> ExitCode {
     // and back to the system when freed: glibc's sliding threshold would otherwise keep
     // them in per-thread arenas and let RSS drift past the buffer pool.
     pagevault::sys::set_mmap_threshold(1 << 20);
-    let cli = Cli::parse();
+    // restore_command's status must never read "not archived" for a fault: a usage
+    // error of archive-get stops recovery too.
+    let getting = std::env::args_os().any(|a| a == "archive-get");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if getting && e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(cmd::archive::GET_FATAL);
+        }
+        Err(e) => e.exit(),
+    };
+    let getting = matches!(cli.command, Command::ArchiveGet(_));
     pagevault::sys::private_umask(cli.group_read);
     quiet_on_closed_stdout();
     let key =
@@ -162,6 +173,10 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             if let Some(x) = e.downcast_ref::<cmd::Exit>() {
                 return ExitCode::from(x.code);
+            }
+            // A key that cannot be loaded is a fault, not a file missing from the archive.
+            if getting {
+                return ExitCode::from(cmd::archive::get_status(&e));
             }
             // As a shell reports a process ended by the signal: 128 + its number.
             ExitCode::from(interrupt::received().map_or(1, |sig| 128 + sig as u8))

@@ -444,6 +444,75 @@ fn an_encrypted_repository_refuses_plain_writes_and_other_keys() {
             assert!(!contains(&fs::read(f.unwrap().path()).unwrap(), MARK));
         }
     }
+    // The marker's mode changed by someone without the key: keyed writes and reads
+    // refuse it, and nothing is stored.
+    let marker_path = dir.path().join("repo/pagevault.repo");
+    let untag = |m: &str| -> String {
+        (m.lines().filter(|l| !l.starts_with("mac ")))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let swapped = marker.replace("encryption aes-256-gcm", "signing keyed-blake3");
+    let backup_with = |k: &str| {
+        run(&[
+            "backup",
+            "--source",
+            &source,
+            "--repo",
+            &repo,
+            "--key-file",
+            k,
+        ])
+    };
+    fs::write(&marker_path, &swapped).unwrap();
+    let r = backup_with(&key);
+    assert!(
+        r.code == 1 && r.stderr.contains("damaged or forged"),
+        "{}",
+        r.stderr
+    );
+    let e = fails(&["verify", "--repo", &repo, "--key-file", &key], 1);
+    assert!(e.contains("damaged or forged"), "{e}");
+    // Swapped and stripped of its tag (as markers were before they were
+    // authenticated): a keyed write does not take up a mode its sets contradict.
+    fs::write(&marker_path, untag(&swapped)).unwrap();
+    let r = backup_with(&key);
+    assert!(
+        r.code == 1 && r.stderr.contains("says the repository is signed"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        fs::read_dir(dir.path().join("repo/catalog"))
+            .unwrap()
+            .count(),
+        1
+    );
+    // The genuine marker without its tag: refused to a read, authenticated by a keyed
+    // write or by `key rotate` to the same key.
+    for authenticate in [false, true] {
+        fs::write(&marker_path, untag(&marker)).unwrap();
+        let e = fails(&["verify", "--repo", &repo, "--key-file", &key], 1);
+        assert!(e.contains("is not authenticated"), "{e}");
+        match authenticate {
+            false => assert_eq!(backup_with(&key).code, 0),
+            true => {
+                ok(&[
+                    "key",
+                    "rotate",
+                    "--repo",
+                    &repo,
+                    "--old-key-file",
+                    &key,
+                    "--new-key-file",
+                    &key,
+                ]);
+            }
+        }
+        assert_eq!(fs::read_to_string(&marker_path).unwrap(), marker);
+    }
+    ok(&["verify", "--repo", &repo, "--key-file", &key]);
+
     // A plain repository with sets is not turned into an encrypted one.
     let plain = s(&dir.path().join("plain"));
     ok(&["backup", "--source", &source, "--repo", &plain]);
@@ -493,6 +562,48 @@ fn key_rotate_rewraps_every_set_without_rewriting_data() {
         .collect();
     assert_eq!(stripes.len(), 4);
     let before: Vec<Vec<u8>> = stripes.iter().map(|p| fs::read(p).unwrap()).collect();
+
+    // A forged catalog record (its stripe missing) stops the rotation before it
+    // starts: the marker and every stripe are as they were.
+    let catalog = dir.path().join("repo/catalog");
+    let first = fs::read_dir(&catalog)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut rec: serde_json::Value = serde_json::from_slice(&fs::read(&first).unwrap()).unwrap();
+    let forged_id = "0123456789abcdef0123456789abcdef";
+    rec["set_id"] = forged_id.into();
+    rec["stripes"] = serde_json::json!([format!("sets/{forged_id}/1.pv")]);
+    let forged = catalog.join(format!("{forged_id}.json"));
+    fs::write(&forged, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let marker_before = fs::read(dir.path().join("repo/pagevault.repo")).unwrap();
+    let e = fails(
+        &[
+            "key",
+            "rotate",
+            "--repo",
+            &repo,
+            "--old-key-file",
+            &key,
+            "--new-passphrase-file",
+            &phrase,
+        ],
+        1,
+    );
+    assert!(
+        e.contains("nothing was rotated") && e.contains(forged_id),
+        "{e}"
+    );
+    assert_eq!(
+        fs::read(dir.path().join("repo/pagevault.repo")).unwrap(),
+        marker_before
+    );
+    for (p, b) in stripes.iter().zip(&before) {
+        assert_eq!(&fs::read(p).unwrap(), b);
+    }
+    fs::remove_file(&forged).unwrap();
 
     let r = json(&[
         "key",

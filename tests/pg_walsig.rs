@@ -159,6 +159,120 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
         r.stderr
     );
     restore_fails("not signed");
+    // Without a key, the plain file is refused too (exit 126): a signed repository's
+    // WAL is read only with its key.
+    let _ = fs::remove_file(&got);
+    let r = get(false);
+    assert_eq!(r.code, 126, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--key-file") && !got.exists(),
+        "{}",
+        r.stderr
+    );
+
+    // The marker, edited by someone without the key (the plain file still planted):
+    // made plain, its tag dropped, its mode swapped. With the key every one is refused
+    // (archive-get with 126), and a restore writes nothing.
+    let marker = repo_dir.join("pagevault.repo");
+    let genuine = fs::read_to_string(&marker).unwrap();
+    assert!(
+        genuine.lines().last().unwrap().starts_with("mac "),
+        "{genuine}"
+    );
+    let untagged: String = (genuine.lines())
+        .filter(|l| !l.starts_with("mac "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (edit, says) in [
+        (
+            "pagevault repository 1\n".to_string(),
+            "neither encrypted nor signed",
+        ),
+        (untagged, "not authenticated"),
+        (
+            genuine.replace("signing keyed-blake3", "encryption aes-256-gcm"),
+            "damaged or forged",
+        ),
+    ] {
+        fs::write(&marker, &edit).unwrap();
+        let _ = fs::remove_file(&got);
+        let r = get(true);
+        assert_eq!(r.code, 126, "{edit}: {}", r.stderr);
+        assert!(r.stderr.contains(says) && !got.exists(), "{}", r.stderr);
+        let to = dir.join("forged").join("data");
+        let r = run(&[
+            "restore",
+            "--repo",
+            &repo,
+            "--to",
+            &s(&to),
+            "--key-file",
+            &key,
+        ]);
+        assert!(
+            r.code == 1 && r.stderr.contains(says),
+            "{edit}: {}",
+            r.stderr
+        );
+        assert!(!to.exists(), "{edit}: the restore wrote");
+    }
+    fs::write(&marker, &genuine).unwrap();
+    fs::write(&seg, &pristine).unwrap();
+
+    // A key the server cannot load fails archive-get with 126, never 1 ("not
+    // archived", which ends recovery early): missing, or readable by others.
+    let as_pg = |args: &[&str]| {
+        let out = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--", bin()])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let loose = dir.join("loose-key");
+    fs::copy(&key, &loose).unwrap();
+    fs::set_permissions(&loose, fs::Permissions::from_mode(0o644)).unwrap();
+    let pg_got = s(&dir.join("pg-got"));
+    for k in [s(&dir.join("no-such-key")), s(&loose)] {
+        let (code, err) = as_pg(&[
+            "archive-get",
+            &last,
+            &pg_got,
+            "--repo",
+            &repo,
+            "--key-file",
+            &k,
+        ]);
+        assert_eq!(code, Some(126), "{k}: {err}");
+    }
+    // restore --owner postgres with a key only root reads: refused before anything is
+    // written (the server's archive-get could not load it).
+    let root_key = dir.join("root-key");
+    fs::copy(&key, &root_key).unwrap();
+    std::os::unix::fs::chown(&root_key, Some(0), Some(0)).unwrap();
+    fs::set_permissions(&root_key, fs::Permissions::from_mode(0o600)).unwrap();
+    let to = dir.join("owned").join("data");
+    let r = run(&[
+        "restore",
+        "--repo",
+        &repo,
+        "--to",
+        &s(&to),
+        "--key-file",
+        &s(&root_key),
+        "--owner",
+        "postgres",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("restore_command") && r.stderr.contains("'postgres'"),
+        "{}",
+        r.stderr
+    );
+    assert!(!to.exists(), "the restore wrote");
 
     // key rotate rewraps every signed WAL file's MAC key: the new key reads them.
     fs::write(&seg, &pristine).unwrap();

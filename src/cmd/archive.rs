@@ -91,6 +91,14 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
 /// archive-get's status for a file that is there but cannot be used: above 125.
 pub const GET_FATAL: u8 = 126;
 
+/// archive-get's status for an error: 1 only when the archive does not hold the file.
+pub fn get_status(e: &anyhow::Error) -> u8 {
+    match e.downcast_ref::<wal::NotArchived>() {
+        Some(_) => 1,
+        None => GET_FATAL,
+    }
+}
+
 pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
     let fetched = archive::get(&archive::GetOptions {
         name: a.name.clone(),

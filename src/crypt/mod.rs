@@ -232,6 +232,28 @@ impl Master {
         aead_key(&k)
     }
 
+    /// HMAC-SHA256 under a key of the marker's own purpose (HKDF-SHA256 of the
+    /// master): only a holder of the key can write a marker a keyed reader accepts.
+    fn marker_mac(&self, text: &[u8]) -> Hmac<Sha256> {
+        let mut k = Zeroizing::new([0u8; KEY_LEN]);
+        hkdf::Hkdf::<Sha256>::new(None, &self.key[..])
+            .expand(b"pagevault repository marker", &mut *k)
+            .expect("32 bytes is a valid HKDF length");
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&k[..]).expect("any key length");
+        mac.update(text);
+        mac
+    }
+
+    /// The tag of a repository marker's text.
+    pub fn marker_tag(&self, text: &[u8]) -> [u8; MAC_LEN] {
+        self.marker_mac(text).finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is the tag of `text` (compared in constant time).
+    pub fn marker_ok(&self, text: &[u8], tag: &[u8]) -> bool {
+        self.marker_mac(text).verify_slice(tag).is_ok()
+    }
+
     /// `dek` wrapped under a random nonce, bound to `aad`: (nonce, wrapped).
     pub fn wrap(&self, dek: &DataKey, aad: &[u8]) -> ([u8; 12], [u8; WRAPPED_LEN]) {
         let mut nonce = [0u8; 12];

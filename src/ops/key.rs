@@ -11,7 +11,7 @@ use crate::device::object::StoreOptions;
 use crate::format::seal::KeyUse;
 use crate::repo::store::DirStore;
 use crate::repo::{wal, Repo, RepoKey};
-use crate::set::rekey::{rekey_stripe, Rekeyed};
+use crate::set::rekey::{rekey_check, rekey_stripe, Rekeyed};
 use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -97,13 +97,50 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
             show_id(&new.id)
         );
     }
+    repo.check_marker(&old)?;
     if new.id == old.id {
-        bail!(
-            "the old and the new key are the same (key id {})",
-            show_id(&new.id)
-        );
+        // The same key: only the marker is authenticated (one written before markers
+        // were, on the word of whoever holds the key).
+        if repo.rotating()?.is_some() {
+            bail!(
+                "a rotation of repository '{}' was left halfway: give the key it rotates to as the new key to finish it",
+                repo.describe()
+            );
+        }
+        repo.set_key(cur, None, &old)?;
+        return Ok(RotateReport {
+            command: "key rotate",
+            repo: repo.describe(),
+            old_key_id: show_id(&old.id),
+            new_key_id: show_id(&new.id),
+            stripes: 0,
+            stripes_already: 0,
+            stripes_plain: 0,
+            wal_files: 0,
+            wal_already: 0,
+        });
     }
-    repo.set_key(cur, Some(&target))?;
+    // Every record read and every stripe checked before the marker says anything: a
+    // damaged or forged one stops the rotation before it starts.
+    let catalog = repo.catalog()?;
+    for e in &catalog {
+        for st in &e.stripes {
+            let checked = match stripe_store(&repo, st) {
+                Some((dir, name)) => rekey_check(&dir, &name, &old, &new, target.kdf, signed),
+                None if st.contains("://") => Err(anyhow!(
+                    "stripe '{st}' is in an object store outside the repository, which key rotate does not rewrite"
+                )),
+                None => rekey_check(repo.store(), st, &old, &new, target.kdf, signed),
+            };
+            checked.map_err(|err| {
+                err.context(format!(
+                    "set {}: nothing was rotated (the marker and every stripe are as they were)",
+                    e.set_id
+                ))
+            })?;
+        }
+    }
+    repo.set_key(cur, Some(&target), &old)?;
     // A signal stops it between files (an object's upload is aborted): run it again.
     let _signals = crate::interrupt::catch();
     let stopped = |done: u64| {
@@ -116,7 +153,7 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
     }
     };
     let (mut stripes, mut stripes_already, mut stripes_plain) = (0, 0, 0);
-    for e in repo.catalog()? {
+    for e in catalog {
         for st in &e.stripes {
             stopped(stripes)?;
             let done = match stripe_store(&repo, st) {
@@ -143,7 +180,7 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
     // Sealed or signed WAL envelopes (a signed repository's plain files from before
     // its signing stay as they are).
     let (wal_files, wal_already) = wal::rekey(&repo, &old, &new)?;
-    repo.set_key(target, None)?;
+    repo.set_key(target, None, &new)?;
     Ok(RotateReport {
         command: "key rotate",
         repo: repo.describe(),

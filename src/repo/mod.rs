@@ -13,7 +13,7 @@ pub mod store;
 pub mod wal;
 pub mod walchain;
 
-use crate::crypt::{load::GIVE_KEY, show_id, Kdf, KeySource};
+use crate::crypt::{load::GIVE_KEY, show_id, Kdf, KeySource, Master};
 use crate::format::manifest::{BackupType, SourceKind};
 use crate::format::seal::KeyUse;
 use anyhow::{anyhow, bail, Context, Result};
@@ -29,6 +29,9 @@ use store::{DirStore, ObjectStore, Store};
 const MARKER: &str = "pagevault.repo";
 /// A stripe's media header: byte 41 says whether its set is encrypted.
 const MEDIA_HEAD: u64 = 64;
+/// How many sets and archived files, at most, are looked at to authenticate an old
+/// marker.
+const CHECKED_MAX: usize = 64;
 /// A catalog record is a few KiB; refuse anything absurd.
 const RECORD_MAX: u64 = 16 << 20;
 
@@ -62,6 +65,15 @@ pub struct CatalogEntry {
     pub codec: String,
     /// Stripe locations in stripe order (relative to the repository when inside it).
     pub stripes: Vec<String>,
+}
+
+/// What a repository holds, and how much of it is encrypted.
+#[derive(Default)]
+struct Held {
+    sets: usize,
+    sealed_sets: usize,
+    wal: usize,
+    sealed_wal: usize,
 }
 
 pub struct Repo {
@@ -146,42 +158,104 @@ impl RepoKey {
         m
     }
 
-    /// The encryption lines of a marker: the key, and the key a rotation goes to; None
-    /// for a plain repository.
-    fn parse(text: &str) -> Result<(Option<RepoKey>, Option<RepoKey>), String> {
-        let mut lines = text.lines().skip(1);
-        let mode = match lines.next() {
-            None => return Ok((None, None)),
-            Some(MODE_SEAL) => KeyUse::Seal,
-            Some(MODE_SIGN) => KeyUse::Sign,
-            Some(l) => return Err(format!("unknown line '{}'", l.escape_debug())),
+    /// The marker's text authenticated by `master` (this key's): a last line `mac`
+    /// with the tag of every byte before it.
+    fn marker_tagged(&self, rotating: Option<&RepoKey>, master: &Master) -> String {
+        let text = self.marker(rotating);
+        let tag = master.marker_tag(text.as_bytes());
+        format!("{text}{MAC_LINE}{}\n", hex::encode(tag))
+    }
+}
+
+/// A keyed marker's last line: the tag of every byte before it.
+const MAC_LINE: &str = "mac ";
+
+/// A repository's marker as read: its bytes, its key and the key a rotation goes to
+/// (None for a plain repository), and its tag with the length of the text it covers
+/// (None for a marker written before markers were authenticated).
+struct Marker {
+    text: Vec<u8>,
+    key: Option<RepoKey>,
+    rotating: Option<RepoKey>,
+    tag: Option<(usize, Vec<u8>)>,
+}
+
+impl Marker {
+    /// Parses a marker: the first line, then (keyed) the mode, key id, derivation, an
+    /// optional rotation and an optional tag, in that order, and nothing after.
+    fn parse(bytes: &[u8]) -> Result<Marker, String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "it is not text")?;
+        if !text.ends_with('\n') {
+            return Err("it is empty or its last line does not end".into());
+        }
+        // Each line without its end, and the offset of its first byte.
+        let mut at = 0;
+        let mut lines = text.lines().map(|l| {
+            let start = at;
+            at += l.len() + 1;
+            (start, l)
+        });
+        let mut m = Marker {
+            text: bytes.to_vec(),
+            key: None,
+            rotating: None,
+            tag: None,
         };
-        let id = lines.next().and_then(|l| l.strip_prefix("key-id "));
-        let key_id = parse_id(id.ok_or("no 'key-id' line")?)?;
-        let kdf: Vec<&str> = lines
-            .next()
-            .and_then(|l| l.strip_prefix("kdf "))
-            .ok_or("no 'kdf' line")?
-            .split(' ')
-            .collect();
-        let key = RepoKey {
+        match lines.next() {
+            Some((_, l)) if l == MARKER_HEAD.trim_end() => {}
+            Some((_, l)) => {
+                return Err(format!(
+                    "its first line is '{}', not '{}'",
+                    l.escape_debug(),
+                    MARKER_HEAD.trim_end()
+                ))
+            }
+            None => return Err("it is empty".into()),
+        }
+        let mode = match lines.next() {
+            None => return Ok(m),
+            Some((_, MODE_SEAL)) => KeyUse::Seal,
+            Some((_, MODE_SIGN)) => KeyUse::Sign,
+            Some((_, l)) => return Err(format!("unknown line '{}'", l.escape_debug())),
+        };
+        let mut field = |name: &str| {
+            lines
+                .next()
+                .and_then(|(_, l)| l.strip_prefix(name)?.strip_prefix(' '))
+                .ok_or_else(|| format!("no '{name}' line"))
+        };
+        let key_id = parse_id(field("key-id")?)?;
+        let kdf: Vec<&str> = field("kdf")?.split(' ').collect();
+        m.key = Some(RepoKey {
             key_id,
             kdf: parse_kdf(&kdf)?,
             mode,
-        };
-        let rotating = match lines.next().and_then(|l| l.strip_prefix("rotating-to ")) {
-            Some(r) => {
-                let w: Vec<&str> = r.split(' ').collect();
-                let (id, kdf) = w.split_first().ok_or("an empty 'rotating-to' line")?;
-                Some(RepoKey {
-                    key_id: parse_id(id)?,
-                    kdf: parse_kdf(kdf)?,
-                    mode,
-                })
+        });
+        let mut line = lines.next();
+        if let Some(r) = line.and_then(|(_, l)| l.strip_prefix("rotating-to ")) {
+            let w: Vec<&str> = r.split(' ').collect();
+            let (id, kdf) = w.split_first().ok_or("an empty 'rotating-to' line")?;
+            m.rotating = Some(RepoKey {
+                key_id: parse_id(id)?,
+                kdf: parse_kdf(kdf)?,
+                mode,
+            });
+            line = lines.next();
+        }
+        if let Some((start, l)) = line {
+            let tag = l
+                .strip_prefix(MAC_LINE)
+                .ok_or_else(|| format!("unknown line '{}'", l.escape_debug()))?;
+            let tag = hex::decode(tag)
+                .ok()
+                .filter(|t| t.len() == crate::crypt::MAC_LEN)
+                .ok_or("a bad 'mac' line")?;
+            m.tag = Some((start, tag));
+            if lines.next().is_some() {
+                return Err("a line after its 'mac' line".into());
             }
-            None => None,
-        };
-        Ok((Some(key), rotating))
+        }
+        Ok(m)
     }
 }
 
@@ -263,7 +337,7 @@ impl Repo {
             options: options.clone(),
             key: Default::default(),
         }
-        .with_key()
+        .with_key(create)
     }
 
     fn open_object(loc: Location, create: bool, options: &StoreOptions) -> Result<Repo> {
@@ -288,32 +362,111 @@ impl Repo {
             options: options.clone(),
             key: Default::default(),
         }
-        .with_key()
+        .with_key(create)
     }
 
-    /// The marker's bytes, its key and the key a rotation goes to.
-    fn read_marker(&self) -> Result<(Vec<u8>, Option<RepoKey>, Option<RepoKey>)> {
-        let text = self.store.get(MARKER, 1 << 16)?.unwrap_or_default();
-        let (key, rotating) = RepoKey::parse(&String::from_utf8_lossy(&text)).map_err(|e| {
+    /// The marker, parsed.
+    fn read_marker(&self) -> Result<Marker> {
+        let text = self.store.get(MARKER, 1 << 16)?.ok_or_else(|| {
+            anyhow!(
+                "'{}' is missing: the repository's marker was removed; restore it from a copy",
+                self.store.describe(MARKER)
+            )
+        })?;
+        Marker::parse(&text).map_err(|e| {
             anyhow!(
                 "'{}': {e}: the marker is damaged or forged",
                 self.store.describe(MARKER)
             )
-        })?;
-        Ok((text, key, rotating))
+        })
     }
 
-    /// Reads the marker's encryption; a key given must be the repository's.
-    fn with_key(self) -> Result<Repo> {
-        let (_, key, _) = self.read_marker()?;
-        if let (Some(k), Some(source)) = (&key, &self.options.key) {
-            self.check_key(k, source)?;
+    /// Reads the marker. With a key, the repository must be keyed with it and its
+    /// marker authenticated by it, whatever the marker says: a plain marker is refused
+    /// to a read (`write`, a backup or push, may make a plain repository keyed), and a
+    /// marker written before markers were authenticated is authenticated by a write
+    /// (when what the repository holds agrees with it) and refused to a read.
+    fn with_key(self, write: bool) -> Result<Repo> {
+        let m = self.read_marker()?;
+        if let Some(source) = &self.options.key {
+            match &m.key {
+                Some(k) => {
+                    let master = self.check_key(k, source)?;
+                    self.authenticate(&m, k, &master, write)?;
+                }
+                None if !write => bail!(
+                    "repository '{}' is neither encrypted nor signed (its marker names no key), and a key was given ({}): a keyed repository's marker is authenticated by its key, so this marker is forged or the repository is plain; read a plain repository without a key",
+                    self.describe(),
+                    source.origin()
+                ),
+                None => {}
+            }
         }
-        *self.key.lock().unwrap() = key;
+        *self.key.lock().unwrap() = m.key;
         Ok(self)
     }
 
-    fn check_key(&self, k: &RepoKey, source: &KeySource) -> Result<()> {
+    /// Checks the marker's tag under `master` (of key `k`, the marker's); a marker
+    /// without one is authenticated now by a write, refused to a read.
+    fn authenticate(&self, m: &Marker, k: &RepoKey, master: &Master, write: bool) -> Result<()> {
+        let what = self.store.describe(MARKER);
+        match &m.tag {
+            Some((covered, tag)) if master.marker_ok(&m.text[..*covered], tag) => Ok(()),
+            Some(_) => bail!(
+                "'{what}' is damaged or forged: its tag does not match its text under key id {} (the repository's key): restore the marker from a copy, or recreate it with `pagevault key rotate` from the key it names",
+                show_id(&k.key_id)
+            ),
+            None if !write => bail!(
+                "'{what}' is not authenticated: it was written before repository markers were, or it is forged; the next backup or archive-push with the key authenticates it, as does `pagevault key rotate --repo {} --old-key-file K --new-key-file K` with the same key",
+                self.describe()
+            ),
+            None => self.authenticate_old(m, k, master),
+        }
+    }
+
+    /// Authenticates a marker written before markers were (format 1 without its
+    /// `mac` line), if what the repository holds agrees with the mode it names: a
+    /// forged mode is never taken up.
+    fn authenticate_old(&self, m: &Marker, k: &RepoKey, master: &Master) -> Result<()> {
+        let what = self.store.describe(MARKER);
+        if m.rotating.is_some() {
+            bail!(
+                "'{what}' is not authenticated and records a key rotation left halfway: run `pagevault key rotate` again with the same keys to finish it"
+            );
+        }
+        let held = self.held(CHECKED_MAX)?;
+        let fits = match k.mode {
+            // An encrypted repository holds nothing else.
+            KeyUse::Seal => held.sealed_wal == held.wal && held.sealed_sets == held.sets,
+            // A signed one never holds sealed WAL, and not only sealed sets.
+            KeyUse::Sign => {
+                held.sealed_wal == 0
+                    && (held.sets == 0 || held.sealed_sets < held.sets || held.wal > 0)
+            }
+        };
+        if !fits {
+            bail!(
+                "'{what}' is not authenticated, and says the repository is {}, but of what it holds {} of {} WAL files and {} of {} sets are encrypted: it may be forged; check it, then authenticate it with `pagevault key rotate --repo {} --old-key-file K --new-key-file K` (the same key)",
+                k.mode.verb(),
+                held.sealed_wal,
+                held.wal,
+                held.sealed_sets,
+                held.sets,
+                self.describe()
+            );
+        }
+        let text = k.marker_tagged(None, master);
+        if !self.store.replace_if(MARKER, &m.text, text.as_bytes())? {
+            bail!(
+                "repository '{}': its marker changed while this write authenticated it: run it again",
+                self.describe()
+            );
+        }
+        Ok(())
+    }
+
+    /// The master key `source` gives for the repository's key `k`, which it must be.
+    fn check_key(&self, k: &RepoKey, source: &KeySource) -> Result<Master> {
         let master = source
             .master(&k.kdf)
             .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
@@ -327,7 +480,7 @@ impl Repo {
                 show_id(&master.id)
             );
         }
-        Ok(())
+        Ok(master)
     }
 
     /// The repository's encryption, when it is encrypted.
@@ -391,19 +544,17 @@ impl Repo {
             kdf,
             mode: asked,
         };
+        let mine = k.marker_tagged(None, &master);
         // A compare and swap from the plain marker: two first writers with keys never
         // both win, and the one that loses takes the winner's key, if it is its own.
-        let (text, now, _) = self.read_marker()?;
-        let won = now.is_none()
-            && self
-                .store
-                .replace_if(MARKER, &text, k.marker(None).as_bytes())?;
+        let was = self.read_marker()?;
+        let won = was.key.is_none() && self.store.replace_if(MARKER, &was.text, mine.as_bytes())?;
         // A plain write that checked the marker before the swap and wrote after it is
         // seen here, or it sees the swap itself (`check_still_plain`) and goes.
         if won && asked == KeyUse::Seal {
             let plain = self.plain_items()?;
             if plain > 0 {
-                let _ = (self.store).replace_if(MARKER, k.marker(None).as_bytes(), &text);
+                let _ = (self.store).replace_if(MARKER, mine.as_bytes(), &was.text);
                 bail!(
                     "repository '{}' received {plain} sets or WAL files without a key while this write made it encrypted: it stays plain; encryption starts with a new repository (or run without a key)",
                     self.describe()
@@ -411,14 +562,16 @@ impl Repo {
             }
         }
         if !won {
-            let Some(theirs) = self.read_marker()?.1 else {
+            let now = self.read_marker()?;
+            let Some(theirs) = now.key else {
                 bail!(
                     "repository '{}': its marker changed while this write made it {}: run it again",
                     self.describe(),
                     asked.verb()
                 );
             };
-            self.check_key(&theirs, source)?;
+            let master = self.check_key(&theirs, source)?;
+            self.authenticate(&now, &theirs, &master, true)?;
             *self.key.lock().unwrap() = Some(theirs);
             return Ok(theirs);
         }
@@ -435,30 +588,52 @@ impl Repo {
     /// Sets and archived files stored without encryption (a concurrent writer's with
     /// the same key are sealed, and do not count); one removed meanwhile does not.
     fn plain_items(&self) -> Result<usize> {
-        let mut n = 0;
-        for e in self.catalog()? {
+        let h = self.held(usize::MAX)?;
+        Ok(h.sets - h.sealed_sets + h.wal - h.sealed_wal)
+    }
+
+    /// How many of the sets and archived files it holds are encrypted: of at most
+    /// `most` of each (the oldest and newest halves).
+    fn held(&self, most: usize) -> Result<Held> {
+        let ends = |n: usize, i: usize| i < most / 2 || i + most.div_ceil(2) >= n;
+        let mut h = Held::default();
+        let catalog = self.catalog()?;
+        for (i, e) in catalog.iter().enumerate() {
+            if !ends(catalog.len(), i) {
+                continue;
+            }
             let head = match e.stripes.first() {
                 Some(st) if !st.contains("://") && !Path::new(st).is_absolute() => {
                     self.store.get_head(st, MEDIA_HEAD)?
                 }
                 _ => None,
             };
-            n += usize::from(head.is_none_or(|h| h.len() < MEDIA_HEAD as usize || h[41] == 0));
+            h.sets += 1;
+            h.sealed_sets +=
+                usize::from(head.is_some_and(|h| h.len() == MEDIA_HEAD as usize && h[41] != 0));
         }
-        for (k, _) in self.store.list("wal")? {
-            if k.contains('/') {
-                let head = self.store.get_head(&format!("wal/{k}"), 8)?;
-                n += usize::from(head.is_some_and(|h| !wal::sealed_head(&h)));
+        let wal: Vec<String> = (self.store.list("wal")?.into_iter())
+            .map(|(k, _)| k)
+            .filter(|k| k.contains('/'))
+            .collect();
+        for (i, k) in wal.iter().enumerate() {
+            if !ends(wal.len(), i) {
+                continue;
+            }
+            // One removed meanwhile does not count.
+            if let Some(head) = self.store.get_head(&format!("wal/{k}"), 8)? {
+                h.wal += 1;
+                h.sealed_wal += usize::from(wal::sealed_head(&head));
             }
         }
-        Ok(n)
+        Ok(h)
     }
 
     /// After a plain write, whose caller then removes what it wrote on an error: the
     /// repository became encrypted or signed while it ran (a first keyed write raced
     /// it), so it is refused as it would have been a moment later.
     pub fn check_still_plain(&self) -> Result<()> {
-        let (_, now, _) = self.read_marker()?;
+        let now = self.read_marker()?.key;
         if now.is_none() {
             return Ok(());
         }
@@ -487,12 +662,14 @@ impl Repo {
                         show_id(&k.key_id)
                     );
                 }
-                return Ok(None);
+                // Without the key no file of it can be told genuine.
+                bail!(
+                    "repository '{}' is signed (key id {}): its WAL is read only with its key, which checks every file; {GIVE_KEY}",
+                    self.describe(),
+                    show_id(&k.key_id)
+                );
             };
-            self.check_key(&k, source)?;
-            let master = source
-                .master(&k.kdf)
-                .map_err(|e| anyhow!("repository '{}': {e}", self.describe()))?;
+            let master = self.check_key(&k, source)?;
             return Ok(Some(wal::WalKey {
                 master,
                 env: wal::Envelope::Sign,
@@ -521,12 +698,39 @@ impl Repo {
 
     /// The key a `key rotate` left half done goes to, as the marker records it.
     pub fn rotating(&self) -> Result<Option<RepoKey>> {
-        Ok(self.read_marker()?.2)
+        Ok(self.read_marker()?.rotating)
     }
 
-    /// Records the repository's key (and the key a rotation goes to, while it runs).
-    pub fn set_key(&self, key: RepoKey, rotating: Option<&RepoKey>) -> Result<()> {
-        self.store.put(MARKER, key.marker(rotating).as_bytes())?;
+    /// Checks the marker's tag under `master`, the repository's key (`key rotate`,
+    /// which opens the repository without a key).
+    pub fn check_marker(&self, master: &Master) -> Result<()> {
+        let m = self.read_marker()?;
+        let Some(k) = m.key else {
+            bail!(
+                "repository '{}' is neither encrypted nor signed",
+                self.describe()
+            );
+        };
+        if master.id != k.key_id {
+            bail!(
+                "repository '{}' is {} with key id {}, and the key given has key id {}",
+                self.describe(),
+                k.mode.verb(),
+                show_id(&k.key_id),
+                show_id(&master.id)
+            );
+        }
+        match m.tag {
+            Some(_) => self.authenticate(&m, &k, master, false),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the repository's key (and the key a rotation goes to, while it runs),
+    /// the marker authenticated by `master`, that key's.
+    pub fn set_key(&self, key: RepoKey, rotating: Option<&RepoKey>, master: &Master) -> Result<()> {
+        self.store
+            .put(MARKER, key.marker_tagged(rotating, master).as_bytes())?;
         *self.key.lock().unwrap() = Some(key);
         Ok(())
     }

@@ -39,6 +39,23 @@ pub fn rekey_stripe(
     Ok(did)
 }
 
+/// What `rekey_stripe` would do, writing nothing: a rotation checks every stripe first
+/// and records nothing when one cannot be rewrapped.
+pub fn rekey_check(
+    store: &dyn Store,
+    rel: &str,
+    old: &Master,
+    new: &Master,
+    kdf: Kdf,
+    signed: bool,
+) -> Result<Rekeyed> {
+    let shown = store.describe(rel);
+    let mut b = store
+        .get_head(rel, MIN_BLOCK as u64)?
+        .ok_or_else(|| anyhow!("stripe '{shown}' is missing"))?;
+    rekey_block(&mut b, &shown, old, new, kdf, signed)
+}
+
 /// Rewraps the key block in `b`, a stripe's first bytes, in place.
 fn rekey_block(
     b: &mut [u8],

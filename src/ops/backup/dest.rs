@@ -87,7 +87,8 @@ fn archived(o: &BackupOptions) -> Result<Option<source::postgres::Archived>> {
     let Some(spec) = o.repo.as_deref() else {
         return Ok(None);
     };
-    let repo = Repo::open(spec, false, &o.store)?;
+    // The backup writes to it: opened as a write (a key may make it keyed).
+    let repo = Repo::open(spec, true, &o.store)?;
     Ok(Some(std::sync::Arc::new(move |name: &str| {
         crate::repo::wal::has_segment(&repo, name)
     })))

@@ -206,6 +206,17 @@ fn restore_with(
     let m = &sets.newest().set.manifest;
     let (mut restorer, wal_check) = check(o, &sets)?;
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
+    if let (Some(repo), Some(entry), true) = (&sets.repo, &sets.newest().entry, !o.stage_only) {
+        let probe = wal::probe_name(wal_check.as_ref(), entry).filter(|_| restorer.recovers());
+        if let Some((name, must_exist)) = probe {
+            let user = o
+                .owner
+                .as_deref()
+                .zip(owner)
+                .map(|(u, (uid, gid))| (u, uid, gid));
+            wal::probe_restore_command(&restore_command(repo), &name, must_exist, user)?;
+        }
+    }
     restorer.plan(&m.extra)?;
     restorer.check_places()?;
     let mut phases = Phases::start();
@@ -309,32 +320,7 @@ fn finish(
         return restorer.finish(&o.to, &sets.full().manifest.extra, &no_recovery());
     }
     let rec = Recovery {
-        restore_command: sets.repo.as_ref().map(|repo| {
-            let exe = std::env::current_exe()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| "pagevault".into());
-            // The shell runs it: every word we give is quoted (a path with a space or a
-            // quote must not split it, or every fetch fails and recovery ends early).
-            let endpoint = (repo.options().s3_endpoint.as_deref())
-                .map(|e| format!(" --s3-endpoint {}", crate::units::sh_quote(e)))
-                .unwrap_or_default();
-            // An encrypted or signed archive opens with the key this restore was given:
-            // its file, or PAGEVAULT_PASSPHRASE in the server's environment.
-            let key = (repo.protection().and(repo.options().key.as_ref()))
-                .and_then(|k| k.command_option())
-                .map(|(flag, f)| {
-                    format!(
-                        " {flag} {}",
-                        crate::units::sh_quote(&f.display().to_string())
-                    )
-                })
-                .unwrap_or_default();
-            format!(
-                "{} archive-get %f \"%p\" --repo {}{endpoint}{key}",
-                crate::units::sh_quote(&exe),
-                crate::units::sh_quote(&repo.spec_for_command()),
-            )
-        }),
+        restore_command: sets.repo.as_ref().map(restore_command),
         target: o
             .until
             .clone()
@@ -369,6 +355,31 @@ fn finish(
         ));
     }
     Ok(notes)
+}
+
+/// The `restore_command` a restored cluster fetches its WAL with: `archive-get` from
+/// the same repository, with the key this restore was given (its file, or
+/// PAGEVAULT_PASSPHRASE in the server's environment). Every word is quoted for the
+/// shell: a path with a space or a quote must not split it, or every fetch fails.
+fn restore_command(repo: &crate::repo::Repo) -> String {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "pagevault".into());
+    let q = crate::units::sh_quote;
+    let endpoint = (repo.options().s3_endpoint.as_deref())
+        .map(|e| format!(" --s3-endpoint {}", q(e)))
+        .unwrap_or_default();
+    // A key given means authentication demanded: the server's fetches get it too,
+    // whatever the repository's marker says.
+    let key = (repo.options().key.as_ref())
+        .and_then(|k| k.command_option())
+        .map(|(flag, f)| format!(" {flag} {}", q(&f.display().to_string())))
+        .unwrap_or_default();
+    format!(
+        "{} archive-get %f \"%p\" --repo {}{endpoint}{key}",
+        q(&exe),
+        q(&repo.spec_for_command()),
+    )
 }
 
 fn no_recovery() -> Recovery {

@@ -5,7 +5,7 @@ use crate::pg;
 use crate::pg::facts::PgFacts;
 use crate::repo::{walchain, CatalogEntry, Repo};
 use crate::source::Extra;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 use std::time::Duration;
 
@@ -85,5 +85,80 @@ impl WalCheck {
         j["verified"] = json!(self.verified.is_some());
         j["verify_seconds"] = json!(self.verified.map(|d| d.as_secs_f64()));
         j
+    }
+}
+
+/// The file a restore's probe fetches: the first the archive must give recovery, else
+/// the set's last segment (which may not be archived yet: then "not archived" passes).
+pub(super) fn probe_name(check: Option<&WalCheck>, entry: &CatalogEntry) -> Option<(String, bool)> {
+    match check.and_then(|c| c.chain.files.first()) {
+        Some(f) => Some((f.clone(), true)),
+        None => entry.stop_wal.clone().map(|w| (w, false)),
+    }
+}
+
+/// Runs `command`, the `restore_command` a restore writes, once on WAL file `name` as
+/// `user` (the server's, through runuser when root runs) before anything is written:
+/// a key or repository the server cannot read would otherwise stop its recovery, or
+/// end it early. `must_exist`: the archive holds `name`, so only a fetch passes.
+pub(super) fn probe_restore_command(
+    command: &str,
+    name: &str,
+    must_exist: bool,
+    user: Option<(&str, u32, u32)>,
+) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!(".pagevault-probe-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir(&dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
+    let removed = Removed(&dir);
+    if let Some((_, uid, gid)) = user {
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
+            .with_context(|| format!("cannot give '{}' to uid {uid}", dir.display()))?;
+    }
+    let dest = dir.join(name);
+    // As PostgreSQL substitutes them (%p is quoted in our command).
+    let line = command
+        .replace("%f", name)
+        .replace("%p", &dest.display().to_string());
+    let mut cmd = match user {
+        Some((u, _, _)) if crate::sys::is_root() => {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", u, "--", "/bin/sh", "-c", &line]);
+            c
+        }
+        _ => {
+            let mut c = std::process::Command::new("/bin/sh");
+            c.args(["-c", &line]);
+            c
+        }
+    };
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run the restore_command probe ({line})"))?;
+    let fetched = out.status.success() && dest.is_file();
+    let absent = out.status.code() == Some(1) && !must_exist;
+    drop(removed);
+    if fetched || absent {
+        return Ok(());
+    }
+    let who = user.map_or("this user".to_string(), |(u, _, _)| format!("user '{u}'"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    let said = said.trim();
+    bail!(
+        "the restore_command this restore would write fails when run as {who} on {name} ({}{}{said}): the server would stop its recovery (or end it early); make the key file and the repository readable by {who} (a key file it reads must not be readable by group or others: chmod 600, owned by that user), then restore again; nothing was written",
+        match out.status.code() {
+            Some(c) => format!("exit {c}"),
+            None => "killed by a signal".into(),
+        },
+        if said.is_empty() { "" } else { ": " },
+    )
+}
+
+/// Removes a probe's directory when dropped.
+struct Removed<'a>(&'a std::path::Path);
+
+impl Drop for Removed<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0);
     }
 }

@@ -434,6 +434,7 @@ fn rekey_rewraps_archived_files_in_place() {
             mode: crate::format::seal::KeyUse::Seal,
         },
         None,
+        &new,
     )
     .unwrap();
     let r2 = keyed(&root, 9);
@@ -528,6 +529,7 @@ fn a_signed_archive_signs_every_file_and_refuses_forgeries() {
             mode: crate::format::seal::KeyUse::Sign,
         },
         None,
+        &new,
     )
     .unwrap();
     let r2 = keyed(&root, 9);
@@ -546,7 +548,7 @@ fn a_plain_push_racing_the_first_encryption_is_refused_and_removed() {
         key: Some(source.clone()),
         ..Default::default()
     };
-    let keyed = Repo::open(dir.path().join("r").to_str().unwrap(), false, &options).unwrap();
+    let keyed = Repo::open(dir.path().join("r").to_str().unwrap(), true, &options).unwrap();
     keyed
         .key_for(&source, crate::format::seal::KeyUse::Seal)
         .unwrap();
