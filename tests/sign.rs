@@ -433,12 +433,12 @@ fn a_signed_repository_refuses_unsigned_sets_and_downgrades() {
     assert!(e.contains("is not encrypted or signed"), "{e}");
     let e = fails(&["verify", "--repo", &repos, "--key-file", &key], 1);
     assert!(e.contains("1 of its 2 sets"), "{e}");
-    // The marker made plain as well: a reader with the key still refuses the set.
+    // The marker made plain as well: a reader with the key refuses the repository.
     assert_eq!(snapshot(dir.path(), &out), before, "nothing written");
     fs::write(repo.join("pagevault.repo"), "pagevault repository 1\n").unwrap();
     let before = snapshot(dir.path(), &out);
     let e = fails(&with_key, 1);
-    assert!(e.contains("is not encrypted or signed"), "{e}");
+    assert!(e.contains("neither encrypted nor signed") && e.contains("forged"), "{e}");
     assert!(!out.exists(), "nothing restored");
     assert_eq!(snapshot(dir.path(), &out), before, "nothing written");
 }
