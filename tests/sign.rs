@@ -438,7 +438,10 @@ fn a_signed_repository_refuses_unsigned_sets_and_downgrades() {
     fs::write(repo.join("pagevault.repo"), "pagevault repository 1\n").unwrap();
     let before = snapshot(dir.path(), &out);
     let e = fails(&with_key, 1);
-    assert!(e.contains("neither encrypted nor signed") && e.contains("forged"), "{e}");
+    assert!(
+        e.contains("neither encrypted nor signed") && e.contains("forged"),
+        "{e}"
+    );
     assert!(!out.exists(), "nothing restored");
     assert_eq!(snapshot(dir.path(), &out), before, "nothing written");
 }

@@ -438,11 +438,9 @@ impl Repo {
         let fits = match k.mode {
             // An encrypted repository holds nothing else.
             KeyUse::Seal => held.sealed_wal == held.wal && held.sealed_sets == held.sets,
-            // A signed one never holds sealed WAL, and not only sealed sets.
-            KeyUse::Sign => {
-                held.sealed_wal == 0
-                    && (held.sets == 0 || held.sealed_sets < held.sets || held.wal > 0)
-            }
+            // A signed one holds no sealed WAL, and something an encrypted one never
+            // does (WAL or a set that is not sealed).
+            KeyUse::Sign => held.sealed_wal == 0 && (held.wal > 0 || held.sealed_sets < held.sets),
         };
         if !fits {
             bail!(
@@ -456,13 +454,18 @@ impl Repo {
             );
         }
         let text = k.marker_tagged(None, master);
-        if !self.store.replace_if(MARKER, &m.text, text.as_bytes())? {
-            bail!(
+        if self.store.replace_if(MARKER, &m.text, text.as_bytes())? {
+            return Ok(());
+        }
+        // Another write with the key got there first.
+        let now = self.read_marker()?;
+        match (&now.key, &now.tag) {
+            (Some(theirs), Some(_)) if theirs == k => self.authenticate(&now, k, master, false),
+            _ => bail!(
                 "repository '{}': its marker changed while this write authenticated it: run it again",
                 self.describe()
-            );
+            ),
         }
-        Ok(())
     }
 
     /// The master key `source` gives for the repository's key `k`, which it must be.
@@ -945,5 +948,64 @@ mod own_stripe_tests {
         }
         assert!(!is_set_id("../../etc"));
         assert!(!is_set_id("0123456789ABCDEF0123456789ABCDEF"));
+    }
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::*;
+
+    fn key(mode: KeyUse) -> (RepoKey, Master) {
+        let master = Master::new([5; 32]);
+        let k = RepoKey {
+            key_id: master.id,
+            kdf: Kdf::Raw,
+            mode,
+        };
+        (k, master)
+    }
+
+    #[test]
+    fn a_tagged_marker_parses_and_its_tag_covers_every_line_before_it() {
+        let (k, master) = key(KeyUse::Sign);
+        let other = RepoKey {
+            key_id: [9; 16],
+            ..k
+        };
+        for rotating in [None, Some(&other)] {
+            let text = k.marker_tagged(rotating, &master);
+            let m = Marker::parse(text.as_bytes()).unwrap();
+            assert_eq!((m.key, m.rotating), (Some(k), rotating.copied()));
+            let (covered, tag) = m.tag.clone().unwrap();
+            assert_eq!(&text[..covered], k.marker(rotating));
+            assert!(master.marker_ok(&m.text[..covered], &tag));
+            // Any other text, or another key, does not carry that tag.
+            let swapped = k.marker(rotating).replace(MODE_SIGN, MODE_SEAL);
+            assert!(!master.marker_ok(swapped.as_bytes(), &tag));
+            assert!(!Master::new([6; 32]).marker_ok(&m.text[..covered], &tag));
+        }
+        // Untagged (as written before markers were tagged) and plain.
+        let m = Marker::parse(k.marker(None).as_bytes()).unwrap();
+        assert!(m.key.is_some() && m.tag.is_none());
+        let m = Marker::parse(MARKER_HEAD.as_bytes()).unwrap();
+        assert!(m.key.is_none() && m.tag.is_none());
+    }
+
+    #[test]
+    fn a_marker_out_of_order_or_with_more_lines_is_refused() {
+        let (k, master) = key(KeyUse::Seal);
+        let text = k.marker_tagged(None, &master);
+        let bad = [
+            format!("{text}extra\n"),
+            text.trim_end().to_string(),
+            text.replacen("pagevault repository 1", "pagevault repository 2", 1),
+            text.replacen("key-id", "key-ids", 1),
+            text.replacen("mac ", "mac 00", 1),
+            format!("{}\n{text}", MODE_SEAL),
+            String::new(),
+        ];
+        for b in bad {
+            assert!(Marker::parse(b.as_bytes()).is_err(), "{b:?}");
+        }
     }
 }
