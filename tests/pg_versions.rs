@@ -1,5 +1,5 @@
-//! The PostgreSQL servers besides Debian's 15 that the tests can run: 18 from the
-//! PyPI wheel scripts/setup.sh unpacks, started with the same helpers as 15.
+//! The PostgreSQL servers besides Debian's 15 that the tests can run: 14, 16, 17 and 18
+//! from the PyPI wheels scripts/setup.sh unpacks, started with the same helpers as 15.
 
 mod common;
 use common::pg::{push_cmd, sql_at, Pg, PgOptions};
@@ -201,4 +201,76 @@ fn one_mib_segments_back_up_across_0xff_and_restore_after_300_segments() {
     r.wait_promoted();
     assert_eq!(r.sql("SELECT count(*) FROM marks"), marks);
     common::pg::assert_pgbench_consistent(&r);
+}
+
+/// A server of `major` archiving through archive-push: a full backup, an incremental
+/// read from pagevault's own block summaries (a database created and one dropped in
+/// between), and a restore to a point in time that recovers, promotes and passes
+/// pg_amcheck.
+fn archives_backs_up_incrementally_and_restores(major: u32) {
+    let dir = common::pg::postgres_dir(&format!("pg{major}"));
+    let repo = common::s(&dir.join("repo"));
+    let pg = Pg::start_with(&PgOptions {
+        major,
+        checksums: true,
+        archive: Some(push_cmd(&repo)),
+        ..PgOptions::default()
+    });
+    assert!(pg
+        .sql("SHOW server_version_num")
+        .starts_with(&major.to_string()));
+    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");
+    pg.sql("INSERT INTO t SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 20000) g");
+    pg.sql("CREATE DATABASE gone");
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    let backup = |ty: &str| {
+        common::json(&[
+            "backup",
+            "--source",
+            &url,
+            "--repo",
+            &repo,
+            "--type",
+            ty,
+            "--compress",
+            "lz4",
+        ])
+    };
+    backup("full");
+    pg.sql("UPDATE t SET v = 'changed' WHERE id % 100 = 0");
+    pg.sql("CREATE DATABASE made");
+    pg.sql("DROP DATABASE gone");
+    let incr = backup("incr");
+    assert_eq!(incr["change_map"]["method"], "summaries", "{incr}");
+    let blocks: u64 = pg.sql_num("SELECT pg_relation_size('t') / 8192");
+    let listed = incr["change_map"]["listed_pages"].as_u64().unwrap();
+    // The updated rows' pages and the new database's, not the whole table.
+    assert!(
+        listed > 0 && listed < blocks * 3,
+        "{listed} of {blocks}: {incr}"
+    );
+    pg.sql("INSERT INTO t SELECT g, 'late' FROM generate_series(20001, 21000) g");
+    let lsn = pg.sql("SELECT pg_current_wal_insert_lsn()");
+    pg.sql("INSERT INTO t SELECT g, 'later' FROM generate_series(21001, 22000) g");
+    pg.switch_and_wait();
+    let (target, j) = common::pg::restore_repo(&repo, &["--until-lsn", &lsn]);
+    assert_eq!(j["chain"].as_array().unwrap().len(), 2, "{j}");
+    let r = Pg::adopt_with(&target, major);
+    r.wait_promoted();
+    assert_eq!(
+        r.sql("SELECT count(*) || ':' || count(*) FILTER (WHERE v = 'changed') FROM t"),
+        "21000:200"
+    );
+    assert_eq!(r.sql("SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE datname IN ('made', 'gone')"), "made");
+    common::pg::amcheck(&r);
+}
+
+#[test]
+fn postgres_14_archives_backs_up_incrementally_and_restores() {
+    archives_backs_up_incrementally_and_restores(14);
+}
+
+#[test]
+fn postgres_16_archives_backs_up_incrementally_and_restores() {
+    archives_backs_up_incrementally_and_restores(16);
 }

@@ -85,8 +85,26 @@ pub fn max_file_size(k: Kind) -> u64 {
     }
 }
 
-/// The oldest server `backup` accepts (pg_backup_start/pg_backup_stop are 15's names).
-pub const BACKUP_MIN_MAJOR: u32 = 15;
+/// The oldest server `backup` accepts.
+pub const BACKUP_MIN_MAJOR: u32 = 14;
+
+/// The call that starts a non-exclusive backup with a fast checkpoint, label `$1`,
+/// returning its start LSN: 15 renamed pg_start_backup and dropped exclusive backups.
+pub fn backup_start_call(major: u32) -> &'static str {
+    match major {
+        ..15 => "pg_start_backup($1, true, false)",
+        _ => "pg_backup_start($1, true)",
+    }
+}
+
+/// The call that stops it without waiting for the archiver (pagevault waits itself),
+/// returning lsn, labelfile and spcmapfile.
+pub fn backup_stop_call(major: u32) -> &'static str {
+    match major {
+        ..15 => "pg_stop_backup(false, false)",
+        _ => "pg_backup_stop(false)",
+    }
+}
 
 pub fn newest() -> Version {
     VERSIONS[VERSIONS.len() - 1]
@@ -148,11 +166,14 @@ mod tests {
         assert_eq!(check_backup_server("180006"), Ok(18));
         let e = check_backup_server("190000").unwrap_err();
         assert!(e.contains("PostgreSQL 19") && e.contains("newer"), "{e}");
-        let e = check_backup_server("140010").unwrap_err();
+        assert_eq!(check_backup_server("140023"), Ok(14));
+        let e = check_backup_server("130010").unwrap_err();
         assert!(
-            e.contains("PostgreSQL 14") && e.contains("not supported"),
+            e.contains("PostgreSQL 13") && e.contains("not supported"),
             "{e}"
         );
+        assert!(backup_start_call(14).starts_with("pg_start_backup("));
+        assert!(backup_stop_call(16).starts_with("pg_backup_stop("));
         assert!(check_backup_server("x").is_err());
         assert_eq!(version_of_wal_magic(0xD118).map(|v| v.major), Some(18));
         assert_eq!(version_of_wal_magic(0xD110).map(|v| v.major), Some(15));

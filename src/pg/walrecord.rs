@@ -106,6 +106,17 @@ const BKPBLOCK_SAME_REL: u8 = 0x80;
 const BKPIMAGE_HAS_HOLE: u8 = 0x01;
 /// PGLZ, LZ4 and ZSTD compression bits of bimg_info (PostgreSQL 15+).
 const BKPIMAGE_COMPRESSED: u8 = 0x04 | 0x08 | 0x10;
+/// BKPIMAGE_IS_COMPRESSED before 15 (0x04 was BKPIMAGE_APPLY then).
+const BKPIMAGE_COMPRESSED_14: u8 = 0x02;
+
+/// The bimg_info bits that say a block image is compressed, in the WAL of the version
+/// whose pages carry `magic`.
+fn compressed_bits(magic: u16) -> u8 {
+    match super::version_of_wal_magic(magic) {
+        Some(v) if v.major < 15 => BKPIMAGE_COMPRESSED_14,
+        _ => BKPIMAGE_COMPRESSED,
+    }
+}
 /// A record longer than this is damage, not WAL (PostgreSQL's XLogRecordMaxSize is 1 GiB).
 const MAX_RECORD: usize = 1 << 30;
 
@@ -150,6 +161,7 @@ pub fn walk_segment(
         return Err("the first page has no long header".into());
     }
     let seg_start = get_u64(seg, 8);
+    let compressed = compressed_bits(get_u16(seg, 0));
     let mut walk = Walk {
         head: Head::Record,
         first_record: None,
@@ -169,8 +181,8 @@ pub fn walk_segment(
                 buf.extend_from_slice(&c.bytes);
                 match gather(seg, blcksz, pos, rem, &mut buf) {
                     Some(next) => {
-                        let (view, main) =
-                            decode_record(&buf, c.lsn, &mut blocks).map_err(|m| {
+                        let (view, main) = decode_record(&buf, c.lsn, compressed, &mut blocks)
+                            .map_err(|m| {
                                 format!("the record at {}: {m}", super::format_lsn(c.lsn))
                             })?;
                         f(&view.with(&blocks, &buf[main]));
@@ -243,7 +255,7 @@ pub fn walk_segment(
                 }
             }
         };
-        let (view, main) = decode_record(rec, lsn, &mut blocks)
+        let (view, main) = decode_record(rec, lsn, compressed, &mut blocks)
             .map_err(|m| format!("the record at {}: {m}", super::format_lsn(lsn)))?;
         // A switch record ends the segment's WAL (XLOG_SWITCH of the XLOG resource manager).
         let switch = view.rmid == 0 && view.info & 0xF0 == 0x40;
@@ -331,6 +343,7 @@ fn gather(seg: &[u8], blcksz: usize, mut pos: u64, len: u64, out: &mut Vec<u8>) 
 fn decode_record(
     r: &[u8],
     lsn: u64,
+    compressed: u8,
     blocks: &mut Vec<BlockRef>,
 ) -> Result<(Header, std::ops::Range<usize>), String> {
     let tot = get_u32(r, 0) as usize;
@@ -392,7 +405,7 @@ fn decode_record(
                     let bimg_len = get_u16(r, p) as usize;
                     let bimg_info = r[p + 4];
                     p += 5;
-                    if bimg_info & BKPIMAGE_HAS_HOLE != 0 && bimg_info & BKPIMAGE_COMPRESSED != 0 {
+                    if bimg_info & BKPIMAGE_HAS_HOLE != 0 && bimg_info & compressed != 0 {
                         p += 2;
                     }
                     data_total += bimg_len;
@@ -489,6 +502,13 @@ mod tests {
             i += 1;
         }
         seg
+    }
+
+    #[test]
+    fn image_compression_bits_follow_the_version() {
+        assert_eq!(compressed_bits(0xD10D), 0x02, "14: BKPIMAGE_IS_COMPRESSED");
+        assert_eq!(compressed_bits(0xD110), 0x1C, "15: PGLZ, LZ4, ZSTD");
+        assert_eq!(compressed_bits(0xD118), 0x1C);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What a WAL record changes, for block summaries (issue 21): PostgreSQL 17's WAL
-//! summarizer rules (walsummarizer.c, blkreftable.c), for the WAL of PostgreSQL 15-18.
+//! summarizer rules (walsummarizer.c, blkreftable.c), for the WAL of PostgreSQL 14-18.
 //!
 //! - every block reference marks its block, except in the free space map (not fully
 //!   WAL-logged: a consumer copies FSM forks whole);
@@ -65,10 +65,12 @@ const XACT_XINFO_HAS_RELFILELOCATORS: u32 = 1 << 2;
 const XLOG_DBASE_CREATE_FILE_COPY: u8 = 0x00;
 const XLOG_DBASE_CREATE_WAL_LOG: u8 = 0x10;
 const XLOG_DBASE_DROP: u8 = 0x20;
+/// XLOG_DBASE_DROP before 15.
+const XLOG_DBASE_DROP_14: u8 = 0x10;
 
 /// The oldest and newest major versions whose record layouts these rules were checked
 /// against (xl_smgr_*, xl_xact_*, xl_dbase_*, CheckPoint).
-pub const MIN_MAJOR: u32 = 15;
+pub const MIN_MAJOR: u32 = 14;
 pub const MAX_MAJOR: u32 = 18;
 
 fn rel_at(d: &[u8], at: usize) -> RelFile {
@@ -147,14 +149,20 @@ pub fn summarize(major: u32, r: &RecordView, out: &mut impl Changes) -> Result<(
                 }
             }
         }
-        RM_DBASE => match info {
-            // xl_dbase_create_file_copy_rec and xl_dbase_create_wal_log_rec start with
-            // db_id, tablespace_id.
-            XLOG_DBASE_CREATE_FILE_COPY | XLOG_DBASE_CREATE_WAL_LOG => {
+        RM_DBASE => {
+            // Before 15: XLOG_DBASE_CREATE (0x00, xl_dbase_create_rec) and DROP (0x10).
+            let (creates, drop): (&[u8], u8) = match major >= 15 {
+                true => (
+                    &[XLOG_DBASE_CREATE_FILE_COPY, XLOG_DBASE_CREATE_WAL_LOG],
+                    XLOG_DBASE_DROP,
+                ),
+                false => (&[XLOG_DBASE_CREATE_FILE_COPY], XLOG_DBASE_DROP_14),
+            };
+            if creates.contains(&info) {
+                // Every create record starts with db_id, tablespace_id.
                 short("dbase create", 8)?;
                 out.database(get_u32(d, 4), get_u32(d, 0));
-            }
-            XLOG_DBASE_DROP => {
+            } else if info == drop {
                 // xl_dbase_drop_rec: db_id, int ntablespaces, Oid tablespace_ids[].
                 short("dbase drop", 8)?;
                 let (db, n) = (get_u32(d, 0), get_u32(d, 4) as usize);
@@ -163,8 +171,7 @@ pub fn summarize(major: u32, r: &RecordView, out: &mut impl Changes) -> Result<(
                     out.database(get_u32(d, 8 + 4 * i), db);
                 }
             }
-            _ => {}
-        },
+        }
         _ => {}
     }
     for b in r.blocks {
@@ -341,6 +348,8 @@ mod tests {
     fn databases_created_and_dropped() {
         let file_copy = words(&[16400, 1663, 1, 1663]);
         assert_eq!(run(15, RM_DBASE, 0x00, &file_copy, &[]), ["d 1663/16400"]);
+        // 14: 0x00 creates (laid out as FILE_COPY), 0x10 drops.
+        assert_eq!(run(14, RM_DBASE, 0x00, &file_copy, &[]), ["d 1663/16400"]);
         let wal_log = words(&[16401, 1663]);
         assert_eq!(run(17, RM_DBASE, 0x10, &wal_log, &[]), ["d 1663/16401"]);
         let drop = words(&[16400, 2, 1663, 16500]);
@@ -348,6 +357,13 @@ mod tests {
             run(16, RM_DBASE, 0x20, &drop, &[]),
             ["d 1663/16400", "d 16500/16400"]
         );
+        assert_eq!(
+            run(14, RM_DBASE, 0x10, &drop, &[]),
+            ["d 1663/16400", "d 16500/16400"]
+        );
+        // 0x10 is no create before 15, 0x20 no drop.
+        assert!(run(14, RM_DBASE, 0x20, &drop, &[]).is_empty());
+        assert_eq!(run(15, RM_DBASE, 0x10, &wal_log, &[]), ["d 1663/16401"]);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct Postgres {
     start_lsn: u64,
     timeline: u32,
     checksums: bool,
+    /// The server's major version.
+    major: u32,
     pub continue_after_error: bool,
     /// Seconds pg_backup_stop may wait for WAL archiving.
     pub archive_timeout: u64,
@@ -216,6 +218,7 @@ impl Postgres {
             start_lsn: 0,
             timeline: 0,
             checksums: false,
+            major: 0,
             continue_after_error: false,
             archive_timeout: 300,
             archived: None,
@@ -432,7 +435,7 @@ impl Source for Postgres {
     fn prepare(&mut self) -> Result<Vec<SourceFile>> {
         self.client = Some(self.conn.connect()?);
         let version = self.query_one_text("SELECT current_setting('server_version_num')")?;
-        crate::pg::check_backup_server(&version).map_err(|m| anyhow!("{m}"))?;
+        self.major = crate::pg::check_backup_server(&version).map_err(|m| anyhow!("{m}"))?;
         let sysid =
             self.query_one_text("SELECT system_identifier::text FROM pg_control_system()")?;
         if self.pgdata.is_none() {
@@ -456,12 +459,13 @@ impl Source for Postgres {
             self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
         let label = self.label.clone();
         let warming = warm_metadata(pgdata.clone());
+        let start_sql = format!(
+            "SELECT s::text, pg_walfile_name(s) FROM {} s",
+            crate::pg::backup_start_call(self.major)
+        );
         let row = self
             .client()
-            .query_one(
-                "SELECT s::text, pg_walfile_name(s) FROM pg_backup_start($1, true) s",
-                &[&label],
-            )
+            .query_one(&start_sql, &[&label])
             .map_err(|e| anyhow!("pg_backup_start failed: {}", pg_err(&e)))?;
         let _ = warming.join();
         let start: String = row.get(0);
@@ -534,7 +538,10 @@ impl Source for Postgres {
         // looks once a second. One round trip.
         let row = client
             .query_one(
-                "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn), current_setting('archive_mode') <> 'off' FROM pg_backup_stop(false)",
+                &format!(
+                    "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn), current_setting('archive_mode') <> 'off' FROM {}",
+                    crate::pg::backup_stop_call(self.major)
+                ),
                 &[],
             )
             .map_err(|e| {
