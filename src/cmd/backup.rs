@@ -48,6 +48,14 @@ pub struct BackupArgs {
     /// without either, PGPASSWORD, then PGPASSFILE or ~/.pgpass (mode 0600) as libpq.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+    /// PostgreSQL, when --source names a standby: its primary
+    /// (postgres://USER@HOST:PORT/DB, the password found as for the source). The backup
+    /// ends by switching the primary's WAL, so that the segment holding the backup's
+    /// stop is archived at once instead of when the primary next fills one (the set
+    /// waits, up to --archive-timeout, for the repository to hold it). Files are read
+    /// from the standby; the primary does no backup I/O.
+    #[arg(long, value_name = "URL")]
+    pub primary: Option<String>,
     /// On a page checksum failure, finish the backup and mark the set damaged.
     #[arg(long)]
     pub continue_after_error: bool,
@@ -159,6 +167,7 @@ impl BackupArgs {
             backup_type: self.backup_type,
             pgdata: self.pgdata.clone(),
             password_file: self.password_file.clone(),
+            primary: self.primary.clone(),
             continue_after_error: self.continue_after_error,
             archive_timeout: self.archive_timeout,
             compress: self.compress.clone(),

@@ -374,6 +374,7 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             archive_timeout: 60,
             base: None,
             password_file: o.password_file.clone(),
+            primary: None,
             archived: None,
         },
     )?;

@@ -167,8 +167,34 @@ impl PgFacts {
     }
 }
 
+/// The WAL file backup_label's `START WAL LOCATION: X/Y (file NAME)` line names, when
+/// it is a segment name.
+pub fn label_start_wal(label: &str) -> Option<String> {
+    let line = label
+        .lines()
+        .find_map(|l| l.strip_prefix("START WAL LOCATION: "))?;
+    let name = line.split_once("(file ")?.1.strip_suffix(')')?;
+    (name.len() == 24 && name.bytes().all(|c| c.is_ascii_hexdigit())).then(|| name.to_string())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::label_start_wal;
+
+    #[test]
+    fn the_start_wal_file_of_a_backup_label() {
+        let label = "START WAL LOCATION: 0/5000028 (file 000000020000000000000005)\nCHECKPOINT LOCATION: 0/5000060\nBACKUP FROM: standby\n";
+        assert_eq!(
+            label_start_wal(label).as_deref(),
+            Some("000000020000000000000005")
+        );
+        assert_eq!(
+            label_start_wal("START WAL LOCATION: 0/5000028 (file ../x)\n"),
+            None
+        );
+        assert_eq!(label_start_wal("LABEL: x\n"), None);
+    }
+
     use super::*;
 
     fn facts() -> PgFacts {

@@ -108,6 +108,12 @@ pub fn segment_name(tli: u32, lsn: u64, seg_size: u64) -> String {
     segment_name_for(tli, lsn / seg_size, seg_size)
 }
 
+/// The segment holding the byte before `lsn`, as pg_walfile_name names it
+/// (XLByteToPrevSeg: an LSN on a segment boundary is the end of the one before).
+pub fn walfile_name(tli: u32, lsn: u64, seg_size: u64) -> String {
+    segment_name_for(tli, lsn.saturating_sub(1) / seg_size, seg_size)
+}
+
 /// The name of segment number `segno` (XLogFileName).
 pub fn segment_name_for(tli: u32, segno: u64, seg_size: u64) -> String {
     let per_id = 0x1_0000_0000 / seg_size;
@@ -158,6 +164,22 @@ mod tests {
     use super::*;
 
     const SEG: u64 = 16 << 20;
+
+    #[test]
+    fn pg_walfile_name_takes_the_segment_before_a_boundary() {
+        assert_eq!(
+            walfile_name(1, 0x0300_0028, SEG),
+            "000000010000000000000003"
+        );
+        assert_eq!(
+            walfile_name(1, 0x0400_0000, SEG),
+            "000000010000000000000003"
+        );
+        assert_eq!(
+            walfile_name(2, 0x0400_0001, SEG),
+            "000000020000000000000004"
+        );
+    }
 
     #[test]
     fn names() {

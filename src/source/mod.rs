@@ -101,6 +101,8 @@ pub struct Options {
     pub base: Option<postgres::DiffBase>,
     /// PostgreSQL: a file whose first line is the password (--password-file).
     pub password_file: Option<PathBuf>,
+    /// PostgreSQL: the primary of a standby source (--primary).
+    pub primary: Option<String>,
     /// PostgreSQL: whether the archive the set restores from holds a WAL file by name;
     /// the wait at the backup's end ends as soon as it does, even before the archiver
     /// marks it done (an archive_command that goes on to other tools).
@@ -112,6 +114,9 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
     let postgres = spec.starts_with("postgres://") || spec.starts_with("postgresql://");
     if opts.password_file.is_some() && !postgres {
         bail!("--password-file is for postgres:// sources");
+    }
+    if opts.primary.is_some() && !postgres {
+        bail!("--primary is for postgres:// sources (a standby)");
     }
     match spec.split_once(':') {
         Some(("files", path)) if !path.is_empty() => {
@@ -132,6 +137,9 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
             pg.archive_timeout = opts.archive_timeout;
             pg.base = opts.base.clone();
             pg.archived = opts.archived.clone();
+            pg.primary = (opts.primary.as_deref())
+                .map(|url| pg.primary_conn(url, opts.password_file.as_deref()))
+                .transpose()?;
             Ok(Box::new(pg))
         }
         _ => bail!("unknown source '{spec}': use files:PATH, sqlite:PATH or postgres://USER@HOST:PORT/DB?pgdata=DIR"),

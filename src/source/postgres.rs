@@ -35,6 +35,12 @@ pub struct Postgres {
     checksums: bool,
     /// The server's major version.
     major: u32,
+    /// The server is a standby (in recovery): the backup is taken as PostgreSQL allows
+    /// there, and its end waited for in the archive the primary writes.
+    standby: bool,
+    /// `--primary`: the primary of a standby source, whose WAL is switched at the
+    /// backup's end so that its stop segment is archived at once.
+    pub primary: Option<Conn>,
     pub continue_after_error: bool,
     /// Seconds pg_backup_stop may wait for WAL archiving.
     pub archive_timeout: u64,
@@ -219,6 +225,8 @@ impl Postgres {
             timeline: 0,
             checksums: false,
             major: 0,
+            standby: false,
+            primary: None,
             continue_after_error: false,
             archive_timeout: 300,
             archived: None,
@@ -230,6 +238,11 @@ impl Postgres {
             start_head: None,
             stop_segment: None,
         })
+    }
+
+    /// The connection settings of `--primary URL`, its password found as the source's.
+    pub fn primary_conn(&self, url: &str, password_file: Option<&Path>) -> Result<Conn> {
+        connect::settle(url, password_file, &connect::Env::of_process()).context("--primary")
     }
 
     fn client(&mut self) -> &mut postgres::Client {
@@ -244,6 +257,24 @@ impl Postgres {
         Ok(row.get::<_, String>(0))
     }
 
+    /// Ends the current WAL segment so that it is archived: the primary's when the
+    /// source is a standby (when --primary names it), else the server's own. Without
+    /// the privilege the backup waits for the archiver or reads every page.
+    fn switch_wal(&mut self) {
+        match self.standby {
+            true => self.switch_primary_wal(),
+            false => {
+                let _ = self.client().batch_execute("SELECT pg_switch_wal()");
+            }
+        }
+    }
+
+    fn switch_primary_wal(&self) {
+        if let Some(mut c) = self.primary.as_ref().and_then(|p| p.connect().ok()) {
+            let _ = c.batch_execute("SELECT pg_switch_wal()");
+        }
+    }
+
     /// Waits until the archiver has archived each of `names` (files of pg_wal), as
     /// pg_backup_stop's own wait does: archived once `.done` is marked or the file has
     /// left pg_wal. Bounded by --archive-timeout; a signal ends it.
@@ -251,8 +282,16 @@ impl Postgres {
         let pg_wal = self.pgdata().join("pg_wal");
         let status = pg_wal.join("archive_status");
         let in_archive = |n: &str| self.archived.as_ref().is_some_and(|a| a(n));
-        let busy = |n: &str| {
-            !status.join(format!("{n}.done")).exists() && pg_wal.join(n).exists() && !in_archive(n)
+        // A standby marks what it received done whether or not the primary archived
+        // it: there only the archive itself says (when the backup knows it).
+        let by_archive = self.standby && self.archived.is_some();
+        let busy = |n: &str| match by_archive {
+            true => !in_archive(n),
+            false => {
+                !status.join(format!("{n}.done")).exists()
+                    && pg_wal.join(n).exists()
+                    && !in_archive(n)
+            }
         };
         let t0 = std::time::Instant::now();
         while let Some(name) = names.iter().find(|n| busy(n)) {
@@ -261,6 +300,12 @@ impl Postgres {
             }
             if let Some(m) = self.gone.get() {
                 bail!("{m}");
+            }
+            if t0.elapsed().as_secs() >= self.archive_timeout && self.standby {
+                bail!(
+                    "waited {} s for the primary to archive {name}, the standby's backup stop segment: the primary's archive_command is failing or slow, or it writes little WAL (give --primary URL so that pagevault switches its WAL); the backup is not valid",
+                    self.archive_timeout
+                );
             }
             if t0.elapsed().as_secs() >= self.archive_timeout {
                 bail!(
@@ -455,12 +500,28 @@ impl Source for Postgres {
         }
         self.system_identifier = sysid.clone();
         self.checksums = self.query_one_text("SELECT current_setting('data_checksums')")? == "on";
+        self.standby = self.query_one_text("SELECT pg_is_in_recovery()::text")? == "true";
+        if let Some(p) = &self.primary {
+            if !self.standby {
+                bail!(
+                    "--primary {} is for a standby source, and {} is not in recovery",
+                    p.location,
+                    self.conn.location
+                );
+            }
+        }
         let seg =
             self.query_one_text("SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'")?;
+        let seg_size = seg
+            .parse::<u64>()
+            .ok()
+            .filter(|&s| crate::pg::valid_seg_size(s))
+            .ok_or_else(|| anyhow!("the server reports wal_segment_size '{seg}'"))?;
         let label = self.label.clone();
         let warming = warm_metadata(pgdata.clone());
+        // A standby names no WAL file (pg_walfile_name is refused in recovery).
         let start_sql = format!(
-            "SELECT s::text, pg_walfile_name(s) FROM {} s",
+            "SELECT s::text FROM {} s",
             crate::pg::backup_start_call(self.major)
         );
         let row = self
@@ -471,8 +532,13 @@ impl Source for Postgres {
         let start: String = row.get(0);
         self.start_lsn = crate::pg::parse_lsn(&start)
             .ok_or_else(|| anyhow!("server returned a bad LSN '{start}'"))?;
-        let start_wal: String = row.get(1);
-        self.timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
+        // The start's timeline: the checkpoint's (a standby's restartpoint) the backup
+        // starts from; backup_label says it again at the stop.
+        self.timeline = self
+            .query_one_text("SELECT timeline_id::text FROM pg_control_checkpoint()")?
+            .parse()
+            .map_err(|_| anyhow!("the server reports a bad timeline"))?;
+        let start_wal = crate::pg::walfile_name(self.timeline, self.start_lsn, seg_size);
         if self.base.as_ref().is_some_and(|b| b.summaries) {
             // The WAL up to the start is summarized from pg_wal's copy of its segment;
             // when that cannot be read, the segment is ended now to be archived and
@@ -480,9 +546,7 @@ impl Source for Postgres {
             // reads every page).
             match read_start_head(&pgdata, &start_wal, self.start_lsn) {
                 Ok(bytes) => self.start_head = Some((start_wal.clone(), bytes)),
-                Err(_) => {
-                    let _ = self.client().batch_execute("SELECT pg_switch_wal()");
-                }
+                Err(_) => self.switch_wal(),
             }
         }
         self.facts = Some(PgFacts {
@@ -492,11 +556,7 @@ impl Source for Postgres {
             version_num: version.parse().unwrap_or(0),
             data_checksums: self.checksums,
             system_identifier: sysid,
-            wal_segment_size: seg
-                .parse::<u64>()
-                .ok()
-                .filter(|&s| crate::pg::valid_seg_size(s))
-                .ok_or_else(|| anyhow!("the server reports wal_segment_size '{seg}'"))?,
+            wal_segment_size: seg_size,
             stop: None,
         });
         let mut out = vec![];
@@ -536,35 +596,51 @@ impl Source for Postgres {
         }
         // pagevault waits for the archiver itself (`settle`): the server's own wait
         // looks once a second. One round trip.
-        let row = client
-            .query_one(
-                &format!(
-                    "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn), current_setting('archive_mode') <> 'off' FROM {}",
-                    crate::pg::backup_stop_call(self.major)
-                ),
-                &[],
-            )
-            .map_err(|e| {
-                if e.as_db_error().is_none() {
-                    anyhow!("{}", went_away(&self.conn.location, &e))
-                } else {
-                    anyhow!("pg_backup_stop failed: {}", pg_err(&e))
-                }
-            })?;
+        // On a standby the stop point is its minimum recovery point, on that point's
+        // timeline; the primary's archive, not the standby's archive_mode, holds it.
+        let stop_sql = format!(
+            "SELECT lsn::text, labelfile, spcmapfile, (SELECT min_recovery_end_timeline FROM pg_control_recovery())::int8, \
+             current_setting('archive_mode') <> 'off' OR pg_is_in_recovery() FROM {}",
+            crate::pg::backup_stop_call(self.major)
+        );
+        let row = client.query_one(&stop_sql, &[]).map_err(|e| {
+            if e.as_db_error().is_none() {
+                anyhow!("{}", went_away(&self.conn.location, &e))
+            } else {
+                anyhow!("pg_backup_stop failed: {}", pg_err(&e))
+            }
+        })?;
         let stop: String = row.get(0);
         let label: String = row.get(1);
         let spcmap: Option<String> = row.get(2);
-        let stop_wal: String = row.get(3);
+        let recovery_tli: i64 = row.get(3);
         let archiving: bool = row.get(4);
+        let stop_lsn = crate::pg::parse_lsn(&stop)
+            .ok_or_else(|| anyhow!("server returned a bad LSN '{stop}'"))?;
         let facts = self.facts.as_mut().expect("prepared");
+        let seg_size = facts.wal_segment_size;
+        let stop_tli = match self.standby {
+            true => u32::try_from(recovery_tli).unwrap_or(self.timeline),
+            false => self.timeline,
+        };
+        let stop_wal = crate::pg::walfile_name(stop_tli, stop_lsn, seg_size);
+        if self.standby {
+            // backup_label names the start's file: it is what recovery reads first.
+            if let Some(f) = crate::pg::facts::label_start_wal(&label) {
+                facts.start_wal = f;
+            }
+        }
         facts.stop = Some(Stop {
-            lsn: crate::pg::parse_lsn(&stop)
-                .ok_or_else(|| anyhow!("server returned a bad LSN '{stop}'"))?,
+            lsn: stop_lsn,
             wal: stop_wal.clone(),
             backup_label: label,
             tablespace_map: spcmap.unwrap_or_default(),
         });
-        let (start_wal, seg_size) = (facts.start_wal.clone(), facts.wal_segment_size);
+        let start_wal = facts.start_wal.clone();
+        if self.standby && archiving {
+            // The primary ends the stop segment now, so that its archiver takes it.
+            self.switch_primary_wal();
+        }
         // The archive must reach the set's end (`settle`, once the late files are
         // copied). The backup history file the archiver takes next is not waited for:
         // no restore reads it (the set holds backup_label).

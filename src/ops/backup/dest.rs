@@ -77,6 +77,7 @@ pub(super) fn parse_source(
             archive_timeout: o.archive_timeout,
             base: dest.base.as_ref().map(|(_, b)| b.clone()),
             password_file: o.password_file.clone(),
+            primary: o.primary.clone(),
             archived: archived(o)?,
         },
     )

@@ -51,6 +51,8 @@ pub struct BackupOptions {
     pub pgdata: Option<PathBuf>,
     /// PostgreSQL: a file whose first line is the password.
     pub password_file: Option<PathBuf>,
+    /// PostgreSQL: the primary of a standby source (its WAL switched at the end).
+    pub primary: Option<String>,
     pub continue_after_error: bool,
     /// Seconds to wait at pg_backup_stop for the WAL to be archived.
     pub archive_timeout: u64,
@@ -104,6 +106,7 @@ impl Default for BackupOptions {
             backup_type: BackupType::Full,
             pgdata: None,
             password_file: None,
+            primary: None,
             continue_after_error: false,
             archive_timeout: 300,
             compress: "none".into(),
