@@ -199,6 +199,54 @@ fn failover_onto_timeline_2_restores_along_the_history() {
     );
     drop(r);
 
+    // --timeline current: the set's own timeline, no switch followed: every row of
+    // timeline 1, none of timeline 2's; `latest` is the default's word.
+    let (got, j, r) = restore_rows(&repo, &[], &["--timeline", "current"]);
+    assert_eq!(got, "200:200", "{}", r.log());
+    assert_eq!(timelines(&j), [1], "{j}");
+    let conf = fs::read_to_string(r.data.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        conf.contains("recovery_target_timeline = 'current'"),
+        "{conf}"
+    );
+    drop(r);
+    let (got, j, r) = restore_rows(&repo, &[], &["--timeline", "latest"]);
+    assert_eq!(
+        (got.as_str(), timelines(&j)),
+        ("500:500", vec![1, 2]),
+        "{j}"
+    );
+    drop(r);
+    let e = fails(
+        &[
+            "restore",
+            "--repo",
+            &repo,
+            "--to",
+            "/nonexistent",
+            "--timeline",
+            "newest",
+        ],
+        2,
+    );
+    assert!(e.contains("latest, current or a timeline number"), "{e}");
+    // history and header name each set's timeline.
+    let h = ok(&["history", "--repo", &repo]);
+    let head = h.lines().next().unwrap();
+    let row = h.lines().nth(1).unwrap();
+    let col = head.find(" tli ").unwrap_or_else(|| panic!("{h}"));
+    assert_eq!(row[col + 1..col + 4].trim(), "1", "{h}");
+    let set = json(&["history", "--repo", &repo])["sets"][0]["set_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hd = ok(&["header", "--repo", &repo, "--set", &set]);
+    assert!(
+        hd.lines()
+            .any(|l| l.starts_with("Timeline") && l.trim_end().ends_with(" 1")),
+        "{hd}"
+    );
+
     // The text output says which timelines and segments recovery replays.
     let target = postgres_dir("text").join("data");
     let out = ok(&["restore", "--repo", &repo, "--to", &s(&target)]);

@@ -26,20 +26,21 @@ pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<32} {:<5} {:<9} {:<25} {:>10} {:>10} {:<18} {:<18} base",
-        "set", "type", "copy-only", "finished", "size", "stored", "start lsn", "stop lsn"
+        "{:<32} {:<5} {:<9} {:<25} {:>10} {:>10} {:>3} {:<18} {:<18} base",
+        "set", "type", "copy-only", "finished", "size", "stored", "tli", "start lsn", "stop lsn"
     );
     for s in &sets {
         // A catalog record is data: its strings are shown escaped, cut by characters.
         let text = |v: Option<&str>| super::shown(v.unwrap_or("-"));
         println!(
-            "{:<32} {:<5} {:<9} {:<25} {:>10} {:>10} {:<18} {:<18} {}",
+            "{:<32} {:<5} {:<9} {:<25} {:>10} {:>10} {:>3} {:<18} {:<18} {}",
             text(Some(&s.set_id)),
             s.backup_type,
             if s.copy_only { "yes" } else { "no" },
             text(Some(&s.finished)).chars().take(25).collect::<String>(),
             human(s.raw_bytes),
             human(s.stored_bytes),
+            s.timeline.map_or("-".to_string(), |t| t.to_string()),
             text(s.start_lsn.as_deref()),
             text(s.stop_lsn.as_deref()),
             text(s.base_set.as_deref())

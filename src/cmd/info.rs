@@ -141,6 +141,12 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
                 .map(|s| format_lsn(s.lsn))
                 .unwrap_or_default(),
         ),
+        (
+            "Timeline",
+            pg.as_ref()
+                .map(|f| f.timeline.to_string())
+                .unwrap_or_default(),
+        ),
     ];
     for (k, v) in rows {
         println!("{k:<22} {}", super::shown(&v));

@@ -72,10 +72,13 @@ pub struct RestoreArgs {
     /// PostgreSQL: recover up to this restore point (recovery_target_name).
     #[arg(long, group = "target")]
     pub until_name: Option<String>,
-    /// PostgreSQL: the timeline to recover along (recovery_target_timeline; default: the
-    /// newest one the archive holds a history file for, as PostgreSQL picks it).
-    #[arg(long, value_name = "TLI", value_parser = clap::value_parser!(u32).range(1..))]
-    pub timeline: Option<u32>,
+    /// PostgreSQL: the timeline to recover along (recovery_target_timeline): latest (the
+    /// newest one the archive holds a history file for, as PostgreSQL picks it by
+    /// default), current (the set's own, following no switch) or a timeline number. A
+    /// time or LSN that exists on more than one timeline (after a failover, or a split
+    /// brain) needs it.
+    #[arg(long, value_name = "latest|current|TLI")]
+    pub timeline: Option<crate::ops::restore::TimelineTarget>,
     /// PostgreSQL: check only that every WAL file recovery needs is in the archive, not
     /// that each is intact (by default each is read and checked before anything is written).
     #[arg(long)]

@@ -155,8 +155,9 @@ pub struct Recovery {
     pub restore_command: Option<String>,
     /// `recovery_target_*` setting name and value (time, lsn, xid, name).
     pub target: Option<(&'static str, String)>,
-    /// `recovery_target_timeline` (None: PostgreSQL's default, the latest).
-    pub timeline: Option<u32>,
+    /// `recovery_target_timeline`: latest, current or a number (None: PostgreSQL's
+    /// default, the latest).
+    pub timeline: Option<String>,
 }
 
 /// How a set of a source is put back. The restore use case calls, in order:

@@ -274,8 +274,8 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
             conf.push_str(&format!("recovery_target_{name} = {}\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", conf_quote(value)));
             notes.push(format!("recovery stops before {name} {value}"));
         }
-        if let Some(t) = rec.timeline {
-            conf.push_str(&format!("recovery_target_timeline = '{t}'\n"));
+        if let Some(t) = &rec.timeline {
+            conf.push_str(&format!("recovery_target_timeline = {}\n", conf_quote(t)));
             notes.push(format!("recovery follows timeline {t}"));
         }
         let auto = target.join("postgresql.auto.conf");

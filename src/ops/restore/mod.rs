@@ -43,7 +43,7 @@ pub struct RestoreOptions {
     pub until_xid: Option<String>,
     pub until_name: Option<String>,
     /// The timeline to recover along (default: the newest the archive knows).
-    pub timeline: Option<u32>,
+    pub timeline: Option<TimelineTarget>,
     /// Check only that each WAL file recovery needs is present, not its content.
     pub no_verify_wal: bool,
     /// Give the restored files to this user.
@@ -57,6 +57,53 @@ pub struct RestoreOptions {
     /// Only the set's files, for a merge to read back: no log chain check, recovery
     /// settings, owner or sync.
     pub stage_only: bool,
+}
+
+/// `--timeline`: PostgreSQL's recovery_target_timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineTarget {
+    /// The newest timeline the archive holds a history file for.
+    Latest,
+    /// The timeline of the set's end (no switch followed).
+    Current,
+    Id(u32),
+}
+
+impl std::str::FromStr for TimelineTarget {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TimelineTarget, String> {
+        match s {
+            "latest" => Ok(TimelineTarget::Latest),
+            "current" => Ok(TimelineTarget::Current),
+            n => match n.parse::<u32>() {
+                Ok(t) if t >= 1 => Ok(TimelineTarget::Id(t)),
+                _ => Err(format!(
+                    "'{n}' is not a timeline: give latest, current or a timeline number (1 or more)"
+                )),
+            },
+        }
+    }
+}
+
+impl TimelineTarget {
+    /// The timeline recovery follows from a set ending on `set_tli`; None: the newest.
+    pub fn id(self, set_tli: u32) -> Option<u32> {
+        match self {
+            TimelineTarget::Latest => None,
+            TimelineTarget::Current => Some(set_tli),
+            TimelineTarget::Id(t) => Some(t),
+        }
+    }
+
+    /// Its recovery_target_timeline value.
+    pub fn setting(self) -> String {
+        match self {
+            TimelineTarget::Latest => "latest".into(),
+            TimelineTarget::Current => "current".into(),
+            TimelineTarget::Id(t) => t.to_string(),
+        }
+    }
 }
 
 impl RestoreOptions {
@@ -328,7 +375,7 @@ fn finish(
             .or(o.until_lsn.clone().map(|l| ("lsn", l)))
             .or(o.until_xid.clone().map(|x| ("xid", x)))
             .or(o.until_name.clone().map(|n| ("name", n))),
-        timeline: o.timeline,
+        timeline: o.timeline.map(TimelineTarget::setting),
     };
     // Facts of the newest set applied: its backup_label starts recovery.
     let last = &sets.newest().set.manifest;
@@ -491,7 +538,7 @@ mod tests {
     fn recovery_targets_are_seen() {
         assert!(!RestoreOptions::default().has_recovery_target());
         let o = RestoreOptions {
-            timeline: Some(2),
+            timeline: Some(TimelineTarget::Id(2)),
             ..RestoreOptions::default()
         };
         assert!(o.has_recovery_target());

@@ -37,7 +37,7 @@ pub(super) fn check_wal_chain(
         stop_lsn: stop,
         seg_size,
     };
-    let chain = walchain::plan(repo, &from, end, o.timeline)?;
+    let chain = walchain::plan(repo, &from, end, o.timeline.and_then(|t| t.id(tli)))?;
     let verified = match o.no_verify_wal {
         true => None,
         false => {
