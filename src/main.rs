@@ -62,6 +62,8 @@ enum Command {
     ArchiveGet(cmd::archive::GetArgs),
     /// List the backup sets a repository holds (msdb's backupset).
     History(cmd::history::HistoryArgs),
+    /// How fresh a repository's backups and WAL are: text, --json, --prometheus, or a Nagios check (--warn-age, --crit-age).
+    Status(cmd::status::StatusArgs),
     /// Retention: remove old sets and WAL, keeping the newest N full backups and what they need.
     Expire(cmd::expire::ExpireArgs),
     /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
@@ -148,6 +150,7 @@ fn main() -> ExitCode {
             Command::ArchivePush(a) => cmd::archive::run_push(a, &store),
             Command::ArchiveGet(a) => cmd::archive::run_get(a, &store),
             Command::History(a) => cmd::history::run(a, &store),
+            Command::Status(a) => cmd::status::run(a, &store),
             Command::Expire(a) => cmd::expire::run(a, &store),
             Command::Estimate(a) => cmd::estimate::run(a, &store),
             Command::Merge(a) => cmd::merge::run(a, &store),

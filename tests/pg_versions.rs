@@ -252,7 +252,20 @@ fn archives_backs_up_incrementally_and_restores(major: u32) {
     pg.sql("INSERT INTO t SELECT g, 'late' FROM generate_series(20001, 21000) g");
     let lsn = pg.sql("SELECT pg_current_wal_insert_lsn()");
     pg.sql("INSERT INTO t SELECT g, 'later' FROM generate_series(21001, 22000) g");
-    pg.switch_and_wait();
+    let last = pg.switch_and_wait();
+    // status: the segment just archived is the newest, and the server is at most a
+    // segment ahead of the archive.
+    let st = common::json(&["status", "--repo", &repo, "--source", &pg.url()]);
+    assert_eq!(st["newest_wal"], last.as_str(), "{st}");
+    assert!(
+        st["newest_wal_age_seconds"].as_f64().unwrap() < 60.0,
+        "{st}"
+    );
+    assert!(
+        st["wal_archive_lag_bytes"].as_u64().unwrap() <= 16 << 20,
+        "{st}"
+    );
+    assert!(st["newest_incr"]["set_id"].is_string(), "{st}");
     let (target, j) = common::pg::restore_repo(&repo, &["--until-lsn", &lsn]);
     assert_eq!(j["chain"].as_array().unwrap().len(), 2, "{j}");
     let r = Pg::adopt_with(&target, major);

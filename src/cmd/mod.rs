@@ -13,6 +13,7 @@ pub mod key;
 pub mod merge;
 pub mod restore;
 pub mod sql;
+pub mod status;
 pub mod tune;
 pub mod waits;
 

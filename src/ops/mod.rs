@@ -10,6 +10,7 @@ pub mod expire;
 pub mod key;
 pub mod merge;
 pub mod restore;
+pub mod status;
 pub mod tune;
 pub mod verify;
 

@@ -59,6 +59,9 @@ pub trait Store: Send + Sync {
     /// A missing prefix holds nothing.
     fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>>;
 
+    /// When `rel` was last written; None when it does not exist.
+    fn modified(&self, rel: &str) -> Result<Option<std::time::SystemTime>>;
+
     /// Makes a directory ready to hold objects (local: created, owned like its
     /// parent; objects: nothing to do).
     fn create_dir(&self, rel: &str) -> Result<()>;
@@ -354,6 +357,15 @@ impl Store for DirStore {
         }
     }
 
+    fn modified(&self, rel: &str) -> Result<Option<std::time::SystemTime>> {
+        let p = self.path(rel);
+        match fs::symlink_metadata(&p) {
+            Ok(m) => Ok(m.modified().ok()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot look up '{}'", p.display())),
+        }
+    }
+
     fn delete(&self, rel: &str) -> Result<()> {
         let p = self.path(rel);
         match fs::remove_file(&p) {
@@ -516,6 +528,10 @@ impl Store for ObjectStore {
 
     fn exists(&self, rel: &str) -> Result<bool> {
         self.at(rel).exists()
+    }
+
+    fn modified(&self, rel: &str) -> Result<Option<std::time::SystemTime>> {
+        self.at(rel).modified()
     }
 
     fn delete(&self, rel: &str) -> Result<()> {

@@ -112,7 +112,7 @@ fn went_away(location: &str, e: &postgres::Error) -> String {
 
 /// The server's own words for an error (the driver's Display says only "db error"),
 /// or the driver's with its causes (its Display names only the kind).
-fn pg_err(e: &postgres::Error) -> String {
+pub fn pg_err(e: &postgres::Error) -> String {
     let Some(d) = e.as_db_error() else {
         let mut m = e.to_string();
         let mut cause = std::error::Error::source(e);
@@ -184,7 +184,7 @@ const SKIP_FILES: &[&str] = &[
 ];
 
 mod check;
-mod connect;
+pub mod connect;
 use check::relation_files;
 pub use check::{full_page_checker, PageChecker};
 use connect::Conn;

@@ -407,6 +407,16 @@ impl Location {
         }
     }
 
+    /// When the object was last written; None when it does not exist.
+    pub fn modified(&self) -> Result<Option<std::time::SystemTime>> {
+        let p = self.path();
+        match block_on(self.store.head(&p)) {
+            Ok(m) => Ok(Some(m.last_modified.into())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("cannot look up", e)),
+        }
+    }
+
     pub fn delete(&self) -> Result<()> {
         let p = self.path();
         match block_on(self.store.delete(&p)) {

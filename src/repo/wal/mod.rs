@@ -197,6 +197,14 @@ pub fn list(repo: &Repo, timeline: u32) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// When archived WAL file `name` was stored; None when the archive does not hold it.
+pub fn archived_at(repo: &Repo, name: &str) -> Result<Option<std::time::SystemTime>> {
+    match archived_rel(name) {
+        Some(rel) => repo.store().modified(&rel),
+        None => Ok(None),
+    }
+}
+
 /// Every archived file of every timeline: (WAL file name, stored bytes).
 pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
     let mut out = vec![];

@@ -1,0 +1,242 @@
+//! `pagevault status`: how fresh a repository's backups and WAL are, as text, JSON,
+//! Prometheus's text format (node_exporter's textfile collector), or a Nagios check.
+
+use super::print_json;
+use crate::device::object::StoreOptions;
+use crate::ops::status::{status, StatusOptions, StatusReport};
+use crate::units::human;
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The repository.
+    #[arg(long)]
+    pub repo: String,
+    /// A PostgreSQL server (postgres://USER@HOST:PORT/DB) whose WAL the repository
+    /// archives: the archiving lag is measured against it.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// The source's password is the first line of FILE.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long, conflicts_with = "prometheus")]
+    pub json: bool,
+    /// Print metrics in Prometheus's text format (names start with pagevault_), e.g.
+    /// into node_exporter's textfile collector directory from a timer.
+    #[arg(long)]
+    pub prometheus: bool,
+    /// Nagios check: exit 1 (WARNING) when the newest backup of any type is older than
+    /// this (e.g. 26h, 2d, 90m, 3600s), or there is none.
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub warn_age: Option<f64>,
+    /// Nagios check: exit 2 (CRITICAL) when the newest backup is older than this.
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub crit_age: Option<f64>,
+}
+
+/// An age: a number and a unit (s, m, h, d).
+fn parse_age(s: &str) -> Result<f64, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: f64 = n
+        .parse()
+        .map_err(|_| format!("'{s}' is not an age: give a number and s, m, h or d (26h)"))?;
+    let mult = match unit {
+        "s" | "" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return Err(format!("'{s}': the unit is s, m, h or d")),
+    };
+    Ok(n * mult)
+}
+
+pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
+    let r = status(&StatusOptions {
+        repo: a.repo.clone(),
+        source: a.source.clone(),
+        password_file: a.password_file.clone(),
+        store: store.clone(),
+    })?;
+    if a.json {
+        print_json(&serde_json::to_value(&r)?);
+    } else if a.prometheus {
+        print!("{}", prometheus(&r));
+    } else {
+        print_text(&r);
+    }
+    check_age(&r, a.warn_age, a.crit_age)
+}
+
+fn print_text(r: &StatusReport) {
+    let age = |s: Option<f64>| s.map_or("none".to_string(), ago);
+    println!("repository        {}", super::shown(&r.repo));
+    println!(
+        "sets              {} ({} damaged)",
+        r.sets,
+        r.damaged_sets.len()
+    );
+    for (what, n) in [
+        ("full", &r.newest_full),
+        ("diff", &r.newest_diff),
+        ("incr", &r.newest_incr),
+    ] {
+        match n {
+            Some(n) => println!(
+                "newest {what:<10} {} ({} ago)",
+                super::shown(&n.set_id),
+                ago(n.age_seconds)
+            ),
+            None => println!("newest {what:<10} none"),
+        }
+    }
+    println!(
+        "newest WAL        {} ({} ago), {} segments",
+        r.newest_wal.as_deref().unwrap_or("none"),
+        age(r.newest_wal_age_seconds),
+        r.wal_files
+    );
+    println!(
+        "recovery window   {} to {}",
+        r.recovery_window_start.as_deref().unwrap_or("-"),
+        r.recovery_window_end.as_deref().unwrap_or("-")
+    );
+    println!("repository size   {}", human(r.repository_bytes));
+    if let Some(l) = r.wal_archive_lag_bytes {
+        println!("archiving lag     {}", human(l));
+    }
+    for id in &r.damaged_sets {
+        println!("damaged set       {}", super::shown(id));
+    }
+}
+
+fn ago(secs: f64) -> String {
+    match secs {
+        s if s < 120.0 => format!("{s:.0} s"),
+        s if s < 7200.0 => format!("{:.0} min", s / 60.0),
+        s if s < 172800.0 => format!("{:.1} h", s / 3600.0),
+        s => format!("{:.1} d", s / 86400.0),
+    }
+}
+
+/// A label value in Prometheus's text format: backslash, quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn prometheus(r: &StatusReport) -> String {
+    let repo = label(&r.repo);
+    let mut out = String::new();
+    let mut metric = |name: &str, help: &str, rows: Vec<(String, f64)>| {
+        out += &format!("# HELP pagevault_{name} {help}\n# TYPE pagevault_{name} gauge\n");
+        for (labels, v) in rows {
+            out += &format!("pagevault_{name}{{repo=\"{repo}\"{labels}}} {v}\n");
+        }
+    };
+    let ages = [
+        ("full", &r.newest_full),
+        ("diff", &r.newest_diff),
+        ("incr", &r.newest_incr),
+    ]
+    .into_iter()
+    .filter_map(|(t, n)| {
+        n.as_ref()
+            .map(|n| (format!(",type=\"{t}\""), n.age_seconds))
+    })
+    .collect();
+    metric(
+        "newest_backup_age_seconds",
+        "Seconds since the newest set of each type finished.",
+        ages,
+    );
+    metric(
+        "sets",
+        "Backup sets in the repository.",
+        vec![(String::new(), r.sets as f64)],
+    );
+    metric(
+        "damaged_sets",
+        "Sets recorded as damaged.",
+        vec![(String::new(), r.damaged_sets.len() as f64)],
+    );
+    metric(
+        "wal_segments",
+        "Archived WAL segments.",
+        vec![(String::new(), r.wal_files as f64)],
+    );
+    if let Some(a) = r.newest_wal_age_seconds {
+        metric(
+            "newest_wal_age_seconds",
+            "Seconds since the newest WAL segment was archived.",
+            vec![(String::new(), a)],
+        );
+    }
+    metric(
+        "repository_bytes",
+        "Bytes the repository stores.",
+        vec![(String::new(), r.repository_bytes as f64)],
+    );
+    let ts = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.timestamp() as f64)
+    };
+    if let Some(t) = ts(&r.recovery_window_start) {
+        metric(
+            "recovery_window_start_timestamp_seconds",
+            "The oldest point a restore can reach (Unix time).",
+            vec![(String::new(), t)],
+        );
+    }
+    if let Some(t) = ts(&r.recovery_window_end) {
+        metric(
+            "recovery_window_end_timestamp_seconds",
+            "The newest point a restore can reach (Unix time).",
+            vec![(String::new(), t)],
+        );
+    }
+    if let Some(l) = r.wal_archive_lag_bytes {
+        metric(
+            "wal_archive_lag_bytes",
+            "WAL the server wrote past the newest archived segment.",
+            vec![(String::new(), l as f64)],
+        );
+    }
+    out
+}
+
+/// Nagios's exit statuses: 0 OK, 1 WARNING, 2 CRITICAL.
+fn check_age(r: &StatusReport, warn: Option<f64>, crit: Option<f64>) -> Result<()> {
+    let age = r.newest_backup_age_seconds;
+    let over = |limit: Option<f64>| limit.is_some_and(|l| age.is_none_or(|a| a > l));
+    let (code, word) = match (over(crit), over(warn)) {
+        (true, _) => (2, "CRITICAL"),
+        (false, true) => (1, "WARNING"),
+        _ => return Ok(()),
+    };
+    let what = age.map_or("no backup set".to_string(), |a| {
+        format!("the newest backup finished {} ago", ago(a))
+    });
+    Err(super::Exit {
+        code,
+        error: anyhow::anyhow!("{word}: {what}"),
+    }
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_and_labels() {
+        assert_eq!(parse_age("26h"), Ok(93600.0));
+        assert_eq!(parse_age("90"), Ok(90.0));
+        assert!(parse_age("2w").is_err() && parse_age("h").is_err());
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

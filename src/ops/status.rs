@@ -1,0 +1,155 @@
+//! `status`: what a repository holds and how fresh it is, for a DBA and for monitoring:
+//! the age of the newest full, differential and incremental set and of the newest
+//! archived WAL segment, the recovery window, damaged sets, the repository's size and,
+//! with a source, how far archiving lags behind the server.
+
+use crate::format::manifest::BackupType;
+use crate::pg::{self, Kind};
+use crate::repo::{wal, CatalogEntry, Repo};
+use anyhow::{anyhow, Result};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default)]
+pub struct StatusOptions {
+    pub repo: String,
+    /// A PostgreSQL source (`postgres://...`): the archiving lag is measured against it.
+    pub source: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+    pub store: crate::device::object::StoreOptions,
+}
+
+/// The newest set of one type.
+#[derive(Debug, Clone, Serialize)]
+pub struct Newest {
+    pub set_id: String,
+    pub finished: String,
+    pub age_seconds: f64,
+}
+
+/// What `status --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    pub command: &'static str,
+    pub repo: String,
+    pub now: String,
+    pub sets: usize,
+    /// Sets recorded as damaged (`--continue-after-error`): they restore with errors.
+    pub damaged_sets: Vec<String>,
+    pub newest_full: Option<Newest>,
+    pub newest_diff: Option<Newest>,
+    pub newest_incr: Option<Newest>,
+    pub newest_full_age_seconds: Option<f64>,
+    /// The newest set of any type.
+    pub newest_backup_age_seconds: Option<f64>,
+    pub wal_files: usize,
+    pub newest_wal: Option<String>,
+    pub newest_wal_age_seconds: Option<f64>,
+    /// The oldest point a restore can reach (the end of the oldest full set that is not
+    /// damaged) and the newest (the newest archived WAL segment's storing, else the
+    /// newest set's end).
+    pub recovery_window_start: Option<String>,
+    pub recovery_window_end: Option<String>,
+    pub repository_bytes: u64,
+    /// With a source: bytes of WAL the server wrote past the end of the newest segment
+    /// archived on its timeline.
+    pub wal_archive_lag_bytes: Option<u64>,
+}
+
+fn age(now: DateTime<Utc>, t: DateTime<Utc>) -> f64 {
+    (now - t).num_milliseconds().max(0) as f64 / 1000.0
+}
+
+fn when(e: &CatalogEntry) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(&e.finished)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+pub fn status(o: &StatusOptions) -> Result<StatusReport> {
+    let repo = Repo::open(&o.repo, false, &o.store)?;
+    let now = Utc::now();
+    let mut catalog = repo.catalog()?;
+    catalog.sort_by_key(when);
+    let newest = |ty: Option<BackupType>| {
+        (catalog.iter().rev())
+            .filter(|e| ty.is_none_or(|t| e.backup_type == t) && !e.damaged)
+            .find_map(|e| {
+                when(e).map(|t| Newest {
+                    set_id: e.set_id.clone(),
+                    finished: e.finished.clone(),
+                    age_seconds: age(now, t),
+                })
+            })
+    };
+    let newest_full = newest(Some(BackupType::Full));
+    let segments: Vec<String> = (wal::all_archived(&repo)?.into_iter())
+        .map(|(n, _)| n)
+        .filter(|n| pg::parse_name(n).is_some_and(|w| w.kind == Kind::Segment))
+        .collect();
+    let newest_wal = segments.last().cloned();
+    let wal_at = match &newest_wal {
+        Some(n) => wal::archived_at(&repo, n)?.map(DateTime::<Utc>::from),
+        None => None,
+    };
+    let oldest_full = (catalog.iter())
+        .filter(|e| e.backup_type == BackupType::Full && !e.damaged)
+        .find_map(when);
+    let newest_any = catalog.iter().rev().filter(|e| !e.damaged).find_map(when);
+    let repository_bytes = repo.store().list("")?.iter().map(|(_, n)| n).sum();
+    let lag = match &o.source {
+        Some(url) => Some(archive_lag(url, o.password_file.as_deref(), &segments)?),
+        None => None,
+    };
+    Ok(StatusReport {
+        command: "status",
+        repo: repo.describe(),
+        now: now.to_rfc3339(),
+        sets: catalog.len(),
+        damaged_sets: (catalog.iter())
+            .filter(|e| e.damaged)
+            .map(|e| e.set_id.clone())
+            .collect(),
+        newest_full_age_seconds: newest_full.as_ref().map(|n| n.age_seconds),
+        newest_full,
+        newest_diff: newest(Some(BackupType::Diff)),
+        newest_incr: newest(Some(BackupType::Incr)),
+        newest_backup_age_seconds: newest(None).map(|n| n.age_seconds),
+        wal_files: segments.len(),
+        newest_wal,
+        newest_wal_age_seconds: wal_at.map(|t| age(now, t)),
+        recovery_window_start: oldest_full.map(|t| t.to_rfc3339()),
+        recovery_window_end: wal_at.or(newest_any).map(|t| t.to_rfc3339()),
+        repository_bytes,
+        wal_archive_lag_bytes: lag,
+    })
+}
+
+/// Bytes the server at `url` wrote past the end of the newest segment the archive
+/// holds on its timeline (all it wrote on that timeline when none).
+fn archive_lag(
+    url: &str,
+    password_file: Option<&std::path::Path>,
+    segments: &[String],
+) -> Result<u64> {
+    let conn = crate::source::postgres::connect::settle(
+        url,
+        password_file,
+        &crate::source::postgres::connect::Env::of_process(),
+    )?;
+    let mut c = conn.connect()?;
+    let row = c
+        .query_one(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text, \
+             (SELECT timeline_id FROM pg_control_checkpoint())::int8, (SELECT setting FROM pg_settings WHERE name = 'wal_segment_size')::int8",
+            &[],
+        )
+        .map_err(|e| anyhow!("{}: {}", conn.location, crate::source::postgres::pg_err(&e)))?;
+    let (lsn, tli, seg): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    let lsn = pg::parse_lsn(&lsn).ok_or_else(|| anyhow!("the server gave a bad LSN '{lsn}'"))?;
+    let archived_end = (segments.iter().rev())
+        .filter_map(|n| pg::parse_segment_name(n, seg as u64))
+        .find(|&(t, _)| t as i64 == tli)
+        .map_or(0, |(_, segno)| (segno + 1) * seg as u64);
+    Ok(lsn.saturating_sub(archived_end))
+}
