@@ -171,6 +171,6 @@ fn minimal_wal_and_unknown_releases_are_unusable() {
     // The next segment starts at minimal too.
     let s1 = summary_of(&segs, 1, Some(&s0));
     assert!(s1.flags & MINIMAL != 0);
-    let old = summarize("000000010000000000000002", [0; 32], &segs[0], BLK, 14, None);
-    assert!(!old.usable() && old.note.contains("PostgreSQL 14"));
+    let old = summarize("000000010000000000000002", [0; 32], &segs[0], BLK, 13, None);
+    assert!(!old.usable() && old.note.contains("PostgreSQL 13"));
 }
