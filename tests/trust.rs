@@ -1,0 +1,90 @@
+//! What pagevault must not trust: a FIFO where a file is read (it would block forever),
+//! a `--replace` target that holds what the restore reads or a running server, a
+//! manifest that inflates far beyond its stored size, a loaded key left dumpable.
+
+mod common;
+use common::*;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Runs pagevault, killing it and failing if it has not ended within 20 s.
+fn run_timed(args: &[&str]) -> Run {
+    let child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output().unwrap());
+    });
+    let Ok(out) = rx.recv_timeout(Duration::from_secs(20)) else {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        panic!("pagevault {args:?} blocked for 20 s and was killed");
+    };
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn mkfifo(p: &Path) {
+    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+}
+
+fn refused_timed(args: &[&str], code: i32, says: &[&str]) {
+    let r = run_timed(args);
+    assert_eq!(
+        r.code, code,
+        "pagevault {args:?}:\n{}\n{}",
+        r.stdout, r.stderr
+    );
+    for s in says {
+        assert!(r.stderr.contains(s), "expected '{s}' in: {}", r.stderr);
+    }
+}
+
+#[test]
+fn a_fifo_as_the_repository_marker_fails_archive_get_without_blocking() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--repo", &s(&repo)]);
+    let marker = repo.join("pagevault.repo");
+    fs::remove_file(&marker).unwrap();
+    mkfifo(&marker);
+    let dest = s(&dir.path().join("seg"));
+    refused_timed(
+        &[
+            "archive-get",
+            "000000010000000000000001",
+            &dest,
+            "--repo",
+            &s(&repo),
+        ],
+        126,
+        &[&s(&marker), "is a FIFO, not a regular file"],
+    );
+}
+
+#[test]
+fn a_fifo_as_a_stripe_or_a_key_file_is_refused_without_blocking() {
+    let (dir, src) = tree_in_tempdir();
+    let fifo = dir.path().join("x.pv");
+    mkfifo(&fifo);
+    let f = s(&fifo);
+    let says = [f.as_str(), "is a FIFO, not a regular file"];
+    let to = s(&dir.path().join("out"));
+    refused_timed(&["restore", "--from", &f, "--to", &to], 1, &says);
+    refused_timed(&["verify", "--from", &f], 1, &says);
+
+    let set = s(&dir.path().join("set.pv"));
+    backup_files(&src, &set, &[]);
+    refused_timed(&["verify", "--from", &set, "--key-file", &f], 1, &says);
+}
