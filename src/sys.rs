@@ -58,6 +58,21 @@ fn open_checked(path: &Path, flags: rustix::fs::OFlags) -> io::Result<std::fs::F
     Ok(fd.into())
 }
 
+/// Whether process `pid` exists: kill(pid, 0) succeeds, or fails only for want of
+/// permission (another user's process). 0 and negative numbers name groups: never alive.
+pub fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
 /// Whether the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -404,5 +419,15 @@ mod tests {
         let fl = rustix::fs::fcntl_getfl(&f).unwrap();
         assert!(!fl.contains(rustix::fs::OFlags::NONBLOCK));
         assert!(open_regular_rw(&file).is_ok());
+    }
+
+    #[test]
+    fn process_alive_tells_a_live_pid_from_an_ended_one() {
+        assert!(process_alive(std::process::id() as i32));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id() as i32;
+        c.wait().unwrap();
+        assert!(!process_alive(pid));
+        assert!(!process_alive(0) && !process_alive(-1));
     }
 }

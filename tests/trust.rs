@@ -88,3 +88,70 @@ fn a_fifo_as_a_stripe_or_a_key_file_is_refused_without_blocking() {
     backup_files(&src, &set, &[]);
     refused_timed(&["verify", "--from", &set, "--key-file", &f], 1, &says);
 }
+
+/// A files backup of the sample tree into DIR/repo.
+fn repo_set() -> (tempfile::TempDir, String) {
+    let (dir, src) = tree_in_tempdir();
+    let repo = s(&dir.path().join("repo"));
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--repo", &repo]);
+    (dir, repo)
+}
+
+#[test]
+fn replace_refuses_a_target_holding_or_inside_the_repository() {
+    let (dir, repo) = repo_set();
+    for to in [s(dir.path()), repo.clone()] {
+        let e = fails(&["restore", "--repo", &repo, "--to", &to, "--replace"], 1);
+        assert!(e.contains("--replace") && e.contains(&repo), "{e}");
+        let out = s(&dir.path().join("out"));
+        ok(&["restore", "--repo", &repo, "--to", &out]);
+        assert_same_tree(&dir.path().join("src"), Path::new(&out));
+        fs::remove_dir_all(&out).unwrap();
+    }
+}
+
+#[test]
+fn replace_refuses_a_target_holding_a_stripe_read() {
+    let (dir, src) = tree_in_tempdir();
+    let set = s(&dir.path().join("x.pv"));
+    backup_files(&src, &set, &[]);
+    let before = fs::read(&set).unwrap();
+    let e = fails(
+        &[
+            "restore",
+            "--from",
+            &set,
+            "--to",
+            &s(dir.path()),
+            "--replace",
+        ],
+        1,
+    );
+    assert!(e.contains("--replace") && e.contains(&set), "{e}");
+    assert!(fs::read(&set).unwrap() == before);
+    ok(&["verify", "--from", &set]);
+}
+
+#[test]
+fn replace_refuses_a_target_holding_a_running_server_and_not_a_stopped_one() {
+    let (dir, src) = tree_in_tempdir();
+    let set = s(&dir.path().join("x.pv"));
+    backup_files(&src, &set, &[]);
+    let t = dir.path().join("t");
+    let data = t.join("sub/data");
+    fs::create_dir_all(&data).unwrap();
+    let pid_file = data.join("postmaster.pid");
+    fs::write(&pid_file, format!("{}\n/some/data\n", std::process::id())).unwrap();
+    let e = fails(&["restore", "--from", &set, "--to", &s(&t), "--replace"], 1);
+    assert!(e.contains(&s(&pid_file)) && e.contains("running"), "{e}");
+    assert!(pid_file.exists());
+
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    fs::write(&pid_file, format!("{dead}\n/some/data\n")).unwrap();
+    ok(&["restore", "--from", &set, "--to", &s(&t), "--replace"]);
+    assert!(!data.exists());
+    assert_same_tree(&src, &t);
+}
