@@ -58,6 +58,15 @@ fn open_checked(path: &Path, flags: rustix::fs::OFlags) -> io::Result<std::fs::F
     Ok(fd.into())
 }
 
+/// Makes the process not dumpable (no core dump, no ptrace or /proc/PID/mem by its
+/// user): called once a key is loaded, so no copy of it leaves the process that way.
+pub fn not_dumpable() -> io::Result<()> {
+    use rustix::process::DumpableBehavior;
+    Ok(rustix::process::set_dumpable_behavior(
+        DumpableBehavior::NotDumpable,
+    )?)
+}
+
 /// Whether process `pid` exists: kill(pid, 0) succeeds, or fails only for want of
 /// permission (another user's process). 0 and negative numbers name groups: never alive.
 pub fn process_alive(pid: i32) -> bool {
@@ -419,6 +428,13 @@ mod tests {
         let fl = rustix::fs::fcntl_getfl(&f).unwrap();
         assert!(!fl.contains(rustix::fs::OFlags::NONBLOCK));
         assert!(open_regular_rw(&file).is_ok());
+    }
+
+    #[test]
+    fn not_dumpable_clears_the_flag() {
+        use rustix::process::{dumpable_behavior, DumpableBehavior};
+        not_dumpable().unwrap();
+        assert_eq!(dumpable_behavior().unwrap(), DumpableBehavior::NotDumpable);
     }
 
     #[test]

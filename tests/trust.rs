@@ -5,6 +5,7 @@
 mod common;
 use common::*;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -154,4 +155,68 @@ fn replace_refuses_a_target_holding_a_running_server_and_not_a_stopped_one() {
     ok(&["restore", "--from", &set, "--to", &s(&t), "--replace"]);
     assert!(!data.exists());
     assert_same_tree(&src, &t);
+}
+
+/// The owner of /proc/PID/environ: the process's user while it is dumpable, root once
+/// it is not (the directory itself stays the user's).
+fn proc_owner(pid: u32) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(format!("/proc/{pid}/environ")).unwrap().uid()
+}
+
+/// `files` of a set of many files, as user nobody, its output left unread so it blocks
+/// once the pipe is full: /proc/PID/environ's owner then says whether it is dumpable.
+fn owner_while_listing(set: &str, extra: &[&str]) -> u32 {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new(bin())
+        .args(["files", "--from", set])
+        .args(extra)
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its first bytes come after the key is loaded.
+    let mut first = [0u8; 1];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    let owner = proc_owner(child.id());
+    let still = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(still, "it ended before it was looked at: list more files");
+    owner
+}
+
+#[test]
+fn a_process_holding_a_key_is_not_dumpable() {
+    if !pagevault::sys::is_root() {
+        eprintln!("skipped: runs pagevault as another user, which only root can");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..3000 {
+        fs::write(src.join(format!("a_rather_long_file_name_{i:06}")), b"x").unwrap();
+    }
+    let key = key_file(dir.path(), "key", 7, false);
+    let (plain, sealed) = (s(&dir.path().join("p.pv")), s(&dir.path().join("k.pv")));
+    backup_files(&src, &plain, &[]);
+    backup_files(&src, &sealed, &["--key-file", &key]);
+    for f in [&plain, &sealed] {
+        fs::set_permissions(f, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
+    // Without a key the process stays its user's: the check sees the difference.
+    assert_eq!(owner_while_listing(&plain, &[]), 65534);
+    assert_eq!(owner_while_listing(&sealed, &["--key-file", &key]), 0);
 }
