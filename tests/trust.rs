@@ -3,6 +3,7 @@
 //! manifest that inflates far beyond its stored size, a loaded key left dumpable.
 
 mod common;
+use common::forge::*;
 use common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -155,6 +156,61 @@ fn replace_refuses_a_target_holding_a_running_server_and_not_a_stopped_one() {
     ok(&["restore", "--from", &set, "--to", &s(&t), "--replace"]);
     assert!(!data.exists());
     assert_same_tree(&src, &t);
+}
+
+/// A set of the sample tree whose manifest lists `entries` directories more, its
+/// checksums valid.
+fn with_dirs(set: &str, entries: u32) -> Vec<u8> {
+    let b = fs::read(set).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&manifest_json(&b)).unwrap();
+    let files = v["files"].as_array_mut().unwrap();
+    let last = files
+        .iter()
+        .map(|f| f["id"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    for i in 1..=entries as u64 {
+        files.push(serde_json::json!({
+            "id": last + i, "path": format!("many/directories/of/one/tree/d{i}"),
+            "kind": "dir", "size": 0, "mode": 0o700, "mtime": 0, "pages": 0
+        }));
+    }
+    with_manifest(&b, &serde_json::to_vec(&v).unwrap())
+}
+
+#[test]
+fn a_manifest_inflating_far_past_its_stored_size_is_refused() {
+    let (dir, src) = tree_in_tempdir();
+    let set = s(&dir.path().join("x.pv"));
+    backup_files(&src, &set, &[]);
+    let forged = with_dirs(&set, 1_000_000);
+    let bad = s(&dir.path().join("forged.pv"));
+    fs::write(&bad, &forged).unwrap();
+    refused_capped(
+        &["verify", "--from", &bad],
+        1,
+        &["manifest raw length", "64 times the stored length"],
+    );
+    // A thousand more directories inflate it as a real tree does: still read.
+    let fine = s(&dir.path().join("fine.pv"));
+    fs::write(&fine, with_dirs(&set, 1000)).unwrap();
+    ok(&["verify", "--from", &fine]);
+    // And a set of many small files with similar names, as backup writes it.
+    let many = dir.path().join("many");
+    for d in 0..20 {
+        let p = many.join(format!("dir{d:02}"));
+        fs::create_dir_all(&p).unwrap();
+        for i in 0..500 {
+            fs::write(
+                p.join(format!("file_{i:05}")),
+                bytes(i, (i % 300) as usize, true),
+            )
+            .unwrap();
+        }
+    }
+    let set = s(&dir.path().join("many.pv"));
+    backup_files(&many, &set, &[]);
+    ok(&["verify", "--from", &set]);
 }
 
 /// The owner of /proc/PID/environ: the process's user while it is dumpable, root once
