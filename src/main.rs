@@ -1,5 +1,6 @@
 //! pagevault's command line: parses the arguments and runs one command of the library.
 
+use anyhow::Context;
 use pagevault::{cmd, device, interrupt};
 
 use clap::{Args, Parser, Subcommand};
@@ -135,7 +136,15 @@ fn main() -> ExitCode {
     pagevault::sys::private_umask(cli.group_read);
     quiet_on_closed_stdout();
     let key =
-        pagevault::crypt::load::key_source(cli.key_file.as_deref(), cli.passphrase_file.as_deref());
+        pagevault::crypt::load::key_source(cli.key_file.as_deref(), cli.passphrase_file.as_deref())
+            .and_then(|k| {
+                // No core dump, ptrace or /proc/PID/mem of the user may hold the key.
+                if k.is_some() {
+                    pagevault::sys::not_dumpable()
+                        .context("cannot make the process not dumpable")?;
+                }
+                Ok(k)
+            });
     let store = key.map(|key| device::object::StoreOptions {
         s3_endpoint: cli.s3_endpoint.clone(),
         key,

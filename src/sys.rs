@@ -14,6 +14,74 @@ pub const O_DIRECT: i32 = libc::O_DIRECT;
 /// would redirect the read or write), nor wait on a FIFO.
 pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
 
+/// Opens `path` to read, refusing anything but a regular file without waiting on it:
+/// a FIFO would block the open (and every read) until a writer came. NotFound stays
+/// NotFound (callers treat absence apart); a file of another kind is InvalidInput,
+/// naming the path and what it is.
+pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
+    open_checked(path, rustix::fs::OFlags::RDONLY)
+}
+
+/// As `open_regular`, to read and write in place, not following a link in the last
+/// component.
+pub fn open_regular_rw(path: &Path) -> io::Result<std::fs::File> {
+    use rustix::fs::OFlags;
+    open_checked(path, OFlags::RDWR | OFlags::NOFOLLOW)
+}
+
+fn open_checked(path: &Path, flags: rustix::fs::OFlags) -> io::Result<std::fs::File> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        flags | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+    if kind != FileType::RegularFile {
+        let what = match kind {
+            FileType::Fifo => "a FIFO",
+            FileType::Directory => "a directory",
+            FileType::Socket => "a socket",
+            FileType::CharacterDevice => "a character device",
+            FileType::BlockDevice => "a block device",
+            FileType::Symlink => "a symbolic link",
+            _ => "of an unknown kind",
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("'{}' is {what}, not a regular file", path.display()),
+        ));
+    }
+    // Reads of a regular file then block as usual.
+    let fl = rustix::fs::fcntl_getfl(&fd)?;
+    rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK)?;
+    Ok(fd.into())
+}
+
+/// Makes the process not dumpable (no core dump, no ptrace or /proc/PID/mem by its
+/// user): called once a key is loaded, so no copy of it leaves the process that way.
+pub fn not_dumpable() -> io::Result<()> {
+    use rustix::process::DumpableBehavior;
+    Ok(rustix::process::set_dumpable_behavior(
+        DumpableBehavior::NotDumpable,
+    )?)
+}
+
+/// Whether process `pid` exists: kill(pid, 0) succeeds, or fails only for want of
+/// permission (another user's process). 0 and negative numbers name groups: never alive.
+pub fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
 /// Whether the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -322,5 +390,60 @@ pub mod signal {
         // async-signal-safe, or an earlier disposition; signal() is async-signal-safe.
         // (rustix offers sigaction only for runtimes, as unsafe.)
         Disposition(unsafe { libc::signal(sig, to.0) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_regular_refuses_a_fifo_at_once_and_keeps_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let e = open_regular(&fifo).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().contains("is a FIFO, not a regular file"),
+            "{e}"
+        );
+        let e = open_regular(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        let gone = dir.path().join("gone");
+        assert_eq!(
+            open_regular(&gone).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        let file = dir.path().join("r");
+        std::fs::write(&file, b"abc").unwrap();
+        let f = open_regular(&file).unwrap();
+        let fl = rustix::fs::fcntl_getfl(&f).unwrap();
+        assert!(!fl.contains(rustix::fs::OFlags::NONBLOCK));
+        assert!(open_regular_rw(&file).is_ok());
+    }
+
+    #[test]
+    fn not_dumpable_clears_the_flag() {
+        use rustix::process::{dumpable_behavior, DumpableBehavior};
+        not_dumpable().unwrap();
+        assert_eq!(dumpable_behavior().unwrap(), DumpableBehavior::NotDumpable);
+    }
+
+    #[test]
+    fn process_alive_tells_a_live_pid_from_an_ended_one() {
+        assert!(process_alive(std::process::id() as i32));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id() as i32;
+        c.wait().unwrap();
+        assert!(!process_alive(pid));
+        assert!(!process_alive(0) && !process_alive(-1));
     }
 }

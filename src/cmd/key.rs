@@ -4,7 +4,7 @@ use super::print_json;
 use crate::crypt::load::{read_key_file, read_passphrase_file};
 use crate::device::object::StoreOptions;
 use crate::ops::key::{rotate, RotateOptions};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -49,6 +49,8 @@ pub struct RotateArgs {
 
 pub fn run(a: KeyArgs, store: &StoreOptions) -> Result<()> {
     let KeyAction::Rotate(a) = a.action;
+    // Both keys are loaded here, after main: no core dump may hold them.
+    crate::sys::not_dumpable().context("cannot make the process not dumpable")?;
     let old = match (&a.old_key_file, &a.old_passphrase_file, &store.key) {
         (Some(_), Some(_), _) => bail!("give --old-key-file or --old-passphrase-file, not both"),
         (Some(f), None, _) => read_key_file(f)?,

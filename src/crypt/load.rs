@@ -52,12 +52,9 @@ pub fn key_source(
 const FILE_MAX: u64 = 4096;
 
 fn read_private(path: &Path, what: &str) -> Result<Zeroizing<Vec<u8>>> {
-    let f = std::fs::File::open(path)
+    let f = crate::sys::open_regular(path)
         .with_context(|| format!("cannot open {what} '{}'", path.display()))?;
     let meta = f.metadata()?;
-    if !meta.is_file() {
-        bail!("{what} '{}' is not a regular file", path.display());
-    }
     if meta.mode() & 0o077 != 0 {
         bail!(
             "{what} '{}' may be read by group or others (mode {:04o}): chmod 600 it",

@@ -63,7 +63,7 @@ impl Device for Disk {
     }
 
     fn open(&self) -> Result<Box<dyn StripeSource>> {
-        let file = File::open(&self.path).with_context(|| {
+        let file = crate::sys::open_regular(&self.path).with_context(|| {
             if self.partial().exists() {
                 format!(
                     "cannot open stripe '{}': only '{}' exists, left by an interrupted backup",

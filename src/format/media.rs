@@ -307,6 +307,7 @@ pub fn trailer(
     guard: Guard,
 ) -> Vec<u8> {
     let mut stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
+    pad_manifest(&mut stored, manifest_raw.len() as u64);
     match guard {
         Guard::Plain => {}
         Guard::Seal(dek, set_id) => {
@@ -334,6 +335,22 @@ pub fn trailer(
     let n = out.len();
     out[n - TAIL_LEN..].copy_from_slice(&tail.encode());
     out
+}
+
+/// A zstd skippable frame's magic (0x184D2A50 to 0x184D2A5F): readers pass over it.
+const SKIPPABLE: u32 = 0x184D_2A50;
+
+/// Makes a compressed manifest at least 1/MANIFEST_RATIO of its raw length: a zstd
+/// skippable frame after its frame, which the reader's single-frame decoder never reads.
+fn pad_manifest(stored: &mut Vec<u8>, raw_len: u64) {
+    let least = raw_len.div_ceil(MANIFEST_RATIO) as usize;
+    if stored.len() >= least {
+        return;
+    }
+    let body = (least - stored.len()).saturating_sub(8);
+    stored.extend_from_slice(&SKIPPABLE.to_le_bytes());
+    stored.extend_from_slice(&(body as u32).to_le_bytes());
+    stored.resize(stored.len() + body, 0);
 }
 
 #[cfg(test)]
@@ -443,6 +460,31 @@ pub(crate) mod tests {
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(MediaHeader::decode(&c).is_err(), "bit {bit}");
         }
+    }
+
+    #[test]
+    fn a_manifest_that_shrinks_past_the_ratio_is_padded_and_still_read() {
+        let raw: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("{{\"id\":{i},\"kind\":\"dir\",\"mtime\":0}},").into_bytes())
+            .collect();
+        let zstd_alone = zstd::bulk::compress(&raw, 3).unwrap().len() as u64;
+        assert!(raw.len() as u64 > zstd_alone * MANIFEST_RATIO);
+        let out = trailer(&raw, 4096, 0, 4096, Guard::Plain);
+        let t = Tail::decode(&out[out.len() - TAIL_LEN..], 4096 + out.len() as u64).unwrap();
+        assert!(t.manifest_len * MANIFEST_RATIO >= raw.len() as u64);
+        let stored = &out[..t.manifest_len as usize];
+        assert_eq!(
+            crate::format::zstd_exact(stored, raw.len() as u64).unwrap(),
+            raw
+        );
+        // A manifest within the ratio is stored as zstd made it.
+        let small = b"{\"files\":[]}";
+        let out = trailer(small, 4096, 0, 4096, Guard::Plain);
+        let t = Tail::decode(&out[out.len() - TAIL_LEN..], 4096 + out.len() as u64).unwrap();
+        assert_eq!(
+            t.manifest_len,
+            zstd::bulk::compress(small, 3).unwrap().len() as u64
+        );
     }
 
     #[test]

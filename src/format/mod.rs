@@ -35,9 +35,11 @@ pub const TRANSFER_MAX: u32 = 16 << 20;
 pub const STRIPES_MAX: u32 = 4096;
 /// A manifest's stored (compressed) and raw (JSON) lengths are at most this.
 pub const MANIFEST_MAX: u64 = 1 << 30;
-/// zstd shrinks a manifest's JSON some 3 to 30 times; a raw length over this many times
-/// the stored one is a decompression bomb.
-pub const MANIFEST_RATIO: u64 = 1024;
+/// A manifest's JSON is at most this many times its stored length, so a forged one's
+/// memory is bounded by the bytes it stores. Real trees' manifests are far within it;
+/// the writer pads one that would shrink more (`media::trailer`), so every set it
+/// writes is read.
+pub const MANIFEST_RATIO: u64 = 64;
 
 /// The largest zstd window a reader accepts (16 MiB): pagevault compresses with levels
 /// 1 to 3 at most, whose windows are far smaller; a larger one is forged, and would be

@@ -14,6 +14,16 @@ pub mod walsummary;
 
 pub use walname::*;
 
+/// The file a running server keeps in its data directory; its first line is the
+/// postmaster's pid.
+pub const POSTMASTER_PID: &str = "postmaster.pid";
+
+/// The pid a `postmaster.pid` names (its first line), if it names one.
+pub fn postmaster_pid(text: &str) -> Option<i32> {
+    let pid = text.lines().next()?.trim().parse::<i32>().ok()?;
+    (pid > 0).then_some(pid)
+}
+
 /// A PostgreSQL major version pagevault reads WAL of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Version {

@@ -250,13 +250,9 @@ impl Store for DirStore {
     }
 
     fn patch_head(&self, rel: &str, n: u64, patch: &mut Patch) -> Result<bool> {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        use std::os::unix::fs::FileExt;
         let p = self.path(rel);
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(crate::sys::O_NOFOLLOW)
-            .open(&p)
+        let f = crate::sys::open_regular_rw(&p)
             .with_context(|| format!("cannot open '{}' to rewrite its head", p.display()))?;
         let mut b = Vec::with_capacity(n.min(1 << 20) as usize);
         (&f).take(n)
@@ -291,7 +287,7 @@ impl Store for DirStore {
 
     fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>> {
         let p = self.path(rel);
-        let f = match File::open(&p) {
+        let f = match crate::sys::open_regular(&p) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
@@ -319,7 +315,7 @@ impl Store for DirStore {
 
     fn get_head(&self, rel: &str, n: u64) -> Result<Option<Vec<u8>>> {
         let p = self.path(rel);
-        let f = match File::open(&p) {
+        let f = match crate::sys::open_regular(&p) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
@@ -448,21 +444,23 @@ impl Store for DirStore {
 
     fn fetch_to(&self, rel: &str, _dir: &Path, max: u64) -> Result<Option<Local>> {
         let p = self.path(rel);
-        match fs::metadata(&p) {
-            Ok(m) if m.is_file() && m.len() > max => bail!(
-                "'{}' is {} bytes, more than the {max} it may hold",
-                p.display(),
-                m.len()
-            ),
-            Ok(m) if m.is_file() => Ok(Some(Local {
-                path: p,
-                _temp: None,
-            })),
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            // Present but unreadable is not absent (archive-get's exit codes rely on it).
-            Err(e) => Err(e).with_context(|| format!("cannot read '{}'", p.display())),
+        // Opened to learn what it is: present but unreadable, or not a regular file, is
+        // not absent (archive-get's exit codes rely on it).
+        let len = match crate::sys::open_regular(&p).and_then(|f| f.metadata()) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", p.display())),
+        };
+        if len > max {
+            bail!(
+                "'{}' is {len} bytes, more than the {max} it may hold",
+                p.display()
+            );
         }
+        Ok(Some(Local {
+            path: p,
+            _temp: None,
+        }))
     }
 }
 

@@ -224,14 +224,10 @@ fn place(to: &Path, rel: &str, spaces: &HashMap<String, PathBuf>) -> PathBuf {
 
 /// Refuses a restore target that a running server is using.
 fn check_not_running(target: &Path) -> Result<()> {
-    let pid_file = target.join("postmaster.pid");
+    let pid_file = target.join(crate::pg::POSTMASTER_PID);
     if let Ok(text) = std::fs::read_to_string(&pid_file) {
-        if let Some(pid) = text
-            .lines()
-            .next()
-            .and_then(|l| l.trim().parse::<i32>().ok())
-        {
-            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+        if let Some(pid) = crate::pg::postmaster_pid(&text) {
+            if crate::sys::process_alive(pid) {
                 bail!(
                     "'{}' is the data directory of a running PostgreSQL server (pid {pid}): stop it first, or restore elsewhere",
                     target.display()

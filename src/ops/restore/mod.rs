@@ -4,6 +4,7 @@
 //! manifest checksum, and hands the rest to the source's [`Restorer`].
 
 mod chain;
+mod replace;
 mod wal;
 
 use super::verify::{engine_params, ReadOptions, Show};
@@ -207,6 +208,9 @@ pub const MARKER: &str = ".pagevault-restore-incomplete";
 /// The source's restorer, once the options and the target suit it, and the log
 /// chain recovery will need, checked before anything is written.
 fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
+    if o.replace {
+        replace::check(&o.to, sets)?;
+    }
     let m = &sets.full().manifest;
     let restorer = source::restorer(m.source.kind, &o.tablespace_map, o.tablespaces_from_set);
     if !restorer.recovers() && o.has_recovery_target() {

@@ -13,7 +13,8 @@ pub(super) fn damaged(p: &Path, what: &str) -> anyhow::Error {
 /// Decompresses an archived file into `out`, checking the header, the CRC32C of the
 /// stored bytes, the size and the BLAKE3 of the restored bytes.
 pub(super) fn decode_to(path: &Path, name: &str, out: &mut dyn Write) -> Result<Header> {
-    let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let mut f = crate::sys::open_regular(path)
+        .with_context(|| format!("cannot open '{}'", path.display()))?;
     let flen = f.metadata()?.len();
     let mut hb = [0u8; HDR_LEN];
     let k =

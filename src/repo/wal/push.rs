@@ -280,16 +280,11 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
             None => Ok(tmp),
         }
     };
-    let mut f = File::open(src).with_context(|| format!("cannot open '{}'", src.display()))?;
+    let mut f = crate::sys::open_regular(src)
+        .with_context(|| format!("cannot open '{}'; nothing was archived", src.display()))?;
     let meta = f
         .metadata()
         .with_context(|| format!("cannot stat '{}'", src.display()))?;
-    if !meta.is_file() {
-        bail!(
-            "'{}' is not a regular file; nothing was archived",
-            src.display()
-        );
-    }
     let len = meta.len();
     let mut new_sysid = false;
     let seg = if n.kind.is_segment() {
@@ -456,7 +451,8 @@ fn write_summary(
 
 fn read_header(p: &Path) -> Result<Header> {
     let mut b = [0u8; HDR_LEN];
-    let mut f = File::open(p).with_context(|| format!("cannot open '{}'", p.display()))?;
+    let mut f =
+        crate::sys::open_regular(p).with_context(|| format!("cannot open '{}'", p.display()))?;
     let k = read_full(&mut f, &mut b).with_context(|| format!("cannot read '{}'", p.display()))?;
     Header::decode(&b[..k]).map_err(|m| damaged(p, &m))
 }

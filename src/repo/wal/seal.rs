@@ -350,7 +350,8 @@ pub(super) const HEAD_FETCH: u64 = (ENV_HDR + SEAL_CHUNK + MAC_LEN) as u64;
 
 /// Protects the plain file `plain` as object `name` into a new durable temp file in `dir`.
 pub(super) fn seal_file(k: &WalKey, name: &str, plain: &Path, dir: &Path) -> Result<Temp> {
-    let mut f = File::open(plain).with_context(|| format!("cannot open '{}'", plain.display()))?;
+    let mut f = crate::sys::open_regular(plain)
+        .with_context(|| format!("cannot open '{}'", plain.display()))?;
     let len = f.metadata()?.len();
     let (tmp, out) = temp_beside(dir, name)?;
     let mut w = io::BufWriter::with_capacity(SEAL_CHUNK, out);
@@ -371,7 +372,8 @@ pub(super) fn open_file(
     dir: &Path,
     most: u64,
 ) -> Result<Temp> {
-    let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let mut f = crate::sys::open_regular(path)
+        .with_context(|| format!("cannot open '{}'", path.display()))?;
     let len = f.metadata()?.len();
     let (tmp, out) = temp_beside(dir, name)?;
     let mut w = io::BufWriter::with_capacity(SEAL_CHUNK, out);
@@ -433,7 +435,8 @@ pub(super) fn rewrap_head(
 
 /// The envelope a file starts as, if any.
 pub(super) fn envelope_of(path: &Path) -> Result<Option<Envelope>> {
-    let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let mut f = crate::sys::open_regular(path)
+        .with_context(|| format!("cannot open '{}'", path.display()))?;
     let mut b = [0u8; 8];
     let k = read_full(&mut f, &mut b)?;
     Ok(Envelope::of(&b[..k]))
@@ -441,7 +444,8 @@ pub(super) fn envelope_of(path: &Path) -> Result<Option<Envelope>> {
 
 /// The key id in a file's envelope header, shown; None for a plain file.
 pub(super) fn file_key_id(path: &Path) -> Result<Option<String>> {
-    let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let mut f = crate::sys::open_regular(path)
+        .with_context(|| format!("cannot open '{}'", path.display()))?;
     let mut b = [0u8; ENV_HDR];
     let k = read_full(&mut f, &mut b)?;
     Ok(key_id_of(&b[..k]))
