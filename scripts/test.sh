@@ -7,4 +7,4 @@ source scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo fmt --all -- --check
 cargo clippy --release --all-targets -- -D warnings
-cargo test --release -- --test-threads="${TEST_THREADS:-2}"
+cargo test --profile ci -- --test-threads="${TEST_THREADS:-2}"

@@ -1,11 +1,16 @@
 //! What a backup or restore creates is private, and a link planted where it writes is
-//! never written through.
+//! never written through; what it reads is a regular file (a FIFO never blocks it);
+//! `--replace` never removes what a restore reads or a running server uses; a process
+//! holding a key is not dumpable; a manifest cannot inflate far past its stored size.
 
 mod common;
+use common::forge::*;
 use common::*;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Every entry under `root` (not `root` itself) whose mode differs from what is
 /// expected of its kind.
@@ -104,4 +109,270 @@ fn a_target_named_through_a_link_restores() {
     std::os::unix::fs::symlink(&real, &via).unwrap();
     ok(&["restore", "--from", &set, "--to", &s(&via)]);
     assert_same_tree(&src, &real);
+}
+
+/// Runs pagevault, killing it and failing if it has not ended within 20 s.
+fn run_timed(args: &[&str]) -> Run {
+    let child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output().unwrap());
+    });
+    let Ok(out) = rx.recv_timeout(Duration::from_secs(20)) else {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        panic!("pagevault {args:?} blocked for 20 s and was killed");
+    };
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn mkfifo(p: &Path) {
+    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+}
+
+fn refused_timed(args: &[&str], code: i32, says: &[&str]) {
+    let r = run_timed(args);
+    assert_eq!(
+        r.code, code,
+        "pagevault {args:?}:\n{}\n{}",
+        r.stdout, r.stderr
+    );
+    for s in says {
+        assert!(r.stderr.contains(s), "expected '{s}' in: {}", r.stderr);
+    }
+}
+
+#[test]
+fn a_fifo_as_the_repository_marker_fails_archive_get_without_blocking() {
+    let (dir, src) = tree_in_tempdir();
+    let repo = dir.path().join("repo");
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--repo", &s(&repo)]);
+    let marker = repo.join("pagevault.repo");
+    fs::remove_file(&marker).unwrap();
+    mkfifo(&marker);
+    let dest = s(&dir.path().join("seg"));
+    refused_timed(
+        &[
+            "archive-get",
+            "000000010000000000000001",
+            &dest,
+            "--repo",
+            &s(&repo),
+        ],
+        126,
+        &[&s(&marker), "is a FIFO, not a regular file"],
+    );
+}
+
+#[test]
+fn a_fifo_as_a_stripe_or_a_key_file_is_refused_without_blocking() {
+    let (dir, src) = tree_in_tempdir();
+    let fifo = dir.path().join("x.pv");
+    mkfifo(&fifo);
+    let f = s(&fifo);
+    let says = [f.as_str(), "is a FIFO, not a regular file"];
+    let to = s(&dir.path().join("out"));
+    refused_timed(&["restore", "--from", &f, "--to", &to], 1, &says);
+    refused_timed(&["verify", "--from", &f], 1, &says);
+
+    let set = s(&dir.path().join("set.pv"));
+    backup_files(&src, &set, &[]);
+    refused_timed(&["verify", "--from", &set, "--key-file", &f], 1, &says);
+}
+
+/// A files backup of the sample tree into DIR/repo.
+fn repo_set() -> (tempfile::TempDir, String) {
+    let (dir, src) = tree_in_tempdir();
+    let repo = s(&dir.path().join("repo"));
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--repo", &repo]);
+    (dir, repo)
+}
+
+#[test]
+fn replace_refuses_a_target_holding_or_inside_the_repository() {
+    let (dir, repo) = repo_set();
+    for to in [s(dir.path()), repo.clone()] {
+        let e = fails(&["restore", "--repo", &repo, "--to", &to, "--replace"], 1);
+        assert!(e.contains("--replace") && e.contains(&repo), "{e}");
+        let out = s(&dir.path().join("out"));
+        ok(&["restore", "--repo", &repo, "--to", &out]);
+        assert_same_tree(&dir.path().join("src"), Path::new(&out));
+        fs::remove_dir_all(&out).unwrap();
+    }
+}
+
+#[test]
+fn replace_refuses_a_target_holding_a_stripe_read() {
+    let (dir, src) = tree_in_tempdir();
+    let set = s(&dir.path().join("x.pv"));
+    backup_files(&src, &set, &[]);
+    let before = fs::read(&set).unwrap();
+    let e = fails(
+        &[
+            "restore",
+            "--from",
+            &set,
+            "--to",
+            &s(dir.path()),
+            "--replace",
+        ],
+        1,
+    );
+    assert!(e.contains("--replace") && e.contains(&set), "{e}");
+    assert!(fs::read(&set).unwrap() == before);
+    ok(&["verify", "--from", &set]);
+}
+
+#[test]
+fn replace_refuses_a_target_holding_a_running_server_and_not_a_stopped_one() {
+    let (dir, src) = tree_in_tempdir();
+    let set = s(&dir.path().join("x.pv"));
+    backup_files(&src, &set, &[]);
+    let t = dir.path().join("t");
+    let data = t.join("sub/data");
+    fs::create_dir_all(&data).unwrap();
+    let pid_file = data.join("postmaster.pid");
+    fs::write(&pid_file, format!("{}\n/some/data\n", std::process::id())).unwrap();
+    let e = fails(&["restore", "--from", &set, "--to", &s(&t), "--replace"], 1);
+    assert!(e.contains(&s(&pid_file)) && e.contains("running"), "{e}");
+    assert!(pid_file.exists());
+
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    fs::write(&pid_file, format!("{dead}\n/some/data\n")).unwrap();
+    ok(&["restore", "--from", &set, "--to", &s(&t), "--replace"]);
+    assert!(!data.exists());
+    assert_same_tree(&src, &t);
+}
+
+/// A set of the sample tree whose manifest lists `entries` directories more, its
+/// checksums valid.
+fn with_dirs(set: &str, entries: u32) -> Vec<u8> {
+    let b = fs::read(set).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&manifest_json(&b)).unwrap();
+    let files = v["files"].as_array_mut().unwrap();
+    let last = files
+        .iter()
+        .map(|f| f["id"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    for i in 1..=entries as u64 {
+        files.push(serde_json::json!({
+            "id": last + i, "path": format!("many/directories/of/one/tree/d{i}"),
+            "kind": "dir", "size": 0, "mode": 0o700, "mtime": 0, "pages": 0
+        }));
+    }
+    with_manifest(&b, &serde_json::to_vec(&v).unwrap())
+}
+
+#[test]
+fn a_manifest_inflating_far_past_its_stored_size_is_refused() {
+    let (dir, src) = tree_in_tempdir();
+    let set = s(&dir.path().join("x.pv"));
+    backup_files(&src, &set, &[]);
+    let forged = with_dirs(&set, 1_000_000);
+    let bad = s(&dir.path().join("forged.pv"));
+    fs::write(&bad, &forged).unwrap();
+    refused_capped(
+        &["verify", "--from", &bad],
+        1,
+        &["manifest raw length", "64 times the stored length"],
+    );
+    // A thousand more directories inflate it as a real tree does: still read.
+    let fine = s(&dir.path().join("fine.pv"));
+    fs::write(&fine, with_dirs(&set, 1000)).unwrap();
+    ok(&["verify", "--from", &fine]);
+    // And a set of many small files with similar names, as backup writes it.
+    let many = dir.path().join("many");
+    for d in 0..20 {
+        let p = many.join(format!("dir{d:02}"));
+        fs::create_dir_all(&p).unwrap();
+        for i in 0..500 {
+            fs::write(
+                p.join(format!("file_{i:05}")),
+                bytes(i, (i % 300) as usize, true),
+            )
+            .unwrap();
+        }
+    }
+    let set = s(&dir.path().join("many.pv"));
+    backup_files(&many, &set, &[]);
+    ok(&["verify", "--from", &set]);
+}
+
+/// The owner of /proc/PID/environ: the process's user while it is dumpable, root once
+/// it is not (the directory itself stays the user's).
+fn proc_owner(pid: u32) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(format!("/proc/{pid}/environ")).unwrap().uid()
+}
+
+/// `files` of a set of many files, as user nobody, its output left unread so it blocks
+/// once the pipe is full: /proc/PID/environ's owner then says whether it is dumpable.
+fn owner_while_listing(set: &str, extra: &[&str]) -> u32 {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new(bin())
+        .args(["files", "--from", set])
+        .args(extra)
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its first bytes come after the key is loaded.
+    let mut first = [0u8; 1];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    let owner = proc_owner(child.id());
+    let still = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(still, "it ended before it was looked at: list more files");
+    owner
+}
+
+#[test]
+fn a_process_holding_a_key_is_not_dumpable() {
+    if !pagevault::sys::is_root() {
+        eprintln!("skipped: runs pagevault as another user, which only root can");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..3000 {
+        fs::write(src.join(format!("a_rather_long_file_name_{i:06}")), b"x").unwrap();
+    }
+    let key = key_file(dir.path(), "key", 7, false);
+    let (plain, sealed) = (s(&dir.path().join("p.pv")), s(&dir.path().join("k.pv")));
+    backup_files(&src, &plain, &[]);
+    backup_files(&src, &sealed, &["--key-file", &key]);
+    for f in [&plain, &sealed] {
+        fs::set_permissions(f, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
+    // Without a key the process stays its user's: the check sees the difference.
+    assert_eq!(owner_while_listing(&plain, &[]), 65534);
+    assert_eq!(owner_while_listing(&sealed, &["--key-file", &key]), 0);
 }
