@@ -26,8 +26,8 @@ use super::seal::{
 use super::{
     get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, show_magic, valid_block_size,
     valid_page_size, valid_transfer_size, Codec, FormatError, MANIFEST_MAX, MANIFEST_RATIO,
-    NEWEST_VERSION, OLDEST_VERSION, PAGE_MAX, PAGE_MIN, SEALED_VERSION, SIGNED_VERSION,
-    STRIPES_MAX,
+    MANIFEST_RATIO_FLOOR, NEWEST_VERSION, OLDEST_VERSION, PAGE_MAX, PAGE_MIN, SEALED_VERSION,
+    SIGNED_VERSION, STRIPES_MAX,
 };
 use crate::crypt::{DataKey, SetMac, DOMAIN_MANIFEST, TAG_LEN};
 
@@ -272,13 +272,14 @@ impl Tail {
                 detail: format!("{} bytes, not 1 to {MANIFEST_MAX}", t.manifest_len),
             });
         }
-        let most = MANIFEST_MAX.min(t.manifest_len.saturating_mul(MANIFEST_RATIO));
+        let most = MANIFEST_MAX
+            .min((t.manifest_len.saturating_mul(MANIFEST_RATIO)).max(MANIFEST_RATIO_FLOOR));
         if !(1..=most).contains(&t.manifest_raw_len) {
             return Err(FormatError::Invalid {
                 field: "manifest raw length",
                 offset: at + 24,
                 detail: format!(
-                    "{} bytes from {} stored: not 1 to {most} (at most {MANIFEST_RATIO} times the stored length, and {MANIFEST_MAX})",
+                    "{} bytes from {} stored: not 1 to {most} (past {MANIFEST_RATIO_FLOOR}, at most {MANIFEST_RATIO} times the stored length, and {MANIFEST_MAX})",
                     t.manifest_raw_len, t.manifest_len
                 ),
             });
@@ -505,7 +506,7 @@ pub(crate) mod tests {
         for (stored, raw, field) in [
             (0, 0, "manifest stored length"),
             (100, 0, "manifest raw length"),
-            (100, 100 * MANIFEST_RATIO + 1, "manifest raw length"),
+            (100, MANIFEST_RATIO_FLOOR + 1, "manifest raw length"),
             (100, 1 << 32, "manifest raw length"),
         ] {
             let b = Tail {

@@ -40,6 +40,9 @@ pub const MANIFEST_MAX: u64 = 1 << 30;
 /// the writer pads one that would shrink more (`media::trailer`), so every set it
 /// writes is read.
 pub const MANIFEST_RATIO: u64 = 64;
+/// Up to this much JSON the ratio does not apply: sets written before the writer padded
+/// shrink further (30,000 empty files: 66 times, long paths: 300), and must still read.
+pub const MANIFEST_RATIO_FLOOR: u64 = 64 << 20;
 
 /// The largest zstd window a reader accepts (16 MiB): pagevault compresses with levels
 /// 1 to 3 at most, whose windows are far smaller; a larger one is forged, and would be

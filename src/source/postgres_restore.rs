@@ -225,7 +225,9 @@ fn place(to: &Path, rel: &str, spaces: &HashMap<String, PathBuf>) -> PathBuf {
 /// Refuses a restore target that a running server is using.
 fn check_not_running(target: &Path) -> Result<()> {
     let pid_file = target.join(crate::pg::POSTMASTER_PID);
-    if let Ok(text) = std::fs::read_to_string(&pid_file) {
+    // A FIFO planted there is refused, never waited on.
+    let text = crate::sys::open_regular(&pid_file).and_then(std::io::read_to_string);
+    if let Ok(text) = text {
         if let Some(pid) = crate::pg::postmaster_pid(&text) {
             if crate::sys::process_alive(pid) {
                 bail!(
