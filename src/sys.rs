@@ -82,6 +82,17 @@ pub fn process_alive(pid: i32) -> bool {
     }
 }
 
+/// Takes an exclusive advisory lock (flock) on `f` without waiting: Ok(false) when
+/// another open file description holds it. Released when `f` is closed.
+pub fn try_lock(f: &std::fs::File) -> io::Result<bool> {
+    use rustix::fs::FlockOperation;
+    match rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Whether the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()

@@ -6,8 +6,15 @@
 //! restore_command = 'pagevault archive-get %f %p --repo /backup/repo'
 //! ```
 //!
-//! Exit 0 only when the file is durable in the repository (push) or complete at its
-//! destination (get). archive-push fails with exit 1 (PostgreSQL retries it).
+//! With `--async --spool DIR`, archive-push returns once the file is durable in a local
+//! spool and a background pusher stores it (ops/archive/pusher.rs):
+//!
+//! ```text
+//! archive_command = 'pagevault archive-push %p --repo s3://b/repo --async --spool /var/spool/pagevault'
+//! ```
+//!
+//! Exit 0 only when the file is durable in the repository, or in the spool (push), or
+//! complete at its destination (get). archive-push fails with exit 1 (PostgreSQL retries it).
 //! archive-get exits 1 only when the archive does not hold the file, which PostgreSQL
 //! reads as "the end of the archive" (expected for files that may not exist, such as
 //! the next timeline's history file). A file that is there but damaged, or an archive
@@ -18,14 +25,20 @@ use crate::device::object::StoreOptions;
 use crate::ops::archive;
 use crate::repo::wal;
 use crate::units::human;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
-use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 
 #[derive(Args)]
+#[command(after_help = "Examples:
+  archive_command = 'pagevault archive-push %p --repo /backup/repo'
+  archive_command = 'pagevault archive-push %p --repo s3://bucket/repo --async --spool /var/spool/pagevault'
+  pagevault archive-push --drain --spool /var/spool/pagevault --repo s3://bucket/repo   (push what waits, now)")]
 pub struct PushArgs {
-    /// The segment to archive (%p in archive_command).
-    pub path: PathBuf,
+    /// The segment to archive (%p in archive_command); not with --drain.
+    #[arg(required_unless_present = "drain")]
+    pub path: Option<PathBuf>,
     /// The repository to archive into.
     #[arg(long)]
     pub repo: String,
@@ -42,6 +55,31 @@ pub struct PushArgs {
     /// does what it says.
     #[arg(long)]
     pub sign: bool,
+    /// Return once the file is durable in the spool (--spool), checked and summarized;
+    /// a background pusher stores spooled files in the repository, --process-max at a
+    /// time, retrying until each is stored: nothing is dropped, and the repository's
+    /// gaps are what the spool still holds. An unreachable repository does not stop
+    /// archiving; the spool grows, and every push warns in PostgreSQL's log past
+    /// --spool-max.
+    #[arg(long = "async", requires = "spool")]
+    pub asynchronous: bool,
+    /// The spool directory (local, on a file system that survives a reboot; not pg_wal).
+    #[arg(long)]
+    pub spool: Option<PathBuf>,
+    /// Files the pusher stores at once.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub process_max: u16,
+    /// Warn on every push while the spool holds more than this (e.g. 4G); nothing is dropped.
+    #[arg(long, default_value = "4G", value_parser = crate::units::parse_size)]
+    pub spool_max: u64,
+    /// Push everything waiting in --spool into the repository, then exit (what the
+    /// background pusher runs; by hand, after the repository was unreachable).
+    #[arg(long, requires = "spool")]
+    pub drain: bool,
+    /// The background pusher's --drain: ends at once when another pusher runs (by
+    /// hand, --drain waits for it).
+    #[arg(long, hide = true, requires = "drain")]
+    pub pusher: bool,
 }
 
 #[derive(Args)]
@@ -56,8 +94,18 @@ pub struct GetArgs {
 }
 
 pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
+    if a.drain {
+        return run_drain(&a, store);
+    }
+    let path = a
+        .path
+        .clone()
+        .expect("clap requires a path without --drain");
+    if a.asynchronous {
+        return run_push_async(&a, path);
+    }
     let p = archive::push(&archive::PushOptions {
-        path: a.path,
+        path,
         repo: a.repo,
         no_summaries: a.summaries == "off",
         sign: a.sign,
@@ -85,6 +133,104 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
     if let Some(s) = &p.summary {
         println!("pagevault: {}: {s}", p.name);
     }
+    Ok(())
+}
+
+fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
+    let p = archive::push_async(
+        &archive::AsyncOptions {
+            path,
+            spool: a.spool.clone().expect("clap requires --spool with --async"),
+            no_summaries: a.summaries == "off",
+            spool_max: a.spool_max,
+        },
+        start_pusher,
+    )?;
+    for w in &p.warnings {
+        eprintln!("pagevault: WARNING: {w}");
+    }
+    let pusher = match p.pusher {
+        archive::Pusher::Running => "the pusher runs".to_string(),
+        archive::Pusher::Started { pid } => format!("started the pusher (pid {pid})"),
+    };
+    println!(
+        "pagevault: spooled {} ({}{}) in {:.3} s; {} files ({}) wait for the repository, {pusher}",
+        p.name,
+        human(p.raw_bytes),
+        if p.already { ", spooled before" } else { "" },
+        p.seconds,
+        p.backlog.files,
+        human(p.backlog.bytes)
+    );
+    Ok(())
+}
+
+/// Starts `pagevault` again in the background with this command's arguments and
+/// `--drain`: the pusher, in its own process group (PostgreSQL's signals to the
+/// archiver stop it not), its output appended to the spool's log.
+fn start_pusher(spool: &Path) -> Result<u32> {
+    use std::process::{Command, Stdio};
+    let logp = spool.join(archive::spool::LOG);
+    if std::fs::metadata(&logp).is_ok_and(|m| m.len() > archive::spool::LOG_MAX) {
+        let _ = std::fs::remove_file(&logp);
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&logp)
+        .with_context(|| format!("cannot open the pusher's log '{}'", logp.display()))?;
+    let exe = std::env::current_exe().context("cannot find pagevault's own binary")?;
+    let child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .args(["--drain", "--pusher"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the pusher")?;
+    Ok(child.id())
+}
+
+fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
+    let spool = a.spool.clone().expect("clap requires --spool with --drain");
+    let d = archive::pusher::drain(
+        &archive::pusher::DrainOptions {
+            spool: spool.clone(),
+            repo: a.repo.clone(),
+            process_max: a.process_max as usize,
+            linger: std::time::Duration::from_secs(2),
+            give_up: None,
+            wait_for_lock: (!a.pusher).then_some(std::time::Duration::from_secs(300)),
+            store: store.clone(),
+        },
+        &mut |line| {
+            eprintln!(
+                "{} pagevault[{}]: {line}",
+                chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
+                std::process::id()
+            )
+        },
+    )?;
+    if !d.ran {
+        println!(
+            "pagevault: another pusher holds '{}'; {} files ({}) wait",
+            spool.display(),
+            d.left.files,
+            human(d.left.bytes)
+        );
+        return Ok(());
+    }
+    println!(
+        "pagevault: pushed {} files ({} -> {}) from '{}' in {:.1} s, {} failed rounds; {} files wait",
+        d.pushed,
+        human(d.raw_bytes),
+        human(d.stored_bytes),
+        spool.display(),
+        d.seconds,
+        d.failures,
+        d.left.files
+    );
     Ok(())
 }
 

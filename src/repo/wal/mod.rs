@@ -43,7 +43,7 @@
 //! final name only if that name is still free (so a crash or a concurrent push never
 //! leaves a half file or overwrites an archived one), then fsyncs the directory.
 
-use super::store::{temp_beside, Temp};
+use super::store::{sync_dir, temp_beside, Temp};
 use super::Repo;
 use crate::crypt::{load::GIVE_KEY, show_id};
 use crate::format::{get_u16, get_u32, get_u64};
@@ -322,6 +322,7 @@ mod get;
 mod header;
 mod push;
 mod seal;
+pub mod spooled;
 pub mod summary;
 #[cfg(test)]
 mod tests;
@@ -329,8 +330,8 @@ mod tests;
 use get::{damaged, decode_to};
 pub use get::{fetch, read_history, verify, NotArchived};
 use header::Header;
+use push::{open_checked, read_full, scan, write_summary, CrcRead, Opened};
 pub use push::{push, push_with, Outcome, Pushed};
-use push::{read_full, CrcRead};
 pub use seal::{Envelope, WalKey};
 #[cfg(test)]
 pub(crate) use tests::testing;

@@ -21,6 +21,8 @@ pub struct Pushed {
     pub outcome: Outcome,
     pub raw_bytes: u64,
     pub stored_bytes: u64,
+    /// BLAKE3 of the file's bytes.
+    pub blake3: [u8; 32],
     pub seconds: f64,
     /// What the block summary written by this push holds, or why it is not usable.
     pub summary: Option<String>,
@@ -80,7 +82,7 @@ pub(super) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> 
 /// Reads the whole source once, from `mapped` when given (its bytes, mapped), else
 /// from `f`: checks every page (or the text of a history file), hashes it and feeds
 /// `sink` (the compressor), if any. Errors name `src`.
-fn scan(
+pub(super) fn scan(
     f: &mut File,
     src: &Path,
     len: u64,
@@ -249,16 +251,18 @@ fn record_system_identifier(repo: &Repo, sysid: u64) -> Result<()> {
     }
 }
 
-/// Archives one file PostgreSQL hands to archive_command (`%p`), a segment with its
-/// block summary.
-pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
-    push_with(repo, src, true)
+/// A WAL file opened for archiving: its name checked, a segment's first page too.
+pub(super) struct Opened {
+    pub name: String,
+    pub n: WalName,
+    pub f: File,
+    pub len: u64,
+    pub seg: Option<SegInfo>,
 }
 
-/// [`push`]; without `summaries` a segment is archived alone (incrementals over its
-/// range then read every page).
-pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
-    let t0 = Instant::now();
+/// Opens `src` (a regular file only) and checks what can be checked before reading it
+/// all: the name, a segment's long page header, a history file's size.
+pub(super) fn open_checked(src: &Path) -> Result<Opened> {
     let name = src
         .file_name()
         .and_then(|n| n.to_str())
@@ -271,34 +275,22 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
             src.display()
         )
     })?;
-    // An encrypted repository seals every file; a plain push into one is refused.
-    let master = repo.wal_master(true)?;
-    let object = format!("{name}.zst");
-    let sealed = |tmp: Temp, dir: &Path| -> Result<Temp> {
-        match &master {
-            Some(m) => seal::seal_file(m, &object, &tmp.path, dir),
-            None => Ok(tmp),
-        }
-    };
-    let mut f = crate::sys::open_regular(src)
+    let f = crate::sys::open_regular(src)
         .with_context(|| format!("cannot open '{}'; nothing was archived", src.display()))?;
-    let meta = f
+    let len = f
         .metadata()
-        .with_context(|| format!("cannot stat '{}'", src.display()))?;
-    let len = meta.len();
-    let mut new_sysid = false;
+        .with_context(|| format!("cannot stat '{}'", src.display()))?
+        .len();
     let seg = if n.kind.is_segment() {
         let mut page = vec![0u8; (LONG_PHD as u64).min(len) as usize];
         f.read_exact_at(&mut page, 0)
             .with_context(|| format!("cannot read '{}'", src.display()))?;
-        let s = check_first_page(&name, &n, len, &page).map_err(|m| {
+        Some(check_first_page(&name, &n, len, &page).map_err(|m| {
             anyhow!(
                 "'{}' is not a valid WAL segment: {m}; nothing was archived",
                 src.display()
             )
-        })?;
-        new_sysid = check_system_identifier(repo, s.sysid, src)?;
-        Some(s)
+        })?)
     } else {
         if len > crate::pg::max_file_size(n.kind) || len == 0 {
             bail!(
@@ -313,12 +305,52 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
         }
         None
     };
+    Ok(Opened {
+        name,
+        n,
+        f,
+        len,
+        seg,
+    })
+}
+
+/// Archives one file PostgreSQL hands to archive_command (`%p`), a segment with its
+/// block summary.
+pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
+    push_with(repo, src, true)
+}
+
+/// [`push`]; without `summaries` a segment is archived alone (incrementals over its
+/// range then read every page).
+pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
+    let t0 = Instant::now();
+    let Opened {
+        name,
+        n,
+        mut f,
+        len,
+        seg,
+    } = open_checked(src)?;
+    let new_sysid = match &seg {
+        Some(s) => check_system_identifier(repo, s.sysid, src)?,
+        None => false,
+    };
+    // An encrypted repository seals every file; a plain push into one is refused.
+    let master = repo.wal_master(true)?;
+    let object = format!("{name}.zst");
+    let sealed = |tmp: Temp, dir: &Path| -> Result<Temp> {
+        match &master {
+            Some(m) => seal::seal_file(m, &object, &tmp.path, dir),
+            None => Ok(tmp),
+        }
+    };
     let rel = format!("wal/{:08X}/{name}.zst", n.tli);
     let done = |outcome, hdr: &Header| Pushed {
         name: name.clone(),
         outcome,
         raw_bytes: hdr.raw,
         stored_bytes: hdr.stored,
+        blake3: hdr.blake3,
         seconds: t0.elapsed().as_secs_f64(),
         summary: None,
         cpu_seconds: crate::sys::cpu_seconds(),
@@ -402,7 +434,7 @@ fn summarize_into(
     t0: Instant,
 ) -> Result<()> {
     let cpu = crate::sys::cpu_seconds();
-    p.summary = write_summary(repo, &p.name, hdr, bytes, seg)?;
+    p.summary = write_summary(repo, &p.name, &hdr.blake3, bytes, seg)?;
     p.cpu_seconds = crate::sys::cpu_seconds();
     p.summary_cpu_seconds = p.cpu_seconds - cpu;
     p.seconds = t0.elapsed().as_secs_f64();
@@ -412,10 +444,10 @@ fn summarize_into(
 /// Summarizes an archived segment (its bytes as read) and stores the summary; says what
 /// it holds. The segment is durable already: an error here fails the push, and
 /// PostgreSQL's retry (AlreadyArchived) writes the summary then.
-fn write_summary(
+pub(super) fn write_summary(
     repo: &Repo,
     name: &str,
-    hdr: &Header,
+    blake3: &[u8; 32],
     bytes: &[u8],
     seg: Option<&SegInfo>,
 ) -> Result<Option<String>> {
@@ -425,7 +457,7 @@ fn write_summary(
     let prev = summary::previous(repo, name, seg_size);
     let sum = summary::summarize(
         name,
-        hdr.blake3,
+        *blake3,
         bytes,
         s.blcksz as usize,
         major,

@@ -33,7 +33,7 @@ const VERSION: u16 = 1;
 const HDR: usize = 132;
 /// Bounds checked before anything is allocated.
 const BODY_MAX: u64 = 1 << 30;
-const FILE_MAX: u64 = 1 << 30;
+pub const FILE_MAX: u64 = 1 << 30;
 const NOTE_MAX: usize = 4096;
 const ZSTD_LEVEL: i32 = 1;
 

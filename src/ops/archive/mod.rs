@@ -1,0 +1,162 @@
+//! WAL archiving as log backups: `archive-push` stores one file PostgreSQL hands to
+//! `archive_command` (or, `--async`, spools it and lets the pusher store it),
+//! `archive-get` restores one for `restore_command`.
+
+pub mod pusher;
+pub mod spool;
+
+use crate::format::seal::KeyUse;
+use crate::repo::{wal, Repo};
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default)]
+pub struct PushOptions {
+    /// The file to archive (`%p`).
+    pub path: PathBuf,
+    pub repo: String,
+    /// Archive a segment without its block summary (incrementals over it read every page).
+    pub no_summaries: bool,
+    /// `--sign`: the key makes a new or plain repository signed, not encrypted.
+    pub sign: bool,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GetOptions {
+    /// The WAL file name wanted (`%f`).
+    pub name: String,
+    /// Where it goes (`%p`).
+    pub dest: PathBuf,
+    pub repo: String,
+    /// Object-store options (`--s3-endpoint`).
+    pub store: crate::device::object::StoreOptions,
+}
+
+/// Archives one file: durable in the repository when this returns Ok.
+pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
+    if o.sign && o.store.key.is_none() {
+        bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+    }
+    let repo = Repo::open(&o.repo, true, &o.store)?;
+    if let (true, Some(source), None) = (o.sign, &o.store.key, repo.protection()) {
+        repo.key_for(source, KeyUse::Sign)?;
+    }
+    wal::push_with(&repo, &o.path, !o.no_summaries)
+}
+
+/// Restores one file, every byte checked; complete at `dest` or not there at all.
+/// `wal::NotArchived` (downcast) means the archive does not hold it; any other error
+/// means it is there but cannot be used, or the archive cannot be read.
+pub fn get(o: &GetOptions) -> Result<u64> {
+    let repo = Repo::open(&o.repo, false, &o.store)?;
+    wal::fetch(&repo, &o.name, &o.dest)
+}
+
+#[derive(Debug, Clone)]
+pub struct AsyncOptions {
+    /// The file to archive (`%p`).
+    pub path: PathBuf,
+    pub spool: PathBuf,
+    pub no_summaries: bool,
+    /// Past this many bytes waiting, every push warns (and still spools).
+    pub spool_max: u64,
+}
+
+/// The pusher, after a file was spooled.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Pusher {
+    /// One runs already (it holds the spool's lock).
+    Running,
+    /// This push started one.
+    Started { pid: u32 },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AsyncPushed {
+    pub name: String,
+    pub raw_bytes: u64,
+    /// The spool held these bytes already (a retried archive_command).
+    pub already: bool,
+    pub seconds: f64,
+    pub backlog: spool::Backlog,
+    pub pusher: Pusher,
+    /// What PostgreSQL's log should show: the spool past its limit, the pusher failing.
+    pub warnings: Vec<String>,
+}
+
+/// `archive-push --async`: the file durable in the spool (checked, summarized) when
+/// this returns; `start` starts a pusher when none runs, and returns its pid.
+pub fn push_async(
+    o: &AsyncOptions,
+    start: impl FnOnce(&Path) -> Result<u32>,
+) -> Result<AsyncPushed> {
+    let t0 = std::time::Instant::now();
+    let sp = spool::Spool::open(&o.spool)?;
+    let prev = wal::spooled::read_spooled_summary(&sp.dir.join(spool::LAST_SUM));
+    let got = wal::spooled::spool_copy(&o.path, &sp.ready(), prev.as_ref(), !o.no_summaries)
+        .map_err(|e| {
+            let full = e
+                .chain()
+                .filter_map(|c| c.downcast_ref::<std::io::Error>())
+                .any(crate::sys::is_enospc)
+                || format!("{e:#}").contains("No space left");
+            match full {
+                true => e.context(format!(
+                    "the spool '{}' is full: PostgreSQL keeps the file and retries (nothing is \
+                     lost); the pusher frees the spool as the repository takes its files (see \
+                     its pusher.json and pusher.log)",
+                    sp.dir.display()
+                )),
+                false => e,
+            }
+        })?;
+    if let Some(s) = &got.summary {
+        wal::spooled::write_durable(&sp.dir, spool::LAST_SUM, &s.encode())?;
+    }
+    let pusher = match sp.try_lock()? {
+        None => Pusher::Running,
+        Some(lock) => {
+            drop(lock);
+            Pusher::Started {
+                pid: start(&sp.dir)?,
+            }
+        }
+    };
+    let backlog = sp.backlog()?;
+    let mut warnings = vec![];
+    if backlog.bytes > o.spool_max {
+        warnings.push(format!(
+            "the spool '{}' holds {} files ({}), past its limit of {}: the repository does not \
+             keep up or cannot be reached; nothing is dropped, the spool grows until it does",
+            sp.dir.display(),
+            backlog.files,
+            crate::units::human(backlog.bytes),
+            crate::units::human(o.spool_max)
+        ));
+    }
+    if let (Some(e), Some(since)) = sp
+        .state()
+        .map(|s| (s.last_error, s.failing_since))
+        .unwrap_or_default()
+    {
+        warnings.push(format!(
+            "the pusher has failed to archive for {} s ({} files wait in '{}'): {e}",
+            spool::unix_now().saturating_sub(since),
+            backlog.files,
+            sp.dir.display()
+        ));
+    }
+    Ok(AsyncPushed {
+        name: got.name,
+        raw_bytes: got.raw_bytes,
+        already: got.already,
+        seconds: t0.elapsed().as_secs_f64(),
+        backlog,
+        pusher,
+        warnings,
+    })
+}

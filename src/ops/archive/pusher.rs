@@ -1,0 +1,192 @@
+//! The pusher of `archive-push --async`: ships what waits in the spool to the
+//! repository, several files at once, and removes each from the spool only once the
+//! repository holds it. A failure is retried (1 s, doubling to 16 s) until it passes:
+//! nothing is ever dropped. It ends once the spool stayed empty for `linger`.
+
+use super::spool::{unix_now, Backlog, PusherState, Spool};
+use crate::repo::wal::spooled::{push_spooled, read_spooled_summary, SUM_SUFFIX};
+use crate::repo::Repo;
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// At most this many files per round: files spooled meanwhile join the next one.
+const BATCH: usize = 64;
+const BACKOFF_MAX: Duration = Duration::from_secs(16);
+
+#[derive(Debug, Clone)]
+pub struct DrainOptions {
+    pub spool: PathBuf,
+    pub repo: String,
+    /// Files pushed at once.
+    pub process_max: usize,
+    /// How long an empty spool is watched before the pusher ends.
+    pub linger: Duration,
+    /// Give up (an error) once pushes have failed this long; None: retry for ever.
+    pub give_up: Option<Duration>,
+    /// How long to wait for a running pusher to end; None: end at once.
+    pub wait_for_lock: Option<Duration>,
+    pub store: crate::device::object::StoreOptions,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Drained {
+    /// False when another pusher held the spool: this one did nothing.
+    pub ran: bool,
+    pub pushed: u64,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub failures: u64,
+    pub seconds: f64,
+    /// What still waits (another pusher's, or files spooled as this one ended).
+    pub left: Backlog,
+}
+
+/// Pushes the spool empty. `say` gets one line per event (the log).
+pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
+    let t0 = Instant::now();
+    let spool = Spool::open(&o.spool)?;
+    let mut out = Drained::default();
+    let mut lock = spool.try_lock()?;
+    while lock.is_none() && t0.elapsed() < o.wait_for_lock.unwrap_or_default() {
+        std::thread::sleep(Duration::from_millis(100));
+        lock = spool.try_lock()?;
+    }
+    let Some(mut lock) = lock else {
+        out.left = spool.backlog()?;
+        return Ok(out);
+    };
+    out.ran = true;
+    let mut state = PusherState {
+        pid: std::process::id(),
+        updated: unix_now(),
+        ..PusherState::default()
+    };
+    spool.set_state(&state);
+    let mut repo: Option<Repo> = None;
+    let mut backoff = Duration::from_secs(1);
+    let mut idle = Instant::now();
+    loop {
+        if let Some(sig) = crate::interrupt::received() {
+            bail!(
+                "{}: {} files pushed, the rest stays in the spool",
+                crate::interrupt::error(sig),
+                out.pushed
+            );
+        }
+        for p in spool.orphan_summaries() {
+            let _ = std::fs::remove_file(p);
+        }
+        let waiting = spool.waiting()?;
+        if waiting.is_empty() {
+            if idle.elapsed() < o.linger {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            // A file spooled after the listing above finds the lock free and starts a
+            // pusher, or is seen here once the lock is given up.
+            drop(lock);
+            if spool.waiting()?.is_empty() {
+                break;
+            }
+            match spool.try_lock()? {
+                Some(l) => lock = l,
+                None => break,
+            }
+            continue;
+        }
+        idle = Instant::now();
+        let r = match &repo {
+            Some(r) => r,
+            None => match Repo::open(&o.repo, true, &o.store) {
+                Ok(r) => repo.insert(r),
+                Err(e) => {
+                    let e = format!("cannot open the repository: {e:#}");
+                    fail(&spool, &mut state, &mut out, &e, say, o, &mut backoff)?;
+                    continue;
+                }
+            },
+        };
+        let batch = &waiting[..waiting.len().min(BATCH)];
+        let results = crate::par::map_index(batch.len(), o.process_max.max(1), |i| {
+            let name = &batch[i].0;
+            let path = spool.ready().join(name);
+            let sum_path = spool.ready().join(format!("{name}{SUM_SUFFIX}"));
+            let sum = read_spooled_summary(&sum_path);
+            let p = push_spooled(r, &path, sum)?;
+            std::fs::remove_file(&path)?;
+            let _ = std::fs::remove_file(&sum_path);
+            Ok::<_, anyhow::Error>(p)
+        });
+        let mut failed = None;
+        for (res, (name, _)) in results.into_iter().zip(batch) {
+            match res {
+                Ok(p) => {
+                    out.pushed += 1;
+                    out.raw_bytes += p.raw_bytes;
+                    out.stored_bytes += p.stored_bytes;
+                    state.pushed += 1;
+                    state.last_pushed = Some(p.name.clone());
+                    say(&format!(
+                        "pushed {} ({:?}, {} -> {} bytes, {:.3} s)",
+                        p.name, p.outcome, p.raw_bytes, p.stored_bytes, p.seconds
+                    ));
+                }
+                Err(e) => failed = Some(format!("{name}: {e:#}")),
+            }
+        }
+        match failed {
+            Some(e) => fail(&spool, &mut state, &mut out, &e, say, o, &mut backoff)?,
+            None => {
+                backoff = Duration::from_secs(1);
+                state.last_error = None;
+                state.failing_since = None;
+                state.updated = unix_now();
+                spool.set_state(&state);
+            }
+        }
+    }
+    state.updated = unix_now();
+    spool.set_state(&state);
+    out.left = spool.backlog()?;
+    out.seconds = t0.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Records a failed round and waits before the next (or gives up past `give_up`).
+fn fail(
+    spool: &Spool,
+    state: &mut PusherState,
+    out: &mut Drained,
+    e: &str,
+    say: &mut dyn FnMut(&str),
+    o: &DrainOptions,
+    backoff: &mut Duration,
+) -> Result<()> {
+    out.failures += 1;
+    let since = *state.failing_since.get_or_insert(unix_now());
+    state.last_error = Some(e.to_string());
+    state.updated = unix_now();
+    spool.set_state(state);
+    say(&format!(
+        "push failed, retrying in {} s: {e}",
+        backoff.as_secs()
+    ));
+    if let Some(g) = o.give_up {
+        if unix_now().saturating_sub(since) >= g.as_secs() {
+            bail!(
+                "pushes have failed for {} s, the last: {e}; {} files stay in the spool '{}'",
+                unix_now().saturating_sub(since),
+                spool.backlog().map_or(0, |b| b.files),
+                spool.dir.display()
+            );
+        }
+    }
+    let until = Instant::now() + *backoff;
+    while Instant::now() < until && crate::interrupt::received().is_none() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    Ok(())
+}

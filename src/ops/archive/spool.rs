@@ -1,0 +1,164 @@
+//! The local spool of `archive-push --async`:
+//!
+//! ```text
+//! SPOOL/ready/NAME        a WAL file PostgreSQL handed over, durable, not yet in the repository
+//! SPOOL/ready/NAME.sum    its block summary (a segment's), made as it was spooled
+//! SPOOL/last.sum          the last spooled segment's summary: the next one continues it
+//! SPOOL/pusher.lock       held (flock) by the pusher while it runs
+//! SPOOL/pusher.json       the pusher's state: what waits, what it pushed, its last error
+//! SPOOL/pusher.log        the pusher's output
+//! ```
+//!
+//! A file leaves `ready/` only once the repository holds it durably (and its summary),
+//! so a pusher killed at any point loses nothing: the next one pushes it again, and a
+//! push of what the repository holds already is a no-op.
+
+use crate::pg::parse_name;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub const READY: &str = "ready";
+pub const LAST_SUM: &str = "last.sum";
+const LOCK: &str = "pusher.lock";
+const STATE: &str = "pusher.json";
+pub const LOG: &str = "pusher.log";
+/// pusher.json is a few hundred bytes; more is damage.
+const STATE_MAX: u64 = 64 << 10;
+/// The log is cut back to nothing past this size when a pusher starts.
+pub const LOG_MAX: u64 = 16 << 20;
+
+pub struct Spool {
+    pub dir: PathBuf,
+}
+
+/// What waits in the spool.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Backlog {
+    pub files: u64,
+    pub bytes: u64,
+    /// The oldest and newest names waiting.
+    pub oldest: Option<String>,
+    pub newest: Option<String>,
+}
+
+/// The pusher's state, as it last wrote it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PusherState {
+    pub pid: u32,
+    /// Unix seconds of this state.
+    pub updated: u64,
+    /// Files pushed by this pusher since it started.
+    pub pushed: u64,
+    pub last_pushed: Option<String>,
+    /// The last failure, and since when pushes fail (Unix seconds); None once a push
+    /// succeeds again.
+    pub last_error: Option<String>,
+    pub failing_since: Option<u64>,
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Spool {
+    /// The spool at `dir`, its directories made (private, as every file this process makes).
+    pub fn open(dir: &Path) -> Result<Spool> {
+        let ready = dir.join(READY);
+        fs::create_dir_all(&ready)
+            .with_context(|| format!("cannot create the spool directory '{}'", ready.display()))?;
+        Ok(Spool {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub fn ready(&self) -> PathBuf {
+        self.dir.join(READY)
+    }
+
+    /// The WAL files waiting, sorted (a timeline's history file before its segments),
+    /// with their sizes. Temp files, summaries and anything not named as WAL are skipped.
+    pub fn waiting(&self) -> Result<Vec<(String, u64)>> {
+        let ready = self.ready();
+        let mut out = vec![];
+        let rd = fs::read_dir(&ready)
+            .with_context(|| format!("cannot list the spool '{}'", ready.display()))?;
+        for e in rd {
+            let e = e.with_context(|| format!("cannot list the spool '{}'", ready.display()))?;
+            let Some(name) = e.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if parse_name(&name).is_none() {
+                continue;
+            }
+            match e.metadata() {
+                Ok(m) if m.is_file() => out.push((name, m.len())),
+                _ => {}
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    pub fn backlog(&self) -> Result<Backlog> {
+        let w = self.waiting()?;
+        Ok(Backlog {
+            files: w.len() as u64,
+            bytes: w.iter().map(|(_, b)| b).sum(),
+            oldest: w.first().map(|(n, _)| n.clone()),
+            newest: w.last().map(|(n, _)| n.clone()),
+        })
+    }
+
+    /// Summaries whose WAL file is gone (a pusher stopped between the two removals).
+    pub fn orphan_summaries(&self) -> Vec<PathBuf> {
+        let ready = self.ready();
+        let Ok(rd) = fs::read_dir(&ready) else {
+            return vec![];
+        };
+        rd.filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let n = e.file_name().to_str()?.to_string();
+                let stem = n.strip_suffix(crate::repo::wal::spooled::SUM_SUFFIX)?;
+                (parse_name(stem).is_some() && !ready.join(stem).exists()).then(|| e.path())
+            })
+            .collect()
+    }
+
+    /// The pusher's lock, taken without waiting; None when a pusher holds it.
+    pub fn try_lock(&self) -> Result<Option<fs::File>> {
+        let p = self.dir.join(LOCK);
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .with_context(|| format!("cannot open '{}'", p.display()))?;
+        match crate::sys::try_lock(&f).with_context(|| format!("cannot lock '{}'", p.display()))? {
+            true => Ok(Some(f)),
+            false => Ok(None),
+        }
+    }
+
+    pub fn state(&self) -> Option<PusherState> {
+        let f = crate::sys::open_regular(&self.dir.join(STATE)).ok()?;
+        let mut b = vec![];
+        use std::io::Read;
+        f.take(STATE_MAX).read_to_end(&mut b).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
+    /// Writes the pusher's state (informational: not synced).
+    pub fn set_state(&self, s: &PusherState) {
+        let tmp = self
+            .dir
+            .join(format!(".{STATE}.{}.tmp", std::process::id()));
+        let body = serde_json::to_vec_pretty(s).unwrap_or_default();
+        if fs::write(&tmp, body).is_ok() && fs::rename(&tmp, self.dir.join(STATE)).is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! WAL files in a local spool (`archive-push --async`): checked and summarized as a
+//! push checks them, copied durably beside nothing of the repository, and pushed from
+//! there later.
+
+use super::summary::{Summary, HEAD_SKIPPED};
+use super::*;
+
+/// A WAL file copied into a spool.
+#[derive(Debug)]
+pub struct Spooled {
+    pub name: String,
+    pub raw_bytes: u64,
+    /// The spool held this file already, with the same bytes: nothing was written.
+    pub already: bool,
+    /// The block summary written beside it (a segment's, when asked for).
+    pub summary: Option<Summary>,
+}
+
+/// The suffix of a spooled segment's block summary.
+pub const SUM_SUFFIX: &str = ".sum";
+
+/// Copies WAL file `src` into directory `dir` as `dir/NAME`, every page checked and
+/// hashed, with its block summary as `dir/NAME.sum` (summarized with `prev`, the
+/// previous segment's, when given). Durable when this returns: the summary first, the
+/// file last, then the directory synced. A file already there with other bytes is
+/// refused, never replaced.
+pub fn spool_copy(
+    src: &Path,
+    dir: &Path,
+    prev: Option<&Summary>,
+    summaries: bool,
+) -> Result<Spooled> {
+    let Opened {
+        name,
+        n,
+        mut f,
+        len,
+        seg,
+    } = open_checked(src)?;
+    let summarized = summaries && n.kind == Kind::Segment;
+    let map = match summarized {
+        true => Some(
+            crate::sys::map_file(&f, len)
+                .with_context(|| format!("cannot map '{}' to read it", src.display()))?,
+        ),
+        false => None,
+    };
+    let fin = dir.join(&name);
+    let (tmp, mut out) = temp_beside(dir, &name)?;
+    let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
+    let hash = {
+        let mut w = io::BufWriter::with_capacity(CHUNK, &mut out);
+        let h = scan(
+            &mut f,
+            src,
+            len,
+            &n,
+            seg.as_ref(),
+            Some(&mut w),
+            map.as_deref(),
+        )?;
+        w.flush().map_err(werr)?;
+        h
+    };
+    if let Some(have) = spooled_hash(&fin)? {
+        if have == hash {
+            return Ok(Spooled {
+                name,
+                raw_bytes: len,
+                already: true,
+                summary: None,
+            });
+        }
+        bail!(
+            "'{}' is spooled already with other content than '{}' (BLAKE3 {} against {}): \
+             refused, the spooled copy is unchanged (two clusters archiving through one spool?)",
+            fin.display(),
+            src.display(),
+            &hex::encode(have.as_bytes())[..16],
+            &hex::encode(hash.as_bytes())[..16]
+        );
+    }
+    out.sync_all().map_err(werr)?;
+    let summary = match (&map, &seg) {
+        (Some(bytes), Some(s)) => {
+            let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
+            let prev = prev.filter(|p| previous_name(&name, len).as_deref() == Some(&p.segment));
+            let sum = summary::summarize(
+                &name,
+                *hash.as_bytes(),
+                bytes,
+                s.blcksz as usize,
+                major,
+                prev,
+            );
+            write_durable(dir, &format!("{name}{SUM_SUFFIX}"), &sum.encode())?;
+            Some(sum)
+        }
+        _ => None,
+    };
+    fs::rename(&tmp.path, &fin).with_context(|| format!("cannot create '{}'", fin.display()))?;
+    sync_dir(dir)?;
+    Ok(Spooled {
+        name,
+        raw_bytes: len,
+        already: false,
+        summary,
+    })
+}
+
+/// The name of the segment before segment `name` (of `seg_size` bytes), on its timeline.
+fn previous_name(name: &str, seg_size: u64) -> Option<String> {
+    let (tli, segno) = crate::pg::parse_segment_name(name, seg_size)?;
+    Some(segment_name_for(tli, segno.checked_sub(1)?, seg_size))
+}
+
+/// BLAKE3 of a spooled file, or None when there is none.
+fn spooled_hash(p: &Path) -> Result<Option<blake3::Hash>> {
+    let mut f = match crate::sys::open_regular(p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow!("cannot open '{}': {e}", p.display())),
+    };
+    let mut h = blake3::Hasher::new();
+    io::copy(&mut f, &mut h).with_context(|| format!("cannot read '{}'", p.display()))?;
+    Ok(Some(h.finalize()))
+}
+
+/// Writes `bytes` as `dir/name` through a synced temp file and a rename.
+pub fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let (tmp, mut f) = temp_beside(dir, name)?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
+    let fin = dir.join(name);
+    fs::rename(&tmp.path, &fin).with_context(|| format!("cannot create '{}'", fin.display()))
+}
+
+/// Reads a spooled summary, bounded; None when absent or unreadable (the push then
+/// summarizes again).
+pub fn read_spooled_summary(p: &Path) -> Option<Summary> {
+    let f = crate::sys::open_regular(p).ok()?;
+    let mut b = vec![];
+    f.take(summary::FILE_MAX).read_to_end(&mut b).ok()?;
+    Summary::decode(&b).ok()
+}
+
+/// Pushes a spooled file into the repository with the summary made when it was
+/// spooled: stored when it covers its segment's head and belongs to these bytes;
+/// otherwise summarized again from the repository's previous summary, as a push does.
+pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pushed> {
+    let mut p = push_with(repo, path, false)?;
+    let Some(s) = sum else { return Ok(p) };
+    // A file archived just now has no summary yet; a retried one may have one.
+    if p.outcome != Outcome::Archived && !summary::wanted(repo, &p.name, &p.blake3, p.raw_bytes) {
+        return Ok(p);
+    }
+    if s.segment == p.name && s.segment_blake3 == p.blake3 && s.flags & HEAD_SKIPPED == 0 {
+        summary::store(repo, &s).with_context(|| {
+            format!(
+                "{} is archived, but its block summary could not be stored",
+                p.name
+            )
+        })?;
+        return Ok(p);
+    }
+    let t0 = Instant::now();
+    let Opened { f, len, seg, .. } = open_checked(path)?;
+    if len == p.raw_bytes {
+        let bytes = crate::sys::map_file(&f, len)
+            .with_context(|| format!("cannot map '{}' to read it", path.display()))?;
+        p.summary = write_summary(repo, &p.name, &p.blake3, &bytes, seg.as_ref())?;
+        p.seconds += t0.elapsed().as_secs_f64();
+    }
+    Ok(p)
+}

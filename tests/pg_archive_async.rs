@@ -1,0 +1,290 @@
+//! `archive-push --async`: PostgreSQL hands each WAL file to a local spool and goes on;
+//! a background pusher stores them in the repository. Nothing is lost when the store
+//! goes away, the pusher is killed mid-batch, the spool's disk fills or the server
+//! restarts: once things recover the repository's WAL is gap-free (a restore to the
+//! newest point recovers every row) and every segment has its block summary.
+
+mod common;
+
+use common::pg::{check_restored, postgres_dir, restore_repo, Pg};
+use common::stores::{shared, Minio};
+use common::*;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn rows(pg: &Pg) -> String {
+    pg.sql("SELECT count(*) || '/' || sum(g) FROM t")
+}
+
+/// WAL files waiting in the spool.
+fn waiting(spool: &Path) -> usize {
+    fs::read_dir(spool.join("ready")).map_or(0, |d| {
+        d.filter_map(|e| e.ok())
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                !n.starts_with('.') && !n.ends_with(".sum")
+            })
+            .count()
+    })
+}
+
+fn wait_empty(spool: &Path, secs: u64) {
+    let t0 = Instant::now();
+    while waiting(spool) > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{} files still spooled; pusher log:\n{}",
+            waiting(spool),
+            fs::read_to_string(spool.join("pusher.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn pusher_state(spool: &Path) -> serde_json::Value {
+    serde_json::from_slice(&fs::read(spool.join("pusher.json")).unwrap_or_default())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn add(pg: &Pg, from: u32, to: u32) {
+    pg.sql(&format!(
+        "INSERT INTO t SELECT g FROM generate_series({from}, {to}) g"
+    ));
+}
+
+#[test]
+fn async_archiving_loses_nothing_through_a_store_outage_a_killed_pusher_and_a_restart() {
+    let _ = shared(); // the credentials in the environment
+    let mut m = Minio::start();
+    m.admin(&["mkbucket", "pvas"]);
+    let ep = m.endpoint();
+    let repo = "s3://pvas/r";
+    let dir = postgres_dir("async");
+    let spool = dir.join("spool");
+    // Each push against a dead store gives up after 2 s (then the pusher backs off).
+    std::env::set_var("PAGEVAULT_RETRY_SECONDS", "2");
+    let push = format!(
+        "{} archive-push %p --repo {repo} --s3-endpoint {ep} --async --spool {} --spool-max 40M",
+        bin(),
+        spool.display()
+    );
+    let mut pg = Pg::start(true, Some(&push));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    ok(&[
+        "backup",
+        "--source",
+        &url,
+        "--repo",
+        repo,
+        "--s3-endpoint",
+        &ep,
+    ]);
+
+    // The store goes away: archiving goes on into the spool, the pusher fails and says so.
+    m.kill();
+    let mut n = 1000;
+    for _ in 0..4 {
+        add(&pg, n + 1, n + 1000);
+        n += 1000;
+        pg.switch_and_wait();
+    }
+    assert!(waiting(&spool) >= 4, "{} spooled", waiting(&spool));
+    let t0 = Instant::now();
+    while pusher_state(&spool)["last_error"].is_null() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{}",
+            pusher_state(&spool)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    add(&pg, n + 1, n + 1000);
+    n += 1000;
+    pg.switch_and_wait();
+    let log = pg.log();
+    assert!(
+        log.contains("WARNING: the pusher has failed to archive")
+            && log.contains("past its limit of 40 MiB"),
+        "{log}"
+    );
+
+    // The pusher is killed mid-batch; the store comes back; the next push starts a new
+    // pusher, which finishes the killed one's work.
+    let pid = pusher_state(&spool)["pid"].as_u64().unwrap();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    m.restart();
+    // PostgreSQL restarts while files wait.
+    pg.stop();
+    pg.pg_ctl_start();
+    add(&pg, n + 1, n + 1000);
+    n += 1000;
+    pg.switch_and_wait();
+    wait_empty(&spool, 120);
+    let state = pusher_state(&spool);
+    assert_ne!(state["pid"].as_u64(), Some(pid), "{state}");
+    assert!(state["last_error"].is_null(), "{state}");
+    let want = rows(&pg);
+    assert_eq!(want, format!("{n}/{}", (n as u64) * (n as u64 + 1) / 2));
+    let last = pg.switch_and_wait();
+    wait_empty(&spool, 60);
+    pg.stop();
+
+    // Every segment has its summary beside it.
+    let listed = m.admin(&["ls", "pvas", &format!("r/wal/{}/", &last[..8])]);
+    let keys: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split('\t').next())
+        .collect();
+    let segs: Vec<&str> = keys
+        .iter()
+        .filter_map(|k| k.rsplit('/').next()?.strip_suffix(".zst"))
+        .filter(|n| n.len() == 24)
+        .collect();
+    let sums = keys.iter().filter(|k| k.ends_with(".sum")).count();
+    assert!(
+        segs.len() >= 7 && sums == segs.len(),
+        "{} segments, {sums} summaries:\n{listed}",
+        segs.len()
+    );
+
+    // Gap-free: the newest point has every row.
+    let (target, j) = restore_repo(repo, &["--s3-endpoint", &ep]);
+    assert_eq!(j["wal"]["verified"], true, "{j}");
+    check_restored(&target, &want, rows);
+}
+
+/// Unmounts the small file system on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // The pusher may linger a moment after its last push.
+        for _ in 0..50 {
+            if Command::new("umount")
+                .arg(&self.0)
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository_returns() {
+    let dir = postgres_dir("fullspool");
+    let spool = dir.join("spool");
+    fs::create_dir(&spool).unwrap();
+    let uid = String::from_utf8(
+        Command::new("id")
+            .args(["-u", "postgres"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    // Room for two segments and their summaries, not three.
+    let mounted = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size=40m,mode=0700,uid={}", uid.trim()),
+            "tmpfs",
+        ])
+        .arg(&spool)
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "cannot mount a tmpfs (the tests run as root)"
+    );
+    let _mount = Tmpfs(spool.clone());
+    let repo_dir = dir.join("repo");
+    let repo = s(&repo_dir);
+    let push = format!(
+        "{} archive-push %p --repo {repo} --async --spool {}",
+        bin(),
+        spool.display()
+    );
+    let pg = Pg::start(true, Some(&push));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    ok(&["backup", "--source", &url, "--repo", &repo]);
+
+    // The repository cannot be written (its directory closed to the server's user):
+    // the spool fills, then pushes fail and pg_wal keeps what follows.
+    let chmod = |mode: &str| {
+        assert!(Command::new("chmod")
+            .args([mode, &repo])
+            .status()
+            .unwrap()
+            .success())
+    };
+    chmod("000");
+    let mut n = 1000;
+    for _ in 0..4 {
+        add(&pg, n + 1, n + 1000);
+        n += 1000;
+        pg.sql("SELECT pg_switch_wal()");
+    }
+    let t0 = Instant::now();
+    while pg.sql_num::<u64>("SELECT failed_count FROM pg_stat_archiver") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{}", pg.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = pg.log();
+    assert!(
+        log.contains("is full: PostgreSQL keeps the file and retries"),
+        "{log}"
+    );
+    let ready = fs::read_dir(pg.data.join("pg_wal/archive_status"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".ready")
+        })
+        .count();
+    assert!(ready >= 1, "no .ready file left in pg_wal");
+
+    // The repository returns: the pusher empties the spool, PostgreSQL's retries
+    // succeed, and the WAL in the repository is gap-free.
+    chmod("700");
+    wait_empty(&spool, 120);
+    add(&pg, n + 1, n + 1000);
+    n += 1000;
+    let want = rows(&pg);
+    assert_eq!(want, format!("{n}/{}", (n as u64) * (n as u64 + 1) / 2));
+    pg.switch_and_wait();
+    wait_empty(&spool, 60);
+    // By hand, with nothing left: says so.
+    let out = ok(&[
+        "archive-push",
+        "--drain",
+        "--spool",
+        &s(&spool),
+        "--repo",
+        &repo,
+    ]);
+    assert!(
+        out.contains("pushed 0 files") && out.contains("0 files wait"),
+        "{out}"
+    );
+    drop(pg);
+    let (target, j) = restore_repo(&repo, &[]);
+    assert_eq!(j["wal"]["verified"], true, "{j}");
+    check_restored(&target, &want, rows);
+}
