@@ -288,3 +288,132 @@ fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository
     assert_eq!(j["wal"]["verified"], true, "{j}");
     check_restored(&target, &want, rows);
 }
+
+/// Files in the prefetch directory named as WAL (fetched) or NAME.error (failed).
+fn prefetched(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir).map_or(vec![], |d| {
+        d.filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.len() == 24 || n.ends_with(".error"))
+            .collect()
+    });
+    v.sort();
+    v
+}
+
+#[test]
+fn archive_get_prefetches_the_next_segments_checked_and_a_damaged_one_fails_as_if_fetched() {
+    let dir = postgres_dir("prefetch");
+    let repo_dir = dir.join("repo");
+    let repo = s(&repo_dir);
+    let pg = Pg::start(true, Some(&common::pg::push_cmd(&repo)));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    let mut segs = vec![];
+    for i in 0..6 {
+        add(&pg, 1001 + i * 1000, 2000 + i * 1000);
+        segs.push(pg.switch_and_wait());
+    }
+    drop(pg);
+    let wal = |n: &str| repo_dir.join("wal").join(&n[..8]).join(format!("{n}.zst"));
+    // What each segment restores to, fetched without prefetch.
+    let plain = dir.join("plain");
+    fs::create_dir(&plain).unwrap();
+    let get = |name: &str, dest: &Path, extra: &[&str]| {
+        let d = s(dest);
+        let mut a = vec!["archive-get", name, &d, "--repo", &repo];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    for n in &segs[..4] {
+        assert_eq!(get(n, &plain.join(n), &["--prefetch", "0"]).code, 0);
+    }
+    assert!(!plain.join("pagevault-prefetch").exists());
+    // The fourth segment is damaged in the archive before anything fetches it ahead.
+    let good4 = fs::read(wal(&segs[3])).unwrap();
+    let mut bad = good4.clone();
+    let at = bad.len() - 100;
+    bad[at] ^= 0x55;
+    fs::write(wal(&segs[3]), &bad).unwrap();
+
+    // As PostgreSQL asks: the destination is RECOVERYXLOG, prefetch is on.
+    let pg_wal = dir.join("pg_wal");
+    fs::create_dir(&pg_wal).unwrap();
+    let dest = pg_wal.join("RECOVERYXLOG");
+    let ahead = pg_wal.join("pagevault-prefetch");
+    let r = get(&segs[0], &dest, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        fs::read(&dest).unwrap(),
+        fs::read(plain.join(&segs[0])).unwrap()
+    );
+    let t0 = Instant::now();
+    while prefetched(&ahead).len() < 5 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{:?}\n{}",
+            prefetched(&ahead),
+            fs::read_to_string(ahead.join("fetcher.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let want: Vec<String> = vec![
+        segs[1].clone(),
+        segs[2].clone(),
+        format!("{}.error", segs[3]),
+        segs[4].clone(),
+        segs[5].clone(),
+    ];
+    assert_eq!(prefetched(&ahead), want);
+
+    // A prefetched segment is handed over even once the archive lost it.
+    fs::remove_file(wal(&segs[1])).unwrap();
+    let r = get(&segs[1], &dest, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        fs::read(&dest).unwrap(),
+        fs::read(plain.join(&segs[1])).unwrap()
+    );
+    // The damaged one fails exactly as a fetch of it fails: 126, naming the damage.
+    let direct = get(&segs[3], &plain.join("x"), &["--prefetch", "0"]);
+    let r = get(&segs[3], &dest, &[]);
+    assert_eq!((direct.code, r.code), (126, 126), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("damaged") && r.stderr.contains(&segs[3]),
+        "{}",
+        r.stderr
+    );
+    // Repaired, it is fetched again and served.
+    fs::write(wal(&segs[3]), &good4).unwrap();
+    let r = get(&segs[3], &dest, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        fs::read(&dest).unwrap(),
+        fs::read(plain.join(&segs[3])).unwrap()
+    );
+    // The end of the archive: exit 1, and the prefetch directory is gone.
+    let t0 = Instant::now();
+    while ahead.join("fetcher.lock").exists()
+        && !prefetched(&ahead).is_empty()
+        && t0.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let next = format!(
+        "{}{:08X}",
+        &segs[5][..16],
+        u32::from_str_radix(&segs[5][16..], 16).unwrap() + 1
+    );
+    let r = get(&next, &dest, &[]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let t0 = Instant::now();
+    while ahead.exists() {
+        // A fetcher still running keeps its lock file there: the next end removes it.
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            prefetched(&ahead)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        get(&next, &dest, &[]);
+    }
+}

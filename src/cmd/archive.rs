@@ -91,6 +91,42 @@ pub struct GetArgs {
     /// The repository to fetch from.
     #[arg(long)]
     pub repo: String,
+    /// Segments fetched ahead, in the background and several at once, while PostgreSQL
+    /// replays this one; each checked as archive-get checks a file before it is handed
+    /// over. Default: 8 when PostgreSQL asks (the destination is pg_wal/RECOVERYXLOG),
+    /// else 0 (off).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub prefetch: Option<u16>,
+    /// Where prefetched segments wait (default: pagevault-prefetch beside the
+    /// destination, in pg_wal; removed at the end of the archive).
+    #[arg(long)]
+    pub prefetch_dir: Option<PathBuf>,
+    /// The background fetcher: fetch the window after NAME (segments of this many bytes).
+    #[arg(long, hide = true)]
+    pub fetch_ahead: Option<u64>,
+}
+
+impl GetArgs {
+    fn options(&self, store: &StoreOptions) -> archive::GetOptions {
+        let asked_by_server = self.dest.file_name().is_some_and(|n| n == "RECOVERYXLOG");
+        let prefetch = self
+            .prefetch
+            .map_or(if asked_by_server { 8 } else { 0 }, usize::from);
+        let prefetch_dir = self.prefetch_dir.clone().unwrap_or_else(|| {
+            let parent = self.dest.parent().filter(|p| !p.as_os_str().is_empty());
+            parent
+                .unwrap_or(Path::new("."))
+                .join(archive::prefetch::DEFAULT_DIR)
+        });
+        archive::GetOptions {
+            name: self.name.clone(),
+            dest: self.dest.clone(),
+            repo: self.repo.clone(),
+            prefetch,
+            prefetch_dir,
+            store: store.clone(),
+        }
+    }
 }
 
 pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
@@ -165,31 +201,14 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
     Ok(())
 }
 
-/// Starts `pagevault` again in the background with this command's arguments and
-/// `--drain`: the pusher, in its own process group (PostgreSQL's signals to the
-/// archiver stop it not), its output appended to the spool's log.
+/// Starts this archive-push again in the background with `--drain --pusher`.
 fn start_pusher(spool: &Path) -> Result<u32> {
-    use std::process::{Command, Stdio};
-    let logp = spool.join(archive::spool::LOG);
-    if std::fs::metadata(&logp).is_ok_and(|m| m.len() > archive::spool::LOG_MAX) {
-        let _ = std::fs::remove_file(&logp);
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&logp)
-        .with_context(|| format!("cannot open the pusher's log '{}'", logp.display()))?;
-    let exe = std::env::current_exe().context("cannot find pagevault's own binary")?;
-    let child = Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .args(["--drain", "--pusher"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("cannot start the pusher")?;
-    Ok(child.id())
+    spawn_self(
+        &spool.join(archive::spool::LOG),
+        archive::spool::LOG_MAX,
+        &["--drain".to_string(), "--pusher".to_string()],
+    )
+    .context("cannot start the pusher")
 }
 
 fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
@@ -234,6 +253,43 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
     Ok(())
 }
 
+/// Starts this archive-get again in the background as the prefetch fetcher.
+fn start_fetcher(dir: &Path, seg_size: u64) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
+    spawn_self(
+        &dir.join(archive::prefetch::LOG),
+        archive::prefetch::LOG_MAX,
+        &["--fetch-ahead".to_string(), seg_size.to_string()],
+    )
+    .map(|_| ())
+}
+
+/// Starts `pagevault` again with this command's arguments and `extra`, in the
+/// background: in its own process group (PostgreSQL's signals to its archiver or
+/// startup process stop it not), its output appended to `log` (cut back past `max`).
+fn spawn_self(log: &Path, max: u64, extra: &[String]) -> Result<u32> {
+    use std::process::{Command, Stdio};
+    if std::fs::metadata(log).is_ok_and(|m| m.len() > max) {
+        let _ = std::fs::remove_file(log);
+    }
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot open the log '{}'", log.display()))?;
+    let exe = std::env::current_exe().context("cannot find pagevault's own binary")?;
+    let child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .context("cannot start it")?;
+    Ok(child.id())
+}
+
 /// archive-get's status for a file that is there but cannot be used: above 125.
 pub const GET_FATAL: u8 = 126;
 
@@ -246,12 +302,33 @@ pub fn get_status(e: &anyhow::Error) -> u8 {
 }
 
 pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
-    let fetched = archive::get(&archive::GetOptions {
-        name: a.name.clone(),
-        dest: a.dest,
-        repo: a.repo,
-        store: store.clone(),
-    });
+    let o = a.options(store);
+    if let Some(seg_size) = a.fetch_ahead {
+        let names = archive::prefetch::window(&o.name, seg_size, o.prefetch);
+        let f = archive::prefetch::fetch_ahead(&archive::prefetch::FetchOptions {
+            dir: o.prefetch_dir,
+            repo: o.repo,
+            names,
+            store: o.store,
+        })?;
+        println!(
+            "{} pagevault[{}]: after {}: fetched {} segments ({}), {} not archived yet, {} failed",
+            chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
+            std::process::id(),
+            a.name,
+            f.fetched,
+            human(f.bytes),
+            f.absent,
+            f.failed
+        );
+        return Ok(());
+    }
+    let fetched = archive::get(&o, start_fetcher);
+    if let Ok(g) = &fetched {
+        if let Some(w) = &g.warning {
+            eprintln!("pagevault: WARNING: {w}");
+        }
+    }
     match fetched {
         Ok(_) => Ok(()),
         Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => {

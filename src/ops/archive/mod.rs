@@ -2,6 +2,7 @@
 //! `archive_command` (or, `--async`, spools it and lets the pusher store it),
 //! `archive-get` restores one for `restore_command`.
 
+pub mod prefetch;
 pub mod pusher;
 pub mod spool;
 
@@ -31,8 +32,20 @@ pub struct GetOptions {
     /// Where it goes (`%p`).
     pub dest: PathBuf,
     pub repo: String,
+    /// Segments fetched ahead (0: none), into `prefetch_dir`.
+    pub prefetch: usize,
+    pub prefetch_dir: PathBuf,
     /// Object-store options (`--s3-endpoint`).
     pub store: crate::device::object::StoreOptions,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Got {
+    pub bytes: u64,
+    /// Handed over from the prefetch directory.
+    pub prefetched: bool,
+    /// The fetcher could not be started (the fetch itself succeeded).
+    pub warning: Option<String>,
 }
 
 /// Archives one file: durable in the repository when this returns Ok.
@@ -49,10 +62,48 @@ pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
 
 /// Restores one file, every byte checked; complete at `dest` or not there at all.
 /// `wal::NotArchived` (downcast) means the archive does not hold it; any other error
-/// means it is there but cannot be used, or the archive cannot be read.
-pub fn get(o: &GetOptions) -> Result<u64> {
-    let repo = Repo::open(&o.repo, false, &o.store)?;
-    wal::fetch(&repo, &o.name, &o.dest)
+/// means it is there but cannot be used, or the archive cannot be read. With prefetch,
+/// a segment fetched ahead is handed over, and `start(dir, seg_size)` is asked to fetch
+/// the next ones when no fetcher runs and some are missing.
+pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Result<Got> {
+    let is_seg = crate::pg::parse_name(&o.name).is_some_and(|n| n.kind == crate::pg::Kind::Segment);
+    let direct = || -> Result<u64> {
+        let repo = Repo::open(&o.repo, false, &o.store)?;
+        wal::fetch(&repo, &o.name, &o.dest)
+    };
+    if o.prefetch == 0 || !is_seg {
+        return direct().map(|bytes| Got {
+            bytes,
+            prefetched: false,
+            warning: None,
+        });
+    }
+    let dir = &o.prefetch_dir;
+    let prefetched = prefetch::take(dir, &o.name, &o.dest)?;
+    let bytes = match prefetched {
+        true => std::fs::metadata(&o.dest)?.len(),
+        false => direct().inspect_err(|e| {
+            // The end of the archive: nothing ahead serves any more.
+            if e.downcast_ref::<wal::NotArchived>().is_some() {
+                prefetch::clean(dir, &o.name, &[], true);
+            }
+        })?,
+    };
+    let mut warning = None;
+    let win = prefetch::window(&o.name, bytes, o.prefetch);
+    if !prefetch::running(dir) {
+        prefetch::clean(dir, &o.name, &win, false);
+        if !prefetch::missing(dir, &win).is_empty() {
+            if let Err(e) = start(dir, bytes) {
+                warning = Some(format!("WAL prefetch could not start: {e:#}"));
+            }
+        }
+    }
+    Ok(Got {
+        bytes,
+        prefetched,
+        warning,
+    })
 }
 
 #[derive(Debug, Clone)]

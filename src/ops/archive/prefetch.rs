@@ -1,0 +1,156 @@
+//! WAL prefetch for `archive-get`: while PostgreSQL replays one segment, a background
+//! fetcher brings the next ones into a local directory, several at once, each checked
+//! exactly as archive-get checks a file (header, CRC32C, size, BLAKE3, envelope) before
+//! it is renamed into place. archive-get hands a prefetched segment over with a rename.
+//!
+//! ```text
+//! DIR/NAME            a segment fetched and checked, waiting for PostgreSQL to ask for it
+//! DIR/NAME.error      why NAME could not be fetched (archive-get then fetches it itself,
+//!                     and fails or succeeds exactly as without prefetch)
+//! DIR/fetcher.lock    held (flock) by the fetcher while it runs
+//! DIR/fetcher.log     its output
+//! ```
+
+use crate::pg::{parse_name, parse_segment_name, segment_name_for, Kind};
+use crate::repo::{wal, Repo};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_DIR: &str = "pagevault-prefetch";
+const LOCK: &str = "fetcher.lock";
+pub const LOG: &str = "fetcher.log";
+pub const LOG_MAX: u64 = 16 << 20;
+const ERROR: &str = ".error";
+/// Fetches at once.
+const THREADS: usize = 4;
+
+/// The segments after `name` (of `seg_size` bytes) on its timeline: the window.
+pub fn window(name: &str, seg_size: u64, n: usize) -> Vec<String> {
+    let Some((tli, segno)) = parse_segment_name(name, seg_size) else {
+        return vec![];
+    };
+    (1..=n as u64)
+        .map(|i| segment_name_for(tli, segno + i, seg_size))
+        .collect()
+}
+
+/// Hands a prefetched `name` over as `dest` (a rename, or a copy across file systems).
+/// False when it is not there. A recorded fetch error is dropped: the caller fetches
+/// the file itself.
+pub fn take(dir: &Path, name: &str, dest: &Path) -> Result<bool> {
+    let _ = fs::remove_file(dir.join(format!("{name}{ERROR}")));
+    let p = dir.join(name);
+    if !p.is_file() {
+        return Ok(false);
+    }
+    if fs::rename(&p, dest).is_err() {
+        fs::copy(&p, dest)
+            .with_context(|| format!("cannot copy '{}' to '{}'", p.display(), dest.display()))?;
+        let _ = fs::remove_file(&p);
+    }
+    Ok(true)
+}
+
+/// Removes what no longer serves (call it while no fetcher runs): segments and errors
+/// before `name` or on another timeline, outside the window `keep`. Everything, with
+/// `all` (the end of the archive).
+pub fn clean(dir: &Path, name: &str, keep: &[String], all: bool) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.filter_map(|e| e.ok()) {
+        let f = e.file_name().to_string_lossy().into_owned();
+        let stem = f.strip_suffix(ERROR).unwrap_or(&f);
+        let stale = match parse_name(stem) {
+            Some(n) if n.kind == Kind::Segment => {
+                all || (stem < name || stem[..8] != name[..8]) && !keep.iter().any(|k| k == stem)
+            }
+            // A killed fetcher's temp file: only once prefetch ends.
+            _ => all && f.starts_with('.') && f.ends_with(".tmp"),
+        };
+        if stale {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    if all {
+        let _ = fs::remove_file(dir.join(LOG));
+        let _ = fs::remove_file(dir.join(LOCK));
+        let _ = fs::remove_dir(dir);
+    }
+}
+
+/// The names of the window neither fetched nor failed yet.
+pub fn missing(dir: &Path, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| !dir.join(n).is_file() && !dir.join(format!("{n}{ERROR}")).exists())
+        .cloned()
+        .collect()
+}
+
+/// Whether a fetcher runs (holds the lock).
+pub fn running(dir: &Path) -> bool {
+    lock(dir).is_ok_and(|l| l.is_none())
+}
+
+fn lock(dir: &Path) -> Result<Option<fs::File>> {
+    let p = dir.join(LOCK);
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .with_context(|| format!("cannot open '{}'", p.display()))?;
+    Ok(crate::sys::try_lock(&f)?.then_some(f))
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchOptions {
+    pub dir: PathBuf,
+    pub repo: String,
+    pub names: Vec<String>,
+    pub store: crate::device::object::StoreOptions,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Fetched {
+    pub ran: bool,
+    pub fetched: u64,
+    pub bytes: u64,
+    /// Names the archive does not hold (yet).
+    pub absent: u64,
+    pub failed: u64,
+}
+
+/// The fetcher: each missing name of the window fetched into `dir`, checked, several
+/// at once; a failure recorded beside it.
+pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
+    let mut out = Fetched::default();
+    fs::create_dir_all(&o.dir).with_context(|| format!("cannot create '{}'", o.dir.display()))?;
+    let Some(_lock) = lock(&o.dir)? else {
+        return Ok(out);
+    };
+    out.ran = true;
+    let names = missing(&o.dir, &o.names);
+    if names.is_empty() {
+        return Ok(out);
+    }
+    let repo = Repo::open(&o.repo, false, &o.store)?;
+    let got = crate::par::map_index(names.len(), THREADS.min(names.len()), |i| {
+        wal::fetch(&repo, &names[i], &o.dir.join(&names[i]))
+    });
+    for (r, name) in got.into_iter().zip(&names) {
+        match r {
+            Ok(b) => {
+                out.fetched += 1;
+                out.bytes += b;
+            }
+            Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => out.absent += 1,
+            Err(e) => {
+                out.failed += 1;
+                let _ = fs::write(o.dir.join(format!("{name}{ERROR}")), format!("{e:#}\n"));
+            }
+        }
+    }
+    Ok(out)
+}
