@@ -177,6 +177,11 @@ pub trait Restorer {
     fn check_entries(&self, _m: &Manifest) -> Result<()> {
         Ok(())
     }
+    /// A delta restore's target, which holds something: refused unless it is what the
+    /// set restores (PostgreSQL: a data directory).
+    fn check_delta_target(&self, _to: &Path) -> Result<()> {
+        Ok(())
+    }
     /// Settles where the set's paths go, from its source facts.
     fn plan(&mut self, _extra: &Extra) -> Result<()> {
         Ok(())
@@ -187,8 +192,9 @@ pub trait Restorer {
         Ok(())
     }
     /// Makes the places outside the target private to this process before anything
-    /// is written there (after `check_places`, once the target is prepared).
-    fn claim_places(&mut self) -> Result<()> {
+    /// is written there (after `check_places`, once the target is prepared); `keep`
+    /// (a delta restore) keeps what they hold.
+    fn claim_places(&mut self, _keep: bool) -> Result<()> {
         Ok(())
     }
     /// Where a set path is restored.

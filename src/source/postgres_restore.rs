@@ -53,6 +53,18 @@ impl Restorer for PgRestorer {
         check_not_running(to)
     }
 
+    fn check_delta_target(&self, to: &Path) -> Result<()> {
+        let holds = fs::read_dir(to).is_ok_and(|mut d| d.next().is_some());
+        let version = fs::symlink_metadata(to.join("PG_VERSION")).is_ok_and(|m| m.is_file());
+        if holds && !version {
+            bail!(
+                "--delta: '{}' holds files but no PG_VERSION: it is not a PostgreSQL data directory (restore into an empty directory, or use --replace to delete what it holds)",
+                to.display()
+            );
+        }
+        Ok(())
+    }
+
     fn check_entries(&self, m: &Manifest) -> Result<()> {
         // The restore writes these names itself and fills these directories: a link
         // from the set there would carry those writes outside the target.
@@ -88,9 +100,13 @@ impl Restorer for PgRestorer {
         self.spaces.values().cloned().collect()
     }
 
-    fn claim_places(&mut self) -> Result<()> {
+    fn claim_places(&mut self, keep: bool) -> Result<()> {
+        let how = match keep {
+            true => target::Prepare::Keep,
+            false => target::Prepare::Empty,
+        };
         for dir in self.spaces.values() {
-            let before = target::prepare(dir, false)?;
+            let before = target::prepare(dir, how)?;
             self.claimed.extend(before.map(|b| (dir.clone(), b)));
         }
         Ok(())

@@ -209,6 +209,14 @@ pub(super) fn write_chain(
         });
     }
     reports.reverse();
+    if o.delta {
+        // A fresh file reads as zeros where no set wrote; a file kept in place must.
+        for (id, r) in written.unwritten_ranges() {
+            target
+                .write_zeros(id, r.start, (r.end - r.start) as usize)
+                .with_context(|| format!("--delta: cannot zero file {id} at {}", r.start))?;
+        }
+    }
     Ok((total.expect("a chain holds its full set"), reports))
 }
 
