@@ -187,8 +187,9 @@ pub trait Restorer {
         Ok(())
     }
     /// Refuses places outside the target that already hold something (after `plan`,
-    /// before anything is written).
-    fn check_places(&self) -> Result<()> {
+    /// before anything is written); with `keep` (a delta restore), those that hold
+    /// something other than what the set restores there.
+    fn check_places(&self, _keep: bool) -> Result<()> {
         Ok(())
     }
     /// Makes the places outside the target private to this process before anything

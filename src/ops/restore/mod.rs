@@ -280,9 +280,7 @@ fn restore_with(
         }
     }
     restorer.plan(&m.extra)?;
-    if !o.delta {
-        restorer.check_places()?;
-    }
+    restorer.check_places(o.delta)?;
     let mut phases = Phases::start();
     let progress = Arc::new(Progress::default());
     // The timeline spans what the summary's seconds count.
