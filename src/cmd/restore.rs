@@ -51,6 +51,9 @@ impl ReadArgs {
 }
 
 #[derive(Args)]
+#[command(
+    after_help = "Examples:\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --replace\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --delta --json\n\n--delta re-seeds a stopped primary or refreshes a replica in place: files whose content matches the set are kept, relation files are compared chunk by chunk (a chunk's digest against the frame's before anything is decompressed) and only what differs is written; what the set does not hold is removed. A missing or empty target restores as without it."
+)]
 pub struct RestoreArgs {
     #[command(flatten)]
     pub read: ReadArgs,
@@ -58,8 +61,13 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub to: PathBuf,
     /// Delete what the target directory holds and restore over it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "delta")]
     pub replace: bool,
+    /// Restore over what the target holds (a stopped server's data directory), writing
+    /// only what differs from the set: matching files kept, relation files compared by
+    /// chunk, files the set does not hold removed. Refuses a running server's directory.
+    #[arg(long)]
+    pub delta: bool,
     /// PostgreSQL: recover up to this time (recovery_target_time), e.g. '2026-11-21 10:00:00+00'.
     #[arg(long, group = "target")]
     pub until: Option<String>,
@@ -106,6 +114,7 @@ impl RestoreArgs {
             read: self.read.options(),
             to: self.to.clone(),
             replace: self.replace,
+            delta: self.delta,
             until: self.until.clone(),
             until_lsn: self.until_lsn.clone(),
             until_xid: self.until_xid.clone(),
@@ -157,6 +166,18 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
     );
     for n in &r.postgres {
         println!("PostgreSQL: {n}.");
+    }
+    if let Some(d) = &r.delta {
+        println!(
+            "Delta: {} files kept, {} rewritten, {} created, {} removed ({} directories); {} compared, {} written.",
+            d.kept,
+            d.rewritten,
+            d.created,
+            d.removed,
+            d.removed_dirs,
+            crate::units::human(d.compared_bytes),
+            crate::units::human(d.written_bytes)
+        );
     }
     if r.chain.len() > 1 {
         for l in &r.chain {

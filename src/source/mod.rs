@@ -177,18 +177,25 @@ pub trait Restorer {
     fn check_entries(&self, _m: &Manifest) -> Result<()> {
         Ok(())
     }
+    /// A delta restore's target, which holds something: refused unless it is what the
+    /// set restores (PostgreSQL: a data directory).
+    fn check_delta_target(&self, _to: &Path) -> Result<()> {
+        Ok(())
+    }
     /// Settles where the set's paths go, from its source facts.
     fn plan(&mut self, _extra: &Extra) -> Result<()> {
         Ok(())
     }
     /// Refuses places outside the target that already hold something (after `plan`,
-    /// before anything is written).
-    fn check_places(&self) -> Result<()> {
+    /// before anything is written); with `keep` (a delta restore), those that hold
+    /// something other than what the set restores there.
+    fn check_places(&self, _keep: bool) -> Result<()> {
         Ok(())
     }
     /// Makes the places outside the target private to this process before anything
-    /// is written there (after `check_places`, once the target is prepared).
-    fn claim_places(&mut self) -> Result<()> {
+    /// is written there (after `check_places`, once the target is prepared); `keep`
+    /// (a delta restore) keeps what they hold.
+    fn claim_places(&mut self, _keep: bool) -> Result<()> {
         Ok(())
     }
     /// Where a set path is restored.

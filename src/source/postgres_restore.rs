@@ -53,6 +53,18 @@ impl Restorer for PgRestorer {
         check_not_running(to)
     }
 
+    fn check_delta_target(&self, to: &Path) -> Result<()> {
+        let holds = fs::read_dir(to).is_ok_and(|mut d| d.next().is_some());
+        let version = fs::symlink_metadata(to.join("PG_VERSION")).is_ok_and(|m| m.is_file());
+        if holds && !version {
+            bail!(
+                "--delta: '{}' holds files but no PG_VERSION: it is not a PostgreSQL data directory (restore into an empty directory, or use --replace to delete what it holds)",
+                to.display()
+            );
+        }
+        Ok(())
+    }
+
     fn check_entries(&self, m: &Manifest) -> Result<()> {
         // The restore writes these names itself and fills these directories: a link
         // from the set there would carry those writes outside the target.
@@ -76,8 +88,11 @@ impl Restorer for PgRestorer {
         Ok(())
     }
 
-    fn check_places(&self) -> Result<()> {
-        check_empty(&self.spaces)
+    fn check_places(&self, keep: bool) -> Result<()> {
+        match keep {
+            true => check_tablespaces(&self.spaces),
+            false => check_empty(&self.spaces),
+        }
     }
 
     fn place(&self, to: &Path, rel: &str) -> PathBuf {
@@ -88,9 +103,13 @@ impl Restorer for PgRestorer {
         self.spaces.values().cloned().collect()
     }
 
-    fn claim_places(&mut self) -> Result<()> {
+    fn claim_places(&mut self, keep: bool) -> Result<()> {
+        let how = match keep {
+            true => target::Prepare::Keep,
+            false => target::Prepare::Empty,
+        };
         for dir in self.spaces.values() {
-            let before = target::prepare(dir, false)?;
+            let before = target::prepare(dir, how)?;
             self.claimed.extend(before.map(|b| (dir.clone(), b)));
         }
         Ok(())
@@ -202,6 +221,27 @@ fn check_empty(dirs: &HashMap<String, PathBuf>) -> Result<()> {
                 "tablespace {oid} would be restored into '{}', which cannot be used ({e}): {relocate}",
                 dir.display()
             ),
+        }
+    }
+    Ok(())
+}
+
+/// A delta restore's tablespace directories: each empty, missing, or a tablespace (it
+/// holds a PG_ version directory); anything else would be swept away.
+fn check_tablespaces(dirs: &HashMap<String, PathBuf>) -> Result<()> {
+    for (oid, dir) in dirs {
+        let Ok(list) = fs::read_dir(dir) else {
+            continue;
+        };
+        let names: Vec<String> = list
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if !names.is_empty() && !names.iter().any(|n| n.starts_with("PG_")) {
+            bail!(
+                "--delta: tablespace {oid} would be restored into '{}', which holds files but no PG_ version directory: it is not a tablespace (relocate it with --tablespace-map {oid}=DIR)",
+                dir.display()
+            );
         }
     }
     Ok(())
@@ -463,6 +503,24 @@ mod tests {
         assert!(check_empty(&dirs).is_err());
         let fresh = HashMap::from([("1".to_string(), d.path().join("new"))]);
         assert!(check_empty(&fresh).is_ok());
+    }
+
+    #[test]
+    fn a_delta_keeps_only_a_tablespace_in_a_tablespace_place() {
+        let d = tempfile::tempdir().unwrap();
+        let (ts, other) = (d.path().join("ts"), d.path().join("other"));
+        std::fs::create_dir_all(ts.join("PG_15_202209061")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("notes"), b"x").unwrap();
+        let ok = HashMap::from([
+            ("1".to_string(), ts),
+            ("2".to_string(), d.path().join("new")),
+            ("3".to_string(), d.path().join("empty")),
+        ]);
+        std::fs::create_dir(d.path().join("empty")).unwrap();
+        assert!(check_tablespaces(&ok).is_ok());
+        let e = check_tablespaces(&HashMap::from([("4".to_string(), other)])).unwrap_err();
+        assert!(e.to_string().contains("not a tablespace"), "{e}");
     }
 
     #[test]

@@ -8,18 +8,20 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
+mod delta;
 mod roots;
+pub use delta::{sweep, DeltaReport, Swept};
 pub use roots::Roots;
 use rustix::fs::OFlags;
 
 /// Writes frames into the restored files, opened lazily and kept open while they last.
 pub struct Target {
-    /// With `files.overlay` (a differential), zero ranges must be written.
+    /// With `files.delta`, what the target holds is compared before it is written.
     pub files: Files,
     open: Mutex<HashMap<u32, Arc<File>>>,
     /// Start writing each frame back at once (not for a copy read back and removed
@@ -72,24 +74,32 @@ impl Target {
 
 impl FrameSink for Target {
     fn write(&self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file(file)?
-            .write_all_at(data, offset)
-            .map_err(|e| self.named(file, e))
+        let f = self.file(file)?;
+        let r = match self.files.delta_of(file) {
+            Some((d, i, found)) => d.put(&f, i, found, offset, data),
+            None => f.write_all_at(data, offset),
+        };
+        r.map_err(|e| self.named(file, e))
     }
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
         // A fresh file reads as zeros there once it exists: it exists when this returns.
         self.files.ensure(file)?;
-        if self.files.overlay {
-            static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+        if let Some((d, i, found)) = self.files.delta_of(file) {
             let f = self.file(file)?;
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(ZEROS.len());
-                f.write_all_at(&ZEROS[..n], offset + done as u64)?;
-                done += n;
-            }
+            d.zeros(&f, i, found, offset, len)
+                .map_err(|e| self.named(file, e))?;
         }
         Ok(())
+    }
+    fn holds(&self, q: crate::engine::restore::Held, scratch: &mut [u8]) -> io::Result<bool> {
+        self.files.ensure(q.file)?;
+        match self.files.delta_of(q.file) {
+            Some((d, _, true)) => {
+                let f = self.file(q.file)?;
+                d.holds(&f, &q, scratch).map_err(|e| self.named(q.file, e))
+            }
+            _ => Ok(false),
+        }
     }
     fn whole(&self, file: u32) {
         self.open.lock().unwrap().remove(&file);
@@ -131,11 +141,22 @@ pub struct Before {
     pub gid: u32,
 }
 
-/// Makes `dir` an empty directory that only this process's user may enter before
-/// anything is written into it: created, or emptied with `replace`; 0700, and owned by
-/// root when root restores (another user owning it could plant links in it while the
-/// restore writes). Returns what it was, if it existed.
-pub fn prepare(dir: &Path, replace: bool) -> Result<Option<Before>> {
+/// What `prepare` does with a directory that holds something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prepare {
+    /// Refuse it.
+    Empty,
+    /// Delete what it holds (`--replace`).
+    Replace,
+    /// Keep what it holds (`--delta`: `sweep` removes what the set does not hold).
+    Keep,
+}
+
+/// Makes `dir` a directory that only this process's user may enter before anything is
+/// written into it: created, emptied (`Replace`), refused unless empty (`Empty`) or
+/// kept (`Keep`); 0700, and owned by root when root restores (another user owning it
+/// could plant links in it while the restore writes). Returns what it was, if it existed.
+pub fn prepare(dir: &Path, how: Prepare) -> Result<Option<Before>> {
     use std::os::unix::fs::MetadataExt;
     let before = fs::metadata(dir).ok().map(|m| Before {
         mode: m.mode() & 0o7777,
@@ -144,8 +165,8 @@ pub fn prepare(dir: &Path, replace: bool) -> Result<Option<Before>> {
     });
     match fs::read_dir(dir) {
         Ok(mut it) => {
-            if it.next().is_some() {
-                if !replace {
+            if it.next().is_some() && how != Prepare::Keep {
+                if how == Prepare::Empty {
                     bail!(
                         "target '{}' is not empty: restore into an empty directory, or add --replace to delete what it holds",
                         dir.display()
@@ -197,9 +218,10 @@ pub fn give_back(dir: &Path, b: Before) -> Result<()> {
 pub struct Files {
     list: Vec<(PathBuf, u64)>,
     index: HashMap<u32, usize>,
-    made: Vec<OnceLock<Result<(), String>>>,
-    /// Keep what a file already holds (applying a differential).
-    overlay: bool,
+    /// Made at its size: true when it was there already (a delta restore's).
+    made: Vec<OnceLock<Result<bool, String>>>,
+    /// A delta restore: files in place are kept and compared before they are written.
+    delta: Option<delta::Delta>,
     /// Where files are made and opened, beneath these handles only.
     roots: Arc<Roots>,
 }
@@ -218,14 +240,52 @@ impl Files {
     fn make(&self, i: usize) -> Result<(), String> {
         let (p, size) = &self.list[i];
         let made = self.made[i].get_or_init(|| {
-            let flags = match self.overlay {
-                true => OFlags::WRONLY | OFlags::CREATE,
-                false => OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
-            };
+            if let Some(d) = &self.delta {
+                // A regular file in place is kept (never opened through a link, never
+                // waited on as a FIFO would be), cut or extended to the set's size.
+                let kept = self
+                    .roots
+                    .open_file(p, OFlags::WRONLY | OFlags::NONBLOCK, 0);
+                match kept {
+                    Ok(f) => {
+                        let r = f.metadata().and_then(|m| {
+                            if !m.is_file() || m.nlink() != 1 {
+                                return Err(io::Error::other("not a regular file of one link"));
+                            }
+                            if m.len() != *size {
+                                d.mark_changed(i);
+                                f.set_len(*size)?;
+                            }
+                            Ok(true)
+                        });
+                        return r.map_err(|e| {
+                            format!("cannot keep '{}' at {size} bytes: {e}", p.display())
+                        });
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(format!("cannot open '{}': {e}", p.display())),
+                }
+            }
+            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
             let r = (self.roots.open_file(p, flags, 0o666)).and_then(|f| f.set_len(*size));
-            r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
+            r.map(|_| false)
+                .map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
         });
-        made.clone()
+        made.clone().map(|_| ())
+    }
+
+    /// A delta restore's state for file `id`: its index and whether it was in place.
+    fn delta_of(&self, id: u32) -> Option<(&delta::Delta, usize, bool)> {
+        let d = self.delta.as_ref()?;
+        let i = *self.index.get(&id)?;
+        let found = matches!(self.made[i].get(), Some(Ok(true)));
+        Some((d, i, found))
+    }
+
+    /// What a delta restore did (None for another restore), once every file is written.
+    pub fn delta_report(&self, swept: Swept) -> Option<DeltaReport> {
+        let found = self.made.iter().map(|m| matches!(m.get(), Some(Ok(true))));
+        Some(self.delta.as_ref()?.report(found, swept))
     }
 
     /// Creates every file, `threads` at a time, one directory per lane: a directory's
@@ -263,11 +323,11 @@ impl Files {
 }
 
 /// Creates the directories of a manifest and returns its regular files, not yet created,
-/// every one beneath `roots`.
+/// every one beneath `roots`; with `delta`, files in place are kept and compared.
 pub fn lay_out(
     m: &Manifest,
     place: &dyn Fn(&str) -> PathBuf,
-    overlay: bool,
+    delta: bool,
     roots: Arc<Roots>,
 ) -> Result<Files> {
     let (mut list, mut index) = (vec![], HashMap::new());
@@ -293,10 +353,10 @@ pub fn lay_out(
     }
     let made = (0..list.len()).map(|_| OnceLock::new()).collect();
     Ok(Files {
+        delta: delta.then(|| delta::Delta::new(list.len())),
         list,
         index,
         made,
-        overlay,
         roots,
     })
 }
@@ -372,7 +432,7 @@ mod tests {
         if root {
             std::os::unix::fs::chown(&to, Some(65534), Some(65534)).unwrap();
         }
-        let b = prepare(&to, false).unwrap().unwrap();
+        let b = prepare(&to, Prepare::Empty).unwrap().unwrap();
         assert_eq!(b.mode, 0o755);
         let m = fs::metadata(&to).unwrap();
         assert_eq!(m.mode() & 0o7777, 0o700);
@@ -383,7 +443,10 @@ mod tests {
         let m = fs::metadata(&to).unwrap();
         assert_eq!((m.mode() & 0o7777, m.uid()), (0o755, b.uid));
         // A new one is made private too, and has nothing to give back.
-        assert_eq!(prepare(&d.path().join("new"), false).unwrap(), None);
+        assert_eq!(
+            prepare(&d.path().join("new"), Prepare::Empty).unwrap(),
+            None
+        );
     }
 
     fn entry(id: u32, path: &str, kind: EntryKind, size: u64) -> FileEntry {
@@ -405,15 +468,15 @@ mod tests {
     fn a_target_must_be_empty_unless_replaced_and_replace_does_not_follow_links() {
         let t = tempfile::tempdir().unwrap();
         let (to, outside) = (t.path().join("to"), t.path().join("outside"));
-        prepare(&to, false).unwrap();
+        prepare(&to, Prepare::Empty).unwrap();
         assert!(to.is_dir(), "a missing target is created");
         fs::create_dir_all(&outside).unwrap();
         fs::write(outside.join("keep"), b"x").unwrap();
         fs::write(to.join("old"), b"x").unwrap();
         std::os::unix::fs::symlink(&outside, to.join("link")).unwrap();
-        let e = prepare(&to, false).unwrap_err().to_string();
+        let e = prepare(&to, Prepare::Empty).unwrap_err().to_string();
         assert!(e.contains("is not empty") && e.contains("--replace"), "{e}");
-        prepare(&to, true).unwrap();
+        prepare(&to, Prepare::Replace).unwrap();
         assert_eq!(fs::read_dir(&to).unwrap().count(), 0);
         assert!(
             outside.join("keep").exists(),
@@ -459,17 +522,33 @@ mod tests {
     }
 
     #[test]
-    fn an_overlay_keeps_what_a_file_holds_and_writes_zero_ranges() {
+    fn a_delta_keeps_what_a_file_holds_and_writes_what_differs() {
         let t = tempfile::tempdir().unwrap();
         let mut m = sample();
-        m.files = vec![entry(1, "a", EntryKind::File, 8)];
+        m.files = vec![
+            entry(1, "a", EntryKind::File, 8),
+            entry(2, "b", EntryKind::File, 4),
+            entry(3, "c", EntryKind::File, 3),
+        ];
         let place = |rel: &str| t.path().join(rel);
-        fs::write(place("a"), b"abcdefgh").unwrap();
+        fs::write(place("a"), b"abcdefghij").unwrap();
+        fs::write(place("b"), b"same").unwrap();
         let roots = Arc::new(Roots::open([t.path().to_path_buf()]).unwrap());
         let target = Target::new(lay_out(&m, &place, true, roots).unwrap());
+        target.files.create_first(2).unwrap();
         target.write_zeros(1, 2, 2).unwrap();
         target.write(1, 6, b"XY").unwrap();
+        target.write(2, 0, b"same").unwrap();
+        target.write(3, 0, b"new").unwrap();
+        let r = target.files.delta_report(Swept::default()).unwrap();
         drop(target);
-        assert_eq!(fs::read(place("a")).unwrap(), b"ab\0\0efXY");
+        assert_eq!(
+            fs::read(place("a")).unwrap(),
+            b"ab\0\0efXY",
+            "cut to its size"
+        );
+        assert_eq!(fs::read(place("c")).unwrap(), b"new");
+        assert_eq!((r.kept, r.rewritten, r.created), (1, 1, 1));
+        assert_eq!(r.written_bytes, 2 + 2 + 3, "a's zeros and XY, c");
     }
 }

@@ -3,11 +3,11 @@
 //! byte of it is written.
 
 use super::write::{self, FrameWrite};
-use super::{Item, Shared};
+use super::{Held, Item, Shared};
 use crate::crypt::DOMAIN_FRAME;
 use crate::engine::codec::Decompressor;
 use crate::engine::pool::{self, Buf};
-use crate::format::frame::{bitmap_len, carries_crc, FrameKind, FRAME_HEADER_LEN};
+use crate::format::frame::{bitmap_len, carries_crc, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::seal::frame_aad;
 use crate::format::Codec;
 use anyhow::{anyhow, Result};
@@ -118,6 +118,37 @@ fn check(
             h.offset, h.raw_len, h.file_id
         )));
     }
+    // A plain set's header digest is of the raw bytes (checked by the header CRC and,
+    // through the file checksum, by the manifest): a delta restore compares it with
+    // the target's bytes before anything is decompressed.
+    if let (Some(sink), None, None, false) = (sh.sink, sealed, signed, h.kind == FrameKind::Pages) {
+        let q = Held {
+            file: h.file_id,
+            offset: h.offset,
+            len: h.raw_len as usize,
+            hash: p.hash,
+            digest: &h.raw_hash,
+        };
+        let held = sink
+            .holds(q, scratch.space())
+            .map_err(|e| fail(format!("cannot compare with the target: {e}")))?;
+        if held {
+            record(sh, fi, h, h.raw_hash).map_err(fail)?;
+            let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
+            return Ok((
+                fi,
+                FrameWrite {
+                    kind,
+                    file,
+                    offset,
+                    expect,
+                    raw_len,
+                    buf: item.buf,
+                    held: true,
+                },
+            ));
+        }
+    }
     let raw: &[u8] = match (h.kind, h.codec) {
         (FrameKind::Zero, _) => &zeros[..h.raw_len as usize],
         (_, Codec::None) => stored,
@@ -143,16 +174,7 @@ fn check(
             _ => format!("restored content does not match its {name} digest"),
         }));
     }
-    sh.stored_total.fetch_add(h.stored_len as u64, Relaxed);
-    {
-        let mut f = sh.state[fi].lock().unwrap();
-        if f.digests.insert(h.offset / t, digest).is_some() {
-            return Err(fail(format!(
-                "file {} offset {} is stored twice",
-                h.file_id, h.offset
-            )));
-        }
-    }
+    record(sh, fi, h, digest).map_err(fail)?;
     let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
     let mut buf = item.buf;
     if sh.sink.is_some() && h.codec != Codec::None && h.kind != FrameKind::Zero {
@@ -169,6 +191,23 @@ fn check(
             expect,
             raw_len,
             buf,
+            held: false,
         },
     ))
+}
+
+/// Counts a checked frame and records its digest for its file's checksum.
+fn record(sh: &Shared, fi: usize, h: &FrameHeader, digest: [u8; 32]) -> Result<(), String> {
+    sh.stored_total.fetch_add(h.stored_len as u64, Relaxed);
+    let mut f = sh.state[fi].lock().unwrap();
+    if f.digests
+        .insert(h.offset / sh.p.transfer_size as u64, digest)
+        .is_some()
+    {
+        return Err(format!(
+            "file {} offset {} is stored twice",
+            h.file_id, h.offset
+        ));
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@
 //! `Written` keeps the pages written so far per restored file; a `LayerSink` puts one
 //! set's checked frames into the target through it.
 
-use super::FrameSink;
+use super::{FrameSink, Held};
 use roaring::RoaringBitmap;
 use std::collections::HashMap;
 use std::io;
@@ -39,6 +39,30 @@ impl Written {
         Ok(Written { page, files: map })
     }
 
+    /// The byte ranges of each restored file that no set wrote (a fresh file reads as
+    /// zeros there; a delta restore must make them so).
+    pub fn unwritten_ranges(&self) -> Vec<(u32, Range<u64>)> {
+        let mut out = vec![];
+        for (&id, (size, bm)) in &self.files {
+            let mut gaps = RoaringBitmap::new();
+            gaps.insert_range(0..size.div_ceil(self.page) as u32);
+            gaps -= &*bm.lock().unwrap();
+            let mut runs: Vec<Range<u64>> = vec![];
+            for p in gaps {
+                let (s, e) = (
+                    p as u64 * self.page,
+                    ((p as u64 + 1) * self.page).min(*size),
+                );
+                match runs.last_mut() {
+                    Some(r) if r.end == s => r.end = e,
+                    _ => runs.push(s..e),
+                }
+            }
+            out.extend(runs.into_iter().map(|r| (id, r)));
+        }
+        out
+    }
+
     /// Pages of restored files that no set wrote so far (they read as zeros).
     pub fn unwritten(&self) -> u64 {
         self.files
@@ -55,6 +79,8 @@ pub struct LayerStats {
     pub written_bytes: AtomicU64,
     /// Pages of its frames not written: a newer set wrote them, or dropped or cut them.
     pub skipped_pages: AtomicU64,
+    /// Bytes of its chunks the target already held (a delta restore): not written.
+    pub held_bytes: AtomicU64,
 }
 
 /// One set of a chain writing into the target: its file ids mapped to the restored
@@ -148,6 +174,31 @@ impl FrameSink for LayerSink<'_> {
             self.stats.written_bytes.fetch_add(n, Relaxed);
         }
         Ok(())
+    }
+
+    fn holds(&self, q: Held, scratch: &mut [u8]) -> io::Result<bool> {
+        // Only a chunk this frame gives whole: no newer set wrote a page of it.
+        let Some(&to) = self.map.get(&q.file) else {
+            return Ok(false);
+        };
+        let Some((size, bm)) = self.written.files.get(&to) else {
+            return Ok(false);
+        };
+        let (page, end) = (self.written.page, q.offset + q.len as u64);
+        if end > *size || q.len == 0 {
+            return Ok(false);
+        }
+        let pages = (q.offset / page) as u32..end.div_ceil(page) as u32;
+        if bm.lock().unwrap().range_cardinality(pages.clone()) != 0 {
+            return Ok(false);
+        }
+        if !self.inner.holds(Held { file: to, ..q }, scratch)? {
+            return Ok(false);
+        }
+        // One frame per chunk in a set, and the newer sets are done: nothing races.
+        bm.lock().unwrap().insert_range(pages);
+        self.stats.held_bytes.fetch_add(q.len as u64, Relaxed);
+        Ok(true)
     }
 
     fn written(&self, file: u32, offset: u64, len: u64) {

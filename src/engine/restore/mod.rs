@@ -42,6 +42,24 @@ pub trait FrameSink: Sync {
     fn written(&self, _file: u32, _offset: u64, _len: u64) {}
     /// Every byte of `file` is written: nothing more will be.
     fn whole(&self, _file: u32) {}
+    /// A delta restore's question before a Data or Zero frame is decompressed: does
+    /// `file` already hold, at `offset..offset + len`, bytes whose `hash` is `digest`
+    /// (the frame's checked header digest)? True: the frame is neither decompressed nor
+    /// written, and its digest counts for the file's checksum as a written frame's
+    /// would. `scratch` has room for `len` bytes.
+    fn holds(&self, _q: Held, _scratch: &mut [u8]) -> io::Result<bool> {
+        Ok(false)
+    }
+}
+
+/// A chunk a delta restore may find already in place (`FrameSink::holds`).
+#[derive(Clone, Copy, Debug)]
+pub struct Held<'a> {
+    pub file: u32,
+    pub offset: u64,
+    pub len: usize,
+    pub hash: ContentHash,
+    pub digest: &'a [u8; 32],
 }
 
 pub struct StripeIn {

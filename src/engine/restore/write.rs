@@ -67,10 +67,15 @@ pub(super) struct FrameWrite {
     pub(super) expect: u64,
     pub(super) raw_len: u64,
     pub(super) buf: Buf,
+    /// The target already holds these bytes (a delta restore): nothing to write.
+    pub(super) held: bool,
 }
 
 impl FrameWrite {
     fn put(&mut self, sink: &dyn FrameSink, page: usize) -> io::Result<()> {
+        if self.held {
+            return Ok(());
+        }
         match self.kind {
             FrameKind::Pages => {
                 let raw = self.buf.payload();

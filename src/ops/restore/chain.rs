@@ -133,6 +133,9 @@ pub struct LinkReport {
     pub written_bytes: u64,
     /// Pages of its frames a newer set supplied (or dropped, or cut).
     pub skipped_pages: u64,
+    /// Bytes of its chunks a delta restore found in place by digest: neither
+    /// decompressed nor written.
+    pub held_bytes: u64,
 }
 
 /// Writes the chain into `target` (laid out from the newest set), newest set first;
@@ -209,6 +212,14 @@ pub(super) fn write_chain(
         });
     }
     reports.reverse();
+    if o.delta {
+        // A fresh file reads as zeros where no set wrote; a file kept in place must.
+        for (id, r) in written.unwritten_ranges() {
+            target
+                .write_zeros(id, r.start, (r.end - r.start) as usize)
+                .with_context(|| format!("--delta: cannot zero file {id} at {}", r.start))?;
+        }
+    }
     Ok((total.expect("a chain holds its full set"), reports))
 }
 
@@ -221,6 +232,7 @@ fn link_report(m: &Manifest, out: &Outcome, sink: &LayerSink) -> LinkReport {
         raw_bytes: out.raw_bytes,
         written_bytes: sink.stats.written_bytes.load(Relaxed),
         skipped_pages: sink.stats.skipped_pages.load(Relaxed),
+        held_bytes: sink.stats.held_bytes.load(Relaxed),
     }
 }
 

@@ -38,6 +38,8 @@ pub struct RestoreOptions {
     pub to: PathBuf,
     /// Delete what the target holds and restore over it.
     pub replace: bool,
+    /// Restore over what the target holds, writing only what differs from the set.
+    pub delta: bool,
     /// Recovery targets (PostgreSQL): time, LSN, transaction id, restore point.
     pub until: Option<String>,
     pub until_lsn: Option<String>,
@@ -145,6 +147,9 @@ pub struct RestoreReport {
     /// The HTML page written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report: Option<PathBuf>,
+    /// What `--delta` kept, rewrote, created and removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<target::DeltaReport>,
     /// For the text summary.
     #[serde(skip)]
     pub database: String,
@@ -208,8 +213,11 @@ pub const MARKER: &str = ".pagevault-restore-incomplete";
 /// The source's restorer, once the options and the target suit it, and the log
 /// chain recovery will need, checked before anything is written.
 fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
-    if o.replace {
-        replace::check(&o.to, sets)?;
+    if o.replace && o.delta {
+        bail!("--replace and --delta exclude each other: --replace deletes what the target holds, --delta keeps what matches the set");
+    }
+    if o.replace || o.delta {
+        replace::check(&o.to, sets, o.delta)?;
     }
     let m = &sets.full().manifest;
     let restorer = source::restorer(m.source.kind, &o.tablespace_map, o.tablespaces_from_set);
@@ -220,6 +228,9 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
         );
     }
     restorer.check_target(&o.to)?;
+    if o.delta {
+        restorer.check_delta_target(&o.to)?;
+    }
     // The newest set's entries are the ones laid out.
     restorer.check_entries(&sets.newest().set.manifest)?;
     // From the newest set's end: recovery starts there.
@@ -269,7 +280,7 @@ fn restore_with(
         }
     }
     restorer.plan(&m.extra)?;
-    restorer.check_places()?;
+    restorer.check_places(o.delta)?;
     let mut phases = Phases::start();
     let progress = Arc::new(Progress::default());
     // The timeline spans what the summary's seconds count.
@@ -277,10 +288,23 @@ fn restore_with(
         .report
         .as_ref()
         .map(|_| report::Sampler::start(progress.live.clone()));
-    let mode_before = target::prepare(&o.to, o.replace)?;
-    restorer.claim_places()?;
+    let how = match (o.replace, o.delta) {
+        (_, true) => target::Prepare::Keep,
+        (true, _) => target::Prepare::Replace,
+        _ => target::Prepare::Empty,
+    };
+    let mode_before = target::prepare(&o.to, how)?;
+    restorer.claim_places(o.delta)?;
     let place = |rel: &str| restorer.place(&o.to, rel);
     let marker = o.to.join(MARKER);
+    if o.delta {
+        // One an interrupted delta restore left (a link planted there goes, not its target).
+        match fs::remove_file(&marker) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+        .with_context(|| format!("cannot remove '{}'", marker.display()))?;
+    }
     OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -295,14 +319,24 @@ fn restore_with(
             o.to.display()
         ),
     };
-    let roots = Arc::new(target::Roots::open(
-        std::iter::once(o.to.clone()).chain(restorer.places()),
-    )?);
-    let mut target = Target::new(target::lay_out(m, &place, false, roots.clone())?);
+    let roots_list: Vec<PathBuf> = std::iter::once(o.to.clone())
+        .chain(restorer.places())
+        .collect();
+    let swept = match o.delta {
+        true => {
+            let s = target::sweep(m, &place, &roots_list, &marker).with_context(incomplete)?;
+            phases.mark("remove what the set does not hold");
+            s
+        }
+        false => target::Swept::default(),
+    };
+    let roots = Arc::new(target::Roots::open(roots_list)?);
+    let mut target = Target::new(target::lay_out(m, &place, o.delta, roots.clone())?);
     if o.stage_only {
         target = target.without_writeback();
     }
     let written = chain::write_chain(&sets, o, &target, merge, &progress.live, show, &mut phases);
+    let delta = target.files.delta_report(swept);
     drop(target);
     let (out, links) = written.with_context(incomplete)?;
     target::finish_entries(m, &place, &roots)?;
@@ -350,6 +384,7 @@ fn restore_with(
         wal: wal_check.as_ref().map(WalCheck::json),
         chain: links,
         report: None,
+        delta,
         database: full.source.database.clone(),
     };
     if let (Some(path), Some(series)) = (&o.report, series) {

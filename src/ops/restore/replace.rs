@@ -1,5 +1,6 @@
-//! What `--replace` must never delete: the repository or a stripe the restore reads,
-//! or the data directory of a running server anywhere beneath the target.
+//! What `--replace` must never delete and `--delta` never rewrite: the repository or a
+//! stripe the restore reads, or the data directory of a running server anywhere beneath
+//! the target.
 
 use super::chain::Sets;
 use crate::pg::{postmaster_pid, POSTMASTER_PID};
@@ -7,9 +8,14 @@ use anyhow::{bail, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Refuses to replace `to` when that would delete what this restore reads or a running
-/// server's files. Checked before anything is removed; paths are compared resolved.
-pub(super) fn check(to: &Path, sets: &Sets) -> Result<()> {
+/// Refuses to replace (or, `delta`, rewrite) `to` when that would delete what this
+/// restore reads or a running server's files. Checked before anything is removed;
+/// paths are compared resolved.
+pub(super) fn check(to: &Path, sets: &Sets, delta: bool) -> Result<()> {
+    let what = match delta {
+        true => "--delta would rewrite",
+        false => "--replace would delete",
+    };
     // A target that does not exist yet has nothing to remove.
     let Ok(target) = to.canonicalize() else {
         return Ok(());
@@ -21,7 +27,7 @@ pub(super) fn check(to: &Path, sets: &Sets) -> Result<()> {
     for st in sets.links.iter().flat_map(|l| &l.set.stripes) {
         read.push((PathBuf::from(&st.name), "the stripe"));
     }
-    for (p, what) in read {
+    for (p, it) in read {
         // An object store's name resolves to nothing local.
         let Ok(c) = p.canonicalize() else { continue };
         let how = if c == target {
@@ -34,14 +40,14 @@ pub(super) fn check(to: &Path, sets: &Sets) -> Result<()> {
             continue;
         };
         bail!(
-            "--replace would delete '{}', which {how} {what} '{}' this restore reads: restore elsewhere",
+            "{what} '{}', which {how} {it} '{}' this restore reads: restore elsewhere",
             to.display(),
             p.display()
         );
     }
     if let Some((pid_file, pid)) = running_server_beneath(to) {
         bail!(
-            "--replace would delete '{}', which holds '{}' of a running PostgreSQL server (pid {pid}): stop it first, or restore elsewhere (if no server runs there, that pid is another process's: remove the file)",
+            "{what} '{}', which holds '{}' of a running PostgreSQL server (pid {pid}): stop it first, or restore elsewhere (if no server runs there, that pid is another process's: remove the file)",
             to.display(),
             pid_file.display()
         );

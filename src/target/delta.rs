@@ -1,0 +1,371 @@
+//! A delta restore (`restore --delta`): the target keeps what already matches the set.
+//! Before anything is written, `sweep` removes what the set does not hold (files, links,
+//! directories, anything of another kind where the set has a file or directory, and a
+//! file with a second hard link, which a write in place would carry elsewhere). Then
+//! each chunk a frame gives whole is compared by digest before the frame is
+//! decompressed (`holds`), and every other write reads the bytes there first and
+//! writes only the blocks that differ.
+
+use crate::engine::restore::Held;
+use crate::format::manifest::{EntryKind, Manifest};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// Compared and written in blocks of this size: a changed page rewrites its block only.
+const BLOCK: usize = 4096;
+
+/// What a delta restore did to the target (`restore --json`'s `delta`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DeltaReport {
+    /// Files of the set found in place with the set's content: not written.
+    pub kept: u64,
+    /// Files of the set found in place, of which some bytes (or the size) differed.
+    pub rewritten: u64,
+    /// Files of the set the target did not hold (or held as something else).
+    pub created: u64,
+    /// Files and links the target held that the set does not (directories' content included).
+    pub removed: u64,
+    /// Directories removed with their content.
+    pub removed_dirs: u64,
+    /// Bytes of the target read to compare with the set.
+    pub compared_bytes: u64,
+    /// Bytes written into the target.
+    pub written_bytes: u64,
+}
+
+/// Per restored file: whether any byte of it changed; and the byte counts.
+pub struct Delta {
+    changed: Vec<AtomicBool>,
+    compared: AtomicU64,
+    written: AtomicU64,
+}
+
+thread_local! {
+    static THERE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Delta {
+    pub(super) fn new(files: usize) -> Delta {
+        Delta {
+            changed: (0..files).map(|_| AtomicBool::new(false)).collect(),
+            compared: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn mark_changed(&self, i: usize) {
+        self.changed[i].store(true, Relaxed);
+    }
+
+    /// Whether `f` holds bytes of the digest asked at its range (see `FrameSink::holds`).
+    pub(super) fn holds(&self, f: &File, q: &Held, scratch: &mut [u8]) -> io::Result<bool> {
+        let there = &mut scratch[..q.len];
+        let n = read_full(f, q.offset, there)?;
+        self.compared.fetch_add(n as u64, Relaxed);
+        Ok(n == q.len && q.hash.digest(there) == *q.digest)
+    }
+
+    /// Writes `data` at `offset` of file `i` (`f`): only the blocks that differ from what
+    /// the file holds there; everything when the file was created by this restore.
+    pub(super) fn put(
+        &self,
+        f: &File,
+        i: usize,
+        found: bool,
+        offset: u64,
+        data: &[u8],
+    ) -> io::Result<()> {
+        if !found {
+            f.write_all_at(data, offset)?;
+            self.written.fetch_add(data.len() as u64, Relaxed);
+            return Ok(());
+        }
+        THERE.with_borrow_mut(|there| {
+            there.resize(data.len(), 0);
+            let n = read_full(f, offset, there)?;
+            self.compared.fetch_add(n as u64, Relaxed);
+            let same = |s: usize, e: usize| e <= n && there[s..e] == data[s..e];
+            let mut at = 0;
+            let mut wrote = 0;
+            while at < data.len() {
+                let end = |s: usize| (s + BLOCK).min(data.len());
+                if same(at, end(at)) {
+                    at = end(at);
+                    continue;
+                }
+                // A run of differing blocks, written at once.
+                let start = at;
+                while at < data.len() && !same(at, end(at)) {
+                    at = end(at);
+                }
+                f.write_all_at(&data[start..at], offset + start as u64)?;
+                wrote += at - start;
+            }
+            if wrote > 0 {
+                self.mark_changed(i);
+                self.written.fetch_add(wrote as u64, Relaxed);
+            }
+            Ok(())
+        })
+    }
+
+    /// Makes `len` bytes at `offset` zeros, writing only the blocks that are not.
+    pub(super) fn zeros(
+        &self,
+        f: &File,
+        i: usize,
+        found: bool,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<()> {
+        // A file this restore created reads as zeros wherever nothing was written.
+        if !found {
+            return Ok(());
+        }
+        static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(ZEROS.len());
+            self.put(f, i, true, offset + done as u64, &ZEROS[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The report, from which files were found in place (`found`, per file).
+    pub(super) fn report(&self, found: impl Iterator<Item = bool>, swept: Swept) -> DeltaReport {
+        let mut r = DeltaReport {
+            removed: swept.files,
+            removed_dirs: swept.dirs,
+            compared_bytes: self.compared.load(Relaxed),
+            written_bytes: self.written.load(Relaxed),
+            ..DeltaReport::default()
+        };
+        for (found, changed) in found.zip(&self.changed) {
+            match (found, changed.load(Relaxed)) {
+                (false, _) => r.created += 1,
+                (true, true) => r.rewritten += 1,
+                (true, false) => r.kept += 1,
+            }
+        }
+        r
+    }
+}
+
+/// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
+fn read_full(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// What `sweep` removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Swept {
+    pub files: u64,
+    pub dirs: u64,
+}
+
+/// Removes from `roots` (the target, tablespace directories) everything a fresh restore
+/// of `m` would not leave there, except `keep` (the incomplete marker): entries the set
+/// does not list, entries of another kind than the set's, every link (the set's links
+/// are made again, as a fresh restore makes them) and regular files with more than one
+/// hard link. No link is followed: a link is removed, never what it points to.
+pub fn sweep(
+    m: &Manifest,
+    place: &dyn Fn(&str) -> PathBuf,
+    roots: &[PathBuf],
+    keep: &Path,
+) -> Result<Swept> {
+    let mut want: HashMap<PathBuf, EntryKind> = HashMap::new();
+    for f in &m.files {
+        let p = place(&f.path);
+        for a in p.ancestors().skip(1) {
+            if roots.iter().any(|r| a == r) || !roots.iter().any(|r| a.starts_with(r)) {
+                break;
+            }
+            want.entry(a.to_path_buf()).or_insert(EntryKind::Dir);
+        }
+        want.insert(p, f.kind);
+    }
+    for r in roots {
+        want.insert(r.clone(), EntryKind::Dir);
+    }
+    let mut swept = Swept::default();
+    for root in roots {
+        let mut it = walkdir::WalkDir::new(root).min_depth(1).into_iter();
+        while let Some(e) = it.next() {
+            let e = e.with_context(|| format!("--delta: cannot read '{}'", root.display()))?;
+            let (p, ft) = (e.path(), e.file_type());
+            if p == keep {
+                continue;
+            }
+            let stays = match want.get(p) {
+                Some(EntryKind::Dir) => ft.is_dir(),
+                Some(EntryKind::File) => {
+                    ft.is_file()
+                        && e.metadata()
+                            .with_context(|| format!("--delta: cannot stat '{}'", p.display()))?
+                            .nlink()
+                            == 1
+                }
+                _ => false,
+            };
+            if stays {
+                continue;
+            }
+            let gone =
+                |e: io::Error| anyhow::anyhow!("--delta: cannot remove '{}': {e}", p.display());
+            if ft.is_dir() {
+                for c in walkdir::WalkDir::new(p).min_depth(1).into_iter().flatten() {
+                    match c.file_type().is_dir() {
+                        true => swept.dirs += 1,
+                        false => swept.files += 1,
+                    }
+                }
+                swept.dirs += 1;
+                std::fs::remove_dir_all(p).map_err(gone)?;
+                it.skip_current_dir();
+            } else {
+                std::fs::remove_file(p).map_err(gone)?;
+                // A link the set lists is made again: not counted as removed.
+                let relisted = ft.is_symlink() && want.get(p) == Some(&EntryKind::Link);
+                swept.files += u64::from(!relisted);
+            }
+        }
+    }
+    Ok(swept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::manifest::{tests::sample, FileEntry};
+    use crate::format::ContentHash;
+
+    fn entry(id: u32, path: &str, kind: EntryKind) -> FileEntry {
+        FileEntry {
+            id,
+            path: path.into(),
+            kind,
+            size: 0,
+            mode: 0o644,
+            mtime: 0,
+            pages: 0,
+            checksum: String::new(),
+            sparse: false,
+            link_target: (kind == EntryKind::Link).then(|| "x".into()),
+        }
+    }
+
+    #[test]
+    fn sweep_removes_what_the_set_does_not_hold_and_follows_no_link() {
+        let t = tempfile::tempdir().unwrap();
+        let (root, outside) = (t.path().join("root"), t.path().join("outside"));
+        std::fs::create_dir_all(root.join("d/old")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("keep"), b"x").unwrap();
+        std::fs::write(root.join("d/a"), b"a").unwrap();
+        std::fs::write(root.join("d/old/x"), b"x").unwrap();
+        std::fs::write(root.join("gone"), b"x").unwrap();
+        std::fs::write(root.join(".marker"), b"").unwrap();
+        std::fs::create_dir(root.join("f")).unwrap(); // the set has a file there
+        std::os::unix::fs::symlink(&outside, root.join("d/evil")).unwrap();
+        std::os::unix::fs::symlink("x", root.join("l")).unwrap();
+        std::fs::hard_link(outside.join("keep"), root.join("d/b")).unwrap();
+        let mut m = sample();
+        m.files = vec![
+            entry(0, "d/a", EntryKind::File),
+            entry(1, "d/b", EntryKind::File),
+            entry(2, "d/evil", EntryKind::File),
+            entry(3, "f", EntryKind::File),
+            entry(4, "l", EntryKind::Link),
+        ];
+        let place = |rel: &str| root.join(rel);
+        let s = sweep(
+            &m,
+            &place,
+            std::slice::from_ref(&root),
+            &root.join(".marker"),
+        )
+        .unwrap();
+        // d/old/x, gone, f, d/evil, d/b; l (listed) is made again; d/old and f dirs.
+        assert_eq!(s, Swept { files: 4, dirs: 2 });
+        let mut left: Vec<String> = walkdir::WalkDir::new(&root)
+            .min_depth(1)
+            .into_iter()
+            .map(|e| {
+                e.unwrap()
+                    .path()
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        left.sort();
+        assert_eq!(left, [".marker", "d", "d/a"]);
+        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"x");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn only_differing_blocks_are_written_and_digests_compared() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        let mut old = vec![7u8; 3 * BLOCK + 100];
+        std::fs::write(&p, &old).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        let d = Delta::new(1);
+        d.put(&f, 0, true, 0, &old).unwrap();
+        assert_eq!(d.written.load(Relaxed), 0);
+        assert!(!d.changed[0].load(Relaxed));
+        old[BLOCK + 5] = 1;
+        old[3 * BLOCK + 99] = 2;
+        d.put(&f, 0, true, 0, &old).unwrap();
+        assert_eq!(d.written.load(Relaxed), BLOCK as u64 + 100);
+        assert_eq!(std::fs::read(&p).unwrap(), old);
+        // Past the end: written.
+        d.put(&f, 0, true, old.len() as u64, b"tail").unwrap();
+        assert!(std::fs::read(&p).unwrap().ends_with(b"tail"));
+        d.zeros(&f, 0, true, 0, BLOCK).unwrap();
+        assert!(std::fs::read(&p).unwrap()[..BLOCK].iter().all(|&b| b == 0));
+        let digest = ContentHash::Xxh3.digest(&vec![0u8; BLOCK]);
+        let mut scratch = vec![0u8; 2 * BLOCK];
+        let q = |offset, len, digest| Held {
+            file: 0,
+            offset,
+            len,
+            hash: ContentHash::Xxh3,
+            digest,
+        };
+        assert!(d.holds(&f, &q(0, BLOCK, &digest), &mut scratch).unwrap());
+        assert!(!d
+            .holds(&f, &q(BLOCK as u64, BLOCK, &digest), &mut scratch)
+            .unwrap());
+        // A range the file does not reach is never held.
+        assert!(!d
+            .holds(&f, &q(3 * BLOCK as u64, 2 * BLOCK, &digest), &mut scratch)
+            .unwrap());
+        let r = d.report([true].into_iter(), Swept::default());
+        assert_eq!((r.kept, r.rewritten, r.created), (0, 1, 0));
+    }
+}
