@@ -65,8 +65,10 @@ enum Command {
     History(cmd::history::HistoryArgs),
     /// How fresh a repository's backups and WAL are: text, --json, --prometheus, or a Nagios check (--warn-age, --crit-age).
     Status(cmd::status::StatusArgs),
-    /// Retention: remove old sets and WAL, keeping the newest N full backups and what they need.
+    /// Retention: remove old sets and WAL, keeping what --keep-full, --keep-within and --keep-daily/weekly/monthly name.
     Expire(cmd::expire::ExpireArgs),
+    /// Prove backups and recovery will work: repository, key, server, archive_command, restore_command, free space.
+    Check(cmd::check::CheckArgs),
     /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
     Estimate(cmd::estimate::EstimateArgs),
     /// Encryption and signing keys: `key rotate` rewraps an encrypted or signed repository's keys for a new key.
@@ -149,8 +151,10 @@ fn main() -> ExitCode {
         s3_endpoint: cli.s3_endpoint.clone(),
         key,
     });
-    let run = std::panic::AssertUnwindSafe(|| {
-        store.and_then(|store| match cli.command {
+    let run = std::panic::AssertUnwindSafe(|| match cli.command {
+        // A key that does not load is one of its findings.
+        Command::Check(a) => cmd::check::run(a, store, cli.s3_endpoint.clone()),
+        command => store.and_then(|store| match command {
             Command::Backup(a) => cmd::backup::run(a, &store),
             Command::Restore(a) => cmd::restore::run_restore(a, &store),
             Command::Verify(a) => cmd::restore::run_verify(a, &store),
@@ -168,7 +172,8 @@ fn main() -> ExitCode {
             Command::Tune(a) => cmd::tune::run(a, &store),
             Command::Sql(a) => cmd::sql::run(a, &store),
             Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
-        })
+            Command::Check(_) => unreachable!("run above"),
+        }),
     });
     let result = match std::panic::catch_unwind(run) {
         Ok(r) => r,

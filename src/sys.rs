@@ -342,21 +342,19 @@ pub fn user_ids(name: &std::ffi::CStr) -> Result<Option<(u32, u32)>, io::Error> 
 /// The name and home directory of the effective user (libpq's defaults for the user
 /// to connect as and for `~/.pgpass`); None when the system knows no such user.
 pub fn current_user() -> Option<(String, std::path::PathBuf)> {
+    // SAFETY: geteuid cannot fail.
+    user_by_uid(unsafe { libc::geteuid() })
+}
+
+/// The name and home directory of user `uid`; None when the system knows no such user.
+pub fn user_by_uid(uid: u32) -> Option<(String, std::path::PathBuf)> {
     use std::os::unix::ffi::OsStrExt;
     let mut buf = vec![0 as libc::c_char; 16384];
     // SAFETY: as in `user_ids`: `pwd` and `buf` outlive the call and getpwuid_r keeps
-    // its strings in `buf`; geteuid cannot fail.
+    // its strings in `buf`.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
-    let rc = unsafe {
-        libc::getpwuid_r(
-            libc::geteuid(),
-            &mut pwd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut found,
-        )
-    };
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
     if rc != 0 || found.is_null() || pwd.pw_name.is_null() || pwd.pw_dir.is_null() {
         return None;
     }

@@ -1201,10 +1201,17 @@ fn catalog() {
             };
             let _ = chain::select(&cat, &sel);
         }
-        let _ = pagevault::ops::expire::plan(&cat, 1 + r.below(3));
+        let rules = pagevault::ops::expire::Rules {
+            keep_full: r.below(3) as u32,
+            keep_within: Some(r.below(4) as u64 * 86400),
+            keep_daily: r.below(3) as u32,
+            keep_weekly: r.below(2) as u32,
+            keep_monthly: r.below(2) as u32,
+        };
+        let _ = pagevault::ops::expire::plan(&cat, &rules, chrono::Utc::now());
         let _ = pagevault::ops::expire::expire(&pagevault::ops::expire::ExpireOptions {
             repo: spec.clone(),
-            keep_full: 1 + r.below(3) as u32,
+            rules,
             dry_run: true,
             store: StoreOptions::default(),
         });

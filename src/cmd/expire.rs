@@ -1,24 +1,55 @@
 //! `pagevault expire`: retention (see ops::expire).
 
-use super::print_json;
+use super::{print_json, shown};
 use crate::device::object::StoreOptions;
-use crate::ops::expire::{expire, ExpireOptions};
+use crate::ops::expire::plan::parse_duration;
+use crate::ops::expire::{expire, ExpireOptions, Rules};
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
 
 #[derive(Args)]
-#[command(
-    after_help = "Examples:\n  pagevault expire --repo /backups/main --keep-full 2 --dry-run\n  pagevault expire --repo s3://bucket/main --keep-full 4"
-)]
+#[command(after_help = "\
+The rules combine: what any of them keeps is kept. The newest full always is.
+
+Examples:
+  # Point-in-time restore to any moment of the last 14 days, and 4 fulls at least:
+  pagevault expire --repo /backups/main --keep-within 14d --keep-full 4 --dry-run
+  # Two weeks of PITR, plus a full of each of the last 7 days, 5 weeks and 12 months:
+  pagevault expire --repo s3://bucket/main --keep-within 14d \\
+      --keep-daily 7 --keep-weekly 5 --keep-monthly 12
+  # What a nightly expire will do on the 1st of next month:
+  PAGEVAULT_NOW=2026-06-01T02:00:00Z pagevault expire --repo /backups/main --keep-within 14d --dry-run
+
+--keep-within D keeps the newest full that ended at or before now - D, every set
+after it and all WAL from its start: a restore reaches any point from that full's
+end to the newest archived WAL (what `status` shows as the recovery window).
+--keep-daily/--keep-weekly/--keep-monthly N keep the newest full of each of the last
+N calendar days, ISO weeks (Monday to Sunday) or months in UTC, this one included;
+such a full restores to its own end, not to a point in time (its older WAL goes).
+PAGEVAULT_NOW (RFC 3339) replaces the clock for the ages, nothing else.")]
 pub struct ExpireArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
     #[arg(long)]
     pub repo: String,
-    /// How many full backups to keep (the newest ones that are not damaged).
-    #[arg(long, value_name = "N")]
-    pub keep_full: u32,
-    /// Say what would be removed, remove nothing.
+    /// Keep the N newest full backups that are not damaged, every set after the oldest
+    /// of them and the WAL from its start.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep_full: Option<u32>,
+    /// Keep what a point-in-time restore to any moment of the last D needs (14d, 36h,
+    /// 2w; units s, m, h, d, w).
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub keep_within: Option<u64>,
+    /// Keep the newest full of each of the last N days (UTC).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep_daily: u32,
+    /// Keep the newest full of each of the last N ISO weeks (UTC).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep_weekly: u32,
+    /// Keep the newest full of each of the last N months (UTC).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep_monthly: u32,
+    /// Say what would be removed and why, remove nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// Print JSON instead of text.
@@ -29,7 +60,13 @@ pub struct ExpireArgs {
 pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
     let r = expire(&ExpireOptions {
         repo: a.repo,
-        keep_full: a.keep_full,
+        rules: Rules {
+            keep_full: a.keep_full.unwrap_or(0),
+            keep_within: a.keep_within,
+            keep_daily: a.keep_daily,
+            keep_weekly: a.keep_weekly,
+            keep_monthly: a.keep_monthly,
+        },
         dry_run: a.dry_run,
         store: store.clone(),
     })?;
@@ -37,27 +74,55 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
         print_json(&serde_json::to_value(&r)?);
         return Ok(());
     }
-    let verb = if r.dry_run { "Would expire" } else { "Expired" };
-    for c in &r.expired_sets {
+    let (kept, gone) = match r.dry_run {
+        true => ("would be kept", "would be removed"),
+        false => ("kept", "removed"),
+    };
+    for d in &r.sets {
+        let stored = (r.expired_sets.iter())
+            .find(|c| c.set_id == d.set_id)
+            .map(|c| format!(", {}", human(c.stored_bytes)))
+            .unwrap_or_default();
         println!(
-            "{verb} set {} ({}, finished {}, {})",
-            c.set_id,
-            c.backup_type,
-            c.finished,
-            human(c.stored_bytes)
+            "set {} ({}, finished {}{stored}) {} because {}",
+            shown(&d.set_id),
+            d.backup_type,
+            shown(&d.finished),
+            if d.keep { kept } else { gone },
+            d.why
         );
     }
-    if let (Some(first), Some(last)) = (r.wal_expired.first(), r.wal_expired.last()) {
+    if let (Some(from), Some(why)) = (&r.wal.kept_from, &r.wal.kept_because) {
+        println!("WAL from {from} on {kept} because {why}");
+    }
+    if let (Some(first), Some(last), Some(why)) = (
+        &r.wal.removed_first,
+        &r.wal.removed_last,
+        &r.wal.removed_because,
+    ) {
         println!(
-            "{verb} {} WAL file(s) from {first} to {last} (every kept set needs WAL from {} on).",
-            r.wal_expired.len(),
-            r.wal_needed_from.as_deref().unwrap_or("-")
+            "{} WAL file(s) from {first} to {last} {gone} because {why}",
+            r.wal.removed
+        );
+    }
+    if let Some(start) = &r.recovery_window_start {
+        println!(
+            "recovery window   from {start} (the end of set {}) on",
+            r.recovery_window_set
+                .as_deref()
+                .map(shown)
+                .unwrap_or_default()
         );
     }
     println!(
-        "{} set(s) kept, {} expired, {} {}.",
+        "{} set(s) kept, {} {}, {} {}.",
         r.kept.len(),
         r.expired.len(),
+        if r.dry_run {
+            "would be expired"
+        } else {
+            "expired"
+        },
         human(r.bytes_freed),
         if r.dry_run { "would be freed" } else { "freed" }
     );

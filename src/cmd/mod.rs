@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod backup;
 pub mod bench;
+pub mod check;
 pub mod demo;
 pub mod estimate;
 pub mod expire;

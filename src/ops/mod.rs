@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod backup;
+pub mod check;
 pub mod estimate;
 pub mod expire;
 pub mod key;
@@ -58,5 +59,22 @@ pub(crate) fn authenticated_in(
             )
         }
         _ => Ok(()),
+    }
+}
+
+/// The time ages are measured from: `PAGEVAULT_NOW` (RFC 3339, e.g.
+/// 2026-05-13T12:00:00Z) when set, else the clock. Only `expire` and `status` read it,
+/// to see what retention would do on another day (and for tests); nothing is stamped
+/// with it.
+pub fn now() -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    match std::env::var("PAGEVAULT_NOW") {
+        Ok(v) if !v.is_empty() => chrono::DateTime::parse_from_rfc3339(&v)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "PAGEVAULT_NOW='{v}' is not an RFC 3339 time (2026-05-13T12:00:00Z): {e}"
+                )
+            }),
+        _ => Ok(chrono::Utc::now()),
     }
 }

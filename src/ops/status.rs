@@ -3,6 +3,7 @@
 //! archived WAL segment, the recovery window, damaged sets, the repository's size and,
 //! with a source, how far archiving lags behind the server.
 
+use super::expire::plan::window_start;
 use crate::format::manifest::BackupType;
 use crate::pg::{self, Kind};
 use crate::repo::{wal, CatalogEntry, Repo};
@@ -45,8 +46,9 @@ pub struct StatusReport {
     pub wal_files: usize,
     pub newest_wal: Option<String>,
     pub newest_wal_age_seconds: Option<f64>,
-    /// The oldest point a restore can reach (the end of the oldest full set that is not
-    /// damaged) and the newest (the newest archived WAL segment's storing, else the
+    /// The oldest point a restore can reach to any later point (the end of the oldest
+    /// full set that is not damaged and whose WAL the archive holds from its start on,
+    /// as `expire` keeps it) and the newest (the newest archived WAL segment's storing, else the
     /// newest set's end).
     pub recovery_window_start: Option<String>,
     pub recovery_window_end: Option<String>,
@@ -68,7 +70,7 @@ fn when(e: &CatalogEntry) -> Option<DateTime<Utc>> {
 
 pub fn status(o: &StatusOptions) -> Result<StatusReport> {
     let repo = Repo::open(&o.repo, false, &o.store)?;
-    let now = Utc::now();
+    let now = super::now()?;
     let mut catalog = repo.catalog()?;
     catalog.sort_by_key(when);
     let newest = |ty: Option<BackupType>| {
@@ -87,14 +89,15 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         .map(|(n, _)| n)
         .filter(|n| pg::parse_name(n).is_some_and(|w| w.kind == Kind::Segment))
         .collect();
+    let held: std::collections::HashSet<&str> = segments.iter().map(String::as_str).collect();
     let newest_wal = segments.last().cloned();
     let wal_at = match &newest_wal {
         Some(n) => wal::archived_at(&repo, n)?.map(DateTime::<Utc>::from),
         None => None,
     };
-    let oldest_full = (catalog.iter())
-        .filter(|e| e.backup_type == BackupType::Full && !e.damaged)
-        .find_map(when);
+    // As expire keeps it (ops::expire::plan::window_start).
+    let oldest_full =
+        window_start(&catalog, !segments.is_empty(), |n| held.contains(n)).and_then(when);
     let newest_any = catalog.iter().rev().filter(|e| !e.damaged).find_map(when);
     let repository_bytes = repo.store().list("")?.iter().map(|(_, n)| n).sum();
     let lag = match &o.source {

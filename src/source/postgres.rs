@@ -198,23 +198,8 @@ impl Postgres {
         label: String,
         password_file: Option<&Path>,
     ) -> Result<Postgres> {
-        let (base, query) = match spec.split_once('?') {
-            Some((b, q)) => (b.to_string(), q.to_string()),
-            None => (spec.to_string(), String::new()),
-        };
-        let mut keep = vec![];
-        let mut pgdata = pgdata;
-        for kv in query.split('&').filter(|s| !s.is_empty()) {
-            match kv.split_once('=') {
-                Some(("pgdata", v)) => pgdata = Some(PathBuf::from(v)),
-                _ => keep.push(kv.to_string()),
-            }
-        }
-        let url = if keep.is_empty() {
-            base.clone()
-        } else {
-            format!("{base}?{}", keep.join("&"))
-        };
+        let (url, given) = connect::split_pgdata(spec);
+        let pgdata = given.or(pgdata);
         Ok(Postgres {
             conn: connect::settle(&url, password_file, &connect::Env::of_process())?,
             pgdata,

@@ -5,7 +5,7 @@
 
 mod chain;
 mod replace;
-mod wal;
+pub(crate) mod wal;
 
 use super::verify::{engine_params, ReadOptions, Show};
 use crate::device::object::{retry_stats, RetryStats};
@@ -447,7 +447,7 @@ fn finish(
 /// the same repository, with the key this restore was given (its file, or
 /// PAGEVAULT_PASSPHRASE in the server's environment). Every word is quoted for the
 /// shell: a path with a space or a quote must not split it, or every fetch fails.
-fn restore_command(repo: &crate::repo::Repo) -> String {
+pub(crate) fn restore_command(repo: &crate::repo::Repo) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "pagevault".into());

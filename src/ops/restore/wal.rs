@@ -101,7 +101,7 @@ pub(super) fn probe_name(check: Option<&WalCheck>, entry: &CatalogEntry) -> Opti
 /// `user` (the server's, through runuser when root runs) before anything is written:
 /// a key or repository the server cannot read would otherwise stop its recovery, or
 /// end it early. `must_exist`: the archive holds `name`, so only a fetch passes.
-pub(super) fn probe_restore_command(
+pub(crate) fn probe_restore_command(
     command: &str,
     name: &str,
     must_exist: bool,

@@ -53,6 +53,24 @@ pub struct Conn {
     pub warnings: Vec<String>,
 }
 
+/// Splits pagevault's own `?pgdata=DIR` off a source URL: (the URL the driver parses,
+/// the data directory if given).
+pub fn split_pgdata(spec: &str) -> (String, Option<PathBuf>) {
+    let (base, query) = spec.split_once('?').unwrap_or((spec, ""));
+    let mut keep = vec![];
+    let mut pgdata = None;
+    for kv in query.split('&').filter(|s| !s.is_empty()) {
+        match kv.split_once('=') {
+            Some(("pgdata", v)) => pgdata = Some(PathBuf::from(v)),
+            _ => keep.push(kv),
+        }
+    }
+    match keep.is_empty() {
+        true => (base.to_string(), pgdata),
+        false => (format!("{base}?{}", keep.join("&")), pgdata),
+    }
+}
+
 /// Parses `url` (without pagevault's own `pgdata`) and settles the password: the
 /// URL's (`user:pw@` or `?password=`), else `password_file`'s first line, else
 /// `PGPASSWORD`, else the password file's (`PGPASSFILE` or `~/.pgpass`). An empty
