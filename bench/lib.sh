@@ -155,3 +155,22 @@ snapshot_binary() {
     cp "$PV" "$1/pagevault"
     PV=$1/pagevault
 }
+
+# make_tls DIR: a private CA (DIR/ca.pem) and a server certificate for 127.0.0.1/localhost
+# signed by it (DIR/cert.pem, DIR/key.pem): pgBackRest's S3 and Azure repositories need HTTPS,
+# and rustls, which pagevault uses, refuses a self-signed certificate marked CA:TRUE as a
+# server's. Needs openssl.
+make_tls() {
+    mkdir -p "$1"
+    (
+        cd "$1"
+        openssl req -x509 -newkey rsa:2048 -sha256 -days 30 -nodes -keyout ca.key -out ca.pem \
+            -subj "/CN=pagevault bench CA" -addext "basicConstraints=critical,CA:TRUE" \
+            -addext "keyUsage=critical,keyCertSign,cRLSign"
+        openssl req -newkey rsa:2048 -sha256 -nodes -keyout key.pem -out server.csr -subj "/CN=localhost"
+        printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+            "extendedKeyUsage=serverAuth" "subjectAltName=IP:127.0.0.1,DNS:localhost" > server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -sha256 \
+            -extfile server.ext -out cert.pem
+    ) > "$1/openssl.log" 2>&1 || die "openssl could not make the certificates (see $1/openssl.log)"
+}

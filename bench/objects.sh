@@ -225,17 +225,7 @@ snapshot_binary "$RUNDIR"
 rm -rf "$STORE_DIR"
 mkdir -p "$STORE_DIR/tls" "$STORE_DIR/minio/certs" "$STORE_DIR/azurite"
 TLS=$STORE_DIR/tls
-(
-    cd "$TLS"
-    openssl req -x509 -newkey rsa:2048 -sha256 -days 30 -nodes -keyout ca.key -out ca.pem \
-        -subj "/CN=pagevault bench CA" -addext "basicConstraints=critical,CA:TRUE" \
-        -addext "keyUsage=critical,keyCertSign,cRLSign"
-    openssl req -newkey rsa:2048 -sha256 -nodes -keyout key.pem -out server.csr -subj "/CN=localhost"
-    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
-        "extendedKeyUsage=serverAuth" "subjectAltName=IP:127.0.0.1,DNS:localhost" > server.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -sha256 \
-        -extfile server.ext -out cert.pem
-) > "$TLS/openssl.log" 2>&1 || die "openssl could not make the certificates (see $TLS/openssl.log)"
+make_tls "$TLS"
 cp "$TLS/cert.pem" "$STORE_DIR/minio/certs/public.crt"
 cp "$TLS/key.pem" "$STORE_DIR/minio/certs/private.key"
 

@@ -135,8 +135,8 @@ pub fn is_out_of_descriptors(e: &io::Error) -> bool {
 /// what the page cache holds).
 pub fn map_file(f: &std::fs::File, len: u64) -> io::Result<memmap2::Mmap> {
     let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: a WAL segment handed to archive_command is complete: PostgreSQL neither
-    // writes, truncates nor recycles it until the command returns. A file cut short by
+    // SAFETY: a WAL segment handed to archive_command, or waiting for it (.ready), is
+    // complete: PostgreSQL neither writes, truncates nor recycles it until it is archived. A file cut short by
     // someone else raises SIGBUS (the push fails); it cannot make us read other memory.
     unsafe { memmap2::MmapOptions::new().len(len).populate().map(f) }
 }

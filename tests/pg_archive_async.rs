@@ -83,9 +83,30 @@ fn async_archiving_loses_nothing_through_a_store_outage_a_killed_pusher_and_a_re
         &ep,
     ]);
 
+    // Segments that waited (archiving off) are spooled ahead by the first push.
+    let set_cmd = |cmd: &str| {
+        pg.sql(&format!("ALTER SYSTEM SET archive_command = '{cmd}'"));
+        pg.sql("SELECT pg_reload_conf()");
+    };
+    set_cmd("");
+    let mut n = 1000;
+    let mut last = String::new();
+    for _ in 0..3 {
+        add(&pg, n + 1, n + 1000);
+        n += 1000;
+        last = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
+        pg.sql("SELECT pg_switch_wal()");
+    }
+    set_cmd(&push);
+    pg.wait_archived(&last);
+    assert!(
+        pg.log().contains("and 2 files ready after it"),
+        "{}",
+        pg.log()
+    );
+
     // The store goes away: archiving goes on into the spool, the pusher fails and says so.
     m.kill();
-    let mut n = 1000;
     for _ in 0..4 {
         add(&pg, n + 1, n + 1000);
         n += 1000;
@@ -259,6 +280,33 @@ fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository
         })
         .count();
     assert!(ready >= 1, "no .ready file left in pg_wal");
+    // status shows the backlog and the pusher's failure (read as root: the repository is
+    // closed only to the server's user).
+    let t0 = Instant::now();
+    let st = loop {
+        let st = json(&["status", "--repo", &repo, "--spool", &s(&spool)]);
+        if !st["spool"]["pusher_error"].is_null() || t0.elapsed() > Duration::from_secs(30) {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(st["spool"]["files"].as_u64().unwrap() >= 2, "{st}");
+    assert!(
+        st["spool"]["pusher_error"]
+            .as_str()
+            .unwrap()
+            .contains("ermission denied"),
+        "{st}"
+    );
+    let prom = ok(&[
+        "status",
+        "--repo",
+        &repo,
+        "--spool",
+        &s(&spool),
+        "--prometheus",
+    ]);
+    assert!(prom.contains("pagevault_spool_files{"), "{prom}");
 
     // The repository returns: the pusher empties the spool, PostgreSQL's retries
     // succeed, and the WAL in the repository is gap-free.

@@ -72,6 +72,11 @@ pub struct PushArgs {
     /// Warn on every push while the spool holds more than this (e.g. 4G); nothing is dropped.
     #[arg(long, default_value = "4G", value_parser = crate::units::parse_size)]
     pub spool_max: u64,
+    /// With --async: also spool up to this many files PostgreSQL has ready to archive
+    /// after this one (pg_wal/archive_status/*.ready), several at once; its next calls
+    /// then find them spooled (each checked against the file it is handed).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub look_ahead: u16,
     /// Push everything waiting in --spool into the repository, then exit (what the
     /// background pusher runs; by hand, after the repository was unreachable).
     #[arg(long, requires = "spool")]
@@ -179,6 +184,7 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
             spool: a.spool.clone().expect("clap requires --spool with --async"),
             no_summaries: a.summaries == "off",
             spool_max: a.spool_max,
+            look_ahead: a.look_ahead as usize,
         },
         start_pusher,
     )?;
@@ -190,10 +196,14 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
         archive::Pusher::Started { pid } => format!("started the pusher (pid {pid})"),
     };
     println!(
-        "pagevault: spooled {} ({}{}) in {:.3} s; {} files ({}) wait for the repository, {pusher}",
+        "pagevault: spooled {} ({}{}{}) in {:.3} s; {} files ({}) wait for the repository, {pusher}",
         p.name,
         human(p.raw_bytes),
         if p.already { ", spooled before" } else { "" },
+        match p.spooled_ahead {
+            0 => String::new(),
+            k => format!(", and {k} files ready after it"),
+        },
         p.seconds,
         p.backlog.files,
         human(p.backlog.bytes)
@@ -304,15 +314,17 @@ pub fn get_status(e: &anyhow::Error) -> u8 {
 pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
     let o = a.options(store);
     if let Some(seg_size) = a.fetch_ahead {
-        let names = archive::prefetch::window(&o.name, seg_size, o.prefetch);
         let f = archive::prefetch::fetch_ahead(&archive::prefetch::FetchOptions {
             dir: o.prefetch_dir,
             repo: o.repo,
-            names,
+            first: o.name.clone(),
+            seg_size,
+            window: o.prefetch,
+            linger: std::time::Duration::from_secs(10),
             store: o.store,
         })?;
         println!(
-            "{} pagevault[{}]: after {}: fetched {} segments ({}), {} not archived yet, {} failed",
+            "{} pagevault[{}]: from {}: fetched {} segments ({}), {} fetches found nothing yet, {} failed",
             chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
             std::process::id(),
             a.name,

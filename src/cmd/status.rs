@@ -22,6 +22,9 @@ pub struct StatusArgs {
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
     /// Print JSON.
+    /// The spool of `archive-push --async`: its backlog and the pusher's last error.
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
     #[arg(long, conflicts_with = "prometheus")]
     pub json: bool,
     /// Print metrics in Prometheus's text format (names start with pagevault_), e.g.
@@ -58,6 +61,7 @@ pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
         repo: a.repo.clone(),
         source: a.source.clone(),
         password_file: a.password_file.clone(),
+        spool: a.spool.clone(),
         store: store.clone(),
     })?;
     if a.json {
@@ -106,6 +110,21 @@ fn print_text(r: &StatusReport) {
     println!("repository size   {}", human(r.repository_bytes));
     if let Some(l) = r.wal_archive_lag_bytes {
         println!("archiving lag     {}", human(l));
+    }
+    if let Some(sp) = &r.spool {
+        println!(
+            "spool             {} files ({}) wait in {}{}",
+            sp.files,
+            human(sp.bytes),
+            sp.dir,
+            sp.oldest
+                .as_deref()
+                .map(|o| format!(", oldest {o}"))
+                .unwrap_or_default()
+        );
+        if let (Some(e), Some(s)) = (&sp.pusher_error, sp.pusher_failing_seconds) {
+            println!("pusher failing    for {}: {e}", ago(s as f64));
+        }
     }
     for id in &r.damaged_sets {
         println!("damaged set       {}", super::shown(id));
@@ -173,6 +192,23 @@ fn prometheus(r: &StatusReport) -> String {
             "newest_wal_age_seconds",
             "Seconds since the newest WAL segment was archived.",
             vec![(String::new(), a)],
+        );
+    }
+    if let Some(sp) = &r.spool {
+        metric(
+            "spool_files",
+            "WAL files waiting in archive-push's spool for the repository.",
+            vec![(String::new(), sp.files as f64)],
+        );
+        metric(
+            "spool_bytes",
+            "Bytes waiting in archive-push's spool.",
+            vec![(String::new(), sp.bytes as f64)],
+        );
+        metric(
+            "pusher_failing_seconds",
+            "Seconds the spool's pusher has failed to store files (0: it does not fail).",
+            vec![(String::new(), sp.pusher_failing_seconds.unwrap_or(0) as f64)],
         );
     }
     metric(

@@ -17,6 +17,8 @@ pub struct StatusOptions {
     /// A PostgreSQL source (`postgres://...`): the archiving lag is measured against it.
     pub source: Option<String>,
     pub password_file: Option<std::path::PathBuf>,
+    /// The spool of `archive-push --async`, if any: its backlog and its pusher's state.
+    pub spool: Option<std::path::PathBuf>,
     pub store: crate::device::object::StoreOptions,
 }
 
@@ -56,6 +58,43 @@ pub struct StatusReport {
     /// With a source: bytes of WAL the server wrote past the end of the newest segment
     /// archived on its timeline.
     pub wal_archive_lag_bytes: Option<u64>,
+    /// With a spool: what waits there for the repository, and the pusher's last error.
+    pub spool: Option<SpoolStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SpoolStatus {
+    pub dir: String,
+    pub files: u64,
+    pub bytes: u64,
+    pub oldest: Option<String>,
+    pub pusher_last_pushed: Option<String>,
+    pub pusher_error: Option<String>,
+    pub pusher_failing_seconds: Option<u64>,
+}
+
+fn spool_status(dir: &std::path::Path) -> Result<SpoolStatus> {
+    use super::archive::spool::{unix_now, Spool};
+    if !dir.join(super::archive::spool::READY).is_dir() {
+        anyhow::bail!(
+            "'{}' is not a spool of archive-push --async (it has no ready/ directory)",
+            dir.display()
+        );
+    }
+    let sp = Spool {
+        dir: dir.to_path_buf(),
+    };
+    let b = sp.backlog()?;
+    let st = sp.state().unwrap_or_default();
+    Ok(SpoolStatus {
+        dir: dir.display().to_string(),
+        files: b.files,
+        bytes: b.bytes,
+        oldest: b.oldest,
+        pusher_last_pushed: st.last_pushed,
+        pusher_error: st.last_error,
+        pusher_failing_seconds: st.failing_since.map(|t| unix_now().saturating_sub(t)),
+    })
 }
 
 fn age(now: DateTime<Utc>, t: DateTime<Utc>) -> f64 {
@@ -125,6 +164,7 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         recovery_window_end: wal_at.or(newest_any).map(|t| t.to_rfc3339()),
         repository_bytes,
         wal_archive_lag_bytes: lag,
+        spool: o.spool.as_deref().map(spool_status).transpose()?,
     })
 }
 

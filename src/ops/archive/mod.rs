@@ -91,6 +91,7 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
     };
     let mut warning = None;
     let win = prefetch::window(&o.name, bytes, o.prefetch);
+    prefetch::set_wanted(dir, &o.name);
     if !prefetch::running(dir) {
         prefetch::clean(dir, &o.name, &win, false);
         if !prefetch::missing(dir, &win).is_empty() {
@@ -114,6 +115,9 @@ pub struct AsyncOptions {
     pub no_summaries: bool,
     /// Past this many bytes waiting, every push warns (and still spools).
     pub spool_max: u64,
+    /// Also spool up to this many files PostgreSQL has ready to archive after this one
+    /// (its archive_status/*.ready beside `path`): its next calls then find them spooled.
+    pub look_ahead: usize,
 }
 
 /// The pusher, after a file was spooled.
@@ -130,8 +134,10 @@ pub enum Pusher {
 pub struct AsyncPushed {
     pub name: String,
     pub raw_bytes: u64,
-    /// The spool held these bytes already (a retried archive_command).
+    /// The spool held these bytes already (a retried archive_command, or spooled ahead).
     pub already: bool,
+    /// Files PostgreSQL has ready after this one, spooled with it.
+    pub spooled_ahead: usize,
     pub seconds: f64,
     pub backlog: spool::Backlog,
     pub pusher: Pusher,
@@ -148,24 +154,37 @@ pub fn push_async(
     let t0 = std::time::Instant::now();
     let sp = spool::Spool::open(&o.spool)?;
     let prev = wal::spooled::read_spooled_summary(&sp.dir.join(spool::LAST_SUM));
-    let got = wal::spooled::spool_copy(&o.path, &sp.ready(), prev.as_ref(), !o.no_summaries)
-        .map_err(|e| {
-            let full = e
-                .chain()
-                .filter_map(|c| c.downcast_ref::<std::io::Error>())
-                .any(crate::sys::is_enospc)
-                || format!("{e:#}").contains("No space left");
-            match full {
-                true => e.context(format!(
-                    "the spool '{}' is full: PostgreSQL keeps the file and retries (nothing is \
-                     lost); the pusher frees the spool as the repository takes its files (see \
-                     its pusher.json and pusher.log)",
-                    sp.dir.display()
-                )),
-                false => e,
-            }
-        })?;
-    if let Some(s) = &got.summary {
+    let ahead = ready_after(&o.path, &sp.ready(), o.look_ahead);
+    let mut srcs = vec![o.path.clone()];
+    srcs.extend(ahead.iter().cloned());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let mut results =
+        wal::spooled::spool_many(&srcs, &sp.ready(), prev.as_ref(), !o.no_summaries, threads)
+            .into_iter();
+    let first = results.next().expect("one result per file");
+    // Files spooled ahead are a bonus: one that failed is spooled when PostgreSQL asks.
+    let ahead_done: Vec<wal::spooled::Spooled> = results.filter_map(|r| r.ok()).collect();
+    let got = first.map_err(|e| {
+        let full = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<std::io::Error>())
+            .any(crate::sys::is_enospc)
+            || format!("{e:#}").contains("No space left");
+        match full {
+            true => e.context(format!(
+                "the spool '{}' is full: PostgreSQL keeps the file and retries (nothing is \
+                 lost); the pusher frees the spool as the repository takes its files (see \
+                 its pusher.json and pusher.log)",
+                sp.dir.display()
+            )),
+            false => e,
+        }
+    })?;
+    crate::repo::store::sync_dir(&sp.ready())?;
+    let newest_sum = (ahead_done.iter().rev())
+        .chain(std::iter::once(&got))
+        .find_map(|s| s.summary.as_ref());
+    if let Some(s) = newest_sum {
         wal::spooled::write_durable(&sp.dir, spool::LAST_SUM, &s.encode())?;
     }
     let pusher = match sp.try_lock()? {
@@ -202,6 +221,7 @@ pub fn push_async(
         ));
     }
     Ok(AsyncPushed {
+        spooled_ahead: ahead_done.iter().filter(|s| !s.already).count(),
         name: got.name,
         raw_bytes: got.raw_bytes,
         already: got.already,
@@ -210,4 +230,26 @@ pub fn push_async(
         pusher,
         warnings,
     })
+}
+
+/// Up to `n` WAL files the server has ready to archive after `path` (the `.ready` files of
+/// `archive_status` beside it), not yet in `ready_dir`, in WAL order.
+fn ready_after(path: &Path, ready_dir: &Path, n: usize) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|f| f.to_str())) else {
+        return vec![];
+    };
+    let Ok(rd) = std::fs::read_dir(dir.join("archive_status")) else {
+        return vec![];
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let f = e.file_name().to_str()?.strip_suffix(".ready")?.to_string();
+            (crate::pg::parse_name(&f).is_some() && f.as_str() > name).then_some(f)
+        })
+        .filter(|f| !ready_dir.join(f).exists())
+        .collect();
+    names.sort();
+    names.truncate(n);
+    names.into_iter().map(|f| dir.join(f)).collect()
 }

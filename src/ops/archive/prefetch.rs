@@ -7,6 +7,8 @@
 //! DIR/NAME            a segment fetched and checked, waiting for PostgreSQL to ask for it
 //! DIR/NAME.error      why NAME could not be fetched (archive-get then fetches it itself,
 //!                     and fails or succeeds exactly as without prefetch)
+//! DIR/wanted          the segment PostgreSQL asked for last: the fetcher keeps the
+//!                     window after it full, and ends once it stays unchanged a while
 //! DIR/fetcher.lock    held (flock) by the fetcher while it runs
 //! DIR/fetcher.log     its output
 //! ```
@@ -23,6 +25,7 @@ const LOCK: &str = "fetcher.lock";
 pub const LOG: &str = "fetcher.log";
 pub const LOG_MAX: u64 = 16 << 20;
 const ERROR: &str = ".error";
+const WANTED: &str = "wanted";
 /// Fetches at once.
 const THREADS: usize = 4;
 
@@ -75,6 +78,7 @@ pub fn clean(dir: &Path, name: &str, keep: &[String], all: bool) {
     if all {
         let _ = fs::remove_file(dir.join(LOG));
         let _ = fs::remove_file(dir.join(LOCK));
+        let _ = fs::remove_file(dir.join(WANTED));
         let _ = fs::remove_dir(dir);
     }
 }
@@ -104,11 +108,37 @@ fn lock(dir: &Path) -> Result<Option<fs::File>> {
     Ok(crate::sys::try_lock(&f)?.then_some(f))
 }
 
+/// Records the segment PostgreSQL asked for last (informational for the fetcher: not
+/// synced).
+pub fn set_wanted(dir: &Path, name: &str) {
+    let tmp = dir.join(format!(".{WANTED}.{}.tmp", std::process::id()));
+    if fs::write(&tmp, format!("{name}\n")).is_ok() && fs::rename(&tmp, dir.join(WANTED)).is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+}
+
+fn wanted(dir: &Path) -> Option<String> {
+    use std::io::Read;
+    let f = crate::sys::open_regular(&dir.join(WANTED)).ok()?;
+    let mut s = String::new();
+    f.take(64).read_to_string(&mut s).ok()?;
+    let s = s.trim();
+    parse_name(s)
+        .is_some_and(|n| n.kind == Kind::Segment)
+        .then(|| s.to_string())
+}
+
 #[derive(Debug, Clone)]
 pub struct FetchOptions {
     pub dir: PathBuf,
     pub repo: String,
-    pub names: Vec<String>,
+    /// The segment asked for when the fetcher started, and the segment size.
+    pub first: String,
+    pub seg_size: u64,
+    /// Segments kept fetched ahead of the one asked for last.
+    pub window: usize,
+    /// The fetcher ends once no new segment was asked for this long.
+    pub linger: std::time::Duration,
     pub store: crate::device::object::StoreOptions,
 }
 
@@ -117,40 +147,65 @@ pub struct Fetched {
     pub ran: bool,
     pub fetched: u64,
     pub bytes: u64,
-    /// Names the archive does not hold (yet).
+    /// Fetches of names the archive did not hold (yet).
     pub absent: u64,
     pub failed: u64,
 }
 
-/// The fetcher: each missing name of the window fetched into `dir`, checked, several
-/// at once; a failure recorded beside it.
+/// The fetcher: keeps the window after the segment asked for last fetched into `dir`,
+/// several at once, each checked; a failure recorded beside its name. One process for
+/// a whole recovery: the repository is opened once.
 pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
+    use std::time::{Duration, Instant};
     let mut out = Fetched::default();
     fs::create_dir_all(&o.dir).with_context(|| format!("cannot create '{}'", o.dir.display()))?;
     let Some(_lock) = lock(&o.dir)? else {
         return Ok(out);
     };
     out.ran = true;
-    let names = missing(&o.dir, &o.names);
-    if names.is_empty() {
-        return Ok(out);
-    }
     let repo = Repo::open(&o.repo, false, &o.store)?;
-    let got = crate::par::map_index(names.len(), THREADS.min(names.len()), |i| {
-        wal::fetch(&repo, &names[i], &o.dir.join(&names[i]))
-    });
-    for (r, name) in got.into_iter().zip(&names) {
-        match r {
-            Ok(b) => {
-                out.fetched += 1;
-                out.bytes += b;
+    let mut asked = o.first.clone();
+    let mut since = Instant::now();
+    // Names found absent, and when: asked again after a second (a standby's archive grows).
+    let mut absent: std::collections::HashMap<String, Instant> = Default::default();
+    loop {
+        if let Some(w) = wanted(&o.dir) {
+            if w != asked {
+                asked = w;
+                since = Instant::now();
             }
-            Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => out.absent += 1,
-            Err(e) => {
-                out.failed += 1;
-                let _ = fs::write(o.dir.join(format!("{name}{ERROR}")), format!("{e:#}\n"));
+        }
+        if since.elapsed() > o.linger || crate::interrupt::received().is_some() {
+            return Ok(out);
+        }
+        absent.retain(|_, t| t.elapsed() < Duration::from_secs(1));
+        let win = window(&asked, o.seg_size, o.window);
+        let names: Vec<String> = missing(&o.dir, &win)
+            .into_iter()
+            .filter(|n| !absent.contains_key(n))
+            .collect();
+        if names.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        let got = crate::par::map_index(names.len(), THREADS.min(names.len()), |i| {
+            wal::fetch(&repo, &names[i], &o.dir.join(&names[i]))
+        });
+        for (r, name) in got.into_iter().zip(&names) {
+            match r {
+                Ok(b) => {
+                    out.fetched += 1;
+                    out.bytes += b;
+                }
+                Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => {
+                    out.absent += 1;
+                    absent.insert(name.clone(), Instant::now());
+                }
+                Err(e) => {
+                    out.failed += 1;
+                    let _ = fs::write(o.dir.join(format!("{name}{ERROR}")), format!("{e:#}\n"));
+                }
             }
         }
     }
-    Ok(out)
 }

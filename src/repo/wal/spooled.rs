@@ -30,6 +30,59 @@ pub fn spool_copy(
     prev: Option<&Summary>,
     summaries: bool,
 ) -> Result<Spooled> {
+    let mut all = spool_many(&[src.to_path_buf()], dir, prev, summaries, 1);
+    let got = all.pop().expect("one result per file")?;
+    sync_dir(dir)?;
+    Ok(got)
+}
+
+/// [`spool_copy`] of several files in WAL order, copied `threads` at once and
+/// summarized in order (each segment's summary continues the one before it). One
+/// result per file; the caller syncs `dir` once.
+pub fn spool_many(
+    srcs: &[PathBuf],
+    dir: &Path,
+    prev: Option<&Summary>,
+    summaries: bool,
+    threads: usize,
+) -> Vec<Result<Spooled>> {
+    let copied = crate::par::map_index(srcs.len(), threads.max(1), |i| {
+        copy_in(&srcs[i], dir, summaries)
+    });
+    let mut last = prev.cloned();
+    let mut out = vec![];
+    for c in copied {
+        let r = c.and_then(|c| match c {
+            Copy::Already(s) => Ok(s),
+            Copy::New(c) => commit(c, dir, last.as_ref()),
+        });
+        if let Ok(Spooled {
+            summary: Some(s), ..
+        }) = &r
+        {
+            last = Some(s.clone());
+        }
+        out.push(r);
+    }
+    out
+}
+
+/// A file copied into a temp file of the spool, synced, not yet in place.
+struct Copied {
+    name: String,
+    len: u64,
+    hash: blake3::Hash,
+    tmp: Temp,
+    map: Option<memmap2::Mmap>,
+    seg: Option<SegInfo>,
+}
+
+enum Copy {
+    New(Copied),
+    Already(Spooled),
+}
+
+fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Copy> {
     let Opened {
         name,
         n,
@@ -46,10 +99,40 @@ pub fn spool_copy(
         false => None,
     };
     let fin = dir.join(&name);
+    // Spooled before (a retried archive_command, or fetched ahead): the same bytes are fine.
+    if fin.exists() {
+        let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, map.as_deref())?;
+        let have = match read_spooled_summary(&dir.join(format!("{name}{SUM_SUFFIX}"))) {
+            Some(s) if s.segment == name => Some(blake3::Hash::from(s.segment_blake3)),
+            _ => spooled_hash(&fin)?,
+        };
+        match have {
+            Some(h) if h == hash => {
+                return Ok(Copy::Already(Spooled {
+                    name,
+                    raw_bytes: len,
+                    already: true,
+                    summary: None,
+                }))
+            }
+            Some(h) => bail!(
+                "'{}' is spooled already with other content than '{}' (BLAKE3 {} against {}): \
+                 refused, the spooled copy is unchanged (two clusters archiving through one spool?)",
+                fin.display(),
+                src.display(),
+                &hex::encode(h.as_bytes())[..16],
+                &hex::encode(hash.as_bytes())[..16]
+            ),
+            // Pushed and removed meanwhile: spool it again (the push finds it archived).
+            None => {}
+        }
+    }
     let (tmp, mut out) = temp_beside(dir, &name)?;
     let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
     let hash = {
         let mut w = io::BufWriter::with_capacity(CHUNK, &mut out);
+        use std::io::Seek;
+        f.rewind()?;
         let h = scan(
             &mut f,
             src,
@@ -62,47 +145,43 @@ pub fn spool_copy(
         w.flush().map_err(werr)?;
         h
     };
-    if let Some(have) = spooled_hash(&fin)? {
-        if have == hash {
-            return Ok(Spooled {
-                name,
-                raw_bytes: len,
-                already: true,
-                summary: None,
-            });
-        }
-        bail!(
-            "'{}' is spooled already with other content than '{}' (BLAKE3 {} against {}): \
-             refused, the spooled copy is unchanged (two clusters archiving through one spool?)",
-            fin.display(),
-            src.display(),
-            &hex::encode(have.as_bytes())[..16],
-            &hex::encode(hash.as_bytes())[..16]
-        );
-    }
     out.sync_all().map_err(werr)?;
-    let summary = match (&map, &seg) {
+    Ok(Copy::New(Copied {
+        name,
+        len,
+        hash,
+        tmp,
+        map,
+        seg,
+    }))
+}
+
+/// Summarizes a copied file (continuing `prev` when it is the segment before), writes
+/// the summary durably, then puts the file in place.
+fn commit(c: Copied, dir: &Path, prev: Option<&Summary>) -> Result<Spooled> {
+    let summary = match (&c.map, &c.seg) {
         (Some(bytes), Some(s)) => {
             let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
-            let prev = prev.filter(|p| previous_name(&name, len).as_deref() == Some(&p.segment));
+            let prev =
+                prev.filter(|p| previous_name(&c.name, c.len).as_deref() == Some(&p.segment));
             let sum = summary::summarize(
-                &name,
-                *hash.as_bytes(),
+                &c.name,
+                *c.hash.as_bytes(),
                 bytes,
                 s.blcksz as usize,
                 major,
                 prev,
             );
-            write_durable(dir, &format!("{name}{SUM_SUFFIX}"), &sum.encode())?;
+            write_durable(dir, &format!("{}{SUM_SUFFIX}", c.name), &sum.encode())?;
             Some(sum)
         }
         _ => None,
     };
-    fs::rename(&tmp.path, &fin).with_context(|| format!("cannot create '{}'", fin.display()))?;
-    sync_dir(dir)?;
+    let fin = dir.join(&c.name);
+    fs::rename(&c.tmp.path, &fin).with_context(|| format!("cannot create '{}'", fin.display()))?;
     Ok(Spooled {
-        name,
-        raw_bytes: len,
+        name: c.name,
+        raw_bytes: c.len,
         already: false,
         summary,
     })
