@@ -13,7 +13,8 @@
 #           .ready files pg_wal held (sampled every 0.2 s), tps, segments written.
 #   replay  a full set in a local repository and one in MinIO, then REPLAY_GB of WAL archived
 #           into both; each restored (untimed), then the server started and timed until it
-#           leaves recovery: local (prefetch on, the default), MinIO (prefetch on), MinIO with
+#           leaves recovery: pg_wal (the floor: every segment put in pg_wal first, replay
+#           alone), local (prefetch on, the default), MinIO (prefetch on), MinIO with
 #           --prefetch 0 (one segment per archive-get, the synchronous fetch).
 # CPU s is the machine's busy CPU over the measured interval (PostgreSQL, MinIO and every
 # tool share the 2 cores). Prints a markdown table of medians with min-max and the ratios
@@ -257,13 +258,23 @@ if has_part replay; then
     pg_stop "$DATA"
     RP=$WORK/replay
     for run in $(seq 1 "$RUNS"); do
-        for mode in local s3 s3-noprefetch; do
+        for mode in pg_wal local s3 s3-noprefetch; do
             rm -rf "$RP"; mkdir -p "$RP"; chown postgres: "$RP"
-            repo=$LOCAL; [ "$mode" = local ] || repo=s3://$BUCKET/pv-replay
+            repo=$LOCAL; [[ $mode == s3* ]] && repo=s3://$BUCKET/pv-replay
             "$PV" restore --repo "$repo" --to "$RP/data" --owner postgres > "$RUNDIR/restore-$run-$mode.log" 2>&1
-            [ "$mode" != s3-noprefetch ] ||
-                sed -i "s|^restore_command = '\(.*\)'$|restore_command = '\1 --prefetch 0'|" "$RP/data/postgresql.auto.conf"
             grep -q "archive-get" "$RP/data/postgresql.auto.conf" || die "no restore_command in the restored copy"
+            case $mode in
+                s3-noprefetch)
+                    sed -i "s|^restore_command = '\(.*\)'$|restore_command = '\1 --prefetch 0'|" "$RP/data/postgresql.auto.conf" ;;
+                pg_wal) # the floor: every segment already in pg_wal, replay alone
+                    for f in "$LOCAL"/wal/*/*.zst; do
+                        n=$(basename "$f" .zst)
+                        [ ${#n} -eq 24 ] || continue
+                        "$PV" archive-get "$n" "$RP/data/pg_wal/$n" --repo "$LOCAL" --prefetch 0 >/dev/null
+                    done
+                    chown -R postgres: "$RP/data/pg_wal"
+                    sed -i "s|^restore_command = .*$|restore_command = '/bin/false'|" "$RP/data/postgresql.auto.conf" ;;
+            esac
             sync
             wait_quiet
             b0=$(busy_ticks); t0=$(now_ns)
@@ -275,6 +286,7 @@ if has_part replay; then
             secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", (b - a) / 1e9}')
             cpu=$(awk -v t=$((b1 - b0)) -v hz="$HZ" 'BEGIN {printf "%.1f", t / hz}')
             segs=$(grep -c 'restored log file' "$RP/server.log" || true)
+            [ "$mode" != pg_wal ] || segs=$(ls "$RP/data/pg_wal" | grep -c '^[0-9A-F]\{24\}$' || true)
             printf 'replay\t%s\t%s\t%s\t%s\t\t%s\t\n' "$mode" "$run" "$segs" "$secs" "$cpu" >> "$RESULTS"
             log "replay $run $mode: $segs segments in $secs s, CPU $cpu s"
             pg_stop "$RP/data"
@@ -292,7 +304,7 @@ def fmt(v):
 print(f"\npagevault {sys.argv[3]}, pgBackRest {sys.argv[2]}; median (min-max) of {max([int(r['run']) for r in rows] or [0])} runs\n")
 print("| part | mode | segments | s (pg_wal / replay) | s (in repository) | MB/s | CPU s |")
 print("|---|---|---:|---:|---:|---:|---:|")
-for part, modes in (("drain", ("pv-sync", "pv-async", "pgbr-async")), ("replay", ("local", "s3", "s3-noprefetch"))):
+for part, modes in (("drain", ("pv-sync", "pv-async", "pgbr-async")), ("replay", ("pg_wal", "local", "s3", "s3-noprefetch"))):
     for m in modes:
         s, segs = pick(part, m, 'seconds'), pick(part, m, 'segments')
         if not s:

@@ -73,6 +73,7 @@ struct Copied {
     len: u64,
     hash: blake3::Hash,
     tmp: Temp,
+    out: File,
     map: Option<memmap2::Mmap>,
     seg: Option<SegInfo>,
 }
@@ -145,12 +146,14 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Copy> {
         w.flush().map_err(werr)?;
         h
     };
-    out.sync_all().map_err(werr)?;
+    // The disk starts now; the fsync at commit waits only for what is left.
+    crate::sys::start_writeback(&out, 0, 0);
     Ok(Copy::New(Copied {
         name,
         len,
         hash,
         tmp,
+        out,
         map,
         seg,
     }))
@@ -159,6 +162,9 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Copy> {
 /// Summarizes a copied file (continuing `prev` when it is the segment before), writes
 /// the summary durably, then puts the file in place.
 fn commit(c: Copied, dir: &Path, prev: Option<&Summary>) -> Result<Spooled> {
+    c.out
+        .sync_all()
+        .with_context(|| format!("cannot write '{}'", c.tmp.path.display()))?;
     let summary = match (&c.map, &c.seg) {
         (Some(bytes), Some(s)) => {
             let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
