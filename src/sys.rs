@@ -93,6 +93,17 @@ pub fn try_lock(f: &std::fs::File) -> io::Result<bool> {
     }
 }
 
+/// Opens (creating it) the lock file `p` and takes its lock without waiting: None when
+/// another process holds it.
+pub fn lock_file(p: &std::path::Path) -> io::Result<Option<std::fs::File>> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(p)?;
+    Ok(try_lock(&f)?.then_some(f))
+}
+
 /// Whether the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()

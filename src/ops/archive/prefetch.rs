@@ -99,13 +99,7 @@ pub fn running(dir: &Path) -> bool {
 
 fn lock(dir: &Path) -> Result<Option<fs::File>> {
     let p = dir.join(LOCK);
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .with_context(|| format!("cannot open '{}'", p.display()))?;
-    Ok(crate::sys::try_lock(&f)?.then_some(f))
+    crate::sys::lock_file(&p).with_context(|| format!("cannot lock '{}'", p.display()))
 }
 
 /// Records the segment PostgreSQL asked for last (informational for the fetcher: not

@@ -131,16 +131,7 @@ impl Spool {
     /// The pusher's lock, taken without waiting; None when a pusher holds it.
     pub fn try_lock(&self) -> Result<Option<fs::File>> {
         let p = self.dir.join(LOCK);
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .with_context(|| format!("cannot open '{}'", p.display()))?;
-        match crate::sys::try_lock(&f).with_context(|| format!("cannot lock '{}'", p.display()))? {
-            true => Ok(Some(f)),
-            false => Ok(None),
-        }
+        crate::sys::lock_file(&p).with_context(|| format!("cannot lock '{}'", p.display()))
     }
 
     pub fn state(&self) -> Option<PusherState> {

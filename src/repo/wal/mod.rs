@@ -330,7 +330,7 @@ mod tests;
 use get::{damaged, decode_to};
 pub use get::{fetch, read_history, verify, NotArchived};
 use header::Header;
-use push::{open_checked, read_full, scan, write_summary, CrcRead, Opened};
+use push::{map_if, open_checked, read_full, scan, write_summary, CrcRead, Opened};
 pub use push::{push, push_with, Outcome, Pushed};
 pub use seal::{Envelope, WalKey};
 #[cfg(test)]

@@ -260,6 +260,21 @@ pub(super) struct Opened {
     pub seg: Option<SegInfo>,
 }
 
+/// `src`'s bytes mapped when `wanted` (a segment to summarize), else None.
+pub(super) fn map_if(
+    wanted: bool,
+    f: &File,
+    len: u64,
+    src: &Path,
+) -> Result<Option<memmap2::Mmap>> {
+    match wanted {
+        true => crate::sys::map_file(f, len)
+            .map(Some)
+            .with_context(|| format!("cannot map '{}' to read it", src.display())),
+        false => Ok(None),
+    }
+}
+
 /// Opens `src` (a regular file only) and checks what can be checked before reading it
 /// all: the name, a segment's long page header, a history file's size.
 pub(super) fn open_checked(src: &Path) -> Result<Opened> {
@@ -361,13 +376,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
     // A complete segment gets a block summary: its bytes are mapped, and the hash, the
     // compressor and the summary all read that one copy.
     let summarized = summaries && n.kind == Kind::Segment;
-    let map = match summarized {
-        true => Some(
-            crate::sys::map_file(&f, len)
-                .with_context(|| format!("cannot map '{}' to read it", src.display()))?,
-        ),
-        false => None,
-    };
+    let map = map_if(summarized, &f, len, src)?;
     let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
     let mapped = map.as_deref();
     // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.

@@ -84,21 +84,15 @@ enum Copy {
 }
 
 fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Copy> {
+    let o = open_checked(src)?;
+    let map = map_if(summaries && o.n.kind == Kind::Segment, &o.f, o.len, src)?;
     let Opened {
         name,
         n,
         mut f,
         len,
         seg,
-    } = open_checked(src)?;
-    let summarized = summaries && n.kind == Kind::Segment;
-    let map = match summarized {
-        true => Some(
-            crate::sys::map_file(&f, len)
-                .with_context(|| format!("cannot map '{}' to read it", src.display()))?,
-        ),
-        false => None,
-    };
+    } = o;
     let fin = dir.join(&name);
     // Spooled before (a retried archive_command, or fetched ahead): the same bytes are fine.
     if fin.exists() {
@@ -252,8 +246,7 @@ pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pu
     let t0 = Instant::now();
     let Opened { f, len, seg, .. } = open_checked(path)?;
     if len == p.raw_bytes {
-        let bytes = crate::sys::map_file(&f, len)
-            .with_context(|| format!("cannot map '{}' to read it", path.display()))?;
+        let bytes = map_if(true, &f, len, path)?.unwrap_or_else(|| unreachable!());
         p.summary = write_summary(repo, &p.name, &p.blake3, &bytes, seg.as_ref())?;
         p.seconds += t0.elapsed().as_secs_f64();
     }
