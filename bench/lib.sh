@@ -174,3 +174,11 @@ make_tls() {
             -extfile server.ext -out cert.pem
     ) > "$1/openssl.log" 2>&1 || die "openssl could not make the certificates (see $1/openssl.log)"
 }
+
+# pgbr_s3_repo PORT BUCKET KEY SECRET: the [global] lines of a pgBackRest repository on the
+# local MinIO (path style, TLS not verified: its certificate is the benchmark's own CA's).
+pgbr_s3_repo() {
+    printf '%s\n' "repo1-type=s3" "repo1-s3-endpoint=127.0.0.1" "repo1-storage-port=$1" \
+        "repo1-s3-bucket=$2" "repo1-s3-key=$3" "repo1-s3-key-secret=$4" "repo1-s3-region=us-east-1" \
+        "repo1-s3-uri-style=path"
+}

@@ -338,16 +338,7 @@ pgbr_conf() { # pgbr_conf STORE: writes WORK/pgbackrest/STORE.conf, prints its p
     {
         echo "[global]"
         case $1 in
-            s3)
-                echo "repo1-type=s3"
-                echo "repo1-s3-endpoint=127.0.0.1"
-                echo "repo1-storage-port=$S3_PORT"
-                echo "repo1-s3-bucket=$BUCKET"
-                echo "repo1-s3-key=$S3_USER"
-                echo "repo1-s3-key-secret=$S3_SECRET"
-                echo "repo1-s3-region=us-east-1"
-                echo "repo1-s3-uri-style=path"
-                ;;
+            s3) pgbr_s3_repo "$S3_PORT" "$BUCKET" "$S3_USER" "$S3_SECRET" ;;
             azure)
                 echo "repo1-type=azure"
                 echo "repo1-azure-account=$AZ_ACCOUNT"

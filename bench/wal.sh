@@ -141,16 +141,8 @@ write_wal() {
 
 PGBR_CONF=$WORK/pgbackrest.conf
 mkdir -p "$WORK/pgbackrest"; chown postgres: "$WORK/pgbackrest"
-cat > "$PGBR_CONF" <<EOF
-[global]
-repo1-type=s3
-repo1-s3-endpoint=127.0.0.1
-repo1-storage-port=$S3_PORT
-repo1-s3-bucket=$BUCKET
-repo1-s3-key=$S3_USER
-repo1-s3-key-secret=$S3_SECRET
-repo1-s3-region=us-east-1
-repo1-s3-uri-style=path
+{ echo "[global]"; pgbr_s3_repo "$S3_PORT" "$BUCKET" "$S3_USER" "$S3_SECRET"; } > "$PGBR_CONF"
+cat >> "$PGBR_CONF" <<EOF
 repo1-storage-verify-tls=n
 archive-async=y
 process-max=2
