@@ -142,6 +142,22 @@ fn a_good_repository_drills_and_the_source_is_untouched() {
     assert_eq!(st["last_drill"]["outcome"], "failed", "{st}");
     assert_eq!(st["last_drill"]["failed"][0], "sql", "{st}");
 
+    // A newest record that is not one (hostile data): status says so, escaped.
+    let forged = Path::new(&repo).join("drills/29991231T000000.000Z.json");
+    fs::write(
+        &forged,
+        r#"{"time": "\u001b[2J", "outcome": "ok", "rto_seconds": -1, "failed": []}"#,
+    )
+    .unwrap();
+    let st = json(&["status", "--repo", &repo]);
+    assert_eq!(st["last_drill"]["outcome"], "damaged", "{st}");
+    let text = ok(&["status", "--repo", &repo]);
+    assert!(
+        text.contains("is damaged") && !text.contains('\u{1b}'),
+        "{text}"
+    );
+    fs::remove_file(&forged).unwrap();
+
     // Refused before anything: a non-empty scratch, a port in use.
     let busy = dir.join("busy");
     fs::create_dir(&busy).unwrap();
