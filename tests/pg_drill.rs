@@ -158,6 +158,33 @@ fn a_good_repository_drills_and_the_source_is_untouched() {
     );
     fs::remove_file(&forged).unwrap();
 
+    // SIGTERM while the scratch server runs: it is stopped, the scratch removed, the
+    // drill not recorded; ends as a process killed by the signal would.
+    let records = fs::read_dir(Path::new(&repo).join("drills"))
+        .unwrap()
+        .count();
+    let scratch = dir.join("scratch");
+    let child = std::process::Command::new(bin())
+        .args(["drill", "--repo", &repo, "--scratch", &s(&scratch)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = scratch.join("server.log");
+    let (r, _) = signal_when(child, "-TERM", || log.exists());
+    assert_eq!(r.code, 143, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("interrupted by SIGTERM"), "{}", r.stderr);
+    assert!(!scratch.exists(), "{}", r.stderr);
+    let running = fs::read_dir("/proc").unwrap().any(|e| {
+        fs::read(e.unwrap().path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&s(&scratch)))
+    });
+    assert!(!running, "a process of the drill's scratch still runs");
+    let after = fs::read_dir(Path::new(&repo).join("drills"))
+        .unwrap()
+        .count();
+    assert_eq!(after, records);
+
     // Refused before anything: a non-empty scratch, a port in use.
     let busy = dir.join("busy");
     fs::create_dir(&busy).unwrap();

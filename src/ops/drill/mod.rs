@@ -208,6 +208,8 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
         None => server::free_port()?,
     };
     let scratch = Scratch::prepare(o.scratch.as_deref(), ids)?;
+    // A signal stops the drill through its failure path: server stopped, scratch removed.
+    let _signals = crate::interrupt::catch();
     let mut r = DrillReport {
         command: "drill",
         repo: repo.describe(),
@@ -253,6 +255,14 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
     }
     if r.failed_checks().is_empty() {
         r.outcome = "ok";
+    }
+    // An interrupted drill says nothing of the repository: not recorded.
+    if let Some(sig) = crate::interrupt::received() {
+        return Err(crate::interrupt::error(sig).context(format!(
+            "the drill was stopped; its server is down and '{}' {}",
+            scratch.dir.display(),
+            if o.keep { "kept" } else { "removed" }
+        )));
     }
     let rec = record::DrillRecord {
         time: Utc::now().to_rfc3339(),

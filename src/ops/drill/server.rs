@@ -163,6 +163,9 @@ impl Server {
     pub fn wait_promoted(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
+            if let Some(sig) = crate::interrupt::received() {
+                return Err(crate::interrupt::error(sig));
+            }
             if let Some(st) = self.child.try_wait()? {
                 self.stopped = true;
                 return Err(
