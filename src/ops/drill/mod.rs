@@ -332,6 +332,9 @@ fn run(
             return Ok(());
         }
     }
+    if !data.join("PG_VERSION").is_file() {
+        bail!("the set restored is not a PostgreSQL cluster (no PG_VERSION): a drill proves PostgreSQL restores only; `verify` checks other sets");
+    }
     let version = std::fs::read_to_string(data.join("PG_VERSION")).unwrap_or_default();
     let major: u32 = version.trim().parse().with_context(|| {
         format!(
