@@ -73,6 +73,8 @@ enum Command {
     Estimate(cmd::estimate::EstimateArgs),
     /// Encryption and signing keys: `key rotate` rewraps an encrypted or signed repository's keys for a new key.
     Key(cmd::key::KeyArgs),
+    /// Prove a restore works and measure it: restore into a scratch directory, replay the WAL, pg_amcheck, your SQL; RTO and RPO recorded.
+    Drill(cmd::drill::DrillArgs),
     /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
     Merge(cmd::merge::MergeArgs),
     /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
@@ -167,6 +169,7 @@ fn main() -> ExitCode {
             Command::Expire(a) => cmd::expire::run(a, &store),
             Command::Estimate(a) => cmd::estimate::run(a, &store),
             Command::Merge(a) => cmd::merge::run(a, &store),
+            Command::Drill(a) => cmd::drill::run(a, &store),
             Command::Key(a) => cmd::key::run(a, &store),
             Command::Bench(a) => cmd::bench::run(a),
             Command::Tune(a) => cmd::tune::run(a, &store),

@@ -6,6 +6,7 @@ pub mod backup;
 pub mod bench;
 pub mod check;
 pub mod demo;
+pub mod drill;
 pub mod estimate;
 pub mod expire;
 pub mod history;

@@ -41,7 +41,7 @@ pub struct StatusArgs {
 }
 
 /// An age: a number and a unit (s, m, h, d).
-fn parse_age(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_age(s: &str) -> Result<f64, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: f64 = n
         .parse()
@@ -128,6 +128,27 @@ fn print_text(r: &StatusReport) {
     }
     for id in &r.damaged_sets {
         println!("damaged set       {}", super::shown(id));
+    }
+    match &r.last_drill {
+        Some(d) if d.outcome == "damaged" => println!(
+            "last drill        record {} is damaged: {}",
+            super::shown(&d.record),
+            super::shown(d.error.as_deref().unwrap_or(""))
+        ),
+        Some(d) => println!(
+            "last drill        {} ({} ago), {}, RTO {}, RPO {}{}",
+            d.time.as_deref().unwrap_or("-"),
+            d.age_seconds.map_or("-".into(), ago),
+            d.outcome,
+            d.rto_seconds.map_or("-".into(), |s| format!("{s:.1} s")),
+            d.rpo_seconds
+                .map_or("unknown".into(), |s| format!("{s:.1} s")),
+            match d.failed.is_empty() {
+                true => String::new(),
+                false => format!(" (failed: {})", super::shown(&d.failed.join(", "))),
+            }
+        ),
+        None => println!("last drill        none"),
     }
 }
 
@@ -233,6 +254,23 @@ fn prometheus(r: &StatusReport) -> String {
             "recovery_window_end_timestamp_seconds",
             "The newest point a restore can reach (Unix time).",
             vec![(String::new(), t)],
+        );
+    }
+    if let Some(d) = r.last_drill.as_ref().filter(|d| d.time.is_some()) {
+        metric(
+            "last_drill_timestamp_seconds",
+            "When the newest drill ended (Unix time).",
+            vec![(String::new(), ts(&d.time).unwrap_or(0.0))],
+        );
+        metric(
+            "last_drill_rto_seconds",
+            "The newest drill's recovery time: restore, replay and checks.",
+            vec![(String::new(), d.rto_seconds.unwrap_or(0.0))],
+        );
+        metric(
+            "last_drill_ok",
+            "1 when the newest drill passed, else 0.",
+            vec![(String::new(), f64::from(u8::from(d.outcome == "ok")))],
         );
     }
     if let Some(l) = r.wal_archive_lag_bytes {

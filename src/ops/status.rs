@@ -60,6 +60,8 @@ pub struct StatusReport {
     pub wal_archive_lag_bytes: Option<u64>,
     /// With a spool: what waits there for the repository, and the pusher's last error.
     pub spool: Option<SpoolStatus>,
+    /// The newest `drill` the repository records.
+    pub last_drill: Option<super::drill::record::LastDrill>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -165,6 +167,7 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         repository_bytes,
         wal_archive_lag_bytes: lag,
         spool: o.spool.as_deref().map(spool_status).transpose()?,
+        last_drill: super::drill::record::newest(&repo, now)?,
     })
 }
 

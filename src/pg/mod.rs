@@ -3,6 +3,7 @@
 //! libpq's password file.
 //! A leaf module: it knows nothing of repositories, devices or the pipeline.
 
+pub mod bin;
 pub mod facts;
 pub mod history;
 pub mod page;

@@ -1,0 +1,163 @@
+//! `pagevault drill`: arguments -> options, the use case (ops::drill), report -> text
+//! or JSON; exit 1 when the drill failed.
+
+use crate::device::object::StoreOptions;
+use crate::ops::check::Outcome;
+use crate::ops::drill::{self, DrillOptions, DrillReport};
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  pagevault drill --repo /backups/main\n  pagevault drill --repo s3://bk/main --s3-endpoint http://127.0.0.1:9000 --sql checks.sql --json\n  pagevault drill --repo /backups/main --until '2026-11-21 10:00:00+00' --scratch /mnt/scratch --keep\n\nA drill restores the newest chain (or --set, --until ...) into a scratch directory, starts PostgreSQL there on a free 127.0.0.1 port with archiving off, replays the archived WAL to its newest point (or the target), runs pg_amcheck over every database (amcheck installed in the copy where missing) and the checks of --sql, stops the server and removes the scratch. It reports restore and replay seconds, the point reached, its lag behind the newest archived WAL (RPO) and the whole time (RTO), and records the result in the repository: `status` shows the last drill. The source cluster is never touched. Exit 1 when any check failed."
+)]
+pub struct DrillArgs {
+    /// The repository.
+    #[arg(long)]
+    pub repo: String,
+    /// The set to restore (default: the newest chain).
+    #[arg(long)]
+    pub set: Option<String>,
+    /// Recover up to this time (recovery_target_time).
+    #[arg(long, group = "target")]
+    pub until: Option<String>,
+    /// Recover up to this LSN.
+    #[arg(long, group = "target")]
+    pub until_lsn: Option<String>,
+    /// Recover up to this transaction id.
+    #[arg(long, group = "target")]
+    pub until_xid: Option<String>,
+    /// Recover up to this restore point.
+    #[arg(long, group = "target")]
+    pub until_name: Option<String>,
+    /// The timeline to recover along: latest, current or a number (as for restore).
+    #[arg(long, value_name = "latest|current|TLI")]
+    pub timeline: Option<crate::ops::restore::TimelineTarget>,
+    /// Restore tablespace OID into DIR (as for restore). Repeatable.
+    #[arg(long = "tablespace-map", value_name = "OID=DIR")]
+    pub tablespace_map: Vec<String>,
+    /// Restore into DIR (an empty or new directory, e.g. on a scratch volume) instead of
+    /// a new directory under the system's temp directory.
+    #[arg(long, value_name = "DIR")]
+    pub scratch: Option<PathBuf>,
+    /// Leave the scratch directory (the restored cluster and server.log) in place.
+    #[arg(long)]
+    pub keep: bool,
+    /// Run the server as this user when root runs the drill (default: postgres).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// The PostgreSQL programs to use (default: those of the set's major version in
+    /// /usr/lib/postgresql/MAJOR/bin, /usr/pgsql-MAJOR/bin, or PATH).
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<PathBuf>,
+    /// The 127.0.0.1 port of the scratch server (default: a free one); refused when in use.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
+    /// The role the checks connect as.
+    #[arg(long, default_value = "postgres")]
+    pub db_user: String,
+    /// SQL checks of your own, run with psql (ON_ERROR_STOP): each statement must succeed.
+    #[arg(long, value_name = "FILE")]
+    pub sql: Option<PathBuf>,
+    /// The database --sql runs in.
+    #[arg(long, default_value = "postgres", value_name = "DB")]
+    pub sql_db: String,
+    /// How long replay may take before the drill fails (s, m, h, d).
+    #[arg(long, default_value = "1h", value_parser = super::status::parse_age)]
+    pub timeout: f64,
+    /// Decompression threads (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: Option<u32>,
+    /// Print one JSON document with the results instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: DrillArgs, store: &StoreOptions) -> Result<()> {
+    let o = DrillOptions {
+        repo: a.repo.clone(),
+        set: a.set.clone(),
+        until: a.until.clone(),
+        until_lsn: a.until_lsn.clone(),
+        until_xid: a.until_xid.clone(),
+        until_name: a.until_name.clone(),
+        timeline: a.timeline,
+        tablespace_map: a.tablespace_map.clone(),
+        scratch: a.scratch.clone(),
+        keep: a.keep,
+        owner: a.owner.clone(),
+        pg_bin: a.pg_bin.clone(),
+        port: a.port,
+        db_user: a.db_user.clone(),
+        sql: a.sql.clone(),
+        sql_db: a.sql_db.clone(),
+        timeout: std::time::Duration::from_secs_f64(a.timeout.max(1.0)),
+        threads: a.threads.map(|t| t as usize),
+        store: store.clone(),
+    };
+    let r = drill::drill(&o, &super::restore::shower(None, a.json))?;
+    if !super::printed_json(&r, a.json) {
+        print_text(&r);
+    }
+    match r.failed_checks() {
+        f if f.is_empty() => Ok(()),
+        f => anyhow::bail!("the drill failed: {}", f.join(", ")),
+    }
+}
+
+fn secs(s: Option<f64>) -> String {
+    s.map_or("unknown".into(), |s| format!("{s:.1} s"))
+}
+
+fn print_text(r: &DrillReport) {
+    println!(
+        "Drill of {}: {}",
+        super::shown(&r.repo),
+        if r.outcome == "ok" {
+            "PASSED"
+        } else {
+            "FAILED"
+        }
+    );
+    for c in &r.checks {
+        let word = match c.status {
+            Outcome::Ok => "ok  ",
+            Outcome::Warn => "WARN",
+            Outcome::Fail => "FAIL",
+            Outcome::Skip => "skip",
+        };
+        let mut lines = c.detail.lines();
+        println!(
+            "  {word} {:<11} {}",
+            c.name,
+            super::shown(lines.next().unwrap_or(""))
+        );
+        for l in lines {
+            println!("       {:<11} {}", "", super::shown(l));
+        }
+    }
+    println!(
+        "restore {}, replay {}, RTO {:.1} s, RPO {}",
+        secs(r.restore_seconds),
+        secs(r.replay_seconds),
+        r.rto_seconds,
+        secs(r.rpo_seconds)
+    );
+    if let Some(w) = &r.newest_wal {
+        println!(
+            "point reached {} on {}; newest archived segment {w} ({})",
+            r.reached_lsn.as_deref().unwrap_or("unknown"),
+            r.reached_time.as_deref().unwrap_or("no transaction time"),
+            r.newest_wal_archived.as_deref().unwrap_or("unknown")
+        );
+    }
+    if r.kept {
+        println!("scratch kept: {}", r.scratch.display());
+    }
+    match (&r.recorded, &r.record_error) {
+        (Some(n), _) => println!("recorded as {}", super::shown(n)),
+        (_, Some(e)) => println!("NOT recorded in the repository: {e}"),
+        _ => {}
+    }
+}

@@ -1,0 +1,271 @@
+//! `drill` (issue 41): a good repository's drill passes, reports its times and is
+//! what `status` shows; the source cluster's files are the same after it; a damaged or
+//! missing WAL segment and a damaged set fail the drill naming them; a drill of an S3
+//! repository passes.
+
+mod common;
+
+use common::pg::{postgres_dir, Pg};
+use common::stores::{shared, unique};
+use common::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+fn insert(pg: &Pg, from: u32, to: u32) {
+    pg.sql(&format!(
+        "INSERT INTO t SELECT g, md5(g::text) FROM generate_series({from}, {to}) g"
+    ));
+}
+
+/// A cluster archiving into `repo`, a full set of rows 1..100, then rows up to 300 in
+/// two more archived segments; returns the server and the segments switched.
+fn archiving(repo: &str, ep: &[&str]) -> (Pg, Vec<String>) {
+    let push = format!("{} archive-push %p --repo {repo} {}", bin(), ep.join(" "));
+    let pg = Pg::start(true, Some(&push));
+    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");
+    insert(&pg, 1, 100);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let mut a = vec!["backup", "--source", &url, "--repo", repo];
+    a.extend_from_slice(ep);
+    ok(&a);
+    insert(&pg, 101, 200);
+    let first = pg.switch_and_wait();
+    insert(&pg, 201, 300);
+    let second = pg.switch_and_wait();
+    (pg, vec![first, second])
+}
+
+/// Every file under `dir`: relative path -> (size, hash of its content).
+fn files(dir: &Path) -> BTreeMap<PathBuf, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                todo.push(p);
+            } else if m.is_file() {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                fs::read(&p).unwrap().hash(&mut h);
+                out.insert(p.strip_prefix(dir).unwrap().into(), (m.len(), h.finish()));
+            }
+        }
+    }
+    out
+}
+
+/// A drill that fails: exit 1; its stdout (the report) and stderr.
+fn drill_run_fails(repo: &str, extra: &[&str]) -> Run {
+    let mut a = vec!["drill", "--repo", repo];
+    a.extend_from_slice(extra);
+    let r = run(&a);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    r
+}
+
+fn drill_fails(repo: &str, extra: &[&str]) -> String {
+    let r = drill_run_fails(repo, extra);
+    format!("{}{}", r.stdout, r.stderr)
+}
+
+fn check<'a>(j: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    (j["checks"].as_array().unwrap().iter())
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {j}"))
+}
+
+#[test]
+fn a_good_repository_drills_and_the_source_is_untouched() {
+    let dir = postgres_dir("drill");
+    let repo = s(&dir.join("repo"));
+    let (mut pg, segs) = archiving(&repo, &[]);
+    pg.stop();
+    let before = files(&pg.data);
+    let sql = dir.join("checks.sql");
+    fs::write(
+        &sql,
+        "SELECT 'rows=' || count(*) FROM t;\n\
+         DO $$ BEGIN IF (SELECT count(*) FROM t) <> 300 THEN RAISE EXCEPTION 'rows lost'; END IF; END $$;\n",
+    )
+    .unwrap();
+
+    let j = json(&["drill", "--repo", &repo, "--sql", &s(&sql)]);
+    assert_eq!(j["outcome"], "ok", "{j}");
+    for f in ["restore_seconds", "replay_seconds", "rto_seconds"] {
+        assert!(j[f].as_f64().is_some_and(|v| v > 0.0), "{f}: {j}");
+    }
+    assert!(j["rpo_seconds"].as_f64().is_some_and(|v| v >= 0.0), "{j}");
+    assert!(
+        j["rto_seconds"].as_f64() > j["replay_seconds"].as_f64(),
+        "{j}"
+    );
+    assert_eq!(j["newest_wal"], segs[1].as_str(), "{j}");
+    for c in ["restore", "replay", "pg_amcheck", "sql"] {
+        assert_eq!(check(&j, c)["status"], "ok", "{j}");
+    }
+    assert!(
+        check(&j, "sql")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("rows=300"),
+        "{j}"
+    );
+    assert!(!Path::new(j["scratch"].as_str().unwrap()).exists(), "{j}");
+    // The source cluster is as it was, file for file.
+    assert_eq!(files(&pg.data), before);
+
+    // status shows it.
+    let st = json(&["status", "--repo", &repo]);
+    let last = &st["last_drill"];
+    assert_eq!(last["outcome"], "ok", "{st}");
+    assert_eq!(last["rto_seconds"], j["rto_seconds"], "{st}");
+    let text = ok(&["status", "--repo", &repo]);
+    assert!(
+        text.contains("last drill") && text.contains(", ok, RTO"),
+        "{text}"
+    );
+    let prom = ok(&["status", "--repo", &repo, "--prometheus"]);
+    assert!(prom.contains("pagevault_last_drill_ok{"), "{prom}");
+
+    // A check of the user's that fails fails the drill, naming it; recorded too.
+    fs::write(&sql, "SELECT 1/0;\n").unwrap();
+    let out = drill_fails(&repo, &["--sql", &s(&sql)]);
+    assert!(
+        out.contains("FAIL sql") && out.contains("division by zero"),
+        "{out}"
+    );
+    assert!(out.contains("the drill failed: sql"), "{out}");
+    let st = json(&["status", "--repo", &repo]);
+    assert_eq!(st["last_drill"]["outcome"], "failed", "{st}");
+    assert_eq!(st["last_drill"]["failed"][0], "sql", "{st}");
+
+    // A newest record that is not one (hostile data): status says so, escaped.
+    let forged = Path::new(&repo).join("drills/29991231T000000.000Z.json");
+    fs::write(
+        &forged,
+        r#"{"time": "\u001b[2J", "outcome": "ok", "rto_seconds": -1, "failed": []}"#,
+    )
+    .unwrap();
+    let st = json(&["status", "--repo", &repo]);
+    assert_eq!(st["last_drill"]["outcome"], "damaged", "{st}");
+    let text = ok(&["status", "--repo", &repo]);
+    assert!(
+        text.contains("is damaged") && !text.contains('\u{1b}'),
+        "{text}"
+    );
+    fs::remove_file(&forged).unwrap();
+
+    // SIGTERM while the scratch server runs: it is stopped, the scratch removed, the
+    // drill not recorded; ends as a process killed by the signal would.
+    let records = fs::read_dir(Path::new(&repo).join("drills"))
+        .unwrap()
+        .count();
+    let scratch = dir.join("scratch");
+    let child = std::process::Command::new(bin())
+        .args(["drill", "--repo", &repo, "--scratch", &s(&scratch)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = scratch.join("server.log");
+    let (r, _) = signal_when(child, "-TERM", || log.exists());
+    assert_eq!(r.code, 143, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("interrupted by SIGTERM"), "{}", r.stderr);
+    assert!(!scratch.exists(), "{}", r.stderr);
+    let running = fs::read_dir("/proc").unwrap().any(|e| {
+        fs::read(e.unwrap().path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&s(&scratch)))
+    });
+    assert!(!running, "a process of the drill's scratch still runs");
+    let after = fs::read_dir(Path::new(&repo).join("drills"))
+        .unwrap()
+        .count();
+    assert_eq!(after, records);
+
+    // Refused before anything: a non-empty scratch, a port in use.
+    let busy = dir.join("busy");
+    fs::create_dir(&busy).unwrap();
+    fs::write(busy.join("PG_VERSION"), "15\n").unwrap();
+    let e = drill_fails(&repo, &["--scratch", &s(&busy)]);
+    assert!(e.contains("not empty"), "{e}");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let e = drill_fails(&repo, &["--port", &port]);
+    assert!(e.contains("in use"), "{e}");
+    assert_eq!(files(&pg.data), before);
+}
+
+#[test]
+fn damaged_or_missing_wal_and_a_damaged_set_fail_naming_them() {
+    let dir = postgres_dir("drillbad");
+    let repo_dir = dir.join("repo");
+    let repo = s(&repo_dir);
+    let (pg, segs) = archiving(&repo, &[]);
+    drop(pg);
+    let stored = repo_dir.join(format!("wal/00000001/{}.zst", segs[0]));
+    let good = fs::read(&stored).unwrap();
+
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x20;
+    fs::write(&stored, &bad).unwrap();
+    let r = drill_run_fails(&repo, &["--json"]);
+    let j: serde_json::Value =
+        serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", r.stdout, r.stderr));
+    assert!(
+        r.stderr.contains("the drill failed: restore"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(j["outcome"], "failed", "{j}");
+    let d = check(&j, "restore")["detail"].as_str().unwrap();
+    assert!(d.contains(&segs[0]) && d.contains("damaged"), "{j}");
+    assert_eq!(check(&j, "replay")["status"], "skip", "{j}");
+    assert!(!Path::new(j["scratch"].as_str().unwrap()).exists(), "{j}");
+    let st = json(&["status", "--repo", &repo]);
+    assert_eq!(st["last_drill"]["outcome"], "failed", "{st}");
+
+    fs::remove_file(&stored).unwrap();
+    let out = drill_fails(&repo, &[]);
+    assert!(out.contains(&segs[0]) && out.contains("missing"), "{out}");
+    fs::write(&stored, &good).unwrap();
+
+    // A byte flipped in the middle of the set's stripe.
+    let set = json(&["history", "--repo", &repo])["sets"][0]["set_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stripe = files(&repo_dir)
+        .into_iter()
+        .filter(|(p, _)| p.to_str().unwrap().contains(&set) && !p.starts_with("catalog"))
+        .max_by_key(|(_, (len, _))| *len)
+        .map(|(p, _)| repo_dir.join(p))
+        .unwrap();
+    let mut b = fs::read(&stripe).unwrap();
+    let at = b.len() / 2;
+    b[at] ^= 0x55;
+    fs::write(&stripe, &b).unwrap();
+    let out = drill_fails(&repo, &[]);
+    assert!(out.contains("FAIL restore"), "{out}");
+    let name = stripe.file_name().unwrap().to_str().unwrap();
+    assert!(out.contains(name) || out.contains(&set), "{out}");
+}
+
+#[test]
+fn an_s3_repository_drills() {
+    let sh = shared();
+    let ep_url = sh.minio.endpoint();
+    let ep = ["--s3-endpoint", ep_url.as_str()];
+    let repo = format!("s3://pvtest/{}", unique("drill"));
+    let (pg, _) = archiving(&repo, &ep);
+    drop(pg);
+    let j = json(&["drill", "--repo", &repo, ep[0], ep[1]]);
+    assert_eq!(j["outcome"], "ok", "{j}");
+    assert!(j["rpo_seconds"].as_f64().is_some(), "{j}");
+    assert!(j["recorded"].as_str().unwrap().starts_with("s3://"), "{j}");
+    let st = json(&["status", "--repo", &repo, ep[0], ep[1]]);
+    assert_eq!(st["last_drill"]["outcome"], "ok", "{st}");
+}
