@@ -104,6 +104,12 @@ pub fn lock_file(p: &std::path::Path) -> io::Result<Option<std::fs::File>> {
     Ok(try_lock(&f)?.then_some(f))
 }
 
+/// Lowers this process's CPU priority to `nice` (a background worker yields the cores to
+/// the server and to the commands it waits on).
+pub fn lower_priority(nice: i32) -> io::Result<()> {
+    Ok(rustix::process::setpriority_process(None, nice)?)
+}
+
 /// Whether the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()

@@ -223,6 +223,11 @@ fn start_pusher(spool: &Path) -> Result<u32> {
 
 fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
     let spool = a.spool.clone().expect("clap requires --spool with --drain");
+    // The background pusher yields the cores to PostgreSQL and to archive_command, whose
+    // speed is what keeps pg_wal small; it catches up when they rest.
+    if a.pusher {
+        let _ = crate::sys::lower_priority(10);
+    }
     let d = archive::pusher::drain(
         &archive::pusher::DrainOptions {
             spool: spool.clone(),
