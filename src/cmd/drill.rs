@@ -19,21 +19,8 @@ pub struct DrillArgs {
     /// The set to restore (default: the newest chain).
     #[arg(long)]
     pub set: Option<String>,
-    /// Recover up to this time (recovery_target_time).
-    #[arg(long, group = "target")]
-    pub until: Option<String>,
-    /// Recover up to this LSN.
-    #[arg(long, group = "target")]
-    pub until_lsn: Option<String>,
-    /// Recover up to this transaction id.
-    #[arg(long, group = "target")]
-    pub until_xid: Option<String>,
-    /// Recover up to this restore point.
-    #[arg(long, group = "target")]
-    pub until_name: Option<String>,
-    /// The timeline to recover along: latest, current or a number (as for restore).
-    #[arg(long, value_name = "latest|current|TLI")]
-    pub timeline: Option<crate::ops::restore::TimelineTarget>,
+    #[command(flatten)]
+    pub target: super::restore::TargetArgs,
     /// Restore tablespace OID into DIR (as for restore). Repeatable.
     #[arg(long = "tablespace-map", value_name = "OID=DIR")]
     pub tablespace_map: Vec<String>,
@@ -78,11 +65,11 @@ pub fn run(a: DrillArgs, store: &StoreOptions) -> Result<()> {
     let o = DrillOptions {
         repo: a.repo.clone(),
         set: a.set.clone(),
-        until: a.until.clone(),
-        until_lsn: a.until_lsn.clone(),
-        until_xid: a.until_xid.clone(),
-        until_name: a.until_name.clone(),
-        timeline: a.timeline,
+        until: a.target.until.clone(),
+        until_lsn: a.target.until_lsn.clone(),
+        until_xid: a.target.until_xid.clone(),
+        until_name: a.target.until_name.clone(),
+        timeline: a.target.timeline,
         tablespace_map: a.tablespace_map.clone(),
         scratch: a.scratch.clone(),
         keep: a.keep,

@@ -68,25 +68,8 @@ pub struct RestoreArgs {
     /// chunk, files the set does not hold removed. Refuses a running server's directory.
     #[arg(long)]
     pub delta: bool,
-    /// PostgreSQL: recover up to this time (recovery_target_time), e.g. '2026-11-21 10:00:00+00'.
-    #[arg(long, group = "target")]
-    pub until: Option<String>,
-    /// PostgreSQL: recover up to this LSN (recovery_target_lsn), e.g. 0/3000148.
-    #[arg(long, group = "target")]
-    pub until_lsn: Option<String>,
-    /// PostgreSQL: recover up to this transaction id (recovery_target_xid).
-    #[arg(long, group = "target")]
-    pub until_xid: Option<String>,
-    /// PostgreSQL: recover up to this restore point (recovery_target_name).
-    #[arg(long, group = "target")]
-    pub until_name: Option<String>,
-    /// PostgreSQL: the timeline to recover along (recovery_target_timeline): latest (the
-    /// newest one the archive holds a history file for, as PostgreSQL picks it by
-    /// default), current (the set's own, following no switch) or a timeline number. A
-    /// time or LSN that exists on more than one timeline (after a failover, or a split
-    /// brain) needs it.
-    #[arg(long, value_name = "latest|current|TLI")]
-    pub timeline: Option<crate::ops::restore::TimelineTarget>,
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// PostgreSQL: check only that every WAL file recovery needs is in the archive, not
     /// that each is intact (by default each is read and checked before anything is written).
     #[arg(long)]
@@ -108,6 +91,30 @@ pub struct RestoreArgs {
     pub report: Option<PathBuf>,
 }
 
+/// The point recovery stops at, as `restore` and `drill` take it.
+#[derive(Args)]
+pub struct TargetArgs {
+    /// PostgreSQL: recover up to this time (recovery_target_time), e.g. '2026-11-21 10:00:00+00'.
+    #[arg(long, group = "target")]
+    pub until: Option<String>,
+    /// PostgreSQL: recover up to this LSN (recovery_target_lsn), e.g. 0/3000148.
+    #[arg(long, group = "target")]
+    pub until_lsn: Option<String>,
+    /// PostgreSQL: recover up to this transaction id (recovery_target_xid).
+    #[arg(long, group = "target")]
+    pub until_xid: Option<String>,
+    /// PostgreSQL: recover up to this restore point (recovery_target_name).
+    #[arg(long, group = "target")]
+    pub until_name: Option<String>,
+    /// PostgreSQL: the timeline to recover along (recovery_target_timeline): latest (the
+    /// newest one the archive holds a history file for, as PostgreSQL picks it by
+    /// default), current (the set's own, following no switch) or a timeline number. A
+    /// time or LSN that exists on more than one timeline (after a failover, or a split
+    /// brain) needs it.
+    #[arg(long, value_name = "latest|current|TLI")]
+    pub timeline: Option<crate::ops::restore::TimelineTarget>,
+}
+
 impl RestoreArgs {
     pub fn options(&self) -> RestoreOptions {
         RestoreOptions {
@@ -115,11 +122,11 @@ impl RestoreArgs {
             to: self.to.clone(),
             replace: self.replace,
             delta: self.delta,
-            until: self.until.clone(),
-            until_lsn: self.until_lsn.clone(),
-            until_xid: self.until_xid.clone(),
-            until_name: self.until_name.clone(),
-            timeline: self.timeline,
+            until: self.target.until.clone(),
+            until_lsn: self.target.until_lsn.clone(),
+            until_xid: self.target.until_xid.clone(),
+            until_name: self.target.until_name.clone(),
+            timeline: self.target.timeline,
             no_verify_wal: self.no_verify_wal,
             owner: self.owner.clone(),
             tablespace_map: self.tablespace_map.clone(),

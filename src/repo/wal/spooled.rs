@@ -53,8 +53,8 @@ pub fn spool_many(
     let mut out = vec![];
     for c in copied {
         let r = c.and_then(|c| match c {
-            Copy::Already(s) => Ok(s),
-            Copy::New(c) => commit(c, dir, last.as_ref()),
+            Staged::Already(s) => Ok(s),
+            Staged::New(c) => commit(c, dir, last.as_ref()),
         });
         if let Ok(Spooled {
             summary: Some(s), ..
@@ -78,12 +78,12 @@ struct Copied {
     seg: Option<SegInfo>,
 }
 
-enum Copy {
+enum Staged {
     New(Copied),
     Already(Spooled),
 }
 
-fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Copy> {
+fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Staged> {
     let o = open_checked(src)?;
     let map = map_if(summaries && o.n.kind == Kind::Segment, &o.f, o.len, src)?;
     let Opened {
@@ -103,7 +103,7 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Copy> {
         };
         match have {
             Some(h) if h == hash => {
-                return Ok(Copy::Already(Spooled {
+                return Ok(Staged::Already(Spooled {
                     name,
                     raw_bytes: len,
                     already: true,
@@ -142,7 +142,7 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Copy> {
     };
     // The disk starts now; the fsync at commit waits only for what is left.
     crate::sys::start_writeback(&out, 0, 0);
-    Ok(Copy::New(Copied {
+    Ok(Staged::New(Copied {
         name,
         len,
         hash,
