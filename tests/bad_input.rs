@@ -793,5 +793,7 @@ fn text_of_a_record_or_manifest_is_cut_between_characters() {
             .unwrap();
         dir["checksum"] = "x\u{e9}".into();
     });
-    ok(&["files", "--from", &p]);
+    // A checksum is 64 hex digits wherever it stands: anything else is refused.
+    let e = fails(&["files", "--from", &p], 1);
+    assert!(e.contains("not 64 hex digits"), "{e}");
 }

@@ -189,6 +189,7 @@ impl BackupArgs {
             store: StoreOptions::default(),
             encrypt: self.encrypt,
             sign: self.sign,
+            file_pages: self.verbose,
         }
     }
 

@@ -174,10 +174,9 @@ pub fn print_files(m: &Manifest, json: bool) -> Result<()> {
             EntryKind::Dir => "dir",
             EntryKind::Link => "link",
         };
-        let ck = if f.checksum.is_empty() {
-            super::shown(f.link_target.as_deref().unwrap_or_default())
-        } else {
-            f.checksum.chars().take(16).collect()
+        let ck = match f.checksum {
+            None => super::shown(f.link_target.as_deref().unwrap_or_default()),
+            Some(c) => c.to_string()[..16].to_string(),
         };
         println!(
             "{:<50} {kind:>6} {:>14} {:>10} {ck}",

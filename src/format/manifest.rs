@@ -158,8 +158,8 @@ pub struct FileEntry {
     pub mtime: i64,
     pub pages: u64,
     /// BLAKE3 over the digests of the file's frames in offset order (hex).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub checksum: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Checksum>,
     /// Frames hold only the changed chunks of the file (a diff or incr that knew them
     /// from the WAL); every other byte is the base chain's. The checksum is then over
     /// the frames present.
@@ -169,14 +169,51 @@ pub struct FileEntry {
     pub link_target: Option<String>,
 }
 
+/// A file's checksum: 32 bytes in memory, 64 hex digits in the manifest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Checksum(pub [u8; 32]);
+
+impl std::fmt::Display for Checksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl std::fmt::Debug for Checksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for Checksum {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 64];
+        hex::encode_to_slice(self.0, &mut buf).expect("64 hex digits");
+        s.serialize_str(std::str::from_utf8(&buf).expect("hex is ASCII"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Checksum {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let t: std::borrow::Cow<'de, str> = Deserialize::deserialize(d)?;
+        let mut b = [0u8; 32];
+        match t.len() == 64 && hex::decode_to_slice(t.as_bytes(), &mut b).is_ok() {
+            true => Ok(Checksum(b)),
+            false => Err(serde::de::Error::custom(
+                "a checksum that is not 64 hex digits",
+            )),
+        }
+    }
+}
+
 /// The checksum of a file from the digests of its chunks, in offset order.
-pub fn file_checksum<'a>(size: u64, chunk_digests: impl Iterator<Item = &'a [u8; 32]>) -> String {
+pub fn file_checksum<'a>(size: u64, chunk_digests: impl Iterator<Item = &'a [u8; 32]>) -> Checksum {
     let mut h = blake3::Hasher::new();
     h.update(&size.to_le_bytes());
     for d in chunk_digests {
         h.update(d);
     }
-    h.finalize().to_hex().to_string()
+    Checksum(*h.finalize().as_bytes())
 }
 
 /// Checks that a manifest path stays inside the directory it is restored to.
@@ -198,6 +235,34 @@ pub fn check_relative_path(p: &str) -> Result<(), String> {
 impl Manifest {
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("manifest serializes")
+    }
+
+    /// The manifest's JSON compressed as a stripe stores it, and the JSON's length: the
+    /// JSON streams into zstd, so memory holds only the compressed bytes.
+    pub fn compressed(&self) -> std::io::Result<(Vec<u8>, u64)> {
+        struct Counted<W>(W, u64);
+        impl<W: std::io::Write> std::io::Write for Counted<W> {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let n = self.0.write(b)?;
+                self.1 += n as u64;
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                self.0.flush()
+            }
+        }
+        // Readers want a frame that names its size: a first pass counts it.
+        let mut count = Counted(std::io::sink(), 0);
+        serde_json::to_writer(std::io::BufWriter::new(&mut count), self)?;
+        let raw_len = count.1;
+        let mut enc = zstd::stream::Encoder::new(Vec::new(), 3)?;
+        enc.set_pledged_src_size(Some(raw_len))?;
+        enc.include_contentsize(true)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 17, Counted(enc, 0));
+        serde_json::to_writer(&mut w, self)?;
+        let Counted(enc, written) = w.into_inner().map_err(|e| e.into_error())?;
+        debug_assert_eq!(written, raw_len);
+        Ok((enc.finish()?, raw_len))
     }
 
     /// Parses and validates a manifest: everything restore relies on is checked here.
@@ -264,8 +329,7 @@ impl Manifest {
                             f.path
                         ));
                     }
-                    if f.checksum.len() != 64 || !f.checksum.bytes().all(|c| c.is_ascii_hexdigit())
-                    {
+                    if f.checksum.is_none() {
                         return bad(format!("file '{}' has no valid checksum", f.path));
                     }
                 }
@@ -301,7 +365,7 @@ pub(crate) mod tests {
             mode: 0o777,
             mtime: 0,
             pages: 0,
-            checksum: String::new(),
+            checksum: None,
             sparse: false,
             link_target: Some(target.into()),
         }
@@ -343,7 +407,7 @@ pub(crate) mod tests {
                 mode: 0o644,
                 mtime: 0,
                 pages: 0,
-                checksum: file_checksum(0, std::iter::empty()),
+                checksum: Some(file_checksum(0, std::iter::empty())),
                 sparse: false,
                 link_target: None,
             }],

@@ -297,9 +297,56 @@ pub enum Guard<'a> {
     Sign(&'a SetMac, &'a [u8]),
 }
 
-/// Everything after a stripe's last frame: the compressed manifest (sealed, or followed
-/// by its tag, as `guard` says), padded to the block size, then a block that ends with
-/// the tail.
+/// A manifest as every stripe stores it: compressed, padded to the ratio and, for an
+/// encrypted set, sealed. `raw_len` is its JSON's length.
+pub struct StoredManifest {
+    pub bytes: Vec<u8>,
+    pub raw_len: u64,
+}
+
+impl StoredManifest {
+    /// Pads and (under `Guard::Seal`) seals a compressed manifest, once for all stripes.
+    pub fn new(mut bytes: Vec<u8>, raw_len: u64, guard: Guard) -> StoredManifest {
+        pad_manifest(&mut bytes, raw_len);
+        if let Guard::Seal(dek, set_id) = guard {
+            let len = bytes.len();
+            bytes.resize(len + TAG_LEN, 0);
+            let aad = super::seal::manifest_aad(set_id);
+            dek.seal(DOMAIN_MANIFEST, 0, &aad, &mut bytes, len);
+        }
+        StoredManifest { bytes, raw_len }
+    }
+
+    /// What a stripe holds after the stored manifest: a signed set's tag, the zero
+    /// padding to the block size, then a block that ends with the tail.
+    pub fn suffix(&self, body_end: u64, frame_count: u64, block: u64, guard: Guard) -> Vec<u8> {
+        let tag = match guard {
+            Guard::Sign(mac, header) => mac
+                .manifest
+                .tag(&header_bound(header), &self.bytes)
+                .to_vec(),
+            _ => vec![],
+        };
+        let stored_len = (self.bytes.len() + tag.len()) as u64;
+        let mlen = super::pad_to(stored_len, block);
+        let mut out = vec![0u8; (mlen - self.bytes.len() as u64 + block) as usize];
+        out[..tag.len()].copy_from_slice(&tag);
+        let tail = Tail {
+            manifest_offset: body_end,
+            manifest_len: stored_len,
+            manifest_raw_len: self.raw_len,
+            frame_count,
+            body_end,
+            manifest_crc: crc32c::crc32c_append(crc32c::crc32c(&self.bytes), &tag),
+        };
+        let n = out.len();
+        out[n - TAIL_LEN..].copy_from_slice(&tail.encode());
+        out
+    }
+}
+
+/// Everything after a stripe's last frame, from the manifest's JSON.
+#[cfg(test)]
 pub fn trailer(
     manifest_raw: &[u8],
     body_end: u64,
@@ -307,34 +354,10 @@ pub fn trailer(
     block: u64,
     guard: Guard,
 ) -> Vec<u8> {
-    let mut stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
-    pad_manifest(&mut stored, manifest_raw.len() as u64);
-    match guard {
-        Guard::Plain => {}
-        Guard::Seal(dek, set_id) => {
-            let len = stored.len();
-            stored.resize(len + TAG_LEN, 0);
-            let aad = super::seal::manifest_aad(set_id);
-            dek.seal(DOMAIN_MANIFEST, 0, &aad, &mut stored, len);
-        }
-        Guard::Sign(mac, header) => {
-            let tag = mac.manifest.tag(&header_bound(header), &stored);
-            stored.extend_from_slice(&tag);
-        }
-    }
-    let mlen = super::pad_to(stored.len() as u64, block) as usize;
-    let mut out = vec![0u8; mlen + block as usize];
-    out[..stored.len()].copy_from_slice(&stored);
-    let tail = Tail {
-        manifest_offset: body_end,
-        manifest_len: stored.len() as u64,
-        manifest_raw_len: manifest_raw.len() as u64,
-        frame_count,
-        body_end,
-        manifest_crc: crc32c::crc32c(&stored),
-    };
-    let n = out.len();
-    out[n - TAIL_LEN..].copy_from_slice(&tail.encode());
+    let stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
+    let m = StoredManifest::new(stored, manifest_raw.len() as u64, guard);
+    let mut out = m.bytes.clone();
+    out.extend(m.suffix(body_end, frame_count, block, guard));
     out
 }
 

@@ -5,6 +5,7 @@
 use crate::device::object::{retry_stats, RetryStats};
 use crate::engine::restore::{self, FileIn};
 use crate::engine::stats::{Progress, WaitStats};
+use crate::format::manifest::Checksum;
 use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceKind};
 use crate::format::ContentHash;
 use crate::pg::{self, facts::PgFacts};
@@ -188,18 +189,18 @@ pub(crate) fn check_source_facts(m: &Manifest) -> Result<()> {
 pub(crate) fn check_checksums(
     m: &Manifest,
     ids: &[FileIn],
-    got: &[Result<String, String>],
+    got: &[Result<Checksum, String>],
 ) -> Result<()> {
     let by_id: HashMap<u32, &FileEntry> = m.files.iter().map(|f| (f.id, f)).collect();
     for (file, g) in ids.iter().zip(got) {
         let f = by_id[&file.id];
         match g {
             Err(e) => bail!("file '{}' is incomplete in the set: {e}", f.path),
-            Ok(c) if *c != f.checksum => bail!(
+            Ok(c) if Some(*c) != f.checksum => bail!(
                 "file '{}' does not match its manifest checksum (restored {}, expected {})",
                 f.path,
                 c,
-                f.checksum
+                f.checksum.map(|c| c.to_string()).unwrap_or_default()
             ),
             Ok(_) => {}
         }

@@ -4,7 +4,8 @@
 use crate::device::object::StoreOptions;
 use crate::device::{self, CreateHint, Device, StripeSink};
 use crate::engine::backup::StripeResult;
-use crate::format::media::{trailer, Guard, MediaHeader};
+use crate::format::manifest::Manifest;
+use crate::format::media::{Guard, MediaHeader, StoredManifest};
 use anyhow::{bail, Result};
 use serde::Serialize;
 
@@ -76,10 +77,25 @@ pub struct Committed {
 pub fn commit(
     devices: &[Box<dyn Device>],
     stripes: Vec<StripeResult>,
-    manifest: &[u8],
+    manifest: &Manifest,
     block_size: u64,
     guard: Guard,
 ) -> Result<Vec<Committed>> {
+    let stored = match manifest.compressed() {
+        Ok((b, n)) if n <= crate::format::MANIFEST_MAX => Ok(StoredManifest::new(b, n, guard)),
+        Ok((_, n)) => Err(anyhow::anyhow!(
+            "the manifest's {n} bytes pass the format's limit of {} (too many files for one set)",
+            crate::format::MANIFEST_MAX
+        )),
+        Err(e) => Err(anyhow::Error::from(e).context("compressing the manifest")),
+    };
+    let stored = match stored {
+        Ok(s) => s,
+        Err(e) => {
+            abort(stripes);
+            return Err(e.context("the backup set was not completed"));
+        }
+    };
     let mut done = vec![];
     let mut failed = None;
     for s in stripes {
@@ -91,15 +107,16 @@ pub fn commit(
             continue;
         }
         let mut sink = s.sink;
-        let t = trailer(manifest, s.body_end, s.frames, block_size, guard);
+        let t = stored.suffix(s.body_end, s.frames, block_size, guard);
         let r = sink
-            .write_all(&t)
+            .write_all(&stored.bytes)
+            .and_then(|_| sink.write_all(&t))
             .map_err(anyhow::Error::from)
             .and_then(|_| sink.commit());
         match r {
             Ok(()) => done.push(Committed {
                 frames: s.frames,
-                bytes: s.body_end + t.len() as u64,
+                bytes: s.body_end + (stored.bytes.len() + t.len()) as u64,
             }),
             Err(e) => failed = Some(e),
         }
@@ -127,6 +144,7 @@ pub fn commit(
 mod tests {
     use super::*;
     use crate::device::StripeSource;
+    use crate::format::manifest::tests::sample;
     use crate::format::media::tests::header;
     use std::io;
     use std::path::Path;
@@ -200,7 +218,7 @@ mod tests {
         assert!(!is_discard(&devs));
         let s = started(&devs);
         assert_eq!(names(dir.path()), ["a.pv.partial", "b.pv.partial"]);
-        let done = commit(&devs, s, b"{}", 4096, Guard::Plain).unwrap();
+        let done = commit(&devs, s, &sample(), 4096, Guard::Plain).unwrap();
         assert_eq!(done.len(), 2);
         assert_eq!(names(dir.path()), ["a.pv", "b.pv"]);
         for (d, c) in devs.iter().zip(&done) {
@@ -222,7 +240,7 @@ mod tests {
             device::parse(&spec(&c), &StoreOptions::default()).unwrap(),
         ];
         let s = started(&devs);
-        let e = commit(&devs, s, b"{}", 4096, Guard::Plain).unwrap_err();
+        let e = commit(&devs, s, &sample(), 4096, Guard::Plain).unwrap_err();
         assert!(format!("{e:#}").contains("not completed"), "{e:#}");
         assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
     }
@@ -245,7 +263,9 @@ mod tests {
         assert!(is_discard(&devs));
         let s = started(&devs);
         assert_eq!(
-            commit(&devs, s, b"{}", 4096, Guard::Plain).unwrap().len(),
+            commit(&devs, s, &sample(), 4096, Guard::Plain)
+                .unwrap()
+                .len(),
             2
         );
         let dir = tempfile::tempdir().unwrap();

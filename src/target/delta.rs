@@ -266,7 +266,7 @@ mod tests {
             mode: 0o644,
             mtime: 0,
             pages: 0,
-            checksum: String::new(),
+            checksum: None,
             sparse: false,
             link_target: (kind == EntryKind::Link).then(|| "x".into()),
         }

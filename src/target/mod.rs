@@ -458,7 +458,7 @@ mod tests {
             mode: if kind == EntryKind::Dir { 0o750 } else { 0o640 },
             mtime: 1_600_000_000,
             pages: 0,
-            checksum: String::new(),
+            checksum: None,
             sparse: false,
             link_target: (kind == EntryKind::Link).then(|| "../elsewhere".into()),
         }

@@ -12,7 +12,7 @@ use super::pool::{self, Buf, Pool};
 use super::stats::{summarize, Progress, Stage, WaitStats};
 use super::Abort;
 use crate::device::StripeSink;
-use crate::format::manifest::file_checksum;
+use crate::format::manifest::{file_checksum, Checksum};
 use anyhow::{anyhow, Result};
 use crossbeam_channel::bounded;
 use roaring::RoaringBitmap;
@@ -218,7 +218,7 @@ impl Params {
 }
 
 pub struct FileResult {
-    pub checksum: String,
+    pub checksum: Option<Checksum>,
     pub vanished: bool,
     /// The file was shorter when read than when planned: the rest reads as zeros.
     pub shrank: bool,
@@ -500,9 +500,9 @@ fn file_results(plan: &[ReadFile], state: Vec<FileState>, t: u64) -> Result<Vec<
             let digests = st.digests.into_inner().unwrap();
             let vanished = st.vanished.load(Relaxed);
             let checksum = match (vanished, &f.pages) {
-                (true, _) => String::new(),
+                (true, _) => None,
                 // A sparse file: over the chunks it has frames of.
-                (false, Some(_)) => file_checksum(f.size, digests.iter().flatten()),
+                (false, Some(_)) => Some(file_checksum(f.size, digests.iter().flatten())),
                 (false, None) => {
                     // A feed that missed a chunk is a bug, never a silent hole.
                     if let Some(c) = digests.iter().position(Option::is_none) {
@@ -512,7 +512,7 @@ fn file_results(plan: &[ReadFile], state: Vec<FileState>, t: u64) -> Result<Vec<
                             c as u64 * t
                         ));
                     }
-                    file_checksum(f.size, digests.iter().flatten())
+                    Some(file_checksum(f.size, digests.iter().flatten()))
                 }
             };
             Ok(FileResult {

@@ -200,9 +200,9 @@ fn check(
 fn record(sh: &Shared, fi: usize, h: &FrameHeader, digest: [u8; 32]) -> Result<(), String> {
     sh.stored_total.fetch_add(h.stored_len as u64, Relaxed);
     let mut f = sh.state[fi].lock().unwrap();
-    if f.digests
+    if !f
+        .digests
         .insert(h.offset / sh.p.transfer_size as u64, digest)
-        .is_some()
     {
         return Err(format!(
             "file {} offset {} is stored twice",

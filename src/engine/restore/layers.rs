@@ -17,11 +17,88 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+/// The pages of a file written so far: a prefix while they come in order (one set of
+/// one stripe: most files), a bitmap from the first gap on.
+#[derive(Debug)]
+pub(super) enum Pages {
+    Prefix(u32),
+    Map(RoaringBitmap),
+}
+
+impl Default for Pages {
+    fn default() -> Self {
+        Pages::Prefix(0)
+    }
+}
+
+impl Pages {
+    pub(super) fn range_cardinality(&self, r: Range<u32>) -> u64 {
+        match self {
+            Pages::Prefix(n) => r.end.min(*n).saturating_sub(r.start) as u64,
+            Pages::Map(m) => m.range_cardinality(r),
+        }
+    }
+
+    pub(super) fn contains(&self, p: u32) -> bool {
+        match self {
+            Pages::Prefix(n) => p < *n,
+            Pages::Map(m) => m.contains(p),
+        }
+    }
+
+    pub(super) fn insert_range(&mut self, r: Range<u32>) {
+        match self {
+            Pages::Prefix(n) if r.start <= *n => *n = (*n).max(r.end),
+            Pages::Prefix(_) if r.is_empty() => {}
+            Pages::Prefix(n) => {
+                let mut m = RoaringBitmap::new();
+                m.insert_range(0..*n);
+                m.insert_range(r);
+                *self = Pages::Map(m);
+            }
+            Pages::Map(m) => {
+                m.insert_range(r);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn insert(&mut self, p: u32) {
+        self.insert_range(p..p + 1);
+    }
+
+    pub(super) fn len(&self) -> u64 {
+        match self {
+            Pages::Prefix(n) => *n as u64,
+            Pages::Map(m) => m.len(),
+        }
+    }
+
+    /// The pages of `r` written, in order.
+    pub(super) fn range(&self, r: Range<u32>) -> Vec<u32> {
+        match self {
+            Pages::Prefix(n) => (r.start..r.end.min(*n)).collect(),
+            Pages::Map(m) => m.range(r).collect(),
+        }
+    }
+
+    fn bitmap(&self) -> RoaringBitmap {
+        match self {
+            Pages::Prefix(n) => {
+                let mut m = RoaringBitmap::new();
+                m.insert_range(0..*n);
+                m
+            }
+            Pages::Map(m) => m.clone(),
+        }
+    }
+}
+
 /// The files a chain restores and the pages of each written so far.
 pub struct Written {
     pub(super) page: u64,
     /// Restored file id -> its size and the pages written.
-    pub(super) files: HashMap<u32, (u64, Mutex<RoaringBitmap>)>,
+    pub(super) files: HashMap<u32, (u64, Mutex<Pages>)>,
 }
 
 impl Written {
@@ -34,7 +111,7 @@ impl Written {
                     "file {id} of {size} bytes has more pages than a chain restore tracks"
                 )));
             }
-            map.insert(id, (size, Mutex::new(RoaringBitmap::new())));
+            map.insert(id, (size, Mutex::new(Pages::default())));
         }
         Ok(Written { page, files: map })
     }
@@ -46,7 +123,7 @@ impl Written {
         for (&id, (size, bm)) in &self.files {
             let mut gaps = RoaringBitmap::new();
             gaps.insert_range(0..size.div_ceil(self.page) as u32);
-            gaps -= &*bm.lock().unwrap();
+            gaps -= bm.lock().unwrap().bitmap();
             let mut runs: Vec<Range<u64>> = vec![];
             for p in gaps {
                 let (s, e) = (

@@ -80,7 +80,7 @@ impl<'a> MergeSink<'a> {
         let newer: Vec<u32> = {
             let (_, bm) = &self.written.files[&to];
             let bm = bm.lock().unwrap();
-            bm.range(first as u32..last as u32).collect()
+            bm.range(first as u32..last as u32)
         };
         let mut i = 0;
         while i < newer.len() {

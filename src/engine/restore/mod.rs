@@ -13,11 +13,11 @@ use super::stats::{summarize, Lane, Progress, Stage, WaitStats};
 use super::Abort;
 use crate::device::StripeSource;
 use crate::format::frame::FrameHeader;
-use crate::format::manifest::file_checksum;
+use crate::format::manifest::{file_checksum, Checksum};
 use crate::format::ContentHash;
 use anyhow::Result;
 use crossbeam_channel::bounded;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -96,7 +96,7 @@ pub struct Params {
 
 pub struct Outcome {
     /// The checksum recomputed from the frames read, per file, or what is missing.
-    pub checksums: Vec<Result<String, String>>,
+    pub checksums: Vec<Result<Checksum, String>>,
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub frames: u64,
@@ -132,10 +132,10 @@ struct Item {
 
 /// A file's checksum from the digests of its chunks (chunk number -> digest, each
 /// below the file's chunk count), or the first offset no frame holds.
-fn file_result(f: &FileIn, d: &BTreeMap<u64, [u8; 32]>, t: u64) -> Result<String, String> {
+fn file_result(f: &FileIn, d: &write::Digests, t: u64) -> Result<Checksum, String> {
     if !f.sparse && (d.len() as u64) < f.size.div_ceil(t) {
-        let missing = (d.keys().enumerate())
-            .find(|&(i, &k)| i as u64 != k)
+        let missing = (d.chunks().enumerate())
+            .find(|&(i, k)| i as u64 != k)
             .map_or(d.len() as u64, |(i, _)| i as u64);
         return Err(format!("no frame holds offset {}", missing * t));
     }
@@ -254,7 +254,15 @@ mod tests {
             size,
             sparse,
         };
-        let d = |chunks: &[u64]| chunks.iter().map(|&c| (c, [c as u8; 32])).collect();
+        let d = |chunks: &[u64]| {
+            let mut d = write::Digests::default();
+            // Out of order, as frames of several stripes come.
+            for &c in chunks.iter().rev() {
+                assert!(d.insert(c, [c as u8; 32]));
+            }
+            assert!(chunks.is_empty() || !d.insert(chunks[0], [9; 32]));
+            d
+        };
         let all = file_result(&f(300, false), &d(&[0, 1, 2]), 100).unwrap();
         assert_eq!(all, file_checksum(300, [[0; 32], [1; 32], [2; 32]].iter()));
         for (have, missing) in [(&[1, 2][..], 0), (&[0, 2], 100), (&[0, 1], 200), (&[], 0)] {

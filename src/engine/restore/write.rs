@@ -5,7 +5,7 @@ use super::{FrameSink, Shared};
 use crate::engine::pool::Buf;
 use crate::format::frame::{bitmap_len, FrameKind};
 use anyhow::{anyhow, Result};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::time::Instant;
 
@@ -46,6 +46,43 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
     Ok(())
 }
 
+/// Chunk number -> digest, sorted: most files have one chunk, and frames come mostly
+/// in order, so a vector that grows by one at first costs least.
+#[derive(Default)]
+pub(super) struct Digests(Vec<(u64, [u8; 32])>);
+
+impl Digests {
+    /// Records a chunk's digest; false when the chunk has one already.
+    pub(super) fn insert(&mut self, chunk: u64, d: [u8; 32]) -> bool {
+        let v = &mut self.0;
+        let at = match v.last() {
+            Some(&(k, _)) if k < chunk => v.len(),
+            None => 0,
+            _ => match v.binary_search_by_key(&chunk, |e| e.0) {
+                Ok(_) => return false,
+                Err(at) => at,
+            },
+        };
+        if v.len() == v.capacity() && v.len() < 4 {
+            v.reserve_exact(1);
+        }
+        v.insert(at, (chunk, d));
+        true
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(super) fn chunks(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(|e| e.0)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &[u8; 32]> {
+        self.0.iter().map(|e| &e.1)
+    }
+}
+
 /// One file of the restore: the digests of its frames checked so far, and its writer.
 /// One thread writes a file at a time: a second would spin on the file's inode lock in
 /// the kernel (7% of an uncompressed restore's CPU), so it queues its frame for the first.
@@ -53,7 +90,7 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
 pub(super) struct FileState {
     /// Chunk number -> digest: memory grows with the frames read, never with a size
     /// the manifest claims.
-    pub(super) digests: BTreeMap<u64, [u8; 32]>,
+    pub(super) digests: Digests,
     busy: bool,
     queue: VecDeque<FrameWrite>,
 }

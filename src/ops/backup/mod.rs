@@ -95,6 +95,8 @@ pub struct BackupOptions {
     /// the repository is encrypted: an encrypted set is authenticated already); fail
     /// unless a key is given.
     pub sign: bool,
+    /// Keep each file's pages for the report (`--verbose`): a path per file.
+    pub file_pages: bool,
 }
 
 impl Default for BackupOptions {
@@ -129,6 +131,7 @@ impl Default for BackupOptions {
             store: Default::default(),
             encrypt: false,
             sign: false,
+            file_pages: false,
         }
     }
 }
@@ -411,9 +414,9 @@ fn backup_set(
     let run = pipeline(&mut input, sinks, headers, &params, progress, &mut phases);
     watch.stopped();
     lap();
-    let (out, extra, problems) = run?;
+    let (mut out, extra, problems) = run?;
     let (manifest, text) = manifest(
-        o, &set_hex, &dest, &input, &out, &params, extra, &problems, started,
+        o, &set_hex, &dest, &mut input, &mut out, &params, extra, &problems, started,
     );
     let mut warnings = input.src.warnings();
     warnings.extend(text.warnings);
@@ -423,7 +426,7 @@ fn backup_set(
     let committed = set_write::commit(
         &dest.devices,
         out.stripes,
-        &manifest.to_bytes(),
+        &manifest,
         o.block_size,
         match (&params.seal, &params.sign) {
             (Some(s), _) => Guard::Seal(&s.dek, &s.set_id),

@@ -18,8 +18,8 @@ pub(super) fn manifest(
     o: &BackupOptions,
     set_hex: &str,
     dest: &Dest,
-    input: &Input,
-    out: &Outcome,
+    input: &mut Input,
+    out: &mut Outcome,
     params: &Params,
     extra: BTreeMap<String, serde_json::Value>,
     problems: &[String],
@@ -27,26 +27,36 @@ pub(super) fn manifest(
 ) -> (Manifest, Text) {
     let finished = chrono::Utc::now();
     let page_size = params.page_size as u64;
-    let kind = &input.info.kind;
-    let result_of: HashMap<usize, &backup::FileResult> =
-        input.plan_ids.iter().copied().zip(&out.files).collect();
-    let sparse: std::collections::HashSet<usize> = (input.plan_ids.iter())
-        .zip(&input.plan)
-        .filter(|(_, f)| f.pages.is_some())
-        .map(|(&i, _)| i)
-        .collect();
-    let mut files: Vec<FileEntry> = vec![];
+    let kind = input.info.kind;
+    // The walk, the plan and the results are taken apart as the entries are made:
+    // memory holds each file once.
+    let entries = std::mem::take(&mut input.entries);
+    let plan = std::mem::take(&mut input.plan);
+    let results = std::mem::take(&mut out.files);
+    const NONE: u32 = u32::MAX;
+    let mut result_of = vec![NONE; entries.len()];
+    let mut sparse = vec![false; entries.len()];
+    for (k, (&i, f)) in input.plan_ids.iter().zip(&plan).enumerate() {
+        result_of[i] = k as u32;
+        sparse[i] = f.pages.is_some();
+    }
+    drop(plan);
+    let mut results: Vec<Option<backup::FileResult>> = results.into_iter().map(Some).collect();
+    let mut files: Vec<FileEntry> = Vec::with_capacity(entries.len());
     let mut text = Text {
         warnings: vec![],
         vol_pages: vec![0u64; input.vols.names.len().max(1)],
         file_pages: vec![],
     };
     let mut pages = 0u64;
-    for (i, e) in input.entries.iter().enumerate() {
-        let mut checksum = String::new();
-        if let Some(r) = result_of.get(&i) {
+    for (i, e) in entries.into_iter().enumerate() {
+        let mut checksum = None;
+        let result = (result_of[i] != NONE)
+            .then(|| results[result_of[i] as usize].take())
+            .flatten();
+        if let Some(r) = result {
             if r.vanished {
-                if *kind != SourceKind::Postgres {
+                if kind != SourceKind::Postgres {
                     text.warnings.push(format!(
                         "'{}' vanished during the backup and is not in the set",
                         e.rel_path
@@ -54,31 +64,33 @@ pub(super) fn manifest(
                 }
                 continue;
             }
-            if r.shrank && *kind != SourceKind::Postgres {
+            if r.shrank && kind != SourceKind::Postgres {
                 text.warnings.push(format!(
                     "'{}' shrank while it was read; its end is stored as zeros",
                     e.rel_path
                 ));
             }
-            checksum = r.checksum.clone();
+            checksum = r.checksum;
         }
         let p = e.size.div_ceil(page_size);
         pages += p;
         if e.kind == EntryKind::File {
             text.vol_pages[input.vols.index[&e.dev]] += p;
-            text.file_pages.push((e.rel_path.clone(), p));
+            if o.file_pages {
+                text.file_pages.push((e.rel_path.clone(), p));
+            }
         }
         files.push(FileEntry {
             id: i as u32,
-            path: e.rel_path.clone(),
+            path: e.rel_path,
             kind: e.kind,
             size: e.size,
             mode: e.mode,
             mtime: e.mtime,
             pages: p,
             checksum,
-            sparse: sparse.contains(&i),
-            link_target: e.link_target.clone(),
+            sparse: sparse[i],
+            link_target: e.link_target,
         });
     }
     let manifest = Manifest {
