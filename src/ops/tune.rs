@@ -378,11 +378,11 @@ pub fn tune(o: &TuneOptions, watch: &mut dyn TuneWatch) -> Result<TuneReport> {
             archived: None,
         },
     )?;
-    let entries = src.prepare()?;
+    let mut entries = src.prepare()?;
     let info = src.info();
     let result = (|| {
         let mut vols = Volumes::default();
-        let (plan, _) = plan_of(&entries, 0, &mut vols, info.kind);
+        let (plan, _) = plan_of(&mut entries, 0, &mut vols, info.kind);
         let volumes = vols.names.len().max(1);
         let source_bytes: u64 = plan.iter().map(|f| f.size).sum();
         if source_bytes == 0 {

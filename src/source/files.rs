@@ -60,7 +60,24 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
             root.display()
         );
     }
-    let mut listed = vec![];
+    // Stat in batches: memory holds the entries made and one batch, never every
+    // walked entry with its metadata.
+    const BATCH: usize = 4096;
+    let mut out = vec![];
+    let mut batch: Vec<(String, walkdir::DirEntry)> = Vec::with_capacity(BATCH);
+    let mut flush = |batch: &mut Vec<(String, walkdir::DirEntry)>| -> Result<()> {
+        let stats = {
+            let paths: Vec<&Path> = batch.iter().map(|(_, e)| e.path()).collect();
+            super::stat_all(&paths)
+        };
+        for ((rel, e), m) in batch.drain(..).zip(stats) {
+            let m = m.with_context(|| format!("cannot stat '{}'", e.path().display()))?;
+            if let Some(f) = entry(e.path(), rel, &m)? {
+                out.push(f);
+            }
+        }
+        Ok(())
+    };
     for e in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
         let e = e.with_context(|| format!("cannot walk '{}'", root.display()))?;
         let Some(rel) = e.path().strip_prefix(root).unwrap().to_str() else {
@@ -69,16 +86,12 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
                 e.path().display()
             );
         };
-        listed.push((rel.to_string(), e));
-    }
-    let paths: Vec<&Path> = listed.iter().map(|(_, e)| e.path()).collect();
-    let mut out = vec![];
-    for ((rel, e), m) in listed.iter().zip(super::stat_all(&paths)) {
-        let m = m.with_context(|| format!("cannot stat '{}'", e.path().display()))?;
-        if let Some(f) = entry(e.path(), rel.clone(), &m)? {
-            out.push(f);
+        batch.push((rel.to_string(), e));
+        if batch.len() == BATCH {
+            flush(&mut batch)?;
         }
     }
+    flush(&mut batch)?;
     Ok(out)
 }
 

@@ -279,8 +279,37 @@ struct Shared<'a> {
     zero_frames: AtomicU64,
 }
 
+/// A file's chunk digests: one inline (most files are one chunk), more in a vector.
+enum ChunkDigests {
+    One(Option<[u8; 32]>),
+    Many(Vec<Option<[u8; 32]>>),
+}
+
+impl ChunkDigests {
+    fn new(chunks: usize) -> ChunkDigests {
+        match chunks {
+            1 => ChunkDigests::One(None),
+            n => ChunkDigests::Many(vec![None; n]),
+        }
+    }
+
+    fn slice(&self) -> &[Option<[u8; 32]>] {
+        match self {
+            ChunkDigests::One(d) => std::slice::from_ref(d),
+            ChunkDigests::Many(v) => v,
+        }
+    }
+
+    fn slice_mut(&mut self) -> &mut [Option<[u8; 32]>] {
+        match self {
+            ChunkDigests::One(d) => std::slice::from_mut(d),
+            ChunkDigests::Many(v) => v,
+        }
+    }
+}
+
 struct FileState {
-    digests: Mutex<Vec<Option<[u8; 32]>>>,
+    digests: Mutex<ChunkDigests>,
     vanished: AtomicBool,
     shrank: AtomicBool,
 }
@@ -322,7 +351,7 @@ pub fn run(
         state: plan
             .iter()
             .map(|f| FileState {
-                digests: Mutex::new(vec![None; f.size.div_ceil(t) as usize]),
+                digests: Mutex::new(ChunkDigests::new(f.size.div_ceil(t) as usize)),
                 vanished: AtomicBool::new(false),
                 shrank: AtomicBool::new(false),
             })
@@ -494,32 +523,32 @@ fn compress_queue(threads: usize, buffers: usize) -> usize {
 
 /// Each file's checksum from its chunks' digests, and what happened to it.
 fn file_results(plan: &[ReadFile], state: Vec<FileState>, t: u64) -> Result<Vec<FileResult>> {
-    plan.iter()
-        .zip(state)
-        .map(|(f, st)| {
-            let digests = st.digests.into_inner().unwrap();
-            let vanished = st.vanished.load(Relaxed);
-            let checksum = match (vanished, &f.pages) {
-                (true, _) => None,
-                // A sparse file: over the chunks it has frames of.
-                (false, Some(_)) => Some(file_checksum(f.size, digests.iter().flatten())),
-                (false, None) => {
-                    // A feed that missed a chunk is a bug, never a silent hole.
-                    if let Some(c) = digests.iter().position(Option::is_none) {
-                        return Err(anyhow!(
-                            "'{}': no chunk at offset {} was stored",
-                            f.path.display(),
-                            c as u64 * t
-                        ));
-                    }
-                    Some(file_checksum(f.size, digests.iter().flatten()))
+    let mut out = Vec::with_capacity(plan.len());
+    for (f, st) in plan.iter().zip(state) {
+        let digests = st.digests.into_inner().unwrap();
+        let digests = digests.slice();
+        let vanished = st.vanished.load(Relaxed);
+        let checksum = match (vanished, &f.pages) {
+            (true, _) => None,
+            // A sparse file: over the chunks it has frames of.
+            (false, Some(_)) => Some(file_checksum(f.size, digests.iter().flatten())),
+            (false, None) => {
+                // A feed that missed a chunk is a bug, never a silent hole.
+                if let Some(c) = digests.iter().position(Option::is_none) {
+                    return Err(anyhow!(
+                        "'{}': no chunk at offset {} was stored",
+                        f.path.display(),
+                        c as u64 * t
+                    ));
                 }
-            };
-            Ok(FileResult {
-                checksum,
-                vanished,
-                shrank: st.shrank.load(Relaxed),
-            })
-        })
-        .collect()
+                Some(file_checksum(f.size, digests.iter().flatten()))
+            }
+        };
+        out.push(FileResult {
+            checksum,
+            vanished,
+            shrank: st.shrank.load(Relaxed),
+        });
+    }
+    Ok(out)
 }

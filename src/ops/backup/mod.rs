@@ -548,14 +548,15 @@ fn plan_changes(
 fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
     let abort = Arc::new(Abort::default());
     src.abort_with(abort.clone());
-    let entries = src.prepare()?;
+    let mut entries = src.prepare()?;
+    entries.shrink_to_fit();
     let info = src.info();
     if let Err(e) = same_cluster(&info, dest) {
         let _ = src.finish(false);
         return Err(e);
     }
     let mut vols = Volumes::default();
-    let (plan, plan_ids) = plan_of(&entries, 0, &mut vols, info.kind);
+    let (plan, plan_ids) = plan_of(&mut entries, 0, &mut vols, info.kind);
     Ok(Input {
         src,
         info,
@@ -718,7 +719,8 @@ fn pipeline(
     let t = Instant::now();
     if !fin.late.is_empty() {
         let first = input.entries.len();
-        let (plan2, ids2) = plan_of(&fin.late, first, &mut input.vols, input.info.kind);
+        let mut late = fin.late;
+        let (plan2, ids2) = plan_of(&mut late, first, &mut input.vols, input.info.kind);
         let (sinks, prior): (Vec<_>, Vec<_>) = out
             .stripes
             .into_iter()
@@ -758,7 +760,7 @@ fn pipeline(
         out.zero_frames += more.zero_frames;
         out.wall += more.wall;
         input.plan_ids.extend(ids2);
-        input.entries.extend(fin.late);
+        input.entries.extend(late);
     }
     phases.late = t.elapsed().as_secs_f64();
     // The archiver worked while the late files were copied.

@@ -166,20 +166,23 @@ impl Volumes {
 }
 
 /// The regular files of `entries` as engine input; ids are entry indexes plus `first_id`.
+/// Each file's absolute path moves into the plan: the entries keep only the relative one.
 pub fn plan_of(
-    entries: &[SourceFile],
+    entries: &mut [SourceFile],
     first_id: usize,
     vols: &mut Volumes,
     kind: SourceKind,
 ) -> (Vec<ReadFile>, Vec<usize>) {
-    let mut plan = vec![];
-    let mut ids = vec![];
-    for (i, e) in entries.iter().enumerate() {
+    let n = entries.iter().filter(|e| e.kind == EntryKind::File).count();
+    let mut plan = Vec::with_capacity(n);
+    let mut ids = Vec::with_capacity(n);
+    for (i, e) in entries.iter_mut().enumerate() {
         if e.kind == EntryKind::File {
             let volume = vols.of(e, kind);
+            let path = std::mem::take(&mut e.abs_path);
             plan.push(ReadFile {
                 missing_ok: e.missing_ok,
-                ..ReadFile::new((first_id + i) as u32, e.abs_path.clone(), e.size, volume)
+                ..ReadFile::new((first_id + i) as u32, path, e.size, volume)
             });
             ids.push(first_id + i);
         }
