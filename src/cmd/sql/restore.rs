@@ -248,7 +248,11 @@ fn logical_target(db: &str, m: &Manifest, logical: &str, path: &Path) -> Result<
     if is_tablespace(logical) {
         return Ok(Moved::Tablespace(logical["pg_tblspc/".len()..].to_string()));
     }
-    let own_name = path.file_name().is_some_and(|n| n == logical);
+    let is_file = m
+        .files
+        .iter()
+        .any(|f| f.kind == EntryKind::File && f.path == logical);
+    let own_name = is_file && path.file_name().is_some_and(|n| n == logical);
     Ok(Moved::Data(match (own_name, path.parent()) {
         (true, Some(dir)) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         (true, _) => PathBuf::from("."),
