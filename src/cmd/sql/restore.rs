@@ -7,7 +7,7 @@ use super::{num, SqlArgs};
 use crate::cmd::{info, restore as cmd_restore};
 use crate::device::object::StoreOptions;
 use crate::format::manifest::{EntryKind, Manifest, SourceKind};
-use crate::ops::restore::{restore, RestoreOptions};
+use crate::ops::restore::{restore, RestoreOptions, TargetAction};
 use crate::ops::verify::{verify, ReadOptions, VerifyOptions};
 use crate::repo::Repo;
 use crate::set::read as set;
@@ -104,6 +104,7 @@ fn database(
     }
     let manifest = newest_manifest(&o, store)?;
     let mut stats = None;
+    let mut action = None;
     let mut moves = vec![];
     let mut unsupported = vec![];
     for (name, v) in opts {
@@ -111,21 +112,35 @@ fn database(
             ("MOVE", Some(Tok::Move(logical, to))) => moves.push((logical, to)),
             ("REPLACE", None) => o.replace = true,
             ("STOPAT", Some(Tok::Str(t))) => o.until = Some(t),
-            ("STOPAT", _) => bail!("STOPAT needs a quoted time, as in STOPAT = '2026-11-27 10:00:00+00'"),
-            ("STATS", v) => {
-                stats = Some(v.as_ref().map(|_| num("STATS", &v)).transpose()?.unwrap_or(10).clamp(1, 100) as u32)
+            ("STOPAT", _) => {
+                bail!("STOPAT needs a quoted time, as in STOPAT = '2026-11-27 10:00:00+00'")
             }
-            ("BUFFERCOUNT", v) => o.read.buffer_count = Some(num("BUFFERCOUNT", &v)?.clamp(2, 65536) as usize),
+            ("STATS", v) => {
+                stats = Some(
+                    v.as_ref()
+                        .map(|_| num("STATS", &v))
+                        .transpose()?
+                        .unwrap_or(10)
+                        .clamp(1, 100) as u32,
+                )
+            }
+            ("BUFFERCOUNT", v) => {
+                o.read.buffer_count = Some(num("BUFFERCOUNT", &v)?.clamp(2, 65536) as usize)
+            }
             ("FILE", v) => {
                 if num("FILE", &v)? != 1 {
-                    bail!("FILE = {}: a pagevault media set holds one backup set: FILE = 1", num("FILE", &v)?);
+                    bail!(
+                        "FILE = {}: a pagevault media set holds one backup set: FILE = 1",
+                        num("FILE", &v)?
+                    );
                 }
             }
             // The default: recovery runs and the server opens for writes.
-            ("RECOVERY", None) => {}
-            ("NORECOVERY", _) | ("STANDBY", _) => bail!(
-                "{name}: PostgreSQL has no restoring state to leave a restored database in; recovery runs when the server starts. To apply more log later, restore to a point with STOPAT and again from the repository to a later one"
-            ),
+            ("RECOVERY", None) => action = Some((name, TargetAction::Promote)),
+            // Ready at the exact point and able to replay on: SQL Server's restoring state.
+            ("NORECOVERY", None) => action = Some((name, TargetAction::Shutdown)),
+            // Open for reads between restores; PostgreSQL needs no undo file.
+            ("STANDBY", None | Some(Tok::Str(_))) => action = Some((name, TargetAction::Pause)),
             // Always true here: every frame and file checksum is checked.
             ("CHECKSUM" | "NOREWIND" | "NOUNLOAD", None) => {}
             (other, _) => unsupported.push(other.to_string()),
@@ -136,6 +151,14 @@ fn database(
             "unsupported WITH option(s) for RESTORE DATABASE: {} (supported: {SUPPORTED})",
             unsupported.join(", ")
         );
+    }
+    match action {
+        Some((name, _)) if name != "RECOVERY" && o.until.is_none() => bail!(
+            "{name} needs STOPAT = 'time': PostgreSQL's recovery stops at a target (recovery_target_action = '{}'); without one it replays the whole archive and the server opens",
+            if name == "NORECOVERY" { "shutdown" } else { "pause" }
+        ),
+        Some((_, a)) if o.until.is_some() => o.target_action = Some(a),
+        _ => {}
     }
     let mut to = None;
     for (logical, path) in moves {
