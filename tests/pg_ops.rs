@@ -514,8 +514,17 @@ fn status_lists_running_backups_with_percent_complete() {
         stale[0]["why"].as_str().unwrap().contains("is gone"),
         "{st:#}"
     );
+    assert_eq!(stale[0]["dead"], true, "{st:#}");
     let text = ok(&["status", "--repo", &r]);
     assert!(text.contains("stale record      running/"), "{text}");
+    // The next backup on this host removes it.
+    ok(&["backup", "--source", &url, "--repo", &r]);
+    let st = status();
+    assert_eq!(st["stale_running"], serde_json::json!([]), "{st:#}");
+    assert!(std::fs::read_dir(repo.join("running"))
+        .unwrap()
+        .next()
+        .is_none());
     drop(pg);
     let _ = std::fs::remove_dir_all(repo.parent().unwrap());
 }

@@ -145,9 +145,14 @@ fn print_text(r: &StatusReport) {
     }
     for st in &r.stale_running {
         println!(
-            "stale record      {}: {} (its backup is not running; the record may be removed)",
+            "stale record      {}: {} ({})",
             super::shown(&st.record),
-            super::shown(&st.why)
+            super::shown(&st.why),
+            if st.dead {
+                "the next backup on this host removes it"
+            } else {
+                "not running here: remove it once its backup is known to be gone"
+            }
         );
     }
     match &r.last_drill {

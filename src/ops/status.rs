@@ -91,6 +91,8 @@ pub struct StaleRunning {
     pub pid: Option<i32>,
     pub host: Option<String>,
     pub why: String,
+    /// Its process is gone from this host: the next backup here removes the record.
+    pub dead: bool,
 }
 
 fn running(repo: &Repo, now: DateTime<Utc>) -> Result<(Vec<RunningBackup>, Vec<StaleRunning>)> {
@@ -109,12 +111,18 @@ fn running(repo: &Repo, now: DateTime<Utc>) -> Result<(Vec<RunningBackup>, Vec<S
                 pid: r.pid,
                 host: r.host,
             }),
-            Found::Stale { name, record, why } => stale.push(StaleRunning {
+            Found::Stale {
+                name,
+                record,
+                why,
+                dead,
+            } => stale.push(StaleRunning {
                 record: name,
                 id: record.as_ref().map(|r| r.set_id.clone()),
                 pid: record.as_ref().map(|r| r.pid),
                 host: record.map(|r| r.host),
                 why,
+                dead,
             }),
         }
     }

@@ -2,8 +2,9 @@
 //! backup starts, rewritten every two seconds with the bytes read and expected, removed
 //! when it ends, in success or failure. `status` lists them (SQL Server's
 //! `percent_complete`); a record whose process is gone (this host, its pid dead) or that
-//! has not been rewritten for a minute is stale. A record is data from storage: read
-//! bounded, every field checked.
+//! has not been rewritten for a minute is stale; the next backup on the host removes
+//! one whose process is gone. A record is data from storage: read bounded, every field
+//! checked.
 
 use crate::engine::stats::Progress;
 use crate::format::manifest::BackupType;
@@ -104,6 +105,15 @@ impl Running {
             if repo.store().create_dir(DIR).is_err() {
                 return;
             }
+            // Records that backups killed on this host left behind go.
+            for f in list(&repo, Utc::now()).unwrap_or_default() {
+                if let Found::Stale {
+                    name, dead: true, ..
+                } = f
+                {
+                    let _ = repo.store().delete(&name);
+                }
+            }
             loop {
                 rec.updated = Utc::now().to_rfc3339();
                 // What the walk found to read; a second pass (the WAL a PostgreSQL
@@ -148,6 +158,8 @@ pub enum Found {
         name: String,
         record: Option<RunningRecord>,
         why: String,
+        /// Its process is gone from this host: the next backup here removes it.
+        dead: bool,
     },
 }
 
@@ -165,6 +177,7 @@ pub fn list(repo: &Repo, now: DateTime<Utc>) -> Result<Vec<Found>> {
             name: format!("{DIR}/{name}"),
             record,
             why,
+            dead: false,
         };
         let rec: RunningRecord = match repo.store().get(&format!("{DIR}/{name}"), MAX) {
             Ok(Some(b)) => match serde_json::from_slice::<RunningRecord>(&b) {
@@ -192,8 +205,12 @@ pub fn list(repo: &Repo, now: DateTime<Utc>) -> Result<Vec<Found>> {
             .expect("checked");
         let quiet = (now - updated).num_milliseconds() as f64 / 1000.0;
         if rec.host == host && !crate::sys::process_alive(rec.pid) {
-            let why = format!("process {} on this host is gone", rec.pid);
-            out.push(stale(Some(rec), why));
+            out.push(Found::Stale {
+                name: format!("{DIR}/{name}"),
+                why: format!("process {} on this host is gone", rec.pid),
+                record: Some(rec),
+                dead: true,
+            });
         } else if quiet > STALE_SECONDS {
             let why = format!("not updated for {quiet:.0} seconds");
             out.push(stale(Some(rec), why));
@@ -235,13 +252,14 @@ mod tests {
         // A pid that is gone on this host; a record not rewritten for long.
         put(&rec(i32::MAX, now), &format!("{id}.json"));
         let stale_why = |f: &[Found]| match f {
-            [Found::Stale { why, .. }] => why.clone(),
+            [Found::Stale { why, dead, .. }] => format!("{why} dead={dead}"),
             _ => panic!("not one stale record"),
         };
-        assert!(stale_why(&list(&repo, now).unwrap()).contains("is gone"));
+        assert!(stale_why(&list(&repo, now).unwrap()).contains("is gone dead=true"));
         let old = now - chrono::Duration::seconds(300);
         put(&rec(std::process::id() as i32, old), &format!("{id}.json"));
-        assert!(stale_why(&list(&repo, now).unwrap()).contains("not updated for 300"));
+        assert!(stale_why(&list(&repo, now).unwrap())
+            .contains("not updated for 300 seconds dead=false"));
         // A record under another set's name is not believed.
         repo.store().delete(&format!("{DIR}/{id}.json")).unwrap();
         put(
