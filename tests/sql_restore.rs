@@ -47,7 +47,10 @@ fn restore_database_from_stripes_with_move_and_replace() {
         "sql",
         &format!("RESTORE FILELISTONLY FROM DISK = '{a}', DISK = '{b}'"),
     ]);
-    assert!(files.contains("app.db"), "{files}");
+    assert!(
+        files.contains("WITH MOVE takes the set's logical names: 'data', 'app', 'app.db'"),
+        "{files}"
+    );
 
     // MOVE the database file (its logical name as FILELISTONLY lists it) to a new place.
     let out_dir = dir.path().join("restored");

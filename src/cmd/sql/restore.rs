@@ -65,7 +65,15 @@ pub(super) fn run(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
             Ok(())
         }
         "HEADERONLY" => info::print_header(&set::describe(&from, store)?, false),
-        _ => info::print_files(&set::describe(&from, store)?, false),
+        _ => {
+            let m = set::describe(&from, store)?;
+            info::print_files(&m, false)?;
+            println!(
+                "RESTORE DATABASE ... WITH MOVE takes {}.",
+                describe_names("", &m)
+            );
+            Ok(())
+        }
     }
 }
 
@@ -230,8 +238,8 @@ fn logical_names(db: &str, m: &Manifest) -> Vec<String> {
             names.push(f.path.clone());
         }
     }
-    names.dedup();
-    names.retain(|n| !n.is_empty());
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| !n.is_empty() && seen.insert(n.clone()));
     names
 }
 

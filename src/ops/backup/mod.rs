@@ -347,16 +347,8 @@ fn backup_set(
     // checkpoint is part of what the user waits for.
     let started = chrono::Utc::now();
     // Its progress for `status`, removed once it is recorded or has failed.
-    let running = match (&dest.repo, &o.repo) {
-        (Some(_), Some(spec)) if !dest.discard => Some(running::Running::start(
-            spec,
-            &o.store,
-            &set_hex,
-            o.backup_type,
-            progress.clone(),
-        )),
-        _ => None,
-    };
+    let running = (dest.repo.is_some() && !dest.discard)
+        .then(|| running::Running::start(o, &set_hex, progress.clone()));
     let retries = device::object::retry_stats();
     // The timeline spans what the summary's seconds count.
     let sampler = o

@@ -75,20 +75,14 @@ pub struct Running {
 }
 
 impl Running {
-    /// Starts recording the backup of set `set_id` into repository `spec` (opened again:
-    /// the record is written beside the backup's own work). A record that cannot be
-    /// written never fails the backup: status then just does not list it.
-    pub fn start(
-        spec: &str,
-        store: &crate::device::object::StoreOptions,
-        set_id: &str,
-        kind: BackupType,
-        progress: Arc<Progress>,
-    ) -> Running {
+    /// Starts recording the backup `o` of set `set_id` into its repository (opened
+    /// again: the record is written beside the backup's own work). A record that cannot
+    /// be written never fails the backup: status then just does not list it.
+    pub fn start(o: &super::BackupOptions, set_id: &str, progress: Arc<Progress>) -> Running {
         let (waker, wake) = channel::<()>();
         let mut rec = RunningRecord {
             set_id: set_id.to_string(),
-            kind,
+            kind: o.backup_type,
             started: Utc::now().to_rfc3339(),
             updated: String::new(),
             pid: std::process::id() as i32,
@@ -96,7 +90,7 @@ impl Running {
             bytes_done: 0,
             bytes_total: 0,
         };
-        let (spec, store) = (spec.to_string(), store.clone());
+        let (spec, store) = (o.repo.clone().unwrap_or_default(), o.store.clone());
         let handle = std::thread::spawn(move || {
             let Ok(repo) = Repo::open(&spec, false, &store) else {
                 return;
