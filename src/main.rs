@@ -77,7 +77,7 @@ enum Command {
     Drill(cmd::drill::DrillArgs),
     /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
     Merge(cmd::merge::MergeArgs),
-    /// Run T-SQL BACKUP / RESTORE VERIFYONLY|HEADERONLY|FILELISTONLY statements against a source.
+    /// Run T-SQL BACKUP DATABASE and RESTORE DATABASE|VERIFYONLY|HEADERONLY|FILELISTONLY statements.
     Sql(cmd::sql::SqlArgs),
     /// Find the fastest buffer count, transfer size, readers, stripes, codec and threads on a sample of a source.
     Tune(cmd::tune::TuneArgs),

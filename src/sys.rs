@@ -82,6 +82,14 @@ pub fn process_alive(pid: i32) -> bool {
     }
 }
 
+/// This machine's name (uname's nodename), as a running backup records it.
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Takes an exclusive advisory lock (flock) on `f` without waiting: Ok(false) when
 /// another open file description holds it. Released when `f` is closed.
 pub fn try_lock(f: &std::fs::File) -> io::Result<bool> {

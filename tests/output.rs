@@ -349,7 +349,11 @@ fn status_reports_ages_damage_metrics_and_nagios_codes() {
     assert!(r.code == 1 && r.stderr.contains("WARNING"), "{}", r.stderr);
     let r = run(&["status", "--repo", &repo, "--crit-age", "0"]);
     assert!(r.code == 2 && r.stderr.contains("CRITICAL"), "{}", r.stderr);
-    let r = run(&["status", "--repo", &repo, "--warn-age", "2w"]);
+    assert_eq!(
+        run(&["status", "--repo", &repo, "--warn-age", "2w"]).code,
+        0
+    );
+    let r = run(&["status", "--repo", &repo, "--warn-age", "2y"]);
     assert_eq!(r.code, 2, "a usage error: {}", r.stderr);
     let text = ok(&["status", "--repo", &repo]);
     assert!(

@@ -2,7 +2,8 @@
 //! a good setup and fails naming the cause (a broken archive_command, an unreachable
 //! store, a key that does not load, a key the server's user cannot read); `expire
 //! --keep-within` keeps exactly what a restore to the window's oldest point needs,
-//! and `status` reports the window expire kept.
+//! and `status` reports the window expire kept; `status` lists backups running now
+//! with their percent complete.
 
 mod common;
 use common::pg::{give_to_postgres, postgres_dir, push_cmd, restore_repo, Pg};
@@ -419,4 +420,111 @@ fn expire_keep_within_keeps_what_the_window_needs() {
     ]);
     assert_ne!(out.code, 0, "{}", out.stdout);
     drop(pg);
+}
+
+/// A backup of a real cluster slowed by --max-rate: `status --json` lists it with a
+/// percent complete that rises; it is gone once the backup ends; a killed backup's
+/// record is reported stale.
+#[test]
+fn status_lists_running_backups_with_percent_complete() {
+    let _g = lock();
+    let repo = postgres_dir("running-repo").join("r");
+    let r = s(&repo);
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    pg.pgbench_init(2);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    ok(&["backup", "--source", &url, "--repo", &r]);
+    give_to_postgres(&repo);
+    let size: u64 = pg
+        .sql("SELECT sum(size) FROM pg_ls_dir('base') d, pg_stat_file('base/' || d) s")
+        .parse()
+        .unwrap_or(0);
+    let slow = |rate: &str| {
+        std::process::Command::new(bin())
+            .args(["backup", "--source", &url, "--repo", &r, "--max-rate", rate])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let status = || json(&["status", "--repo", &r]);
+    // About 8 seconds at 6M a second (the cluster holds some 50 MB).
+    let mut child = slow("6M");
+    let mut seen: Vec<(f64, u64)> = vec![];
+    let mut prometheus = String::new();
+    while child.try_wait().unwrap().is_none() {
+        let st = status();
+        let running = st["running"].as_array().unwrap();
+        if let [b] = &running[..] {
+            assert_eq!(b["pid"], child.id(), "{st:#}");
+            assert_eq!(b["kind"], "full");
+            let p = b["percent_complete"].as_f64().unwrap();
+            assert!((0.0..=100.0).contains(&p), "{st:#}");
+            let done = b["bytes_done"].as_u64().unwrap();
+            assert!(done <= b["bytes_total"].as_u64().unwrap(), "{st:#}");
+            seen.push((p, done));
+            if prometheus.is_empty() && p > 0.0 {
+                prometheus = ok(&["status", "--repo", &r, "--prometheus"]);
+                let text = ok(&["status", "--repo", &r]);
+                assert!(text.contains("running           full"), "{text}");
+            }
+        } else {
+            assert!(running.is_empty(), "one backup runs: {st:#}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(700));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1),
+        "percent complete never falls: {seen:?}"
+    );
+    let distinct: std::collections::BTreeSet<u64> =
+        seen.iter().map(|(p, _)| (p * 10.0) as u64).collect();
+    assert!(
+        distinct.len() >= 3 && seen.iter().any(|&(p, _)| p > 0.0 && p < 100.0),
+        "the percent rose while it ran (base is {size} bytes): {seen:?}"
+    );
+    assert!(
+        prometheus.contains("pagevault_backup_running_percent{repo=")
+            && prometheus.contains("pagevault_backups_running{repo=")
+            && prometheus.contains(",type=\"full\"} "),
+        "{prometheus}"
+    );
+    let st = status();
+    assert_eq!(st["running"], serde_json::json!([]), "{st:#}");
+    assert_eq!(st["stale_running"], serde_json::json!([]), "{st:#}");
+    assert_eq!(st["sets"], 2);
+
+    // A backup killed outright leaves its record: status names it stale, not running.
+    let child = slow("2M");
+    let (_, _) = signal_when(child, "-KILL", || {
+        !status()["running"].as_array().unwrap().is_empty()
+    });
+    let st = status();
+    assert_eq!(st["running"], serde_json::json!([]), "{st:#}");
+    let stale = st["stale_running"].as_array().unwrap();
+    assert_eq!(stale.len(), 1, "{st:#}");
+    assert!(
+        stale[0]["why"].as_str().unwrap().contains("is gone"),
+        "{st:#}"
+    );
+    assert_eq!(stale[0]["dead"], true, "{st:#}");
+    let text = ok(&["status", "--repo", &r]);
+    assert!(text.contains("stale record      running/"), "{text}");
+    // The next backup on this host removes it.
+    ok(&["backup", "--source", &url, "--repo", &r]);
+    let st = status();
+    assert_eq!(st["stale_running"], serde_json::json!([]), "{st:#}");
+    assert!(std::fs::read_dir(repo.join("running"))
+        .unwrap()
+        .next()
+        .is_none());
+    drop(pg);
+    let _ = std::fs::remove_dir_all(repo.parent().unwrap());
 }

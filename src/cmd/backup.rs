@@ -128,6 +128,10 @@ pub struct BackupArgs {
     /// transfers); either way a buffer is made only when the run first needs it.
     #[arg(long, value_parser = units::parse_size)]
     pub memory_budget: Option<u64>,
+    /// The most the source is read per second, e.g. 50M (pg_basebackup's --max-rate): a
+    /// backup kept from taking the I/O a busy server needs. At least 32K.
+    #[arg(long, value_name = "RATE", value_parser = max_rate)]
+    pub max_rate: Option<u64>,
     /// Read with O_DIRECT where the file system allows it, bypassing the page cache:
     /// auto reads so the whole files of 64 MiB or more none of whose pages are in the page
     /// cache (a cold large file reads faster so, into buffers on huge pages); on reads so
@@ -146,6 +150,17 @@ pub struct BackupArgs {
     /// Write an HTML page with the timeline (throughput, latency, pool, waits, CPU).
     #[arg(long, value_name = "FILE.html", value_parser = crate::report::writable_path)]
     pub report: Option<PathBuf>,
+}
+
+/// `--max-rate`: bytes per second, 32 KiB or more.
+fn max_rate(s: &str) -> Result<u64, String> {
+    let v = units::parse_size(s)?;
+    if v < 32 << 10 {
+        return Err(format!(
+            "'{s}' is below the least rate, 32K (bytes per second)"
+        ));
+    }
+    Ok(v)
 }
 
 /// full or diff; log says where log backups come from.
@@ -184,6 +199,7 @@ impl BackupArgs {
             adaptive_readers: self.adaptive_readers.on(),
             direct_io: self.direct_io.into(),
             memory_budget: self.memory_budget,
+            max_rate: self.max_rate,
             spool: self.spool.clone(),
             report: self.report.clone(),
             store: StoreOptions::default(),

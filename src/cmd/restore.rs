@@ -70,6 +70,12 @@ pub struct RestoreArgs {
     pub delta: bool,
     #[command(flatten)]
     pub target: TargetArgs,
+    /// PostgreSQL: what the server does at the recovery target (recovery_target_action):
+    /// promote (open for writes, the default), pause (stay in recovery, open for reads,
+    /// until SELECT pg_wal_replay_resume()) or shutdown (stop; started again it replays
+    /// on, to a later target if one is set). Needs --until*.
+    #[arg(long, value_name = "promote|pause|shutdown")]
+    pub target_action: Option<crate::ops::restore::TargetAction>,
     /// PostgreSQL: check only that every WAL file recovery needs is in the archive, not
     /// that each is intact (by default each is read and checked before anything is written).
     #[arg(long)]
@@ -127,6 +133,7 @@ impl RestoreArgs {
             until_xid: self.target.until_xid.clone(),
             until_name: self.target.until_name.clone(),
             timeline: self.target.timeline,
+            target_action: self.target_action,
             no_verify_wal: self.no_verify_wal,
             owner: self.owner.clone(),
             tablespace_map: self.tablespace_map.clone(),

@@ -32,7 +32,7 @@ pub struct StatusArgs {
     #[arg(long)]
     pub prometheus: bool,
     /// Nagios check: exit 1 (WARNING) when the newest backup of any type is older than
-    /// this (e.g. 26h, 2d, 90m, 3600s), or there is none.
+    /// this (e.g. 26h, 2d, 1w, 90m, 3600s), or there is none.
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     pub warn_age: Option<f64>,
     /// Nagios check: exit 2 (CRITICAL) when the newest backup is older than this.
@@ -40,18 +40,19 @@ pub struct StatusArgs {
     pub crit_age: Option<f64>,
 }
 
-/// An age: a number and a unit (s, m, h, d).
+/// An age: a number and a unit (s, m, h, d, w).
 pub(crate) fn parse_age(s: &str) -> Result<f64, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: f64 = n
         .parse()
-        .map_err(|_| format!("'{s}' is not an age: give a number and s, m, h or d (26h)"))?;
+        .map_err(|_| format!("'{s}' is not an age: give a number and s, m, h, d or w (26h, 2w)"))?;
     let mult = match unit {
         "s" | "" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86400.0,
-        _ => return Err(format!("'{s}': the unit is s, m, h or d")),
+        "w" => 7.0 * 86400.0,
+        _ => return Err(format!("'{s}': the unit is s, m, h, d or w")),
     };
     Ok(n * mult)
 }
@@ -128,6 +129,31 @@ fn print_text(r: &StatusReport) {
     }
     for id in &r.damaged_sets {
         println!("damaged set       {}", super::shown(id));
+    }
+    for b in &r.running {
+        println!(
+            "running           {} {} {:.1}% ({} of {}), since {}, pid {} on {}",
+            b.kind,
+            super::shown(&b.id),
+            b.percent_complete,
+            human(b.bytes_done),
+            human(b.bytes_total),
+            super::shown(&b.started),
+            b.pid,
+            super::shown(&b.host)
+        );
+    }
+    for st in &r.stale_running {
+        println!(
+            "stale record      {}: {} ({})",
+            super::shown(&st.record),
+            super::shown(&st.why),
+            if st.dead {
+                "the next backup on this host removes it"
+            } else {
+                "not running here: remove it once its backup is known to be gone"
+            }
+        );
     }
     match &r.last_drill {
         Some(d) if d.outcome == "damaged" => println!(
@@ -273,6 +299,22 @@ fn prometheus(r: &StatusReport) -> String {
             vec![(String::new(), f64::from(u8::from(d.outcome == "ok")))],
         );
     }
+    metric(
+        "backups_running",
+        "Backups writing into the repository now.",
+        vec![(String::new(), r.running.len() as f64)],
+    );
+    let running = (r.running.iter())
+        .map(|b| {
+            let labels = format!(",set_id=\"{}\",type=\"{}\"", label(&b.id), b.kind);
+            (labels, b.percent_complete)
+        })
+        .collect();
+    metric(
+        "backup_running_percent",
+        "Percent complete of each backup running now (SQL Server's percent_complete).",
+        running,
+    );
     if let Some(l) = r.wal_archive_lag_bytes {
         metric(
             "wal_archive_lag_bytes",
@@ -310,7 +352,8 @@ mod tests {
     fn ages_and_labels() {
         assert_eq!(parse_age("26h"), Ok(93600.0));
         assert_eq!(parse_age("90"), Ok(90.0));
-        assert!(parse_age("2w").is_err() && parse_age("h").is_err());
+        assert_eq!(parse_age("2w"), Ok(1209600.0));
+        assert!(parse_age("2y").is_err() && parse_age("h").is_err());
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

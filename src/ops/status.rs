@@ -1,7 +1,8 @@
 //! `status`: what a repository holds and how fresh it is, for a DBA and for monitoring:
 //! the age of the newest full, differential and incremental set and of the newest
 //! archived WAL segment, the recovery window, damaged sets, the repository's size and,
-//! with a source, how far archiving lags behind the server.
+//! with a source, how far archiving lags behind the server; backups running now and
+//! their percent complete.
 
 use super::expire::plan::window_start;
 use crate::format::manifest::BackupType;
@@ -62,6 +63,70 @@ pub struct StatusReport {
     pub spool: Option<SpoolStatus>,
     /// The newest `drill` the repository records.
     pub last_drill: Option<super::drill::record::LastDrill>,
+    /// Backups writing into the repository now (SQL Server's percent_complete).
+    pub running: Vec<RunningBackup>,
+    /// Progress records left by backups that are gone (killed, or their host down).
+    pub stale_running: Vec<StaleRunning>,
+}
+
+/// A backup running now, from its progress record (`running/SET.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunningBackup {
+    pub id: String,
+    pub kind: BackupType,
+    pub started: String,
+    pub updated: String,
+    pub percent_complete: f64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub pid: i32,
+    pub host: String,
+}
+
+/// A progress record whose backup is gone, and why it is taken as stale.
+#[derive(Debug, Clone, Serialize)]
+pub struct StaleRunning {
+    pub record: String,
+    pub id: Option<String>,
+    pub pid: Option<i32>,
+    pub host: Option<String>,
+    pub why: String,
+    /// Its process is gone from this host: the next backup here removes the record.
+    pub dead: bool,
+}
+
+fn running(repo: &Repo, now: DateTime<Utc>) -> Result<(Vec<RunningBackup>, Vec<StaleRunning>)> {
+    use super::backup::running::{list, Found};
+    let (mut live, mut stale) = (vec![], vec![]);
+    for f in list(repo, now)? {
+        match f {
+            Found::Live(r) => live.push(RunningBackup {
+                percent_complete: r.percent(),
+                id: r.set_id,
+                kind: r.kind,
+                started: r.started,
+                updated: r.updated,
+                bytes_done: r.bytes_done,
+                bytes_total: r.bytes_total,
+                pid: r.pid,
+                host: r.host,
+            }),
+            Found::Stale {
+                name,
+                record,
+                why,
+                dead,
+            } => stale.push(StaleRunning {
+                record: name,
+                id: record.as_ref().map(|r| r.set_id.clone()),
+                pid: record.as_ref().map(|r| r.pid),
+                host: record.map(|r| r.host),
+                why,
+                dead,
+            }),
+        }
+    }
+    Ok((live, stale))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -145,6 +210,7 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         Some(url) => Some(archive_lag(url, o.password_file.as_deref(), &segments)?),
         None => None,
     };
+    let (running, stale_running) = running(&repo, now)?;
     Ok(StatusReport {
         command: "status",
         repo: repo.describe(),
@@ -168,6 +234,8 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         wal_archive_lag_bytes: lag,
         spool: o.spool.as_deref().map(spool_status).transpose()?,
         last_drill: super::drill::record::newest(&repo, now)?,
+        running,
+        stale_running,
     })
 }
 

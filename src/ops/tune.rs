@@ -274,6 +274,7 @@ impl Trial<'_> {
             seal: None,
             sign: None,
             first_seq: 0,
+            max_rate: None,
         };
         let need = pipeline_min(
             self.volumes * p.readers * p.read_depth,

@@ -158,6 +158,8 @@ pub struct Recovery {
     /// `recovery_target_timeline`: latest, current or a number (None: PostgreSQL's
     /// default, the latest).
     pub timeline: Option<String>,
+    /// `recovery_target_action` at the target: pause or shutdown (None: promote).
+    pub action: Option<&'static str>,
 }
 
 /// How a set of a source is put back. The restore use case calls, in order:

@@ -309,8 +309,14 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
             conf.push_str(&format!("restore_command = {}\n", conf_quote(cmd)));
         }
         if let Some((name, value)) = &rec.target {
-            conf.push_str(&format!("recovery_target_{name} = {}\nrecovery_target_action = 'promote'\nrecovery_target_inclusive = off\n", conf_quote(value)));
+            let action = rec.action.unwrap_or("promote");
+            conf.push_str(&format!("recovery_target_{name} = {}\nrecovery_target_action = '{action}'\nrecovery_target_inclusive = off\n", conf_quote(value)));
             notes.push(format!("recovery stops before {name} {value}"));
+            match action {
+                "pause" => notes.push("recovery pauses there, the server open for reads: SELECT pg_wal_replay_resume() ends it".into()),
+                "shutdown" => notes.push("the server shuts down there; started again it replays on, to a later target if one is set".into()),
+                _ => {}
+            }
         }
         if let Some(t) = &rec.timeline {
             conf.push_str(&format!("recovery_target_timeline = {}\n", conf_quote(t)));

@@ -185,6 +185,8 @@ pub struct Params {
     /// The first frame's sequence number: a second run into the same set (the WAL a
     /// backup's end adds) goes on from the first's, so no nonce repeats.
     pub first_seq: u64,
+    /// The most bytes read from the source per second (`--max-rate`); None: no limit.
+    pub max_rate: Option<u64>,
 }
 
 impl Params {
@@ -277,6 +279,9 @@ struct Shared<'a> {
     seq: AtomicU64,
     stored_total: AtomicU64,
     zero_frames: AtomicU64,
+    /// `--max-rate`: bytes read since `started`, against which the readers pace.
+    paced: AtomicU64,
+    started: Instant,
 }
 
 /// A file's chunk digests: one inline (most files are one chunk), more in a vector.
@@ -367,6 +372,8 @@ pub fn run(
         seq: AtomicU64::new(p.first_seq),
         stored_total: AtomicU64::new(0),
         zero_frames: AtomicU64::new(0),
+        paced: AtomicU64::new(0),
+        started,
     };
     progress
         .total

@@ -168,7 +168,25 @@ fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) 
     let room = (sh.progress.live.pool_in_use.load(Relaxed) as usize) + 2 < sh.p.buffer_count;
     adapt.tick(lane, room);
     sh.progress.done.fetch_add(bytes as u64, Relaxed);
+    pace(sh, bytes as u64);
     Ok(())
+}
+
+/// `--max-rate`: holds the reader until the run's reads so far fit the rate (all
+/// readers share one count, so the rate is the backup's, not each reader's).
+fn pace(sh: &Shared, bytes: u64) {
+    let Some(rate) = sh.p.max_rate.filter(|&r| r > 0) else {
+        return;
+    };
+    let total = sh.paced.fetch_add(bytes, Relaxed) + bytes;
+    let due = std::time::Duration::from_secs_f64(total as f64 / rate as f64);
+    while !sh.abort.aborted() {
+        let now = sh.started.elapsed();
+        if now >= due {
+            break;
+        }
+        std::thread::sleep((due - now).min(std::time::Duration::from_millis(100)));
+    }
 }
 
 enum Opened {

@@ -31,6 +31,7 @@ mod dest;
 mod guard;
 mod record;
 mod rules;
+pub mod running;
 pub use changes::ChangeMap;
 use dest::{destination, parse_source, same_cluster, Dest};
 use guard::guarding;
@@ -83,6 +84,8 @@ pub struct BackupOptions {
     /// buffers): the pool and the reads in flight stay within it. None: the pool is
     /// sized for the adaptive readers' cap.
     pub memory_budget: Option<u64>,
+    /// The most bytes read from the source per second (`--max-rate`); None: no limit.
+    pub max_rate: Option<u64>,
     /// Where the SQLite source puts its snapshot copy.
     pub spool: Option<PathBuf>,
     /// An HTML page with the timeline is written there.
@@ -126,6 +129,7 @@ impl Default for BackupOptions {
             adaptive_readers: true,
             direct_io: DirectIo::Auto,
             memory_budget: None,
+            max_rate: None,
             spool: None,
             report: None,
             store: Default::default(),
@@ -345,6 +349,9 @@ fn backup_set(
     // The clock starts before the source is prepared: a snapshot copy or a
     // checkpoint is part of what the user waits for.
     let started = chrono::Utc::now();
+    // Its progress for `status`, removed once it is recorded or has failed.
+    let running = (dest.repo.is_some() && !dest.discard)
+        .then(|| running::Running::start(o, &set_hex, progress.clone()));
     let retries = device::object::retry_stats();
     // The timeline spans what the summary's seconds count.
     let sampler = o
@@ -447,6 +454,7 @@ fn backup_set(
             }
         }
     }
+    drop(running);
     phases.commit = lap();
     let series = sampler.map(report::Sampler::finish);
     let seconds = (chrono::Utc::now() - started)
@@ -605,6 +613,7 @@ fn configure(
         seal: None,
         sign: None,
         first_seq: 0,
+        max_rate: o.max_rate,
     };
     // Where each volume's reads in flight start, and the most they may reach: adaptive
     // readers may reach the cap on one volume, and the default pool has room for it.

@@ -47,6 +47,8 @@ pub struct RestoreOptions {
     pub until_name: Option<String>,
     /// The timeline to recover along (default: the newest the archive knows).
     pub timeline: Option<TimelineTarget>,
+    /// What the server does at the recovery target (default: promote).
+    pub target_action: Option<TargetAction>,
     /// Check only that each WAL file recovery needs is present, not its content.
     pub no_verify_wal: bool,
     /// Give the restored files to this user.
@@ -60,6 +62,41 @@ pub struct RestoreOptions {
     /// Only the set's files, for a merge to read back: no log chain check, recovery
     /// settings, owner or sync.
     pub stage_only: bool,
+}
+
+/// `--target-action`: PostgreSQL's recovery_target_action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetAction {
+    /// Open for writes (end recovery).
+    Promote,
+    /// Stay in recovery, open for reads, until pg_wal_replay_resume().
+    Pause,
+    /// Stop the server; started again, it replays on.
+    Shutdown,
+}
+
+impl std::str::FromStr for TargetAction {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TargetAction, String> {
+        match s {
+            "promote" => Ok(TargetAction::Promote),
+            "pause" => Ok(TargetAction::Pause),
+            "shutdown" => Ok(TargetAction::Shutdown),
+            _ => Err(format!("'{s}': give promote, pause or shutdown")),
+        }
+    }
+}
+
+impl TargetAction {
+    /// Its recovery_target_action value (None: the default, promote).
+    fn setting(self) -> Option<&'static str> {
+        match self {
+            TargetAction::Promote => None,
+            TargetAction::Pause => Some("pause"),
+            TargetAction::Shutdown => Some("shutdown"),
+        }
+    }
 }
 
 /// `--timeline`: PostgreSQL's recovery_target_timeline.
@@ -226,6 +263,13 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
             "recovery targets (--until*, --timeline) apply to PostgreSQL sets only; this set is of a {} source",
             m.source.kind
         );
+    }
+    let has_target = o.until.is_some()
+        || o.until_lsn.is_some()
+        || o.until_xid.is_some()
+        || o.until_name.is_some();
+    if o.target_action.is_some() && !has_target {
+        bail!("--target-action applies at a recovery target (--until, --until-lsn, --until-xid, --until-name): without one recovery replays the whole archive and the server opens");
     }
     restorer.check_target(&o.to)?;
     if o.delta {
@@ -415,6 +459,7 @@ fn finish(
             .or(o.until_xid.clone().map(|x| ("xid", x)))
             .or(o.until_name.clone().map(|n| ("name", n))),
         timeline: o.timeline.map(TimelineTarget::setting),
+        action: o.target_action.and_then(TargetAction::setting),
     };
     // Facts of the newest set applied: its backup_label starts recovery.
     let last = &sets.newest().set.manifest;
@@ -473,6 +518,7 @@ fn no_recovery() -> Recovery {
         restore_command: None,
         target: None,
         timeline: None,
+        action: None,
     }
 }
 

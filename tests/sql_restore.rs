@@ -1,0 +1,141 @@
+//! T-SQL `RESTORE DATABASE` in `pagevault sql`: a SQLite set backed up to two stripes
+//! restored by MOVE, refused over a non-empty directory without REPLACE, restored over
+//! it with REPLACE; unsupported options and unknown logical names refused by name.
+
+mod common;
+use common::*;
+use rusqlite::Connection;
+
+fn rows(db: &std::path::Path) -> i64 {
+    let c = Connection::open(db).unwrap();
+    assert_eq!(
+        c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
+            .unwrap(),
+        "ok"
+    );
+    c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn restore_database_from_stripes_with_move_and_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    {
+        let c = Connection::open(&db).unwrap();
+        c.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+            .unwrap();
+        let tx = c.unchecked_transaction().unwrap();
+        for i in 1..=3000i64 {
+            tx.execute(
+                "INSERT INTO t VALUES (?1, ?2)",
+                rusqlite::params![i, "v".repeat(100 + (i % 50) as usize)],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let source = format!("sqlite:{}", s(&db));
+    let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
+    ok(&[
+        "sql",
+        "--source",
+        &source,
+        &format!("BACKUP DATABASE [app] TO DISK = '{a}', DISK = '{b}' WITH COMPRESSION"),
+    ]);
+    let files = ok(&[
+        "sql",
+        &format!("RESTORE FILELISTONLY FROM DISK = '{a}', DISK = '{b}'"),
+    ]);
+    assert!(
+        files.contains("WITH MOVE takes the set's logical names: 'data', 'app', 'app.db'"),
+        "{files}"
+    );
+
+    // MOVE the database file (its logical name as FILELISTONLY lists it) to a new place.
+    let out_dir = dir.path().join("restored");
+    let out_db = out_dir.join("app.db");
+    let stmt = |extra: &str| {
+        format!(
+            "RESTORE DATABASE [app] FROM DISK = '{b}', DISK = '{a}' WITH MOVE 'app.db' TO '{}', STATS = 25{extra}",
+            s(&out_db)
+        )
+    };
+    let out = ok(&["sql", &stmt("")]);
+    assert!(
+        out.contains("25 percent processed.")
+            && out.contains("100 percent processed.")
+            && out.contains("RESTORE DATABASE successfully processed"),
+        "{out}"
+    );
+    assert_eq!(rows(&out_db), 3000);
+
+    // Over a directory that holds something: refused without REPLACE, naming it.
+    Connection::open(&db)
+        .unwrap()
+        .execute("DELETE FROM t WHERE id > 10", [])
+        .unwrap();
+    std::fs::write(out_dir.join("stray.txt"), b"left over").unwrap();
+    let e = fails(&["sql", &stmt("")], 1);
+    assert!(e.contains("is not empty") && e.contains("REPLACE"), "{e}");
+    assert!(
+        out_dir.join("stray.txt").exists(),
+        "a refused restore writes nothing"
+    );
+    // The logical name 'data' names the whole set's directory.
+    let out = ok(&[
+        "sql",
+        &format!(
+            "RESTORE DATABASE [app] FROM DISK = '{a}', DISK = '{b}' WITH MOVE 'data' TO '{}', REPLACE, CHECKSUM",
+            s(&out_dir)
+        ),
+    ]);
+    assert!(
+        out.contains("RESTORE DATABASE successfully processed"),
+        "{out}"
+    );
+    assert!(!out_dir.join("stray.txt").exists());
+    assert_eq!(
+        rows(&out_db),
+        3000,
+        "the set's rows, not the source's newer state"
+    );
+
+    // Refusals, each naming what is wrong.
+    let e = fails(&["sql", &stmt(", PARTIAL, KEEP_REPLICATION, REPLACE")], 1);
+    assert!(
+        e.contains("PARTIAL") && e.contains("KEEP_REPLICATION") && e.contains("supported: MOVE"),
+        "{e}"
+    );
+    let e = fails(&["sql", &stmt(", NORECOVERY")], 1);
+    assert!(e.contains("NORECOVERY"), "{e}");
+    let e = fails(
+        &[
+            "sql",
+            &format!("RESTORE DATABASE [app] FROM DISK = '{a}', DISK = '{b}' WITH MOVE 'app_log' TO '/tmp/x'"),
+        ],
+        1,
+    );
+    assert!(e.contains("'app_log'") && e.contains("'app.db'"), "{e}");
+    let e = fails(
+        &[
+            "sql",
+            &format!("RESTORE DATABASE [app] FROM DISK = '{a}', DISK = '{b}' WITH REPLACE"),
+        ],
+        1,
+    );
+    assert!(e.contains("needs WITH MOVE"), "{e}");
+    let e = fails(
+        &[
+            "sql",
+            &format!(
+                "RESTORE DATABASE [app] FROM DISK = '{a}' WITH MOVE 'data' TO '{}'",
+                s(&dir.path().join("one"))
+            ),
+        ],
+        1,
+    );
+    assert!(e.contains("stripe"), "one stripe of two is refused: {e}");
+    assert!(!dir.path().join("one").exists());
+    assert_eq!(rows(&out_db), 3000);
+}
