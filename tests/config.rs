@@ -304,3 +304,71 @@ fn json_log_lines_parse_and_the_log_file_is_appended() {
         "{text}"
     );
 }
+
+/// archive_command and restore_command stay short with a stanza: PostgreSQL archives
+/// through `archive-push --stanza main %p`, and a backup and restore of the cluster take
+/// the source and repository from the same file.
+#[test]
+fn postgres_archives_backs_up_and_restores_through_a_stanza() {
+    use common::pg::{check_restored, postgres_dir, Pg};
+    let dir = postgres_dir("config");
+    let repo = dir.join("repo");
+    let cfg = dir.join("pagevault.toml");
+    let stanza = |source: &str| {
+        let text = format!(
+            "compress = \"lz4\"\n[stanza.main]\nrepo = \"{}\"\n{source}",
+            s(&repo)
+        );
+        write_config(&cfg, &text);
+        // Read by the server's user too, written by no one else.
+        fs::set_permissions(&cfg, fs::Permissions::from_mode(0o644)).unwrap();
+    };
+    stanza("");
+    let c = s(&cfg);
+    let push = format!("{} archive-push --config {c} --stanza main %p", bin());
+    let pg = Pg::start(true, Some(&push));
+    let seg = pg.switch_and_wait();
+
+    let got = dir.join("got");
+    let r = run(&[
+        "archive-get",
+        &seg,
+        &s(&got),
+        "--config",
+        &c,
+        "--stanza",
+        "main",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(fs::metadata(&got).unwrap().len(), 16 << 20);
+    let r = run(&[
+        "archive-get",
+        "00000001000000FF000000FE",
+        &s(&got),
+        "--config",
+        &c,
+        "--stanza",
+        "main",
+    ]);
+    assert_eq!(r.code, 1, "not archived: {}", r.stderr);
+
+    stanza(&format!(
+        "source = \"{}?pgdata={}\"\n",
+        pg.url(),
+        s(&pg.data)
+    ));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    let env = [
+        ("PAGEVAULT_CONFIG", c.as_str()),
+        ("PAGEVAULT_STANZA", "main"),
+    ];
+    let r = run_env(&["backup"], &env);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let target = postgres_dir("config-restored").join("data");
+    let r = run_env(
+        &["restore", "--to", &s(&target), "--owner", "postgres"],
+        &env,
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    check_restored(&target, "1000", |p| p.sql("SELECT count(*) FROM t"));
+}
