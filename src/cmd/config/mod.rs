@@ -31,7 +31,14 @@ pub fn with_env(cmd: Command) -> Command {
     cmd.mut_args(|a| match a.get_long() {
         Some(l) if !a.is_hide_set() && !PER_RUN.contains(&l) && a.get_env().is_none() => {
             let name = env_name(l);
-            a.env(name).hide_env_values(true)
+            let a = a.env(name).hide_env_values(true);
+            // A switch's variable reads 1/0, yes/no, on/off, true/false.
+            match a.get_action() {
+                clap::ArgAction::SetTrue => {
+                    a.value_parser(clap::builder::BoolishValueParser::new())
+                }
+                _ => a,
+            }
         }
         _ => a,
     })
@@ -190,7 +197,18 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
     let mut argv = argv;
     let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
     argv.splice(at..at, extra);
-    let matches = match root.clone().try_get_matches_from(&argv) {
+    // PAGEVAULT_REPO yields, as the file's repo does, to stripes named on the command line.
+    let parser = match path.as_slice() {
+        [cmd]
+            if m.value_source("repo") == Some(ValueSource::EnvVariable)
+                && left_to_cli("repo", &path, m, &ids) =>
+        {
+            root.clone()
+                .mut_subcommand(cmd, |c| c.mut_arg("repo", |a| a.env(None)))
+        }
+        _ => root.clone(),
+    };
+    let matches = match parser.try_get_matches_from(&argv) {
         Ok(m) => m,
         Err(e) => {
             return Err(match (&file, blamed(&e, &options, &from_file)) {
