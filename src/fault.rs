@@ -2,7 +2,7 @@
 //! or server that did not answer, a timeout) may succeed when run again later; anything
 //! else is fatal until someone fixes it. The kind is attached where the error is born,
 //! as the error `Transient` (or a context of that type), and main maps it to exit
-//! status 3 (docs/EXIT-CODES.md).
+//! status 3 (docs/PROGRAMS.md).
 
 /// An error that a later run may not meet; its text is the message.
 #[derive(Debug)]

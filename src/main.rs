@@ -25,7 +25,7 @@ the configuration file; the command line wins, then the environment, then the fi
 Exit status: 0 ok; 1 failed (damaged, refused, not found: fix it first); 2 usage or configuration \
 error (nothing ran); 3 try again later (a store or server did not answer, a timeout); 128+N killed \
 by signal N. archive-get: 1 not archived, 126 any fault. status --warn-age/--crit-age: Nagios's \
-1 and 2. docs/EXIT-CODES.md"
+1 and 2. docs/PROGRAMS.md"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -284,7 +284,7 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// A failed run's exit status and its kind, as docs/EXIT-CODES.md lists them.
+/// A failed run's exit status and its kind, as docs/PROGRAMS.md lists them.
 fn exit_status(e: &anyhow::Error, getting: bool) -> (u8, &'static str) {
     if let Some(x) = e.downcast_ref::<cmd::Exit>() {
         return (x.code, "fatal");

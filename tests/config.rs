@@ -126,6 +126,40 @@ fn a_stanza_backs_up_and_restores_a_tree() {
     a.extend(c);
     let h = json(&a);
     assert_eq!(h["sets"].as_array().unwrap().len(), 1, "{h}");
+    // history --json's documented fields (docs/PROGRAMS.md).
+    assert_eq!(h["version"], 1);
+    let set = &h["sets"][0];
+    for f in [
+        "set_id",
+        "name",
+        "backup_type",
+        "copy_only",
+        "damaged",
+        "base_set",
+        "source_kind",
+        "database",
+        "system_identifier",
+        "timeline",
+        "start_lsn",
+        "stop_lsn",
+        "start_wal",
+        "stop_wal",
+        "started",
+        "finished",
+        "seconds",
+        "read_bytes",
+        "raw_bytes",
+        "stored_bytes",
+        "codec",
+        "stripes",
+    ] {
+        assert!(set.get(f).is_some(), "no '{f}' in {set}");
+    }
+    assert_eq!(
+        (set["backup_type"].as_str(), set["source_kind"].as_str()),
+        (Some("full"), Some("files"))
+    );
+    assert_eq!(set["codec"], "zstd:3");
     let target = dir.path().join("restored");
     let t = s(&target);
     let mut a = vec!["restore", "--to", t.as_str()];

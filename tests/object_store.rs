@@ -480,7 +480,7 @@ fn server_killed_mid_upload_retries_or_fails_cleanly() {
     // server is back, and records nothing.
     let repo = repo_of("fails");
     let r = backup_with_server_killed(&mut m, &src, &repo, "2", Duration::from_secs(6));
-    // A store that did not answer: exit 3, try again later (docs/EXIT-CODES.md).
+    // A store that did not answer: exit 3, try again later (docs/PROGRAMS.md).
     assert_eq!(r.code, 3, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("s3://crash/fails"), "{}", r.stderr);
     assert_eq!(m.admin(&["uploads", "crash"]), "", "orphaned parts");

@@ -27,7 +27,7 @@ pub use waits::PrintWaits;
 
 use crate::engine::stats::Progress;
 
-/// Exit statuses (docs/EXIT-CODES.md): 0 ok, then these. archive-get's are its own
+/// Exit statuses (docs/PROGRAMS.md): 0 ok, then these. archive-get's are its own
 /// (cmd::archive), status's Nagios checks use 1 and 2, a signal 128 + its number.
 /// Failed: damaged, refused, not found, misconfigured at run time; fix before retrying.
 pub const EXIT_FATAL: u8 = 1;
