@@ -26,6 +26,30 @@ pub fn is_transient(e: &anyhow::Error) -> bool {
     e.downcast_ref::<Transient>().is_some()
 }
 
+/// Whether an io::Error carries a transient error (a device's, through the pipeline's
+/// io::Write and io::Read).
+pub fn io_is_transient(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<Transient>())
+}
+
+/// `msg`, an error about `e`, of `e`'s kind.
+pub fn like_io(e: &std::io::Error, msg: String) -> anyhow::Error {
+    if io_is_transient(e) {
+        transient(msg)
+    } else {
+        anyhow::anyhow!(msg)
+    }
+}
+
+/// `e` as an io::Error (its whole message), keeping its kind.
+pub fn to_io(e: anyhow::Error) -> std::io::Error {
+    if is_transient(&e) {
+        std::io::Error::other(Transient(format!("{e:#}")))
+    } else {
+        std::io::Error::other(format!("{e:#}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

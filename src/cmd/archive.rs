@@ -189,7 +189,7 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
         start_pusher,
     )?;
     for w in &p.warnings {
-        eprintln!("pagevault: WARNING: {w}");
+        super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
     }
     let pusher = match p.pusher {
         archive::Pusher::Running => "the pusher runs".to_string(),
@@ -343,7 +343,7 @@ pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
     let fetched = archive::get(&o, start_fetcher);
     if let Ok(g) = &fetched {
         if let Some(w) = &g.warning {
-            eprintln!("pagevault: WARNING: {w}");
+            super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
         }
     }
     match fetched {

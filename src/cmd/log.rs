@@ -88,6 +88,30 @@ fn line(l: &Logger, level: Level, msg: &str, fields: &Value) -> String {
     }
 }
 
+/// A warning whose text line (PostgreSQL's log shows it) stays as it was: `text` on stderr
+/// in text, the event `msg` in JSON, and to the log file.
+pub fn warn_as(text: &str, msg: &str) {
+    match LOGGER.get().map(|l| l.format) {
+        Some(LogFormat::Json) => {}
+        _ => eprintln!("{text}"),
+    }
+    quiet(Level::Warn, msg, json!({}));
+}
+
+/// An event not shown on stderr in text (its caller printed it).
+fn quiet(level: Level, msg: &str, fields: Value) {
+    let Some(l) = LOGGER.get() else { return };
+    if l.format == LogFormat::Json {
+        eprintln!("{}", line(l, level, msg, &fields));
+    }
+    if let Some(f) = &l.file {
+        let text = line(l, level, msg, &fields);
+        if let Ok(mut f) = f.lock() {
+            let _ = writeln!(f, "{text}");
+        }
+    }
+}
+
 /// One event: to stderr (text: warnings and errors only, as `error: msg`), and to the log
 /// file.
 pub fn event(level: Level, msg: &str, fields: Value) {
@@ -97,19 +121,10 @@ pub fn event(level: Level, msg: &str, fields: Value) {
         }
         return;
     };
-    match l.format {
-        LogFormat::Json => eprintln!("{}", line(l, level, msg, &fields)),
-        LogFormat::Text if level > Level::Info => {
-            eprintln!("{}: {msg}", level.word().replace("warn", "warning"))
-        }
-        LogFormat::Text => {}
+    if l.format == LogFormat::Text && level > Level::Info {
+        eprintln!("{}: {msg}", level.word().replace("warn", "warning"));
     }
-    if let Some(f) = &l.file {
-        let text = line(l, level, msg, &fields);
-        if let Ok(mut f) = f.lock() {
-            let _ = writeln!(f, "{text}");
-        }
-    }
+    quiet(level, msg, fields);
 }
 
 pub fn info(msg: &str, fields: Value) {
