@@ -184,17 +184,13 @@ fn main() -> ExitCode {
             EXIT_USAGE
         });
     }
-    // The command line's passphrase file outranks PAGEVAULT_KEY_FILE.
+    // PAGEVAULT_KEY_FILE is crypt::load's to read, with its rules: --passphrase-file
+    // outranks it, and PAGEVAULT_PASSPHRASE beside it is refused.
     let origin = |o: &str| {
-        effective
-            .settings
-            .iter()
-            .find(|s| s.option == o)
-            .map(|s| s.origin.as_str())
+        let s = effective.settings.iter().find(|s| s.option == o);
+        s.map(|s| s.origin.as_str())
     };
-    if origin("passphrase-file") == Some("cli")
-        && origin("key-file").is_some_and(|o| o.starts_with("env"))
-    {
+    if origin("key-file").is_some_and(|o| o.starts_with("env")) {
         cli.key_file = None;
     }
     if cli.show_config {
