@@ -176,6 +176,8 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    // Before the first file this run creates (the log file's).
+    pagevault::sys::private_umask(cli.group_read);
     if let Err(e) = log::init(cli.log_format, cli.log_file.as_deref(), &effective.command) {
         eprintln!("error: {e:#}");
         return ExitCode::from(if getting {
@@ -211,7 +213,6 @@ fn main() -> ExitCode {
         serde_json::json!({ "stanza": effective.stanza, "config_file": effective.config_file }),
     );
     let getting = matches!(cli.command, Command::ArchiveGet(_));
-    pagevault::sys::private_umask(cli.group_read);
     quiet_on_closed_stdout();
     let key =
         pagevault::crypt::load::key_source(cli.key_file.as_deref(), cli.passphrase_file.as_deref())

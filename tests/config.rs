@@ -329,6 +329,8 @@ fn json_log_lines_parse_and_the_log_file_is_appended() {
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let text = fs::read_to_string(&log).unwrap();
+    let mode = fs::metadata(&log).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the log file is private");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
     assert!(serde_json::from_str::<Value>(lines[1]).is_ok());
