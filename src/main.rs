@@ -59,7 +59,7 @@ struct Cli {
     #[arg(long, global = true, value_name = "NAME")]
     stanza: Option<String>,
     /// Print every option of the command, its effective value and where it came from
-    /// (cli, env:VARIABLE, file:STANZA, file:global, default), then stop; with the
+    /// (cli, env:VARIABLE, file:STANZA[.COMMAND], file:global, default), then stop; with the
     /// command's --json, as JSON. A backup in text goes on and also prints its buffer
     /// configuration.
     #[arg(long, global = true)]

@@ -44,7 +44,7 @@ fn precedence_is_cli_then_env_then_stanza_then_top_level_then_default() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         &dir.path().join("pv.toml"),
-        "compress = \"lz4\"\nreaders = 3\nthreads = 2\n\n[stanza.main]\nsource = \"files:/data\"\nrepo = \"/bk/main\"\nreaders = 4\nmax_transfer_size = \"256K\"\n",
+        "compress = \"lz4\"\nreaders = 3\nthreads = 2\n\n[stanza.main]\nsource = \"files:/data\"\nrepo = \"/bk/main\"\nreaders = 4\nmax_transfer_size = \"256K\"\nspool = \"/var/tmp\"\n\n[stanza.main.archive-push]\nspool = \"/var/spool/pv\"\nasync = true\n",
     );
     let base = ["backup", "--config", cfg.as_str(), "--stanza", "main"];
     let m = settings(&base, &[]);
@@ -58,6 +58,30 @@ fn precedence_is_cli_then_env_then_stanza_then_top_level_then_default() {
     );
     assert_eq!(m["max-transfer-size"], ("256K".into(), "file:main".into()));
     assert_eq!(m["block-size"], ("4K".into(), "default".into()));
+    assert_eq!(m["spool"], ("/var/tmp".into(), "file:main".into()));
+    // A command's own table: only that command takes it.
+    // (archive-push has no --json: its text, one line per option.)
+    let out = ok(&[
+        "archive-push",
+        "--config",
+        &cfg,
+        "--stanza",
+        "main",
+        "x",
+        "--show-config",
+    ]);
+    let line = |o: &str| {
+        let l = out.lines().find(|l| l.split_whitespace().next() == Some(o));
+        l.unwrap_or_else(|| panic!("no {o} in {out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        line("spool"),
+        ["spool", "/var/spool/pv", "file:main.archive-push"]
+    );
+    assert_eq!(line("async"), ["async", "true", "file:main.archive-push"]);
+    assert_eq!(line("repo"), ["repo", "/bk/main", "file:main"]);
 
     // The environment over the file, the command line over both.
     let env = [
@@ -184,6 +208,15 @@ fn secrets_unknown_keys_and_writable_files_are_refused() {
         "typo.toml",
         "[stanza.main]\nrepo = \"/r\"\ncompres = \"lz4\"\n",
         &[":3:", "'compres'", "did you mean 'compress'"],
+    );
+    refused(
+        "cmd.toml",
+        "[stanza.main]\nrepo = \"/r\"\n[stanza.main.history]\ncompress = \"lz4\"\n",
+        &[
+            ":4:",
+            "[stanza.main.history] 'compress'",
+            "not an option of this command",
+        ],
     );
     refused(
         "key.toml",

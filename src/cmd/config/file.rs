@@ -1,11 +1,12 @@
 //! The configuration file (`/etc/pagevault/pagevault.toml`, `--config`, `PAGEVAULT_CONFIG`):
-//! options at the top level for every stanza, `[stanza.NAME]` tables of options, and
+//! options at the top level for every stanza, `[stanza.NAME]` tables of options (and
+//! `[stanza.NAME.COMMAND]` tables of one command's), and
 //! `credentials-env` tables naming the variables that hold a store's credentials. Refused
 //! whole, naming the file, line and key: writable by group or others, an unknown key, a
 //! secret written inline.
 
 use anyhow::{anyhow, bail, Context, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -46,6 +47,14 @@ fn secret_advice(key: &str) -> Option<&'static str> {
         }
         _ => return None,
     })
+}
+
+/// The options a file may set: any command's, and each command's own (for a stanza's
+/// `[stanza.NAME.COMMAND]` table).
+#[derive(Default)]
+pub struct Known {
+    pub all: BTreeSet<String>,
+    pub commands: BTreeMap<String, BTreeSet<String>>,
 }
 
 pub struct ConfigFile {
@@ -90,7 +99,7 @@ fn url_has_password(v: &str) -> bool {
 
 impl ConfigFile {
     /// The file named, or the default one when it exists; None when there is none.
-    pub fn find(explicit: Option<&Path>, known: &BTreeSet<String>) -> Result<Option<ConfigFile>> {
+    pub fn find(explicit: Option<&Path>, known: &Known) -> Result<Option<ConfigFile>> {
         let path = match explicit {
             Some(p) => p.to_path_buf(),
             None if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
@@ -99,7 +108,7 @@ impl ConfigFile {
         Self::load(&path, known).map(Some)
     }
 
-    fn load(path: &Path, known: &BTreeSet<String>) -> Result<ConfigFile> {
+    fn load(path: &Path, known: &Known) -> Result<ConfigFile> {
         use std::io::Read;
         let shown = path.display();
         let f = crate::sys::open_regular(path)
@@ -137,7 +146,7 @@ impl ConfigFile {
             global,
             stanzas,
         };
-        file.check(None, &file.global, known)?;
+        file.check(None, &file.global, &known.all, None)?;
         for (name, t) in &file.stanzas {
             super::check_stanza_name(name).with_context(|| format!("{shown}"))?;
             let Value::Table(t) = t else {
@@ -146,18 +155,31 @@ impl ConfigFile {
                     line_of(&file.text, None, name)
                 );
             };
-            file.check(Some(name), t, known)?;
+            file.check(Some(name), t, &known.all, Some(&known.commands))?;
         }
         Ok(file)
     }
 
     /// Every key of a table known, no secret inline.
-    fn check(&self, stanza: Option<&str>, t: &Table, known: &BTreeSet<String>) -> Result<()> {
+    fn check(
+        &self,
+        stanza: Option<&str>,
+        t: &Table,
+        known: &BTreeSet<String>,
+        commands: Option<&BTreeMap<String, BTreeSet<String>>>,
+    ) -> Result<()> {
         let shown = self.path.display();
         for (raw, v) in t {
             let key = raw.replace('_', "-").to_lowercase();
             let line = line_of(&self.text, stanza, raw);
             let at = format!("{shown}:{line}: {} '{raw}'", section(stanza));
+            // [stanza.NAME.COMMAND]: options for one command only.
+            if let (Some(c), Value::Table(sub), Some(s)) = (commands, v, stanza) {
+                if let Some(own) = c.get(&key) {
+                    self.check(Some(&format!("{s}.{raw}")), sub, own, None)?;
+                    continue;
+                }
+            }
             if let Some(instead) = secret_advice(&key) {
                 bail!("{at}: a secret is never written in the configuration file; write {instead}");
             }
@@ -178,6 +200,10 @@ impl ConfigFile {
                     .unwrap_or_default();
                 let why = if super::PER_RUN.contains(&key.as_str()) {
                     " is given on the command line of each run, not in the file".to_string()
+                } else if stanza.is_some_and(|s| s.contains('.')) {
+                    format!(" is not an option of this command{near}; see its --help")
+                } else if matches!(v, Value::Table(_)) {
+                    format!(" is a table: options for one command go in a stanza's [stanza.NAME.COMMAND] (backup, archive-push ...){near}")
                 } else {
                     format!(" is not an option of any command{near}; see `pagevault COMMAND --help` for the options")
                 };
@@ -254,14 +280,27 @@ impl ConfigFile {
 
     /// The value of `option`: the stanza's, else the top level's; with the stanza's name
     /// (None: the top level).
-    pub fn lookup(&self, stanza: Option<&str>, option: &str) -> Option<(Option<String>, &Value)> {
+    pub fn lookup(
+        &self,
+        stanza: Option<&str>,
+        command: &str,
+        option: &str,
+    ) -> Option<(Option<String>, &Value)> {
         fn find<'t>(t: &'t Table, option: &str) -> Option<&'t Value> {
             t.iter()
-                .find(|(k, _)| k.replace('_', "-").to_lowercase() == option)
+                .find(|(k, v)| k.replace('_', "-").to_lowercase() == option && !v.is_table())
                 .map(|(_, v)| v)
         }
         if let Some(s) = stanza {
             if let Some(Value::Table(t)) = self.stanzas.get(s) {
+                let own = t
+                    .iter()
+                    .find(|(k, v)| k.as_str() == command && v.is_table());
+                if let Some((k, Value::Table(c))) = own {
+                    if let Some(v) = find(c, option) {
+                        return Some((Some(format!("{s}.{k}")), v));
+                    }
+                }
                 if let Some(v) = find(t, option) {
                     return Some((Some(s.to_string()), v));
                 }
@@ -270,13 +309,28 @@ impl ConfigFile {
         find(&self.global, option).map(|v| (None, v))
     }
 
+    /// The stanza's credentials-env table, else the top level's.
+    fn credentials(&self, stanza: Option<&str>) -> Option<(Option<String>, &Value)> {
+        fn get(t: &Table) -> Option<&Value> {
+            t.iter()
+                .find(|(k, _)| k.replace('_', "-") == "credentials-env")
+                .map(|(_, v)| v)
+        }
+        if let Some(Value::Table(t)) = stanza.and_then(|s| self.stanzas.get(s)) {
+            if let Some(v) = get(t) {
+                return Some((stanza.map(str::to_string), v));
+            }
+        }
+        get(&self.global).map(|v| (None, v))
+    }
+
     /// Sets each credential variable the file names a source for, unless it is set.
     pub fn export_credentials(&self, stanza: Option<&str>) {
         for target in CREDENTIALS {
             if std::env::var_os(target).is_some() {
                 continue;
             }
-            let Some((_, Value::Table(t))) = self.lookup(stanza, "credentials-env") else {
+            let Some((_, Value::Table(t))) = self.credentials(stanza) else {
                 continue;
             };
             let value = t

@@ -9,7 +9,7 @@
 
 mod file;
 
-pub use file::{ConfigFile, DEFAULT_PATH};
+pub use file::{ConfigFile, Known, DEFAULT_PATH};
 
 use anyhow::{bail, Result};
 use clap::parser::ValueSource;
@@ -51,7 +51,7 @@ pub struct Setting {
     pub option: String,
     /// The values as given (several for a repeated option); empty when unset.
     pub values: Vec<String>,
-    /// cli, env, file:STANZA, file:global, default, or unset.
+    /// cli, env:VARIABLE, file:STANZA, file:STANZA.COMMAND, file:global, default, or unset.
     pub origin: String,
 }
 
@@ -153,8 +153,18 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
     let get = |id: &str| m.get_raw(id).and_then(|mut v| v.next()).map(OsString::from);
     let explicit = get("config").map(std::path::PathBuf::from);
     let stanza = get("stanza").map(|s| s.to_string_lossy().into_owned());
-    let mut known = Default::default();
-    all_options(&root, &mut known);
+    let mut known = Known::default();
+    all_options(&root, &mut known.all);
+    for c in root.get_subcommands() {
+        let own = options_of(&root, &[c.get_name().to_string()]);
+        let own = own
+            .iter()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !PER_RUN.contains(l));
+        known
+            .commands
+            .insert(c.get_name().to_string(), own.map(str::to_string).collect());
+    }
     let file = ConfigFile::find(explicit.as_deref(), &known).map_err(Failure::Config)?;
     if let (Some(s), None) = (&stanza, &file) {
         return Err(Failure::Config(anyhow::anyhow!(
@@ -183,7 +193,7 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
             if matches!(long, "key-file" | "passphrase-file") && crate::crypt::load::key_in_env() {
                 continue;
             }
-            let Some((origin, value)) = f.lookup(stanza.as_deref(), long) else {
+            let Some((origin, value)) = f.lookup(stanza.as_deref(), &path[0], long) else {
                 continue;
             };
             let args =
