@@ -19,7 +19,7 @@ buffers, compression on every core, one writer per stripe) to disk files, NUL (a
 benchmark), S3 or Azure Blob, and restores it at least as fast. PostgreSQL WAL is archived as log \
 backups (archive-push/archive-get) for point-in-time restores across timelines. Every frame, page \
 and file is checksummed and checked on restore.",
-    after_help = "Examples:\n  pagevault demo\n  pagevault backup --source sqlite:app.db --to NUL --stats 10\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress zstd\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault backup --stanza main --type incr        # source, repo ... from /etc/pagevault/pagevault.toml\n  pagevault backup --stanza main --show-config     # every option's value and origin\n\n\
+    after_help = "Examples:\n  pagevault demo\n  pagevault backup --source sqlite:app.db --to NUL --stats 10\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress zstd\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault backup --stanza main --type incr    # [stanza.main] of the configuration file\n  pagevault backup --stanza main --show-config  # each value and its origin\n\n\
 Every option is also read from PAGEVAULT_<OPTION> (--max-transfer-size: PAGEVAULT_MAX_TRANSFER_SIZE) and from \
 the configuration file; the command line wins, then the environment, then the file, then the default.\n\n\
 Exit status: 0 ok; 1 failed (damaged, refused, not found: fix it first); 2 usage or configuration \
