@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod crypt;
 pub mod device;
 pub mod engine;
+pub mod fault;
 pub mod format;
 pub mod interrupt;
 pub mod ops;

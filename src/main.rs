@@ -1,9 +1,10 @@
 //! pagevault's command line: parses the arguments and runs one command of the library.
 
 use anyhow::Context;
+use pagevault::cmd::{config, log, EXIT_FATAL, EXIT_RETRY, EXIT_USAGE};
 use pagevault::{cmd, device, interrupt};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,7 +19,13 @@ buffers, compression on every core, one writer per stripe) to disk files, NUL (a
 benchmark), S3 or Azure Blob, and restores it at least as fast. PostgreSQL WAL is archived as log \
 backups (archive-push/archive-get) for point-in-time restores across timelines. Every frame, page \
 and file is checksummed and checked on restore.",
-    after_help = "Examples:\n  pagevault demo\n  pagevault backup --source sqlite:app.db --to NUL --stats 10\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress zstd\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore"
+    after_help = "Examples:\n  pagevault demo\n  pagevault backup --source sqlite:app.db --to NUL --stats 10\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress zstd\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault backup --stanza main --type incr    # [stanza.main] of the configuration file\n  pagevault backup --stanza main --show-config  # each value and its origin\n\n\
+Every option is also read from PAGEVAULT_<OPTION> (--max-transfer-size: PAGEVAULT_MAX_TRANSFER_SIZE) and from \
+the configuration file; the command line wins, then the environment, then the file, then the default.\n\n\
+Exit status: 0 ok; 1 failed (damaged, refused, not found: fix it first); 2 usage or configuration \
+error (nothing ran); 3 try again later (a store or server did not answer, a timeout); 128+N killed \
+by signal N. archive-get: 1 not archived, 126 any fault. status --warn-age/--crit-age: Nagios's \
+1 and 2. docs/PROGRAMS.md"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -43,6 +50,27 @@ struct Cli {
     /// key with Argon2id. Also PAGEVAULT_PASSPHRASE (the passphrase itself).
     #[arg(long, global = true, value_name = "FILE")]
     passphrase_file: Option<PathBuf>,
+    /// The configuration file: options at its top level and in [stanza.NAME] tables
+    /// (docs/CONFIG.md). Default /etc/pagevault/pagevault.toml when it exists.
+    #[arg(long, global = true, value_name = "FILE", env = "PAGEVAULT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Take options from the configuration file's [stanza.NAME]: source, repo,
+    /// compress ... (the command line and PAGEVAULT_* variables still win).
+    #[arg(long, global = true, value_name = "NAME")]
+    stanza: Option<String>,
+    /// Print every option of the command, its effective value and where it came from
+    /// (cli, env:VARIABLE, file:STANZA[.COMMAND], file:global, default), then stop; with the
+    /// command's --json, as JSON. A backup in text goes on and also prints its buffer
+    /// configuration.
+    #[arg(long, global = true)]
+    show_config: bool,
+    /// Log events as text (warnings and errors on stderr) or as JSON, one object per
+    /// line on stderr (ts, level, command, msg, fields).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: cmd::log::LogFormat,
+    /// Also append every log event (start, end, warnings, errors) to FILE.
+    #[arg(long, global = true, value_name = "FILE")]
+    log_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -125,19 +153,66 @@ fn main() -> ExitCode {
     // and back to the system when freed: glibc's sliding threshold would otherwise keep
     // them in per-thread arenas and let RSS drift past the buffer pool.
     pagevault::sys::set_mmap_threshold(1 << 20);
-    // restore_command's status must never read "not archived" for a fault: a usage
-    // error of archive-get stops recovery too.
+    // restore_command's status must never read "not archived" for a fault: a usage or
+    // configuration error of archive-get stops recovery too.
     let getting = std::env::args_os().any(|a| a == "archive-get");
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if getting && e.use_stderr() => {
+    let (matches, effective) = match config::parse(Cli::command(), std::env::args_os().collect()) {
+        Ok(m) => m,
+        Err(config::Failure::Usage(e)) if getting && e.use_stderr() => {
             let _ = e.print();
             return ExitCode::from(cmd::archive::GET_FATAL);
         }
+        Err(config::Failure::Usage(e)) => e.exit(),
+        Err(config::Failure::Config(e)) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(if getting {
+                cmd::archive::GET_FATAL
+            } else {
+                EXIT_USAGE
+            });
+        }
+    };
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
         Err(e) => e.exit(),
     };
-    let getting = matches!(cli.command, Command::ArchiveGet(_));
+    // Before the first file this run creates (the log file's).
     pagevault::sys::private_umask(cli.group_read);
+    if let Err(e) = log::init(cli.log_format, cli.log_file.as_deref(), &effective.command) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(if getting {
+            cmd::archive::GET_FATAL
+        } else {
+            EXIT_USAGE
+        });
+    }
+    // PAGEVAULT_KEY_FILE is crypt::load's to read, with its rules: --passphrase-file
+    // outranks it, and PAGEVAULT_PASSPHRASE beside it is refused.
+    let origin = |o: &str| {
+        let s = effective.settings.iter().find(|s| s.option == o);
+        s.map(|s| s.origin.as_str())
+    };
+    if origin("key-file").is_some_and(|o| o.starts_with("env")) {
+        cli.key_file = None;
+    }
+    if cli.show_config {
+        let json = config::wants_json(&effective);
+        if json {
+            cmd::print_json(&serde_json::to_value(&effective).unwrap_or_default());
+        } else {
+            config::print(&effective);
+        }
+        match &mut cli.command {
+            Command::Backup(a) if !json => a.show_config = true,
+            _ => return ExitCode::SUCCESS,
+        }
+    }
+    let started = std::time::Instant::now();
+    log::info(
+        "started",
+        serde_json::json!({ "stanza": effective.stanza, "config_file": effective.config_file }),
+    );
+    let getting = matches!(cli.command, Command::ArchiveGet(_));
     quiet_on_closed_stdout();
     let key =
         pagevault::crypt::load::key_source(cli.key_file.as_deref(), cli.passphrase_file.as_deref())
@@ -187,19 +262,43 @@ fn main() -> ExitCode {
         }
         Err(p) => std::panic::resume_unwind(p),
     };
+    let (code, kind) = match &result {
+        Ok(()) => (0, "ok"),
+        Err(e) => exit_status(e, getting),
+    };
+    let mut fields = serde_json::json!({
+        "exit_code": code,
+        "kind": kind,
+        "seconds": started.elapsed().as_secs_f64(),
+    });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => log::info("finished", fields),
         Err(e) => {
-            eprintln!("error: {e:#}");
-            if let Some(x) = e.downcast_ref::<cmd::Exit>() {
-                return ExitCode::from(x.code);
-            }
-            // A key that cannot be loaded is a fault, not a file missing from the archive.
-            if getting {
-                return ExitCode::from(cmd::archive::get_status(&e));
-            }
-            // As a shell reports a process ended by the signal: 128 + its number.
-            ExitCode::from(interrupt::received().map_or(1, |sig| 128 + sig as u8))
+            fields["stanza"] = serde_json::json!(effective.stanza);
+            log::error(&format!("{e:#}"), fields)
         }
     }
+    ExitCode::from(code)
+}
+
+/// A failed run's exit status and its kind, as docs/PROGRAMS.md lists them.
+fn exit_status(e: &anyhow::Error, getting: bool) -> (u8, &'static str) {
+    if let Some(x) = e.downcast_ref::<cmd::Exit>() {
+        return (x.code, "fatal");
+    }
+    // A key that cannot be loaded is a fault, not a file missing from the archive.
+    if getting {
+        return match cmd::archive::get_status(e) {
+            1 => (1, "not_archived"),
+            c => (c, "fatal"),
+        };
+    }
+    // As a shell reports a process ended by the signal: 128 + its number.
+    if let Some(sig) = interrupt::received() {
+        return (128 + sig as u8, "interrupted");
+    }
+    if pagevault::fault::is_transient(e) {
+        return (EXIT_RETRY, "retry");
+    }
+    (EXIT_FATAL, "fatal")
 }

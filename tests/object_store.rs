@@ -480,7 +480,8 @@ fn server_killed_mid_upload_retries_or_fails_cleanly() {
     // server is back, and records nothing.
     let repo = repo_of("fails");
     let r = backup_with_server_killed(&mut m, &src, &repo, "2", Duration::from_secs(6));
-    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    // A store that did not answer: exit 3, try again later (docs/PROGRAMS.md).
+    assert_eq!(r.code, 3, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("s3://crash/fails"), "{}", r.stderr);
     assert_eq!(m.admin(&["uploads", "crash"]), "", "orphaned parts");
     let listed = m.admin(&["ls", "crash", "fails/sets/"]);

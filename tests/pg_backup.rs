@@ -270,7 +270,8 @@ fn bad_inputs_are_clear_errors() {
             "--to",
             &st,
         ],
-        1,
+        // A server that does not answer: try again later (docs/PROGRAMS.md).
+        3,
     );
     assert!(
         e.contains("cannot connect to PostgreSQL") && e.contains("127.0.0.1:1"),

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 #[derive(Args)]
 #[command(after_help = "Examples:
   archive_command = 'pagevault archive-push %p --repo /backup/repo'
+  archive_command = 'pagevault archive-push --stanza main %p'   (repo ... from [stanza.main], docs/CONFIG.md)
   archive_command = 'pagevault archive-push %p --repo s3://bucket/repo --async --spool /var/spool/pagevault'
   pagevault archive-push --drain --spool /var/spool/pagevault --repo s3://bucket/repo   (push what waits, now)")]
 pub struct PushArgs {
@@ -88,6 +89,11 @@ pub struct PushArgs {
 }
 
 #[derive(Args)]
+#[command(after_help = "Examples:
+  restore_command = 'pagevault archive-get %f \"%p\" --repo /backup/repo'
+  restore_command = 'pagevault archive-get --stanza main %f \"%p\"'
+
+Exit status: 0 fetched, 1 the archive does not hold the file, 126 any fault (recovery stops).")]
 pub struct GetArgs {
     /// The segment name wanted (%f in restore_command).
     pub name: String,
@@ -189,7 +195,7 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
         start_pusher,
     )?;
     for w in &p.warnings {
-        eprintln!("pagevault: WARNING: {w}");
+        super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
     }
     let pusher = match p.pusher {
         archive::Pusher::Running => "the pusher runs".to_string(),
@@ -343,7 +349,7 @@ pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
     let fetched = archive::get(&o, start_fetcher);
     if let Ok(g) = &fetched {
         if let Some(w) = &g.warning {
-            eprintln!("pagevault: WARNING: {w}");
+            super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
         }
     }
     match fetched {

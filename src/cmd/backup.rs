@@ -90,8 +90,8 @@ pub struct BackupArgs {
     /// Print "N percent processed." every N percent (default 10 when not on a terminal).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub stats: Option<u32>,
-    /// Print the buffer configuration before the backup.
-    #[arg(long)]
+    /// Print the buffer configuration before the backup (set by the global --show-config).
+    #[arg(skip)]
     pub show_config: bool,
     /// Never a differential base, changes no chain (NUL backups always are).
     #[arg(long)]

@@ -22,7 +22,9 @@ pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
     let repo = Repo::open(&a.repo, false, store)?;
     let sets = repo.catalog()?;
     if a.json {
-        print_json(&json!({ "sets": sets }));
+        // A stable document (docs/PROGRAMS.md): fields are added, never renamed or
+        // removed, without a new version.
+        print_json(&json!({ "version": 1, "sets": sets }));
         return Ok(());
     }
     println!(

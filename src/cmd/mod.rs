@@ -5,6 +5,7 @@ pub mod archive;
 pub mod backup;
 pub mod bench;
 pub mod check;
+pub mod config;
 pub mod demo;
 pub mod drill;
 pub mod estimate;
@@ -12,6 +13,7 @@ pub mod expire;
 pub mod history;
 pub mod info;
 pub mod key;
+pub mod log;
 pub mod merge;
 pub mod restore;
 pub mod sql;
@@ -24,6 +26,15 @@ pub use waits::PrintWaits;
 // Until cmd/backup.rs reads its base set through crate::set::read itself.
 
 use crate::engine::stats::Progress;
+
+/// Exit statuses (docs/PROGRAMS.md): 0 ok, then these. archive-get's are its own
+/// (cmd::archive), status's Nagios checks use 1 and 2, a signal 128 + its number.
+/// Failed: damaged, refused, not found, misconfigured at run time; fix before retrying.
+pub const EXIT_FATAL: u8 = 1;
+/// The command line, a PAGEVAULT_* variable or the configuration file is wrong; nothing ran.
+pub const EXIT_USAGE: u8 = 2;
+/// A store or server did not answer, or a wait timed out: the same run may pass later.
+pub const EXIT_RETRY: u8 = 3;
 
 /// A failure that must end the process with a status of its own (not 1).
 #[derive(Debug)]

@@ -18,6 +18,14 @@ pub const PASSPHRASE_ENV: &str = "PAGEVAULT_PASSPHRASE";
 pub const GIVE_KEY: &str =
     "give --key-file or --passphrase-file (or PAGEVAULT_KEY_FILE / PAGEVAULT_PASSPHRASE)";
 
+/// Whether PAGEVAULT_KEY_FILE or PAGEVAULT_PASSPHRASE gives a key (they outrank a
+/// configuration file's key-file and passphrase-file).
+pub fn key_in_env() -> bool {
+    [KEY_FILE_ENV, PASSPHRASE_ENV]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()))
+}
+
 /// The key the options or, without them, the environment name; None when neither does.
 pub fn key_source(
     key_file: Option<&Path>,

@@ -264,17 +264,18 @@ impl Postgres {
             if let Some(m) = self.gone.get() {
                 bail!("{m}");
             }
+            // A timeout: a later run may find the archiver caught up.
             if t0.elapsed().as_secs() >= self.archive_timeout && self.standby {
-                bail!(
+                return Err(crate::fault::transient(format!(
                     "waited {} s for the primary to archive {name}, the standby's backup stop segment: the primary's archive_command is failing or slow, or it writes little WAL (give --primary URL so that pagevault switches its WAL); the backup is not valid",
                     self.archive_timeout
-                );
+                )));
             }
             if t0.elapsed().as_secs() >= self.archive_timeout {
-                bail!(
+                return Err(crate::fault::transient(format!(
                     "waited {} s for the archiver to archive {name}: archive_command is failing or too slow (see pg_stat_archiver and the server log); the backup is not valid",
                     self.archive_timeout
-                );
+                )));
             }
             // Archivers take milliseconds to tens of: look often at first.
             let ms = (2 + t0.elapsed().as_millis() as u64 / 10).min(50);

@@ -31,8 +31,11 @@ pub(super) fn explain(name: &str, what: &str, e: object_store::Error) -> anyhow:
         }
         _ => "",
     };
+    let transient = hint.starts_with("the store did not answer");
     let text = compact(&redact(&text));
-    if hint.is_empty() {
+    if transient {
+        crate::fault::transient(format!("{what} '{name}': {hint} ({text})"))
+    } else if hint.is_empty() {
         anyhow!("{what} '{name}': {text}")
     } else {
         anyhow!("{what} '{name}': {hint} ({text})")

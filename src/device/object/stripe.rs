@@ -122,10 +122,9 @@ impl ObjectSink {
             match block_on(h) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    return Err(io::Error::other(format!(
-                        "{:#}",
-                        self.loc.err("cannot upload a part of", e)
-                    )))
+                    return Err(crate::fault::to_io(
+                        self.loc.err("cannot upload a part of", e),
+                    ))
                 }
                 Err(e) => return Err(io::Error::other(format!("upload task failed: {e}"))),
             }
@@ -279,7 +278,7 @@ impl ObjectSource {
     fn wait(&self, h: JoinHandle<object_store::Result<Vec<u8>>>) -> io::Result<Vec<u8>> {
         block_on(h)
             .map_err(|e| io::Error::other(format!("read task failed: {e}")))?
-            .map_err(|e| io::Error::other(format!("{:#}", self.loc.err("cannot read stripe", e))))
+            .map_err(|e| crate::fault::to_io(self.loc.err("cannot read stripe", e)))
     }
 
     fn chunk_range(&self, c: u64) -> (u64, u64) {

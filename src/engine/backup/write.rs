@@ -5,7 +5,6 @@ use super::{Item, Shared, WriterEnd};
 use crate::device::StripeSink;
 use crate::engine::pool;
 use crate::engine::stats::Lane;
-use anyhow::anyhow;
 use crossbeam_channel::Receiver;
 use std::time::Instant;
 
@@ -23,7 +22,10 @@ pub(super) fn writer(
     let mut frames = 0u64;
     let t0 = Instant::now();
     if let Err(e) = sink.write_all(header) {
-        abort.fail(anyhow!("stripe {}: write failed: {e}", i + 1));
+        abort.fail(crate::fault::like_io(
+            &e,
+            format!("stripe {}: write failed: {e}", i + 1),
+        ));
         return (sink, 0, 0);
     }
     if !header.is_empty() {
@@ -33,9 +35,9 @@ pub(super) fn writer(
         write_st.wait_in(waited);
         let t0 = Instant::now();
         if let Err(e) = sink.write_all(item.buf.frame(item.frame_len)) {
-            abort.fail(anyhow!(
-                "stripe {}: write at offset {written} failed: {e}",
-                i + 1
+            abort.fail(crate::fault::like_io(
+                &e,
+                format!("stripe {}: write at offset {written} failed: {e}", i + 1),
             ));
             break;
         }

@@ -24,10 +24,11 @@ pub(super) fn read_stripe(
     let mut at = st.body_start;
     let mut hdr = [0u8; FRAME_HEADER_LEN];
     let io_err = |e: io::Error, off: u64| {
-        anyhow!(
-            "stripe '{}': read at offset {off} failed: {e} (the stripe is truncated or unreadable)",
-            st.name
-        )
+        let m = format!("stripe '{}': read at offset {off} failed: {e}", st.name);
+        match crate::fault::io_is_transient(&e) {
+            true => crate::fault::like_io(&e, m),
+            false => anyhow!("{m} (the stripe is truncated or unreadable)"),
+        }
     };
     if st.frames > 0 {
         if at + FRAME_HEADER_LEN as u64 > st.body_end {

@@ -129,9 +129,19 @@ impl Conn {
     /// Connects. An error names the location, says where a refused password came
     /// from, and never holds the password.
     pub fn connect(&self) -> Result<postgres::Client> {
-        self.config
-            .connect(postgres::NoTls)
-            .map_err(|e| anyhow!("{}", self.redact(self.refused(&e))))
+        self.config.connect(postgres::NoTls).map_err(|e| {
+            let m = self.redact(self.refused(&e));
+            // Not answering, starting up or out of connection slots: may pass.
+            use postgres::error::SqlState;
+            let later = (e.as_db_error().is_none() && !pg_err(&e).ends_with("password missing"))
+                || e.code() == Some(&SqlState::CANNOT_CONNECT_NOW)
+                || e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS);
+            if later {
+                crate::fault::transient(m)
+            } else {
+                anyhow!("{m}")
+            }
+        })
     }
 
     fn refused(&self, e: &postgres::Error) -> String {
