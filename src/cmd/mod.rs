@@ -11,6 +11,7 @@ pub mod estimate;
 pub mod expire;
 pub mod history;
 pub mod info;
+pub mod init;
 pub mod key;
 pub mod merge;
 pub mod restore;

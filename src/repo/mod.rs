@@ -9,6 +9,7 @@
 //! ```
 
 pub mod chain;
+mod immutable;
 mod marker;
 pub mod store;
 pub mod wal;
@@ -22,8 +23,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::device::object::{Location, StoreOptions};
-pub use marker::RepoKey;
+pub use immutable::Lock;
 use marker::MARKER_HEAD;
+pub use marker::{RepoKey, RETAIN_MAX};
 pub use store::{create_dir, inherit_owner};
 use store::{DirStore, ObjectStore, Store};
 
@@ -69,6 +71,9 @@ pub struct Repo {
     options: StoreOptions,
     /// An encrypted or signed repository's key id and derivation, from its marker.
     key: std::sync::Mutex<Option<RepoKey>>,
+    /// An immutable repository's retention in seconds, from its marker: nothing in it
+    /// is overwritten, and expire removes nothing younger.
+    immutable: Option<u64>,
 }
 
 /// Writes `bytes` to `path` so that it is either absent or complete and durable. The
@@ -148,6 +153,7 @@ impl Repo {
             store: Box::new(DirStore::new(root)),
             options: options.clone(),
             key: Default::default(),
+            immutable: None,
         }
         .with_key(create)
     }
@@ -173,6 +179,7 @@ impl Repo {
             store: Box::new(ObjectStore::new(loc)),
             options: options.clone(),
             key: Default::default(),
+            immutable: None,
         }
         .with_key(create)
     }
@@ -210,8 +217,18 @@ impl Repo {
     /// Records a committed set. Called only after every stripe is durable.
     pub fn record(&self, e: &CatalogEntry) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(e)?;
-        self.store
-            .put(&format!("catalog/{}.json", e.set_id), &bytes)
+        let rel = format!("catalog/{}.json", e.set_id);
+        if self.immutable.is_none() {
+            return self.store.put(&rel, &bytes);
+        }
+        // Create-only: a set id is random, so a record there is someone else's.
+        if !self.store.put_new(&rel, &bytes)? {
+            bail!(
+                "catalog record '{}' exists already, and an immutable repository's records are never overwritten",
+                self.store.describe(&rel)
+            );
+        }
+        Ok(())
     }
 
     /// Removes a set's catalog record (first, so a half-removed set is never listed).
