@@ -157,7 +157,7 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
     // A plain delete only hides an object behind a delete marker: the set is gone
     // from the listing, but its version stays and cannot be erased.
     s3(&["rm", BUCKET, &format!("files/catalog/{a}.json")]).unwrap();
-    assert_eq!(history(&repo), [b.clone()]);
+    assert_eq!(history(&repo), std::slice::from_ref(&b));
     // Backups go on meanwhile, and the newest set restores.
     let c = backup(&src, &repo);
     restore_and_compare(&repo, &c, &src);
