@@ -158,6 +158,22 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
     // from the listing, but its version stays and cannot be erased.
     s3(&["rm", BUCKET, &format!("files/catalog/{a}.json")]).unwrap();
     assert_eq!(history(&repo), std::slice::from_ref(&b));
+    // A hidden marker is not made anew (that would drop the repository's rules).
+    s3(&["rm", BUCKET, "files/pagevault.repo"]).unwrap();
+    let e = fails(
+        &[
+            "backup",
+            "--source",
+            &format!("files:{}", s(&src)),
+            "--repo",
+            &repo,
+        ],
+        1,
+    );
+    assert!(e.contains("marker was removed"), "{e}");
+    let hidden = versions("files/pagevault.repo");
+    let dm = hidden.iter().find(|x| x.2 == "delete-marker").unwrap();
+    s3(&["rmversion", BUCKET, "files/pagevault.repo", &dm.1]).unwrap();
     // Backups go on meanwhile, and the newest set restores.
     let c = backup(&src, &repo);
     restore_and_compare(&repo, &c, &src);

@@ -154,3 +154,83 @@ impl Repo {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::manifest::{BackupType, SourceKind};
+
+    fn entry(id: &str) -> CatalogEntry {
+        CatalogEntry {
+            set_id: id.into(),
+            name: None,
+            backup_type: BackupType::Full,
+            copy_only: false,
+            damaged: false,
+            base_set: None,
+            source_kind: SourceKind::Files,
+            database: "x".into(),
+            system_identifier: None,
+            timeline: None,
+            start_lsn: None,
+            stop_lsn: None,
+            start_wal: None,
+            stop_wal: None,
+            started: "2026-11-27T00:00:00Z".into(),
+            finished: "2026-11-27T00:00:01Z".into(),
+            seconds: 1.0,
+            read_bytes: None,
+            raw_bytes: 1,
+            stored_bytes: 1,
+            codec: "none".into(),
+            stripes: vec![format!("sets/{id}/1.pv"), "/elsewhere/2.pv".into()],
+        }
+    }
+
+    #[test]
+    fn an_immutable_repository_writes_once_and_keeps_what_its_retention_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let spec = d.path().join("r").display().to_string();
+        let o = StoreOptions::default();
+        let r = Repo::init(&spec, &o, Some(3600), KeyUse::Seal).unwrap();
+        assert_eq!(r.immutable(), Some(3600));
+        let again = Repo::init(&spec, &o, None, KeyUse::Seal).err().unwrap();
+        assert!(format!("{again:#}").contains("a repository already"));
+        assert_eq!(Repo::open(&spec, true, &o).unwrap().immutable(), Some(3600));
+
+        let id = "0123456789abcdef0123456789abcdef";
+        let e = entry(id);
+        r.record(&e).unwrap();
+        let twice = format!("{:#}", r.record(&e).unwrap_err());
+        assert!(twice.contains("never overwritten"), "{twice}");
+        r.store()
+            .put_new(&format!("sets/{id}/1.pv"), b"stripe")
+            .unwrap();
+        // Its own stripe and its record; a stripe elsewhere is the user's.
+        let objects = r.set_objects(&e);
+        assert_eq!(
+            objects,
+            [format!("sets/{id}/1.pv"), format!("catalog/{id}.json")]
+        );
+
+        let now = SystemTime::now();
+        let until = r.locked_until(&objects, now).unwrap().unwrap();
+        assert!(until > now + Duration::from_secs(3500), "{until:?}");
+        let lock = r.remove_set_unless_locked(&e, now).unwrap().unwrap();
+        assert_eq!(lock.until, Some(until));
+        assert_eq!(r.catalog().unwrap().len(), 1, "nothing removed");
+        assert!(r.store().exists(&format!("sets/{id}/1.pv")).unwrap());
+        // Past the retention: stripes, then the record.
+        let later = now + Duration::from_secs(3700);
+        assert_eq!(r.locked_until(&objects, later).unwrap(), None);
+        assert!(r.remove_set_unless_locked(&e, later).unwrap().is_none());
+        assert!(r.catalog().unwrap().is_empty());
+        assert!(!r.store().exists(&format!("sets/{id}/1.pv")).unwrap());
+
+        // The marker is never rewritten: no key taken up later.
+        let k = crate::crypt::KeySource::key([7; 32], "a test key");
+        let e = format!("{:#}", r.key_for(&k, KeyUse::Sign).unwrap_err());
+        assert!(e.contains("immutable") && e.contains("takes no key"), "{e}");
+        assert!(r.refuse_rewrite("x").is_err());
+    }
+}

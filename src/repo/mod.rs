@@ -142,6 +142,14 @@ impl Repo {
             {
                 bail!("'{}' is not empty and not a pagevault repository: name an empty or new directory", root.display());
             }
+            let recorded = fs::read_dir(root.join("catalog"))
+                .map(|rd| {
+                    (rd.flatten()).any(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                })
+                .unwrap_or(false);
+            if recorded && !marker.exists() {
+                bail!("{}", marker_removed(&root.display().to_string()));
+            }
             for d in ["sets", "catalog", "wal"] {
                 create_dir(&root.join(d))
                     .with_context(|| format!("cannot create repository '{}'", root.display()))?;
@@ -164,7 +172,14 @@ impl Repo {
             if !create {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", loc.describe());
             }
-            let foreign = loc.list()?.into_iter().map(|(k, _)| k).find(|k| {
+            let held = loc.list()?;
+            let recorded =
+                (held.iter()).any(|(k, _)| k.starts_with("catalog/") && k.ends_with(".json"));
+            // A concurrent creator writes the marker before any record.
+            if recorded && !marker.exists()? {
+                bail!("{}", marker_removed(&loc.describe()));
+            }
+            let foreign = held.into_iter().map(|(k, _)| k).find(|k| {
                 !["sets/", "catalog/", "wal/"]
                     .iter()
                     .any(|p| k.starts_with(p))
@@ -295,6 +310,14 @@ impl Repo {
         self.store.remove_empty_dir(&format!("sets/{}", e.set_id));
         Ok(())
     }
+}
+
+/// Why a repository holding records but no marker is not made anew: a new marker would
+/// drop what the old one said (its key, immutability).
+fn marker_removed(at: &str) -> String {
+    format!(
+        "'{at}' holds catalog records but no {MARKER}: its marker was removed (in a versioned bucket a delete marker hides it: remove that delete marker); put it back rather than make a new repository over it"
+    )
 }
 
 /// A catalog record, parsed and checked: what commands rely on in it is checked here,
