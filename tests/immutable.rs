@@ -318,6 +318,25 @@ fn postgres_backups_archiving_restore_and_drill_in_an_immutable_signed_repositor
     );
     assert!(keys.iter().any(|k| k.ends_with(".sum")), "{v:?}");
 
+    // check's probe object is written once and left to the retention.
+    let r = run(&[
+        "check", "--source", &url, "--repo", &repo, kf[0], kf[1], "--json",
+    ]);
+    let c: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let probe = c["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "repository-writable")
+        .unwrap();
+    assert_eq!(probe["ok"], true, "{c}");
+    assert!(
+        probe["detail"]
+            .as_str()
+            .unwrap()
+            .contains("left to the retention"),
+        "{c}"
+    );
     // A drill restores the chain, replays the archived WAL and records its result as
     // a new object.
     let j = json(&["drill", "--repo", &repo, kf[0], kf[1]]);
