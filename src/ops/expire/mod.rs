@@ -134,9 +134,26 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
         }
         expired_sets = gone;
         expired.retain(|id| expired_sets.iter().any(|c| c.set_id == *id));
-        // Oldest first; the first one held keeps every later one (no gap is made).
+        // Oldest first; the first one held keeps every later one (no gap is made), and
+        // so does the first a set still held needs (it stays listed: restorable).
+        let needed: Vec<(&str, &LockedSet)> = (sets.iter())
+            .filter_map(|c| {
+                let l = locked.iter().find(|l| l.set_id == c.set_id)?;
+                Some((c.start_wal.as_deref()?, l))
+            })
+            .collect();
         let mut done = 0;
         for (n, _) in &wal {
+            if let Some((_, l)) = needed.iter().find(|(from, _)| !wal_expired(n, from)) {
+                wal_locked_until = l.locked_until.clone();
+                wal_refused = l.refused.as_ref().map(|_| {
+                    format!(
+                        "set {} is still held (its removal was refused) and needs it",
+                        l.set_id
+                    )
+                });
+                break;
+            }
             let objects: Vec<String> = [wal::archived_rel(n), wal::summary::summary_rel(n)]
                 .into_iter()
                 .flatten()
