@@ -88,6 +88,8 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
         1,
     );
     assert!(again.contains("a repository already"), "{again}");
+    let st = json(&["status", "--repo", &repo]);
+    assert_eq!(st["immutable_retain_seconds"], 86400, "{st}");
     // The store honours pagevault's create-only PUT (If-None-Match: *).
     let e = s3(&["putnew", BUCKET, "files/pagevault.repo", "forged"]).unwrap_err();
     assert!(e.contains("PreconditionFailed"), "{e}");
