@@ -104,6 +104,14 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
     assert_eq!(history(&repo), [a.clone(), b.clone()]);
     restore_and_compare(&repo, &a, &at_a);
     restore_and_compare(&repo, &b, &src);
+    // pagevault's own create-only writes over an existing key are refused by the store
+    // (If-None-Match: *), and a record is never written twice.
+    let r = pagevault::repo::Repo::open(&repo, false, &Default::default()).unwrap();
+    let rec = format!("catalog/{a}.json");
+    assert!(!r.store().put_new(&rec, b"forged").unwrap());
+    let e = r.catalog().unwrap().into_iter().find(|e| e.set_id == a);
+    let twice = format!("{:#}", r.record(&e.unwrap()).unwrap_err());
+    assert!(twice.contains("never overwritten"), "{twice}");
     // Nothing was ever written twice: one version per object.
     let v = versions(prefix);
     let mut keys: Vec<&str> = v.iter().map(|x| x.0.as_str()).collect();
