@@ -27,7 +27,12 @@ end to the newest archived WAL (what `status` shows as the recovery window).
 --keep-daily/--keep-weekly/--keep-monthly N keep the newest full of each of the last
 N calendar days, ISO weeks (Monday to Sunday) or months in UTC, this one included;
 such a full restores to its own end, not to a point in time (its older WAL goes).
-PAGEVAULT_NOW (RFC 3339) replaces the clock for the ages, nothing else.")]
+PAGEVAULT_NOW (RFC 3339) replaces the clock for the ages, nothing else.
+In an immutable repository (`pagevault init --immutable --retain D`) nothing younger
+than D (by its last-modified time in the store) is removed: a set the rules expire is
+kept, listed and named \"locked until ...\" (`locked` in --json), and so is the WAL
+from the first file still held; a removal the store refuses keeps the set listed and
+names the refusal.")]
 pub struct ExpireArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
     #[arg(long)]

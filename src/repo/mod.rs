@@ -246,7 +246,8 @@ impl Repo {
         Ok(())
     }
 
-    /// Removes a set's catalog record (first, so a half-removed set is never listed).
+    /// Removes a set's catalog record (first, so a half-removed set is never listed;
+    /// in an immutable repository last, once every stripe is gone).
     pub fn unrecord(&self, set_id: &str) -> Result<()> {
         self.store.delete(&format!("catalog/{set_id}.json"))
     }

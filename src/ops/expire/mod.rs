@@ -110,7 +110,7 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
     let mut wal = wal;
     let (mut wal_locked, mut wal_locked_until, mut wal_refused) = (0, None, None);
     if repo.immutable().is_some() {
-        // The store keeps every object by its own clock.
+        // Ages from the objects' last-modified times in the store, against this clock.
         let clock = std::time::SystemTime::now();
         let mut gone = vec![];
         for c in expired_sets {
