@@ -89,6 +89,8 @@ enum Command {
     ArchivePush(cmd::archive::PushArgs),
     /// Fetch one WAL segment from a repository (PostgreSQL restore_command).
     ArchiveGet(cmd::archive::GetArgs),
+    /// Make a repository: plain, encrypted or signed, and --immutable for a bucket with Object Lock (nothing ever overwritten).
+    Init(cmd::init::InitArgs),
     /// List the backup sets a repository holds (msdb's backupset).
     History(cmd::history::HistoryArgs),
     /// How fresh a repository's backups and WAL are: text, --json, --prometheus, or a Nagios check (--warn-age, --crit-age).
@@ -239,6 +241,7 @@ fn main() -> ExitCode {
             Command::Files(a) => cmd::info::run_files(a, &store),
             Command::ArchivePush(a) => cmd::archive::run_push(a, &store),
             Command::ArchiveGet(a) => cmd::archive::run_get(a, &store),
+            Command::Init(a) => cmd::init::run(a, &store),
             Command::History(a) => cmd::history::run(a, &store),
             Command::Status(a) => cmd::status::run(a, &store),
             Command::Expire(a) => cmd::expire::run(a, &store),

@@ -27,7 +27,12 @@ end to the newest archived WAL (what `status` shows as the recovery window).
 --keep-daily/--keep-weekly/--keep-monthly N keep the newest full of each of the last
 N calendar days, ISO weeks (Monday to Sunday) or months in UTC, this one included;
 such a full restores to its own end, not to a point in time (its older WAL goes).
-PAGEVAULT_NOW (RFC 3339) replaces the clock for the ages, nothing else.")]
+PAGEVAULT_NOW (RFC 3339) replaces the clock for the ages, nothing else.
+In an immutable repository (`pagevault init --immutable --retain D`) nothing younger
+than D (by its last-modified time in the store) is removed: a set the rules expire is
+kept, listed and named \"locked until ...\" (`locked` in --json), and so is the WAL
+from the first file still held; a removal the store refuses keeps the set listed and
+names the refusal.")]
 pub struct ExpireArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
     #[arg(long)]
@@ -83,14 +88,30 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
             .find(|c| c.set_id == d.set_id)
             .map(|c| format!(", {}", human(c.stored_bytes)))
             .unwrap_or_default();
+        let held = r.locked.iter().find(|l| l.set_id == d.set_id);
+        let fate = match held {
+            _ if d.keep => kept,
+            Some(_) => "expired",
+            None => gone,
+        };
         println!(
-            "set {} ({}, finished {}{stored}) {} because {}",
+            "set {} ({}, finished {}{stored}) {fate} because {}",
             shown(&d.set_id),
             d.backup_type,
             shown(&d.finished),
-            if d.keep { kept } else { gone },
             d.why
         );
+        match held {
+            Some(l) if l.refused.is_some() => println!(
+                "  its objects are locked: the store refused their removal ({}); it stays listed until a later expire removes it",
+                shown(l.refused.as_deref().unwrap_or_default())
+            ),
+            Some(l) => println!(
+                "  its objects are locked until {} (the repository's retention): it stays listed until a later expire removes it",
+                l.locked_until.as_deref().unwrap_or("-")
+            ),
+            None => {}
+        }
     }
     if let (Some(from), Some(why)) = (&r.wal.kept_from, &r.wal.kept_because) {
         println!("WAL from {from} on {kept} because {why}");
@@ -105,6 +126,17 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
             r.wal.removed
         );
     }
+    if r.wal_locked > 0 {
+        let why = match (&r.wal_locked_until, &r.wal_refused) {
+            (Some(u), _) => format!("locked until {u} (the repository's retention)"),
+            (None, Some(e)) => format!("locked: the store refused a removal ({})", shown(e)),
+            (None, None) => "locked".to_string(),
+        };
+        println!(
+            "{} expired WAL file(s) kept: {why}; a later expire removes them",
+            r.wal_locked
+        );
+    }
     if let Some(start) = &r.recovery_window_start {
         println!(
             "recovery window   from {start} (the end of set {}) on",
@@ -114,8 +146,12 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
                 .unwrap_or_default()
         );
     }
+    let held = match r.locked.len() {
+        0 => String::new(),
+        n => format!(", {n} expired but locked"),
+    };
     println!(
-        "{} set(s) kept, {} {}, {} {}.",
+        "{} set(s) kept{held}, {} {}, {} {}.",
         r.kept.len(),
         r.expired.len(),
         if r.dry_run {

@@ -12,6 +12,7 @@ pub mod estimate;
 pub mod expire;
 pub mod history;
 pub mod info;
+pub mod init;
 pub mod key;
 pub mod log;
 pub mod merge;

@@ -78,6 +78,11 @@ pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
 fn print_text(r: &StatusReport) {
     let age = |s: Option<f64>| s.map_or("none".to_string(), ago);
     println!("repository        {}", super::shown(&r.repo));
+    if let Some(secs) = r.immutable_retain_seconds {
+        println!(
+            "immutable         nothing overwritten; expire removes nothing younger than {secs} s"
+        );
+    }
     println!(
         "sets              {} ({} damaged)",
         r.sets,

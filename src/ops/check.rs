@@ -448,18 +448,33 @@ fn writable_check(c: &mut Checks, repo: Option<&Repo>) {
     let rel = format!("catalog/.pagevault-check-{}", uuid::Uuid::new_v4().simple());
     let body = b"pagevault check: safe to remove\n";
     let store = repo.store();
-    let done = store
-        .put(&rel, body)
-        .and_then(|()| store.get(&rel, 1024))
-        .and_then(|got| match got.as_deref() == Some(&body[..]) {
+    // An immutable repository's objects are created only where absent, and stay.
+    let immutable = repo.immutable().is_some();
+    let put = match immutable {
+        true => store.put_new(&rel, body).and_then(|made| match made {
+            true => Ok(()),
+            false => Err(anyhow!("the probe object's new name was taken")),
+        }),
+        false => store.put(&rel, body),
+    };
+    let done = put.and_then(|()| store.get(&rel, 1024)).and_then(|got| {
+        match got.as_deref() == Some(&body[..]) {
             true => Ok(()),
             false => Err(anyhow!(
                 "the probe object read back differs from what was written"
             )),
-        });
-    let removed = store.delete(&rel);
+        }
+    });
+    let removed = match immutable {
+        true => Ok(()),
+        false => store.delete(&rel),
+    };
+    let left = match immutable {
+        true => "left to the retention (the repository is immutable)",
+        false => "removed",
+    };
     match done.and(removed) {
-        Ok(()) => c.ok(NAME, format!("a probe object was written, read back and removed in {}", store.describe("catalog"))),
+        Ok(()) => c.ok(NAME, format!("a probe object was written, read back and {left} in {}", store.describe("catalog"))),
         Err(e) => c.fail(NAME, format!("{e:#}"), "give this user (and the server's, which runs archive_command) write access to the repository: the directory's owner and mode, or the bucket's or container's policy".into()),
     }
 }

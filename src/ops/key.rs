@@ -47,6 +47,7 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
         ..o.store.clone()
     };
     let repo = Repo::open(&o.repo, false, &store)?;
+    repo.refuse_rewrite("its key cannot be rotated (its marker and key blocks are never rewritten); copy its sets into a new repository made with the new key")?;
     let Some(cur) = repo.protection() else {
         bail!(
             "repository '{}' is neither encrypted nor signed: there is no key to rotate",

@@ -9,6 +9,7 @@ pub mod check;
 pub mod drill;
 pub mod estimate;
 pub mod expire;
+pub mod init;
 pub mod key;
 pub mod merge;
 pub mod restore;

@@ -36,6 +36,9 @@ pub struct Newest {
 pub struct StatusReport {
     pub command: &'static str,
     pub repo: String,
+    /// An immutable repository's retention, seconds (None: not immutable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub immutable_retain_seconds: Option<u64>,
     pub now: String,
     pub sets: usize,
     /// Sets recorded as damaged (`--continue-after-error`): they restore with errors.
@@ -214,6 +217,7 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
     Ok(StatusReport {
         command: "status",
         repo: repo.describe(),
+        immutable_retain_seconds: repo.immutable(),
         now: now.to_rfc3339(),
         sets: catalog.len(),
         damaged_sets: (catalog.iter())

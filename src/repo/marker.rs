@@ -40,6 +40,14 @@ pub(super) const MARKER_HEAD: &str = "pagevault repository 1\n";
 /// The marker's second line: what the repository's key does.
 const MODE_SEAL: &str = "encryption aes-256-gcm";
 const MODE_SIGN: &str = "signing keyed-blake3";
+/// The line after the first of an immutable repository's marker, with the seconds its
+/// store keeps every object (expire removes nothing younger).
+const IMMUTABLE: &str = "immutable retain";
+
+/// The immutable line, when `retain` is given.
+pub(super) fn immutable_line(retain: Option<u64>) -> String {
+    retain.map_or(String::new(), |s| format!("{IMMUTABLE} {s}\n"))
+}
 
 fn kdf_text(kdf: &Kdf) -> String {
     match *kdf {
@@ -78,13 +86,20 @@ fn parse_id(h: &str) -> Result<[u8; crate::crypt::KEY_ID_LEN], String> {
 impl RepoKey {
     /// The marker's text: the first line, then the encryption lines (and, while `key
     /// rotate` runs, the key it rotates to).
+    #[cfg(test)]
     fn marker(&self, rotating: Option<&RepoKey>) -> String {
+        self.marker_of(None, rotating)
+    }
+
+    /// The marker's text, with an immutable repository's line after the first.
+    fn marker_of(&self, retain: Option<u64>, rotating: Option<&RepoKey>) -> String {
         let mode = match self.mode {
             KeyUse::Seal => MODE_SEAL,
             KeyUse::Sign => MODE_SIGN,
         };
         let mut m = format!(
-            "{MARKER_HEAD}{mode}\nkey-id {}\nkdf {}\n",
+            "{MARKER_HEAD}{}{mode}\nkey-id {}\nkdf {}\n",
+            immutable_line(retain),
             hex::encode(self.key_id),
             kdf_text(&self.kdf)
         );
@@ -101,11 +116,24 @@ impl RepoKey {
     /// The marker's text authenticated by `master` (this key's): a last line `mac`
     /// with the tag of every byte before it.
     fn marker_tagged(&self, rotating: Option<&RepoKey>, master: &Master) -> String {
-        let text = self.marker(rotating);
+        self.marker_tagged_of(None, rotating, master)
+    }
+
+    /// As `marker_tagged`, with an immutable repository's line.
+    pub(super) fn marker_tagged_of(
+        &self,
+        retain: Option<u64>,
+        rotating: Option<&RepoKey>,
+        master: &Master,
+    ) -> String {
+        let text = self.marker_of(retain, rotating);
         let tag = master.marker_tag(text.as_bytes());
         format!("{text}{MAC_LINE}{}\n", hex::encode(tag))
     }
 }
+
+/// The longest retention a marker may name (100 years).
+pub const RETAIN_MAX: u64 = 100 * 366 * 86400;
 
 /// A keyed marker's last line: the tag of every byte before it.
 const MAC_LINE: &str = "mac ";
@@ -115,6 +143,8 @@ const MAC_LINE: &str = "mac ";
 /// (None for a marker written before markers were authenticated).
 struct Marker {
     text: Vec<u8>,
+    /// An immutable repository's retention, seconds.
+    immutable: Option<u64>,
     key: Option<RepoKey>,
     rotating: Option<RepoKey>,
     tag: Option<(usize, Vec<u8>)>,
@@ -137,6 +167,7 @@ impl Marker {
         });
         let mut m = Marker {
             text: bytes.to_vec(),
+            immutable: None,
             key: None,
             rotating: None,
             tag: None,
@@ -152,7 +183,17 @@ impl Marker {
             }
             None => return Err("it is empty".into()),
         }
-        let mode = match lines.next() {
+        let mut next = lines.next();
+        if let Some(v) = next.and_then(|(_, l)| l.strip_prefix(IMMUTABLE)?.strip_prefix(' ')) {
+            let secs = v
+                .parse::<u64>()
+                .ok()
+                .filter(|s| *s <= RETAIN_MAX)
+                .ok_or("a bad 'immutable retain' line")?;
+            m.immutable = Some(secs);
+            next = lines.next();
+        }
+        let mode = match next {
             None => return Ok(m),
             Some((_, MODE_SEAL)) => KeyUse::Seal,
             Some((_, MODE_SIGN)) => KeyUse::Sign,
@@ -221,8 +262,9 @@ impl Repo {
     /// to a read (`write`, a backup or push, may make a plain repository keyed), and a
     /// marker written before markers were authenticated is authenticated by a write
     /// (when what the repository holds agrees with it) and refused to a read.
-    pub(super) fn with_key(self, write: bool) -> Result<Repo> {
+    pub(super) fn with_key(mut self, write: bool) -> Result<Repo> {
         let m = self.read_marker()?;
+        self.immutable = m.immutable;
         if let Some(source) = &self.options.key {
             match &m.key {
                 Some(k) => {
@@ -287,6 +329,9 @@ impl Repo {
                 held.sets,
                 self.describe()
             );
+        }
+        if m.immutable.is_some() {
+            bail!("'{what}' is not authenticated, and an immutable repository's marker is tagged when it is made: it is forged");
         }
         let text = k.marker_tagged(None, master);
         if self.store.replace_if(MARKER, &m.text, text.as_bytes())? {
@@ -363,6 +408,12 @@ impl Repo {
         if let Some(k) = self.protection() {
             self.check_key(&k, source)?;
             return Ok(k);
+        }
+        if self.immutable.is_some() {
+            bail!(
+                "repository '{}' is immutable and neither encrypted nor signed: its marker is never rewritten, so it takes no key; make a keyed one with `pagevault init --immutable` and the key, or run without a key",
+                self.describe()
+            );
         }
         if asked == KeyUse::Seal {
             let (sets, wal) = (self.catalog()?.len(), self.wal_files()?);
@@ -567,6 +618,7 @@ impl Repo {
     /// Records the repository's key (and the key a rotation goes to, while it runs),
     /// the marker authenticated by `master`, that key's.
     pub fn set_key(&self, key: RepoKey, rotating: Option<&RepoKey>, master: &Master) -> Result<()> {
+        self.refuse_rewrite("its key cannot be rotated (its marker and key blocks are never rewritten); copy its sets into a new repository to change the key")?;
         self.store
             .put(MARKER, key.marker_tagged(rotating, master).as_bytes())?;
         *self.key.lock().unwrap() = Some(key);
@@ -612,6 +664,37 @@ mod marker_tests {
         assert!(m.key.is_some() && m.tag.is_none());
         let m = Marker::parse(MARKER_HEAD.as_bytes()).unwrap();
         assert!(m.key.is_none() && m.tag.is_none());
+    }
+
+    #[test]
+    fn an_immutable_marker_names_its_retention_under_its_tag() {
+        let plain = format!("{MARKER_HEAD}{}", immutable_line(Some(86400)));
+        let m = Marker::parse(plain.as_bytes()).unwrap();
+        assert_eq!((m.immutable, m.key), (Some(86400), None));
+        let (k, master) = key(KeyUse::Sign);
+        let text = k.marker_tagged_of(Some(60), None, &master);
+        let m = Marker::parse(text.as_bytes()).unwrap();
+        assert_eq!((m.immutable, m.key), (Some(60), Some(k)));
+        let (covered, tag) = m.tag.unwrap();
+        assert!(master.marker_ok(&m.text[..covered], &tag));
+        // The line dropped or changed: the tag no longer matches.
+        for forged in [
+            text.replace("immutable retain 60\n", ""),
+            text.replace("retain 60", "retain 1"),
+        ] {
+            let f = Marker::parse(forged.as_bytes()).unwrap();
+            let (covered, tag) = f.tag.unwrap();
+            assert!(!master.marker_ok(&f.text[..covered], &tag), "{forged}");
+        }
+        for bad in [
+            format!("{MARKER_HEAD}immutable retain x\n"),
+            format!("{MARKER_HEAD}immutable retain {}\n", RETAIN_MAX + 1),
+            format!("{MARKER_HEAD}immutable\n"),
+            k.marker_tagged(None, &master)
+                .replace("kdf raw\n", "kdf raw\nimmutable retain 5\n"),
+        ] {
+            assert!(Marker::parse(bad.as_bytes()).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod chain;
+mod immutable;
 mod marker;
 pub mod store;
 pub mod wal;
@@ -22,8 +23,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::device::object::{Location, StoreOptions};
-pub use marker::RepoKey;
+pub use immutable::Lock;
 use marker::MARKER_HEAD;
+pub use marker::{RepoKey, RETAIN_MAX};
 pub use store::{create_dir, inherit_owner};
 use store::{DirStore, ObjectStore, Store};
 
@@ -69,6 +71,9 @@ pub struct Repo {
     options: StoreOptions,
     /// An encrypted or signed repository's key id and derivation, from its marker.
     key: std::sync::Mutex<Option<RepoKey>>,
+    /// An immutable repository's retention in seconds, from its marker: nothing in it
+    /// is overwritten, and expire removes nothing younger.
+    immutable: Option<u64>,
 }
 
 /// Writes `bytes` to `path` so that it is either absent or complete and durable. The
@@ -137,6 +142,14 @@ impl Repo {
             {
                 bail!("'{}' is not empty and not a pagevault repository: name an empty or new directory", root.display());
             }
+            let recorded = fs::read_dir(root.join("catalog"))
+                .map(|rd| {
+                    (rd.flatten()).any(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                })
+                .unwrap_or(false);
+            if recorded && !marker.exists() {
+                bail!("{}", marker_removed(&root.display().to_string()));
+            }
             for d in ["sets", "catalog", "wal"] {
                 create_dir(&root.join(d))
                     .with_context(|| format!("cannot create repository '{}'", root.display()))?;
@@ -148,6 +161,7 @@ impl Repo {
             store: Box::new(DirStore::new(root)),
             options: options.clone(),
             key: Default::default(),
+            immutable: None,
         }
         .with_key(create)
     }
@@ -158,7 +172,14 @@ impl Repo {
             if !create {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", loc.describe());
             }
-            let foreign = loc.list()?.into_iter().map(|(k, _)| k).find(|k| {
+            let held = loc.list()?;
+            let recorded =
+                (held.iter()).any(|(k, _)| k.starts_with("catalog/") && k.ends_with(".json"));
+            // A concurrent creator writes the marker before any record.
+            if recorded && !marker.exists()? {
+                bail!("{}", marker_removed(&loc.describe()));
+            }
+            let foreign = held.into_iter().map(|(k, _)| k).find(|k| {
                 !["sets/", "catalog/", "wal/"]
                     .iter()
                     .any(|p| k.starts_with(p))
@@ -173,6 +194,7 @@ impl Repo {
             store: Box::new(ObjectStore::new(loc)),
             options: options.clone(),
             key: Default::default(),
+            immutable: None,
         }
         .with_key(create)
     }
@@ -210,11 +232,22 @@ impl Repo {
     /// Records a committed set. Called only after every stripe is durable.
     pub fn record(&self, e: &CatalogEntry) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(e)?;
-        self.store
-            .put(&format!("catalog/{}.json", e.set_id), &bytes)
+        let rel = format!("catalog/{}.json", e.set_id);
+        if self.immutable.is_none() {
+            return self.store.put(&rel, &bytes);
+        }
+        // Create-only: a set id is random, so a record there is someone else's.
+        if !self.store.put_new(&rel, &bytes)? {
+            bail!(
+                "catalog record '{}' exists already, and an immutable repository's records are never overwritten",
+                self.store.describe(&rel)
+            );
+        }
+        Ok(())
     }
 
-    /// Removes a set's catalog record (first, so a half-removed set is never listed).
+    /// Removes a set's catalog record (first, so a half-removed set is never listed;
+    /// in an immutable repository last, once every stripe is gone).
     pub fn unrecord(&self, set_id: &str) -> Result<()> {
         self.store.delete(&format!("catalog/{set_id}.json"))
     }
@@ -278,6 +311,14 @@ impl Repo {
         self.store.remove_empty_dir(&format!("sets/{}", e.set_id));
         Ok(())
     }
+}
+
+/// Why a repository holding records but no marker is not made anew: a new marker would
+/// drop what the old one said (its key, immutability).
+fn marker_removed(at: &str) -> String {
+    format!(
+        "'{at}' holds catalog records but no {MARKER}: its marker was removed (in a versioned bucket a delete marker hides it: remove that delete marker); put it back rather than make a new repository over it"
+    )
 }
 
 /// A catalog record, parsed and checked: what commands rely on in it is checked here,

@@ -185,7 +185,7 @@ impl Minio {
         count(&self.dir.join("data/.minio.sys/multipart"), pick)
     }
 
-    fn admin_try(&self, args: &[&str]) -> Result<String, String> {
+    pub fn admin_try(&self, args: &[&str]) -> Result<String, String> {
         admin_with("s3", args, &[("AWS_ENDPOINT_URL", self.endpoint())])
     }
 

@@ -1,12 +1,14 @@
 //! Retention (the rules and what they keep: plan.rs): removes every set no rule keeps
 //! (the catalog record first, so a half-removed set is never offered for restore) and
-//! the WAL older than the kept window's first full.
+//! the WAL older than the kept window's first full. In an immutable repository a set
+//! or WAL file the retention still holds is kept (and named, with until when), a set's
+//! stripes go before its record, and a removal the store refuses keeps the rest.
 
 pub mod plan;
 
 use crate::pg::{parse_name, Kind};
 use crate::repo::wal;
-use crate::repo::{CatalogEntry, Repo};
+use crate::repo::{CatalogEntry, Lock, Repo};
 use anyhow::{bail, Result};
 pub use plan::{plan, Decision, Plan, Rules};
 use serde::Serialize;
@@ -33,6 +35,16 @@ pub struct WalDecision {
     pub removed_because: Option<String>,
 }
 
+/// A set the rules expire that an immutable repository still holds whole.
+#[derive(Debug, Serialize)]
+pub struct LockedSet {
+    pub set_id: String,
+    /// Until when the repository's retention holds its newest object (RFC 3339).
+    pub locked_until: Option<String>,
+    /// The store's refusal of a removal (the set stays listed; expire tries again).
+    pub refused: Option<String>,
+}
+
 /// What it did (or, with `dry_run`, would do); `--json` prints this.
 #[derive(Debug, Serialize)]
 pub struct ExpireReport {
@@ -52,6 +64,13 @@ pub struct ExpireReport {
     pub recovery_window_set: Option<String>,
     pub recovery_window_start: Option<String>,
     pub bytes_freed: u64,
+    /// Expired by the rules but kept: the retention still holds them.
+    pub locked: Vec<LockedSet>,
+    /// WAL files the rules expire that the retention still holds (from the first of
+    /// them on, every later one is kept too), and until when the first is held.
+    pub wal_locked: usize,
+    pub wal_locked_until: Option<String>,
+    pub wal_refused: Option<String>,
     /// The expired sets' records, for the text output.
     #[serde(skip)]
     pub expired_sets: Vec<CatalogEntry>,
@@ -86,9 +105,74 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
             .collect(),
         None => vec![],
     };
-    let bytes_freed = expired_sets.iter().map(|c| c.stored_bytes).sum::<u64>()
-        + wal.iter().map(|(_, s)| s).sum::<u64>();
-    if !o.dry_run {
+    let (mut expired_sets, mut expired) = (expired_sets, p.expire.clone());
+    let mut locked = vec![];
+    let mut wal = wal;
+    let (mut wal_locked, mut wal_locked_until, mut wal_refused) = (0, None, None);
+    if repo.immutable().is_some() {
+        // Ages from the objects' last-modified times in the store, against this clock.
+        let clock = std::time::SystemTime::now();
+        let mut gone = vec![];
+        for c in expired_sets {
+            let lock = match o.dry_run {
+                true => repo
+                    .locked_until(&repo.set_objects(&c), clock)?
+                    .map(|u| Lock {
+                        until: Some(u),
+                        refusal: None,
+                    }),
+                false => repo.remove_set_unless_locked(&c, clock)?,
+            };
+            match lock {
+                Some(l) => locked.push(LockedSet {
+                    set_id: c.set_id.clone(),
+                    locked_until: l.until.map(rfc3339),
+                    refused: l.refusal,
+                }),
+                None => gone.push(c),
+            }
+        }
+        expired_sets = gone;
+        expired.retain(|id| expired_sets.iter().any(|c| c.set_id == *id));
+        // Oldest first; the first one held keeps every later one (no gap is made), and
+        // so does the first a set still held needs (it stays listed: restorable).
+        let needed: Vec<(&str, &LockedSet)> = (sets.iter())
+            .filter_map(|c| {
+                let l = locked.iter().find(|l| l.set_id == c.set_id)?;
+                Some((c.start_wal.as_deref()?, l))
+            })
+            .collect();
+        let mut done = 0;
+        for (n, _) in &wal {
+            if let Some((_, l)) = needed.iter().find(|(from, _)| !wal_expired(n, from)) {
+                wal_locked_until = l.locked_until.clone();
+                wal_refused = l.refused.as_ref().map(|_| {
+                    format!(
+                        "set {} is still held (its removal was refused) and needs it",
+                        l.set_id
+                    )
+                });
+                break;
+            }
+            let objects: Vec<String> = [wal::archived_rel(n), wal::summary::summary_rel(n)]
+                .into_iter()
+                .flatten()
+                .collect();
+            if let Some(u) = repo.locked_until(&objects, clock)? {
+                wal_locked_until = Some(rfc3339(u));
+                break;
+            }
+            if !o.dry_run {
+                if let Err(e) = wal::remove_archived(&repo, n) {
+                    wal_refused = Some(format!("{e:#}"));
+                    break;
+                }
+            }
+            done += 1;
+        }
+        wal_locked = wal.len() - done;
+        wal.truncate(done);
+    } else if !o.dry_run {
         for c in &expired_sets {
             repo.unrecord(&c.set_id)?;
             repo.remove_set_files(c)?;
@@ -97,6 +181,8 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
             wal::remove_archived(&repo, n)?;
         }
     }
+    let bytes_freed = expired_sets.iter().map(|c| c.stored_bytes).sum::<u64>()
+        + wal.iter().map(|(_, s)| s).sum::<u64>();
     let from_set = p.wal_from_set.clone().unwrap_or_default();
     let wal_decision = WalDecision {
         kept_because: p.wal_from.as_ref().map(|_| {
@@ -118,7 +204,7 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
         dry_run: o.dry_run,
         now: now.to_rfc3339(),
         kept: p.keep,
-        expired: p.expire,
+        expired,
         sets: p.decisions,
         wal_needed_from: p.wal_from,
         wal_expired: wal.into_iter().map(|(n, _)| n).collect(),
@@ -126,9 +212,18 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
         recovery_window_set: p.window_set,
         recovery_window_start: p.window_start,
         bytes_freed,
+        locked,
+        wal_locked,
+        wal_locked_until,
+        wal_refused,
         expired_sets,
     })
 }
 
 #[cfg(test)]
 mod tests;
+
+/// A time as RFC 3339, to the second, UTC.
+fn rfc3339(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

@@ -228,3 +228,70 @@ fn window_starts_where_the_archive_holds_the_wal() {
     assert_eq!(window_start(&sets, false, holds).unwrap().set_id, "f1");
     assert_eq!(window_start(&sets, true, |_| true).unwrap().set_id, "f1");
 }
+
+#[test]
+fn an_immutable_repository_keeps_what_its_retention_and_its_held_sets_need() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("r").display().to_string();
+    let o = crate::device::object::StoreOptions::default();
+    let repo = Repo::init(&spec, &o, Some(3600), crate::format::seal::KeyUse::Seal).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let age = |rel: &str| {
+        let p = d.path().join("r").join(rel);
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(old).unwrap();
+    };
+    // WAL 1..6, all past the retention; a set held by it (fresh) starting at 3, and
+    // the newest full at 6.
+    for seg in 1..=6 {
+        let rel = format!("wal/00000001/0000000100000000000000{seg:02}.zst");
+        repo.store().put_new(&rel, b"x").unwrap();
+        age(&rel);
+    }
+    let (f1, f2) = ("1".repeat(32), "2".repeat(32));
+    for (id, h, wal) in [(&f1, 1, 3), (&f2, 3, 6)] {
+        let mut e = set(
+            id,
+            "full",
+            None,
+            h,
+            &format!("0000000100000000000000{wal:02}"),
+        );
+        e.stripes = vec![format!("sets/{id}/1.pv")];
+        repo.store().put_new(&e.stripes[0], b"stripe").unwrap();
+        repo.record(&e).unwrap();
+    }
+    let opts = ExpireOptions {
+        repo: spec.clone(),
+        rules: keep_full(1),
+        dry_run: false,
+        store: o,
+    };
+    let r = expire(&opts).unwrap();
+    assert!(r.expired.is_empty(), "{r:?}");
+    assert_eq!(r.locked[0].set_id, f1);
+    assert!(r.locked[0].locked_until.is_some());
+    // 1 and 2 go; 3..5 stay, set f1 (still listed) needs them.
+    assert_eq!(r.wal_expired.len(), 2, "{r:?}");
+    assert_eq!(
+        (r.wal_locked, &r.wal_locked_until),
+        (3, &r.locked[0].locked_until)
+    );
+    assert_eq!(repo.catalog().unwrap().len(), 2);
+    assert!(repo.store().exists(&format!("sets/{f1}/1.pv")).unwrap());
+    assert!(!repo
+        .store()
+        .exists("wal/00000001/000000010000000000000002.zst")
+        .unwrap());
+    assert!(repo
+        .store()
+        .exists("wal/00000001/000000010000000000000003.zst")
+        .unwrap());
+    // Once the set's objects are past it too, the set and its WAL go.
+    age(&format!("sets/{f1}/1.pv"));
+    age(&format!("catalog/{f1}.json"));
+    let r = expire(&opts).unwrap();
+    assert_eq!(r.expired, std::slice::from_ref(&f1), "{r:?}");
+    assert_eq!((r.wal_expired.len(), r.wal_locked), (3, 0), "{r:?}");
+    assert_eq!(repo.catalog().unwrap().len(), 1);
+}

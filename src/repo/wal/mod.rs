@@ -73,7 +73,7 @@ const SYSID_MAX: u64 = 64;
 
 /// Where an archived file lives relative to the repository, or None for a name that
 /// is not a WAL file name.
-fn archived_rel(name: &str) -> Option<String> {
+pub fn archived_rel(name: &str) -> Option<String> {
     let n = parse_name(name)?;
     Some(format!("wal/{:08X}/{name}.zst", n.tli))
 }

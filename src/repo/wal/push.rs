@@ -388,6 +388,10 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
     if let Some((out, hdr)) = have {
         if out == Outcome::Repaired {
             use std::io::Seek;
+            repo.refuse_rewrite(&format!(
+                "the archived '{}' is damaged and is never replaced there; keep this segment elsewhere, and take a new full backup",
+                store.describe(&rel)
+            ))?;
             f.rewind()?;
             let dir = store.stage_dir(&rel)?;
             let (tmp, _) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), None)?;

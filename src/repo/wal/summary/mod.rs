@@ -404,6 +404,10 @@ pub(super) fn store(repo: &Repo, s: &Summary) -> Result<()> {
         Some(m) => super::seal::seal_bytes(&m, object_of(&rel), &s.encode()),
         None => s.encode(),
     };
+    if repo.immutable().is_some() {
+        // Never rewritten: one stored before stays (a reader counts it a gap if unfit).
+        return repo.store().put_new(&rel, &bytes).map(|_| ());
+    }
     repo.store().put(&rel, &bytes)
 }
 
@@ -428,6 +432,10 @@ fn object_of(rel: &str) -> &str {
 /// intact of this segment is stored, or it left the head uncovered and the previous
 /// segment's summary is there now.
 pub(super) fn wanted(repo: &Repo, name: &str, blake3: &[u8; 32], seg_size: u64) -> bool {
+    if repo.immutable().is_some() {
+        let rel = summary_rel(name).expect("a segment name");
+        return !repo.store().exists(&rel).unwrap_or(true);
+    }
     match read_unbound(repo, name) {
         Ok(Some((_, s))) if &s.segment_blake3 == blake3 => {
             s.flags & HEAD_SKIPPED != 0 && previous(repo, name, seg_size).is_some()
