@@ -76,8 +76,11 @@ fn frame(
         _ => ContentHash::of_version(FORMAT_VERSION).digest(raw),
     };
     let zero = pages.is_none() && is_zero(raw);
-    sh.state[item.file as usize].digests.lock().unwrap().slice_mut()[(item.offset / t) as usize] =
-        Some(digest);
+    sh.state[item.file as usize]
+        .digests
+        .lock()
+        .unwrap()
+        .slice_mut()[(item.offset / t) as usize] = Some(digest);
     let data_kind = if pages.is_some() {
         FrameKind::Pages
     } else {

@@ -95,6 +95,10 @@ impl Running {
             let Ok(repo) = Repo::open(&spec, false, &store) else {
                 return;
             };
+            // An immutable repository keeps every version: no record rewritten every 2 s.
+            if repo.immutable().is_some() {
+                return;
+            }
             let rel = format!("{DIR}/{}.json", rec.set_id);
             if repo.store().create_dir(DIR).is_err() {
                 return;

@@ -31,7 +31,7 @@ fn small_files_are_opened_and_asked_for_ahead_within_the_bounds() {
     let state: Vec<FileState> = plan
         .iter()
         .map(|_| FileState {
-            digests: Mutex::new(ChunkDigests::new(0)),
+            digests: Mutex::new(crate::engine::backup::ChunkDigests::new(0)),
             vanished: std::sync::atomic::AtomicBool::new(false),
             shrank: std::sync::atomic::AtomicBool::new(false),
         })
