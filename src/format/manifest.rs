@@ -265,6 +265,18 @@ impl Manifest {
         Ok((enc.finish()?, raw_len))
     }
 
+    /// Parses and validates a manifest as it is read (decompressed): an error of the
+    /// reader is returned apart, as the reader says it.
+    pub fn from_reader(r: impl std::io::Read) -> Result<Manifest, Result<FormatError, String>> {
+        let r = std::io::BufReader::with_capacity(1 << 16, r);
+        let m: Manifest = serde_json::from_reader(r).map_err(|e| match e.is_io() {
+            true => Err(std::io::Error::from(e).to_string()),
+            false => Ok(FormatError::Manifest(e.to_string())),
+        })?;
+        m.validate().map_err(Ok)?;
+        Ok(m)
+    }
+
     /// Parses and validates a manifest: everything restore relies on is checked here.
     pub fn from_bytes(b: &[u8]) -> Result<Manifest, FormatError> {
         let m: Manifest =

@@ -54,6 +54,17 @@ pub const ZSTD_WINDOW_LOG_MAX: u32 = 24;
 /// holds, never a length read from the media.
 pub fn zstd_exact(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
+    let mut out = Vec::with_capacity(raw_len.min(1 << 20) as usize);
+    zstd_reader(stored, raw_len)?
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// The bytes of one zstd frame that names its size, `raw_len`, as a reader: fewer or
+/// more bytes, or a frame that does not decompress, fail the read that meets them. For
+/// large contents (a manifest) parsed as they decompress, never held whole.
+pub fn zstd_reader(stored: &[u8], raw_len: u64) -> Result<impl std::io::Read + '_, String> {
     match zstd::zstd_safe::get_frame_content_size(stored) {
         Ok(Some(n)) if n == raw_len => {}
         Ok(Some(n)) => return Err(format!("its zstd frame holds {n} bytes, not {raw_len}")),
@@ -64,22 +75,48 @@ pub fn zstd_exact(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
         .map_err(fail)?
         .single_frame();
     dec.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(fail)?;
-    let mut out = Vec::with_capacity(raw_len.min(1 << 20) as usize);
-    dec.take(raw_len.saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(fail)?;
-    if out.len() as u64 != raw_len {
-        return Err(format!(
-            "it decompresses to {}{} bytes, its length says {raw_len}",
-            if out.len() as u64 > raw_len {
-                "more than "
-            } else {
-                ""
-            },
-            out.len().min(raw_len as usize)
-        ));
+    Ok(Exact {
+        inner: dec,
+        left: raw_len,
+        raw_len,
+    })
+}
+
+/// A reader held to exactly `raw_len` bytes.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+    raw_len: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let room = buf
+            .len()
+            .min(self.left.saturating_add(1).min(usize::MAX as u64) as usize);
+        let n = self
+            .inner
+            .read(&mut buf[..room])
+            .map_err(|e| std::io::Error::other(format!("it does not decompress ({e})")))?;
+        if n as u64 > self.left {
+            return Err(std::io::Error::other(format!(
+                "it decompresses to more than {0} bytes, its length says {0}",
+                self.raw_len
+            )));
+        }
+        if n == 0 && self.left > 0 {
+            return Err(std::io::Error::other(format!(
+                "it decompresses to {} bytes, its length says {}",
+                self.raw_len - self.left,
+                self.raw_len
+            )));
+        }
+        self.left -= n as u64;
+        Ok(n)
     }
-    Ok(out)
 }
 
 /// A page size a set may have.

@@ -194,13 +194,18 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
             )
         })?;
     }
-    let raw = format::zstd_exact(&stored[..open], tail.manifest_raw_len).map_err(|e| {
+    let unreadable = |e: String| {
         anyhow!(
             "stripe '{name}': manifest at offset {}: {e}: {FORGED}",
             tail.manifest_offset
         )
+    };
+    let raw = format::zstd_reader(&stored[..open], tail.manifest_raw_len).map_err(unreadable)?;
+    let manifest = Manifest::from_reader(raw).map_err(|e| match e {
+        Ok(e) => refused(&name, e),
+        Err(e) => unreadable(e),
     })?;
-    let manifest = Manifest::from_bytes(&raw).map_err(|e| refused(&name, e))?;
+    drop(stored);
     if manifest.set_id != hex::encode(header.set_id) {
         bail!(
             "stripe '{name}': its manifest belongs to set {} but its header to {}",

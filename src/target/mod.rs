@@ -62,8 +62,8 @@ impl Target {
 impl Target {
     /// An I/O error that names the file it happened to (the engine knows only ids).
     fn named(&self, id: u32, e: io::Error) -> io::Error {
-        match self.files.index.get(&id) {
-            Some(&i) => io::Error::new(
+        match self.files.index(id) {
+            Some(i) => io::Error::new(
                 e.kind(),
                 format!("'{}': {e}", self.files.list[i].0.display()),
             ),
@@ -216,8 +216,10 @@ pub fn give_back(dir: &Path, b: Before) -> Result<()> {
 /// where many inodes were just freed (ext4 without a journal skips each of them), so a
 /// cluster's thousands of files matter.
 pub struct Files {
-    list: Vec<(PathBuf, u64)>,
-    index: HashMap<u32, usize>,
+    list: Vec<(Box<Path>, u64)>,
+    /// Each listed file's manifest id, increasing as a manifest's are: found by a
+    /// binary search.
+    ids: Vec<u32>,
     /// Made at its size: true when it was there already (a delta restore's).
     made: Vec<OnceLock<Result<bool, String>>>,
     /// A delta restore: files in place are kept and compared before they are written.
@@ -227,11 +229,14 @@ pub struct Files {
 }
 
 impl Files {
+    fn index(&self, id: u32) -> Option<usize> {
+        self.ids.binary_search(&id).ok()
+    }
+
     /// Where file `id` goes, once it exists at its size.
     fn ensure(&self, id: u32) -> io::Result<&Path> {
-        let i = *self
-            .index
-            .get(&id)
+        let i = self
+            .index(id)
             .ok_or_else(|| io::Error::other(format!("file {id} is not in the manifest")))?;
         self.make(i).map_err(io::Error::other)?;
         Ok(&self.list[i].0)
@@ -277,7 +282,7 @@ impl Files {
     /// A delta restore's state for file `id`: its index and whether it was in place.
     fn delta_of(&self, id: u32) -> Option<(&delta::Delta, usize, bool)> {
         let d = self.delta.as_ref()?;
-        let i = *self.index.get(&id)?;
+        let i = self.index(id)?;
         let found = matches!(self.made[i].get(), Some(Ok(true)));
         Some((d, i, found))
     }
@@ -330,7 +335,7 @@ pub fn lay_out(
     delta: bool,
     roots: Arc<Roots>,
 ) -> Result<Files> {
-    let (mut list, mut index) = (vec![], HashMap::new());
+    let (mut list, mut ids) = (vec![], vec![]);
     let mut made_dirs = std::collections::HashSet::new();
     for f in &m.files {
         let p = place(&f.path);
@@ -345,17 +350,25 @@ pub fn lay_out(
                         roots.create_dir_all(parent)?;
                     }
                 }
-                index.insert(f.id, list.len());
-                list.push((p, f.size));
+                ids.push(f.id);
+                list.push((p.into_boxed_path(), f.size));
             }
             EntryKind::Link => {}
         }
     }
+    // A manifest's ids are increasing (validated); sorted here all the same.
+    if !ids.is_sorted() {
+        let mut both: Vec<_> = ids.into_iter().zip(list).collect();
+        both.sort_by_key(|e| e.0);
+        (ids, list) = both.into_iter().unzip();
+    }
+    list.shrink_to_fit();
+    ids.shrink_to_fit();
     let made = (0..list.len()).map(|_| OnceLock::new()).collect();
     Ok(Files {
         delta: delta.then(|| delta::Delta::new(list.len())),
         list,
-        index,
+        ids,
         made,
         roots,
     })

@@ -98,7 +98,7 @@ fn check(
         }
     }
     let stored = item.buf.payload();
-    let Some(&fi) = sh.index.get(&h.file_id) else {
+    let Some(fi) = sh.file_index(h.file_id) else {
         return Err(fail(format!(
             "names file {} that the manifest does not list as a regular file",
             h.file_id

@@ -98,29 +98,65 @@ impl Pages {
 pub struct Written {
     pub(super) page: u64,
     /// Restored file id -> its size and the pages written.
-    pub(super) files: HashMap<u32, (u64, Mutex<Pages>)>,
+    pub(super) files: Files,
+}
+
+/// Restored files by id, sorted: a lookup is a binary search, and memory is one entry
+/// per file (no hash table's slack).
+pub(super) struct Files(Vec<(u32, (u64, Mutex<Pages>))>);
+
+impl Files {
+    pub(super) fn get(&self, id: &u32) -> Option<&(u64, Mutex<Pages>)> {
+        let i = self.0.binary_search_by_key(id, |e| e.0).ok()?;
+        Some(&self.0[i].1)
+    }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = &u32> {
+        self.0.iter().map(|e| &e.0)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &(u64, Mutex<Pages>)> {
+        self.0.iter().map(|e| &e.1)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&u32, &(u64, Mutex<Pages>))> {
+        self.0.iter().map(|e| (&e.0, &e.1))
+    }
+}
+
+impl std::ops::Index<&u32> for Files {
+    type Output = (u64, Mutex<Pages>);
+    fn index(&self, id: &u32) -> &Self::Output {
+        self.get(id).expect("a restored file")
+    }
 }
 
 impl Written {
     /// `files`: the id and size of every regular file restored; `page`: the page size.
     pub fn new(files: impl IntoIterator<Item = (u32, u64)>, page: u64) -> io::Result<Written> {
-        let mut map = HashMap::new();
+        let mut v = vec![];
         for (id, size) in files {
             if size.div_ceil(page) > u32::MAX as u64 {
                 return Err(io::Error::other(format!(
                     "file {id} of {size} bytes has more pages than a chain restore tracks"
                 )));
             }
-            map.insert(id, (size, Mutex::new(Pages::default())));
+            v.push((id, (size, Mutex::new(Pages::default()))));
         }
-        Ok(Written { page, files: map })
+        v.sort_unstable_by_key(|e| e.0);
+        v.dedup_by_key(|e| e.0);
+        v.shrink_to_fit();
+        Ok(Written {
+            page,
+            files: Files(v),
+        })
     }
 
     /// The byte ranges of each restored file that no set wrote (a fresh file reads as
     /// zeros there; a delta restore must make them so).
     pub fn unwritten_ranges(&self) -> Vec<(u32, Range<u64>)> {
         let mut out = vec![];
-        for (&id, (size, bm)) in &self.files {
+        for (&id, (size, bm)) in self.files.iter() {
             let mut gaps = RoaringBitmap::new();
             gaps.insert_range(0..size.div_ceil(self.page) as u32);
             gaps -= bm.lock().unwrap().bitmap();
@@ -165,7 +201,8 @@ pub struct LayerStats {
 pub struct LayerSink<'a> {
     inner: &'a dyn FrameSink,
     written: &'a Written,
-    map: HashMap<u32, u32>,
+    /// None: the set's ids are the restored files' (the newest set's).
+    map: Option<HashMap<u32, u32>>,
     pub stats: LayerStats,
 }
 
@@ -174,8 +211,26 @@ impl<'a> LayerSink<'a> {
         LayerSink {
             inner,
             written,
-            map,
+            map: Some(map),
             stats: LayerStats::default(),
+        }
+    }
+
+    /// The newest set's layer: its file ids are the restored files'.
+    pub fn same_ids(inner: &'a dyn FrameSink, written: &'a Written) -> Self {
+        LayerSink {
+            inner,
+            written,
+            map: None,
+            stats: LayerStats::default(),
+        }
+    }
+
+    /// The restored file that set file `file` is, if it is restored.
+    fn to(&self, file: u32) -> Option<u32> {
+        match &self.map {
+            Some(m) => m.get(&file).copied(),
+            None => Some(file),
         }
     }
 
@@ -185,9 +240,9 @@ impl<'a> LayerSink<'a> {
     fn claim(&self, file: u32, offset: u64, len: u64) -> Option<(u32, Vec<Range<u64>>)> {
         let page = self.written.page;
         let frame_pages = (offset + len).div_ceil(page) - offset / page;
-        let target = self.map.get(&file).and_then(|to| {
-            let (size, bm) = self.written.files.get(to)?;
-            Some((*to, *size, bm))
+        let target = self.to(file).and_then(|to| {
+            let (size, bm) = self.written.files.get(&to)?;
+            Some((to, *size, bm))
         });
         let Some((to, size, bm)) = target else {
             self.stats.skipped_pages.fetch_add(frame_pages, Relaxed);
@@ -255,7 +310,7 @@ impl FrameSink for LayerSink<'_> {
 
     fn holds(&self, q: Held, scratch: &mut [u8]) -> io::Result<bool> {
         // Only a chunk this frame gives whole: no newer set wrote a page of it.
-        let Some(&to) = self.map.get(&q.file) else {
+        let Some(to) = self.to(q.file) else {
             return Ok(false);
         };
         let Some((size, bm)) = self.written.files.get(&to) else {
@@ -279,7 +334,7 @@ impl FrameSink for LayerSink<'_> {
     }
 
     fn written(&self, file: u32, offset: u64, len: u64) {
-        let Some(&to) = self.map.get(&file) else {
+        let Some(to) = self.to(file) else {
             return;
         };
         if let Some((size, _)) = self.written.files.get(&to) {

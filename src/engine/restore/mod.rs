@@ -111,8 +111,9 @@ struct Shared<'a> {
     files: &'a [FileIn],
     p: &'a Params,
     sink: Option<&'a dyn FrameSink>,
-    /// Manifest id -> index in `files`.
-    index: HashMap<u32, usize>,
+    /// Manifest id -> index in `files`, when the ids are not sorted (a manifest's are:
+    /// then a binary search).
+    index: Option<HashMap<u32, usize>>,
     state: Vec<Mutex<FileState>>,
     pool: Pool,
     abort: &'a Abort,
@@ -128,6 +129,16 @@ struct Item {
     stripe: usize,
     at: u64,
     buf: Buf,
+}
+
+impl Shared<'_> {
+    /// The index in `files` of manifest file `id`.
+    fn file_index(&self, id: u32) -> Option<usize> {
+        match &self.index {
+            Some(m) => m.get(&id).copied(),
+            None => self.files.binary_search_by_key(&id, |f| f.id).ok(),
+        }
+    }
 }
 
 /// A file's checksum from the digests of its chunks (chunk number -> digest, each
@@ -162,7 +173,8 @@ pub fn run(
         files,
         p,
         sink,
-        index: files.iter().enumerate().map(|(i, f)| (f.id, i)).collect(),
+        index: (!files.is_sorted_by(|a, b| a.id < b.id))
+            .then(|| files.iter().enumerate().map(|(i, f)| (f.id, i)).collect()),
         state: files.iter().map(|_| Mutex::default()).collect(),
         pool: Pool::new(p.buffer_count, buf_size).counted(live.pool_in_use.clone()),
         abort: &abort,

@@ -19,7 +19,7 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
     {
         let mut f = sh.state[fi].lock().unwrap();
         if f.busy {
-            f.queue.push_back(w);
+            f.queue.get_or_insert_default().push_back(w);
             return Ok(());
         }
         f.busy = true;
@@ -40,21 +40,37 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
         sh.target_lane.op(w.raw_len, took);
         sh.pool.put(w.buf);
         let mut f = sh.state[fi].lock().unwrap();
-        next = f.queue.pop_front();
+        next = f.queue.as_mut().and_then(|q| q.pop_front());
         f.busy = next.is_some();
     }
     Ok(())
 }
 
-/// Chunk number -> digest, sorted: most files have one chunk, and frames come mostly
-/// in order, so a vector that grows by one at first costs least.
+/// Chunk number -> digest, sorted: most files have one chunk, kept inline; frames come
+/// mostly in order, so a vector grows at its end.
 #[derive(Default)]
-pub(super) struct Digests(Vec<(u64, [u8; 32])>);
+pub(super) enum Digests {
+    #[default]
+    None,
+    One(u64, [u8; 32]),
+    Many(Vec<(u64, [u8; 32])>),
+}
 
 impl Digests {
     /// Records a chunk's digest; false when the chunk has one already.
     pub(super) fn insert(&mut self, chunk: u64, d: [u8; 32]) -> bool {
-        let v = &mut self.0;
+        match self {
+            Digests::None => {
+                *self = Digests::One(chunk, d);
+                return true;
+            }
+            Digests::One(k, _) if *k == chunk => return false,
+            Digests::One(k, e) => *self = Digests::Many(vec![(*k, *e)]),
+            Digests::Many(_) => {}
+        }
+        let Digests::Many(v) = self else {
+            unreachable!("made a vector above")
+        };
         let at = match v.last() {
             Some(&(k, _)) if k < chunk => v.len(),
             None => 0,
@@ -63,23 +79,32 @@ impl Digests {
                 Err(at) => at,
             },
         };
-        if v.len() == v.capacity() && v.len() < 4 {
-            v.reserve_exact(1);
-        }
         v.insert(at, (chunk, d));
         true
     }
 
+    fn entries(&self) -> Box<dyn Iterator<Item = (u64, &[u8; 32])> + '_> {
+        match self {
+            Digests::None => Box::new(std::iter::empty()),
+            Digests::One(k, d) => Box::new(std::iter::once((*k, d))),
+            Digests::Many(v) => Box::new(v.iter().map(|(k, d)| (*k, d))),
+        }
+    }
+
     pub(super) fn len(&self) -> usize {
-        self.0.len()
+        match self {
+            Digests::None => 0,
+            Digests::One(..) => 1,
+            Digests::Many(v) => v.len(),
+        }
     }
 
     pub(super) fn chunks(&self) -> impl Iterator<Item = u64> + '_ {
-        self.0.iter().map(|e| e.0)
+        self.entries().map(|e| e.0)
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &[u8; 32]> {
-        self.0.iter().map(|e| &e.1)
+        self.entries().map(|e| e.1)
     }
 }
 
@@ -92,7 +117,9 @@ pub(super) struct FileState {
     /// the manifest claims.
     pub(super) digests: Digests,
     busy: bool,
-    queue: VecDeque<FrameWrite>,
+    /// Frames waiting while another thread writes the file (rare: made when needed).
+    #[allow(clippy::box_collection)]
+    queue: Option<Box<VecDeque<FrameWrite>>>,
 }
 
 /// A verified frame to write: its raw bytes are `buf`'s payload (none for a Zero frame).

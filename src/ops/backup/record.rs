@@ -36,8 +36,11 @@ pub(super) fn manifest(
     const NONE: u32 = u32::MAX;
     let mut result_of = vec![NONE; entries.len()];
     let mut sparse = vec![false; entries.len()];
-    for (k, (&i, f)) in input.plan_ids.iter().zip(&plan).enumerate() {
+    // The plan lacks the late files (PostgreSQL's last WAL); their ids and results follow.
+    for (k, &i) in input.plan_ids.iter().enumerate() {
         result_of[i] = k as u32;
+    }
+    for (&i, f) in input.plan_ids.iter().zip(&plan) {
         sparse[i] = f.pages.is_some();
     }
     drop(plan);

@@ -156,25 +156,33 @@ pub(super) fn write_chain(
     let page = sets.full().page_size() as u64;
     let written = Written::new(restored.iter().map(|f| (f.id, f.size)), page)?;
     let last = sets.links.len() - 1;
-    let by_path: HashMap<&str, u32> = (newest.files.iter())
-        .filter(|f| f.kind == EntryKind::File)
-        .map(|f| (f.path.as_str(), f.id))
-        .collect();
+    // Older sets' files are mapped to the restored ones by path; the newest set's ids
+    // are the restored files' own.
+    let by_path: HashMap<&str, u32> = match last {
+        0 => HashMap::new(),
+        _ => (newest.files.iter())
+            .filter(|f| f.kind == EntryKind::File)
+            .map(|f| (f.path.as_str(), f.id))
+            .collect(),
+    };
     let mut total: Option<Outcome> = None;
     let mut reports = vec![];
     for (n, link) in sets.links.iter().rev().enumerate() {
         let m = &link.set.manifest;
-        let map: HashMap<u32, u32> = m
-            .files
-            .iter()
-            .filter_map(|f| Some((f.id, *by_path.get(f.path.as_str())?)))
-            .collect();
+        let map = |m: &Manifest| -> HashMap<u32, u32> {
+            (m.files.iter())
+                .filter_map(|f| Some((f.id, *by_path.get(f.path.as_str())?)))
+                .collect()
+        };
         // A merge's full: its chunks, with the newer sets' pages, go to the new set.
         let merging = merge.filter(|_| n == last && n > 0).map(|out| {
             let t = m.transfer_size as u64;
-            MergeSink::new(out, target, &written, map.clone(), t)
+            MergeSink::new(out, target, &written, map(m), t)
         });
-        let sink = LayerSink::new(target, &written, map);
+        let sink = match n {
+            0 => LayerSink::same_ids(target, &written),
+            _ => LayerSink::new(target, &written, map(m)),
+        };
         let into: &dyn FrameSink = match &merging {
             Some(m) => m,
             None => &sink,
