@@ -151,7 +151,7 @@ pub struct FileEntry {
     /// Strictly increasing; frames name files by id.
     pub id: u32,
     /// Relative, '/'-separated, never absolute and never with '..'.
-    pub path: String,
+    pub path: Box<str>,
     pub kind: EntryKind,
     pub size: u64,
     pub mode: u32,
@@ -166,7 +166,7 @@ pub struct FileEntry {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sparse: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_target: Option<String>,
+    pub link_target: Option<Box<str>>,
 }
 
 /// A file's checksum: 32 bytes in memory, 64 hex digits in the manifest.
@@ -324,7 +324,7 @@ impl Manifest {
             }
             last_id = Some(f.id);
             check_relative_path(&f.path).or_else(|e| bad(format!("file {}: {e}", f.id)))?;
-            if !paths.insert(f.path.as_str()) {
+            if !paths.insert(&*f.path) {
                 return bad(format!("file '{}' listed twice", f.path));
             }
             match f.kind {
@@ -332,7 +332,7 @@ impl Manifest {
                     if f.link_target.as_deref().is_none_or(str::is_empty) {
                         return bad(format!("link '{}' has no target", f.path));
                     }
-                    links.insert(f.path.as_str());
+                    links.insert(&*f.path);
                 }
                 EntryKind::File => {
                     if f.sparse && self.backup_type == BackupType::Full {
@@ -350,7 +350,7 @@ impl Manifest {
         }
         // A path under a restored link could land outside the target.
         for f in &self.files {
-            let mut prefix = f.path.as_str();
+            let mut prefix = &*f.path;
             while let Some(cut) = prefix.rfind('/') {
                 prefix = &prefix[..cut];
                 if links.contains(prefix) {

@@ -259,7 +259,7 @@ fn staged_source(
     for f in &m.files {
         let abs = restorer.place(data, &f.path);
         entries.push(SourceFile {
-            rel_path: f.path.clone(),
+            rel_path: f.path.to_string(),
             abs_path: abs,
             kind: f.kind,
             size: f.size,
@@ -267,7 +267,7 @@ fn staged_source(
             mtime: f.mtime,
             dev,
             missing_ok: false,
-            link_target: f.link_target.clone(),
+            link_target: f.link_target.as_deref().map(str::to_string),
         });
     }
     let facts = PgFacts::from_extra(&m.extra).map_err(|e| anyhow!("set {}: {e}", m.set_id))?;

@@ -14,7 +14,6 @@ use crate::set::read::{self as set, OpenSet};
 use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Shows a pipeline's progress while it runs: called as each pipeline starts, with
@@ -191,9 +190,14 @@ pub(crate) fn check_checksums(
     ids: &[FileIn],
     got: &[Result<Checksum, String>],
 ) -> Result<()> {
-    let by_id: HashMap<u32, &FileEntry> = m.files.iter().map(|f| (f.id, f)).collect();
+    // A manifest's ids are increasing (validated): found by a binary search.
+    let entry = |id: u32| -> Result<&FileEntry> {
+        let i = (m.files.binary_search_by_key(&id, |f| f.id))
+            .map_err(|_| anyhow::anyhow!("file {id} is not in the manifest"))?;
+        Ok(&m.files[i])
+    };
     for (file, g) in ids.iter().zip(got) {
-        let f = by_id[&file.id];
+        let f = entry(file.id)?;
         match g {
             Err(e) => bail!("file '{}' is incomplete in the set: {e}", f.path),
             Ok(c) if Some(*c) != f.checksum => bail!(
@@ -228,15 +232,14 @@ pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
 
 /// Every regular file: manifest id, size, whether sparse.
 pub(crate) fn regular_files(m: &Manifest) -> Vec<FileIn> {
-    m.files
-        .iter()
-        .filter(|f| f.kind == EntryKind::File)
-        .map(|f| FileIn {
-            id: f.id,
-            size: f.size,
-            sparse: f.sparse,
-        })
-        .collect()
+    let files = m.files.iter().filter(|f| f.kind == EntryKind::File);
+    let mut v = Vec::with_capacity(files.clone().count());
+    v.extend(files.map(|f| FileIn {
+        id: f.id,
+        size: f.size,
+        sparse: f.sparse,
+    }));
+    v
 }
 
 /// The repository `repo` names and its catalog (None with `from`).

@@ -221,7 +221,7 @@ pub struct Files {
     /// binary search.
     ids: Vec<u32>,
     /// Made at its size: true when it was there already (a delta restore's).
-    made: Vec<OnceLock<Result<bool, String>>>,
+    made: Vec<OnceLock<Result<bool, Box<str>>>>,
     /// A delta restore: files in place are kept and compared before they are written.
     delta: Option<delta::Delta>,
     /// Where files are made and opened, beneath these handles only.
@@ -244,39 +244,43 @@ impl Files {
 
     fn make(&self, i: usize) -> Result<(), String> {
         let (p, size) = &self.list[i];
-        let made = self.made[i].get_or_init(|| {
-            if let Some(d) = &self.delta {
-                // A regular file in place is kept (never opened through a link, never
-                // waited on as a FIFO would be), cut or extended to the set's size.
-                let kept = self
-                    .roots
-                    .open_file(p, OFlags::WRONLY | OFlags::NONBLOCK, 0);
-                match kept {
-                    Ok(f) => {
-                        let r = f.metadata().and_then(|m| {
-                            if !m.is_file() || m.nlink() != 1 {
-                                return Err(io::Error::other("not a regular file of one link"));
-                            }
-                            if m.len() != *size {
-                                d.mark_changed(i);
-                                f.set_len(*size)?;
-                            }
-                            Ok(true)
-                        });
-                        return r.map_err(|e| {
-                            format!("cannot keep '{}' at {size} bytes: {e}", p.display())
-                        });
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(format!("cannot open '{}': {e}", p.display())),
+        let made = self.made[i]
+            .get_or_init(|| -> Result<bool, Box<str>> { Ok(self.made_now(p, *size, i)?) });
+        made.as_ref().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Makes file `i` at its size (a delta restore keeps one in place): true if kept.
+    fn made_now(&self, p: &Path, size: u64, i: usize) -> Result<bool, String> {
+        if let Some(d) = &self.delta {
+            // A regular file in place is kept (never opened through a link, never
+            // waited on as a FIFO would be), cut or extended to the set's size.
+            let kept = self
+                .roots
+                .open_file(p, OFlags::WRONLY | OFlags::NONBLOCK, 0);
+            match kept {
+                Ok(f) => {
+                    let r = f.metadata().and_then(|m| {
+                        if !m.is_file() || m.nlink() != 1 {
+                            return Err(io::Error::other("not a regular file of one link"));
+                        }
+                        if m.len() != size {
+                            d.mark_changed(i);
+                            f.set_len(size)?;
+                        }
+                        Ok(true)
+                    });
+                    return r.map_err(|e| {
+                        format!("cannot keep '{}' at {size} bytes: {e}", p.display())
+                    });
                 }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("cannot open '{}': {e}", p.display())),
             }
-            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
-            let r = (self.roots.open_file(p, flags, 0o666)).and_then(|f| f.set_len(*size));
-            r.map(|_| false)
-                .map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
-        });
-        made.clone().map(|_| ())
+        }
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+        let r = (self.roots.open_file(p, flags, 0o666)).and_then(|f| f.set_len(size));
+        r.map(|_| false)
+            .map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
     }
 
     /// A delta restore's state for file `id`: its index and whether it was in place.

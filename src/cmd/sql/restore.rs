@@ -235,7 +235,7 @@ fn logical_names(db: &str, m: &Manifest) -> Vec<String> {
             && !f.path.contains('/')
             && m.source.kind == SourceKind::Sqlite;
         if tablespace || top_file {
-            names.push(f.path.clone());
+            names.push(f.path.to_string());
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -262,7 +262,7 @@ fn is_tablespace(p: &str) -> bool {
 fn logical_target(db: &str, m: &Manifest, logical: &str, path: &Path) -> Result<Moved> {
     let names = logical_names(db, m);
     if !names.iter().any(|n| n == logical) {
-        let listed = m.files.iter().any(|f| f.path == logical);
+        let listed = m.files.iter().any(|f| &*f.path == logical);
         bail!(
             "MOVE '{logical}': {}; {}",
             if listed {
@@ -282,7 +282,7 @@ fn logical_target(db: &str, m: &Manifest, logical: &str, path: &Path) -> Result<
     let is_file = m
         .files
         .iter()
-        .any(|f| f.kind == EntryKind::File && f.path == logical);
+        .any(|f| f.kind == EntryKind::File && &*f.path == logical);
     let own_name = is_file && path.file_name().is_some_and(|n| n == logical);
     Ok(Moved::Data(match (own_name, path.parent()) {
         (true, Some(dir)) if !dir.as_os_str().is_empty() => dir.to_path_buf(),

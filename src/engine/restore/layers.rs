@@ -22,7 +22,7 @@ use std::sync::Mutex;
 #[derive(Debug)]
 pub(super) enum Pages {
     Prefix(u32),
-    Map(RoaringBitmap),
+    Map(Box<RoaringBitmap>),
 }
 
 impl Default for Pages {
@@ -54,7 +54,7 @@ impl Pages {
                 let mut m = RoaringBitmap::new();
                 m.insert_range(0..*n);
                 m.insert_range(r);
-                *self = Pages::Map(m);
+                *self = Pages::Map(Box::new(m));
             }
             Pages::Map(m) => {
                 m.insert_range(r);
@@ -89,7 +89,7 @@ impl Pages {
                 m.insert_range(0..*n);
                 m
             }
-            Pages::Map(m) => m.clone(),
+            Pages::Map(m) => (**m).clone(),
         }
     }
 }

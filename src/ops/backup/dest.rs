@@ -37,7 +37,7 @@ pub(super) fn diff_base(
         .and_then(crate::pg::parse_lsn)
         .ok_or_else(|| anyhow::anyhow!("base set {} records no start LSN", base.set_id))?;
     let manifest = crate::ops::set_manifest(repo, base).context("cannot read the base set")?;
-    let files = manifest.files.into_iter().map(|f| f.path).collect();
+    let files = manifest.files.into_iter().map(|f| f.path.into()).collect();
     Ok((
         base.clone(),
         source::postgres::DiffBase {

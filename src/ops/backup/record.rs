@@ -85,7 +85,7 @@ pub(super) fn manifest(
         }
         files.push(FileEntry {
             id: i as u32,
-            path: e.rel_path,
+            path: e.rel_path.into_boxed_str(),
             kind: e.kind,
             size: e.size,
             mode: e.mode,
@@ -93,7 +93,7 @@ pub(super) fn manifest(
             pages: p,
             checksum,
             sparse: sparse[i],
-            link_target: e.link_target,
+            link_target: e.link_target.map(String::into_boxed_str),
         });
     }
     let manifest = Manifest {

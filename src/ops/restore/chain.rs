@@ -162,7 +162,7 @@ pub(super) fn write_chain(
         0 => HashMap::new(),
         _ => (newest.files.iter())
             .filter(|f| f.kind == EntryKind::File)
-            .map(|f| (f.path.as_str(), f.id))
+            .map(|f| (&*f.path, f.id))
             .collect(),
     };
     let mut total: Option<Outcome> = None;
@@ -171,7 +171,7 @@ pub(super) fn write_chain(
         let m = &link.set.manifest;
         let map = |m: &Manifest| -> HashMap<u32, u32> {
             (m.files.iter())
-                .filter_map(|f| Some((f.id, *by_path.get(f.path.as_str())?)))
+                .filter_map(|f| Some((f.id, *by_path.get(&*f.path)?)))
                 .collect()
         };
         // A merge's full: its chunks, with the newer sets' pages, go to the new set.
