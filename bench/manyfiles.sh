@@ -151,7 +151,7 @@ EOF
     BR=("${PGU[@]}" "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench)
     case=pg-$RELATIONS-relations
     for ((k = 1; k <= REPS; k++)); do
-        rm -rf "$T"
+        rm -rf "$T"; install -d -m 700 -o postgres -g postgres "$T"
         timed "$case" pagevault backup "$k" "$PGFILES" "${PGU[@]}" "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json
         timed "$case" pgbackrest backup "$k" "$PGFILES" "${BR[@]}" --type=full backup
         timed "$case" pg_basebackup backup "$k" "$PGFILES" sh -c '"$@" && sync' _ "${PGU[@]}" "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$T" -Fp -X none -c fast --no-sync
@@ -165,14 +165,21 @@ EOF
 fi
 
 # ------------------------------------------------------------- the table ----
-POOL=$(jq -r '.pool_bytes' "$(ls "$RUNDIR"/*-pagevault-restore-1.out | head -1)" 2>/dev/null || echo 0)
-BPOOL=$(jq -r '.pool_bytes' "$(ls "$RUNDIR"/*-pagevault-backup-1.out | head -1)" 2>/dev/null || echo 0)
-export RESULTS POOL BPOOL
+export RESULTS RUNDIR
 python3 - > "$RUNDIR/table.md" <<'PY'
 import csv, os, statistics
 rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
 cases = list(dict.fromkeys(r["case"] for r in rows))
-pool = {"restore": int(os.environ["POOL"] or 0), "backup": int(os.environ["BPOOL"] or 0)}
+import glob, json
+def pool(c, op):
+    # The pool each run reports (it grows with the memory budget): their median.
+    v = []
+    for f in glob.glob(f"{os.environ['RUNDIR']}/{c}-pagevault-{op}-*.out"):
+        try:
+            v.append(json.load(open(f))["pool_bytes"])
+        except (ValueError, KeyError):
+            pass
+    return statistics.median(v) if v else 0
 print("Each cell: median seconds (min-max) of the runs, median CPU seconds, median peak RSS.\n")
 print("| case | files | tool | op | seconds | CPU s | peak RSS MiB | pagevault bound MiB |")
 print("|---|---:|---|---|---:|---:|---:|---:|")
@@ -184,7 +191,7 @@ for c in cases:
         rss = statistics.median(int(r["rss_kib"]) for r in rs) / 1024
         n = int(rs[0]["files"])
         cell = f"{statistics.median(s):.2f}" + (f" ({min(s):.2f}-{max(s):.2f})" if len(s) > 1 else "")
-        bound = (pool[op] / 2**20 + 64 + 200 * n / 2**20) if tool == "pagevault" else None
+        bound = (pool(c, op) / 2**20 + 64 + 200 * n / 2**20) if tool == "pagevault" else None
         print(f"| {c} | {n:,} | {tool} | {op} | {cell} | {cpu:.1f} | {rss:.0f} | {'-' if bound is None else f'{bound:.0f}'} |")
 def med(c, tool, op):
     s = [float(r["seconds"]) for r in rows if r["case"] == c and r["tool"] == tool and r["op"] == op]
