@@ -76,14 +76,26 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Back up a source to one or more devices (several --to = striping).
+    #[command(
+        after_help = "Examples:\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress lz4\n  pagevault backup --source 'postgres://postgres@127.0.0.1:5432/postgres?pgdata=/var/lib/postgresql/15/main' --repo /backup/repo --compress lz4\n  pagevault backup --stanza main --type incr --json\n  pagevault backup --source sqlite:app.db --to NUL --stats 10 --show-config"
+    )]
     Backup(cmd::backup::BackupArgs),
     /// Restore a backup set into a directory, checking every frame and file.
     Restore(cmd::restore::RestoreArgs),
     /// Check a backup set as restore would, without writing anything (RESTORE VERIFYONLY).
+    #[command(
+        after_help = "Examples:\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault verify --repo /backup/repo --json\n  pagevault verify --stanza main --set 1dcbcac392ec4823a7223de3303f3b99"
+    )]
     Verify(cmd::restore::VerifyArgs),
     /// Show what a backup set is (RESTORE HEADERONLY).
+    #[command(
+        after_help = "Examples:\n  pagevault header --from /bk/a.pv\n  pagevault header --repo /backup/repo --json"
+    )]
     Header(cmd::info::InfoArgs),
     /// List the files of a backup set (RESTORE FILELISTONLY).
+    #[command(
+        after_help = "Examples:\n  pagevault files --from /bk/a.pv\n  pagevault files --repo /backup/repo --json"
+    )]
     Files(cmd::info::InfoArgs),
     /// Archive one WAL segment into a repository (PostgreSQL archive_command): a log backup.
     ArchivePush(cmd::archive::PushArgs),
@@ -92,8 +104,14 @@ enum Command {
     /// Make a repository: plain, encrypted or signed, and --immutable for a bucket with Object Lock (nothing ever overwritten).
     Init(cmd::init::InitArgs),
     /// List the backup sets a repository holds (msdb's backupset).
+    #[command(
+        after_help = "Examples:\n  pagevault history --repo /backup/repo\n  pagevault history --stanza main --json    # fields in docs/PROGRAMS.md"
+    )]
     History(cmd::history::HistoryArgs),
     /// How fresh a repository's backups and WAL are: text, --json, --prometheus, or a Nagios check (--warn-age, --crit-age).
+    #[command(
+        after_help = "Examples:\n  pagevault status --repo /backup/repo\n  pagevault status --stanza main --json\n  pagevault status --repo /backup/repo --prometheus > /var/lib/node_exporter/pagevault.prom\n  pagevault status --repo /backup/repo --warn-age 26h --crit-age 2d   # Nagios: exit 0, 1, 2\n  pagevault status --repo s3://bucket/repo --spool /var/spool/pagevault"
+    )]
     Status(cmd::status::StatusArgs),
     /// Retention: remove old sets and WAL, keeping what --keep-full, --keep-within and --keep-daily/weekly/monthly name.
     Expire(cmd::expire::ExpireArgs),
@@ -102,6 +120,9 @@ enum Command {
     /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
     Estimate(cmd::estimate::EstimateArgs),
     /// Encryption and signing keys: `key rotate` rewraps an encrypted or signed repository's keys for a new key.
+    #[command(
+        after_help = "Examples:\n  pagevault key rotate --repo /backup/repo --old-key-file /etc/pagevault/old.key --new-key-file /etc/pagevault/new.key"
+    )]
     Key(cmd::key::KeyArgs),
     /// Prove a restore works and measure it: restore into a scratch directory, replay the WAL, pg_amcheck, your SQL; RTO and RPO recorded.
     Drill(cmd::drill::DrillArgs),
@@ -114,6 +135,9 @@ enum Command {
     /// Measure a storage with the I/O patterns of a database (log, data, backup, restore ...).
     Bench(cmd::bench::BenchArgs),
     /// Build a sample SQLite database, back it up to NUL and to two stripes, restore and verify it.
+    #[command(
+        after_help = "Examples:\n  pagevault demo\n  pagevault demo --dir /tmp/pv-demo --size-mb 256"
+    )]
     Demo(DemoArgs),
 }
 

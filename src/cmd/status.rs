@@ -21,10 +21,10 @@ pub struct StatusArgs {
     /// The source's password is the first line of FILE.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
-    /// Print JSON.
     /// The spool of `archive-push --async`: its backlog and the pusher's last error.
     #[arg(long, value_name = "DIR")]
     pub spool: Option<PathBuf>,
+    /// Print JSON.
     #[arg(long, conflicts_with = "prometheus")]
     pub json: bool,
     /// Print metrics in Prometheus's text format (names start with pagevault_), e.g.
