@@ -24,8 +24,11 @@
 #
 # Usage: bench/objects.sh [--work DIR] [--scale N] [--reps N] [--stores s3,azure]
 #                         [--codecs none,lz4,zstd] [--stripes 1,3] [--keep-stores]
+#                         [--no-bundle] [--no-local]
 #                         (or positionally: bench/objects.sh [SCALE])
-# Environment: WORK_DIR, SCALE, REPS, STORES, CODECS, STRIPES, QUIET_BUDGET, PAGEVAULT (binary),
+# pgBackRest runs with repo1-bundle=y (--no-bundle: without); pagevault also backs up to and restores
+# from a local directory repository (--no-local: not), the reference of the restore-from-store goal.
+# Environment: WORK_DIR, SCALE, REPS, STORES, CODECS, STRIPES, BUNDLE, LOCAL, QUIET_BUDGET, PAGEVAULT (binary),
 #              PAGEVAULT_TOOLS (default /var/tmp/pagevault-tools), PG_BIN, KEEP_STORES=1,
 #              WALG (binary; default PAGEVAULT_TOOLS/bin/wal-g), WALG_VERSION (what to build), NO_WALG=1
 # Quick check: bench/objects.sh --scale 5 --reps 1. The issue's size (about 2 GB): --scale 140.
@@ -44,6 +47,8 @@ STORES=${STORES:-s3,azure}
 CODECS=${CODECS:-none,lz4,zstd}
 STRIPES=${STRIPES:-1,3}
 KEEP_STORES=${KEEP_STORES:-0}
+BUNDLE=${BUNDLE:-1}       # pgBackRest's repo1-bundle=y: small files in bundles, as pagevault's frames
+LOCAL=${LOCAL:-1}         # pagevault also to a local directory repository: the line a store is held to
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 TOOLS=${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}
 WALG=${WALG:-$TOOLS/bin/wal-g}
@@ -52,7 +57,7 @@ WALG=${WALG:-$TOOLS/bin/wal-g}
 WALG_VERSION=${WALG_VERSION:-v1.1.3-rc-with-build.0.20260913163159-ae2b1dfb71ed}
 DATA_VERSION=1            # bump when the cluster's making changes: forces a new cluster
 
-parse_args --work=WORK --scale=SCALE --reps=REPS --stores=STORES --codecs=CODECS --stripes=STRIPES --keep-stores=KEEP_STORES=1 -- "$@"
+parse_args --work=WORK --scale=SCALE --reps=REPS --stores=STORES --codecs=CODECS --stripes=STRIPES --keep-stores=KEEP_STORES=1 --no-bundle=BUNDLE=0 --no-local=LOCAL=0 -- "$@"
 [ ${#pos[@]} -ge 1 ] && SCALE=${pos[0]}
 need_posint REPS "$REPS"
 need_posint SCALE "$SCALE"
@@ -94,8 +99,8 @@ need node "Node.js"
     die "the S3 and Azure SDKs for Node are missing under $TOOLS/node: $SETUP_HINT"
 need "$PG_BIN/initdb" "PostgreSQL 15"
 need "$PG_BIN/pgbench" "pgbench (PostgreSQL 15)"
-need pgbackrest "pgBackRest"
 use_current_pgbackrest
+need pgbackrest "pgBackRest"
 need /usr/bin/time "GNU time"
 need openssl "openssl"
 need ss "ss (iproute2)"
@@ -352,6 +357,7 @@ pgbr_conf() { # pgbr_conf STORE: writes WORK/pgbackrest/STORE.conf, prints its p
         cat <<EOF
 repo1-storage-verify-tls=n
 repo1-path=/pgbr
+repo1-bundle=$([ "$BUNDLE" = 1 ] && echo y || echo n)
 repo1-retention-full=2
 process-max=2
 start-fast=y
@@ -398,7 +404,12 @@ proc_ticks() { # proc_ticks PID [children too]: utime + stime (+ cutime + cstime
     f=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
     if [ -n "${2:-}" ]; then awk '{print $12 + $13 + $14 + $15}' <<< "$f"; else awk '{print $12 + $13}' <<< "$f"; fi
 }
-store_ticks() { case $1 in s3) proc_ticks "$MINIO_PID" ;; azure) proc_ticks "$AZURITE_PID" ;; esac; }
+store_ticks() { case $1 in s3) proc_ticks "$MINIO_PID" ;; azure) proc_ticks "$AZURITE_PID" ;; *) echo 0 ;; esac; }
+# The local directory repository (store "dir") lives beside the scratch directories.
+DIR_REPOS=$WORK/dir-repos
+store_rm() { # store_rm STORE PREFIX/
+    if [ "$1" = dir ]; then rm -rf "${DIR_REPOS:?}/$2"; else prefix_do "$1" rm "$BUCKET" "$2"; fi
+}
 server_ticks() { # the postmaster and its children, with those it has reaped
     local pid
     pid=$(head -1 "$DATA/postmaster.pid" 2>/dev/null) || { echo 0; return; }
@@ -447,7 +458,11 @@ run_timed() {
 # Records what a backup stored (listed from the store) on its runs.tsv row, then the sanity of a restore.
 record_stored() { # record_stored STORE PREFIX
     local line
-    line=$(prefix_do "$1" du "$BUCKET" "$2" 2>>"$RUNDIR/prefix.log") || line=$'\t'
+    if [ "$1" = dir ]; then
+        line="$(du -sb "$DIR_REPOS/$2" | cut -f1)"$'\t'"$(find "$DIR_REPOS/$2" -type f | wc -l)"
+    else
+        line=$(prefix_do "$1" du "$BUCKET" "$2" 2>>"$RUNDIR/prefix.log") || line=$'\t'
+    fi
     python3 - "$RESULTS" "$line" <<'PY'
 import sys
 path, line = sys.argv[1], sys.argv[2]
@@ -471,16 +486,19 @@ check_restore() { # check_restore DIR WHAT: the restored data directory holds wh
 case_pv() { # case_pv STORE CODEC STRIPES
     local store=$1 codec=$2 n=$3 prefix="pv-$STAMP-r$REP-$2-s$3" repo
     repo=$store://$BUCKET/$prefix
+    if [ "$store" = dir ]; then mkdir -p "$DIR_REPOS"; repo=$DIR_REPOS/$prefix; fi
     fresh_scratch
     if run_timed backup "$store" "$codec" pagevault "$n" "" \
         "$PV" backup --source "$SOURCE" --repo "$repo" --stripes "$n" --compress "$codec" --json; then
         record_stored "$store" "$prefix/"
+        # The restore_command a restore checks runs as postgres: it reads the local repository.
+        if [ "$store" = dir ]; then chmod 755 "$DIR_REPOS"; chown -R postgres: "$repo"; fi
         if run_timed restore "$store" "$codec" pagevault "$n" "$SCRATCH" \
             "$PV" restore --repo "$repo" --to "$SCRATCH/restore" --owner postgres --json; then
             check_restore "$SCRATCH/restore" "pagevault $store $codec stripes $n"
         fi
     fi
-    prefix_do "$store" rm "$BUCKET" "$prefix/" > /dev/null 2>>"$RUNDIR/prefix.log" || log "    warning: could not delete $repo"
+    store_rm "$store" "$prefix/" > /dev/null 2>>"$RUNDIR/prefix.log" || log "    warning: could not delete $repo"
     fresh_scratch
 }
 
@@ -547,6 +565,11 @@ for st in "${STORE_LIST[@]}"; do
         if walg_wants "$st" "$c"; then CASE_LIST+=("walg $st $c"); fi
     done
 done
+if [ "$LOCAL" = 1 ]; then
+    for c in "${CODEC_LIST[@]}"; do
+        for n in "${STRIPE_LIST[@]}"; do CASE_LIST+=("pv dir $c $n"); done
+    done
+fi
 if [ -z "$WALG_NOT" ]; then
     if [[ " ${STORE_LIST[*]} " == *" azure "* ]]; then
         WALG_SKIPS+=("Azure skipped: WAL-G addresses https://ACCOUNT.blob.SUFFIX/CONTAINER only, not Azurite's path-style endpoint")
@@ -590,9 +613,9 @@ from runs import group, ok_runs, outputs
 MIB = 1048576.0
 HZ, NCPU, DB = float(os.environ["HZ"]), int(os.environ["NCPU"]), int(os.environ["DB_BYTES"])
 rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
-STORE_ORDER = {"s3": 0, "azure": 1}
+STORE_ORDER = {"s3": 0, "azure": 1, "dir": 2}
 CODEC_ORDER = {"none": 0, "lz4": 1, "zstd": 2}
-STORE_NAME = {"s3": "MinIO (S3)", "azure": "Azurite (Azure)"}
+STORE_NAME = {"s3": "MinIO (S3)", "azure": "Azurite (Azure)", "dir": "local directory"}
 PAR = {"pgbackrest": "- (process-max=2)", "wal-g": "- (concurrency 2)"}
 keys, runs = group(rows, lambda r: (r["store"], r["codec"], r["tool"], r["stripes"]))
 keys.sort(key=lambda k: (STORE_ORDER[k[0]], CODEC_ORDER[k[1]], k[2] != "pagevault", k[3]))
@@ -668,7 +691,7 @@ for k in keys:
                 walg.append((store, codec, stripes, phase, me["sec"] if me else None, peer["sec"] if peer else None))
         for phase, me, peer in (("backup", b, pb), ("restore", r, pr)):
             # A failed pagevault run fails its goal; without a pgBackRest run there is nothing to compare.
-            if peer or me:
+            if store != "dir" and (peer or me):
                 # The share of the cores pagevault, the store server and PostgreSQL kept busy (medians).
                 busy = None
                 if me and me["cpu"] is not None:
@@ -727,6 +750,26 @@ print()
 print(f"{npass} of {len(goals)} goals pass" + (f"; {ncpubound} of the others ran with the store server on the same cores, "
       "both busy: a store on its own machine leaves pagevault the cores." if ncpubound else "."))
 print()
+local = [k for k in keys if k[0] == "dir" and k[2] == "pagevault"]
+if local:
+    GB = DB / 1e9
+    print("Goal (issue 39): a restore from the store within 1.2x of the same set restored from a local directory "
+          "(best seconds), and CPU seconds per GB of the database (the tool's own; the store server's beside it):")
+    print()
+    print("| store | codec | stripes | restore s from store | from local directory | store ÷ local | CPU s/GB pagevault (+ store) | CPU s/GB local | verdict |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for lk in local:
+        lr, _ = stat(lk, "restore")
+        for store in sorted({k[0] for k in keys if k[0] != "dir"}, key=lambda x: STORE_ORDER[x]):
+            r, _ = stat((store, lk[1], "pagevault", lk[3]), "restore")
+            if r is None or lr is None:
+                continue
+            ratio = r["sec"] / lr["sec"]
+            cpu = f"{r['cpu'] / GB:.2f} (+ {(r['store_cpu'] or 0) / GB:.2f})" if r["cpu"] is not None else "-"
+            lcpu = f"{lr['cpu'] / GB:.2f}" if lr["cpu"] is not None else "-"
+            print(f"| {STORE_NAME[store]} | {lk[1]} | {lk[3]} | {r['sec']:.2f} | {lr['sec']:.2f} | {ratio:.2f}x | {cpu} | {lcpu} | "
+                  f"{'PASS' if ratio <= 1.2 else 'FAIL'} |")
+    print()
 print("Informational, not a goal: pagevault over WAL-G to the same store with the same codec (best seconds of each side):")
 print()
 if walg:
@@ -768,7 +811,8 @@ PY
     echo "- stores on this machine, TLS on 127.0.0.1: MinIO $("$MINIO" --version 2>/dev/null | head -1 | awk '{print $3}') (one drive under $STORE_DIR),"
     echo "  Azurite $("$AZURITE" --version 2>/dev/null | head -1) (disk persistence); both share the $(nproc) cores with the tools"
     echo "- pagevault $commit$dirty (binary built $PV_BUILT): --repo s3://|azure://, --stripes ${STRIPE_LIST[*]}, 2 compression threads (one per core);"
-    echo "  $(pgbackrest version): process-max=2, start-fast=y, archive-check=n (archive_mode is off: its backups hold no WAL)"
+    echo "  $(pgbackrest version): process-max=2, start-fast=y, repo1-bundle=$([ "$BUNDLE" = 1 ] && echo y || echo n), archive-check=n (archive_mode is off: its backups hold no WAL)"
+    [ "$LOCAL" = 1 ] && echo "- local directory rows: pagevault's repository in $DIR_REPOS (same disk as the restores), the reference of issue 39's restore-from-store goal"
     if [ -n "$WALG_NOT" ]; then
         echo "- WAL-G: $WALG_NOT"
     else

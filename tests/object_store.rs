@@ -294,9 +294,21 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
 
     // Merge inside the object store (stripes read with ranged GETs): a full with the
     // diff's end that restores alone to the same point.
-    let scratch = postgres_dir("os-scratch").join("s");
-    let m = json(&["merge", "--repo", repo, "--scratch", &s(&scratch)]);
-    assert!(!scratch.exists(), "the scratch directory is removed");
+    // No --scratch: a private directory in TMPDIR, removed after.
+    let tmp = postgres_dir("os-scratch");
+    let r = run_env(
+        &["merge", "--repo", repo, "--compress", "lz4", "--json"],
+        &[("TMPDIR", &s(&tmp))],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let m: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "the scratch directory is removed"
+    );
+    // Another codec than the full's: every chunk compressed again.
+    assert_eq!(m["backup"]["kept_frames"], 0, "{m}");
     let merged = m["set_id"].as_str().unwrap().to_string();
     let sets = history(repo);
     assert_eq!(sets.len(), 3);

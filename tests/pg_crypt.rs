@@ -107,6 +107,8 @@ fn an_encrypted_repository_backs_up_archives_and_recovers() {
     assert!(e.contains("is encrypted"), "{e}");
     let m = json(&["merge", "--repo", &repo, "--key-file", &key]);
     let merged = m["set_id"].as_str().unwrap().to_string();
+    // Unchanged chunks are opened, checked and sealed again under the new set's key.
+    assert!(m["backup"]["kept_frames"].as_u64().unwrap() > 0, "{m}");
     let h = json(&[
         "header",
         "--repo",

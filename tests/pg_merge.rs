@@ -99,6 +99,9 @@ fn a_merged_chain_restores_alone_and_bases_the_next_incremental() {
     // The differential replaced the first incremental in the chain.
     assert_eq!(names, [&*ids[0], &*ids[2], &*ids[3]], "{m}");
     assert!(m["read_bytes"].as_u64().unwrap() > 0, "{m}");
+    // The full's chunks no newer set changed are stored as they were (same codec).
+    let kept = m["backup"]["kept_frames"].as_u64().unwrap();
+    assert!(kept > 0, "{m}");
     assert!(
         !repo_listing(&repo).iter().any(|n| n.starts_with(".merge-")),
         "the scratch directory is gone"

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 #[derive(Args)]
 #[command(
-    long_about = "Makes one new full set of a chain (a full set and the differentials and incrementals after it) without touching the database: the sets after the full are restored into a scratch directory, then each chunk of the full takes their pages and goes straight into the new set, every frame and file checked; the new set carries the newest set's LSNs and backup_label. The new set restores on its own with the WAL after its end; the sets it replaced stay until expire removes them as an older full's chain.\n\nRun it when the chain has grown long or the changes since the full are large (pagevault estimate tells): the next incrementals then base on the new full. The scratch directory needs room for the pages the newer sets changed and the files they added, not for the cluster; it is private (0700) and removed whatever happens.",
-    after_help = "Examples:\n  pagevault merge --repo /backups/main\n  pagevault merge --repo /backups/main --set 3f2a --compress zstd --json\n  pagevault merge --repo s3://bucket/main --scratch /var/tmp/pv-merge"
+    long_about = "Makes one new full set of a chain (a full set and the differentials and incrementals after it) without touching the database: the sets after the full are restored into a scratch directory, then each chunk of the full takes their pages and goes straight into the new set, every frame and file checked (a chunk no newer set changed is stored as the full stored it, not compressed again, when the codec stays the same); the new set carries the newest set's LSNs and backup_label. The new set restores on its own with the WAL after its end; the sets it replaced stay until expire removes them as an older full's chain.\n\nRun it when the chain has grown long or the changes since the full are large (pagevault estimate tells): the next incrementals then base on the new full. The scratch directory needs room for the pages the newer sets changed and the files they added, not for the cluster; it is private (0700) and removed whatever happens.",
+    after_help = "Examples:\n  pagevault merge --repo /backups/main\n  pagevault merge --repo /backups/main --set 3f2a --compress zstd --json\n  pagevault merge --repo s3://bucket/main\n  pagevault merge --repo s3://bucket/main --scratch /data/pv-merge"
 )]
 pub struct MergeArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
@@ -24,8 +24,9 @@ pub struct MergeArgs {
     /// Merge the chain ending at this set (an id or its first characters; default: the newest).
     #[arg(long)]
     pub set: Option<String>,
-    /// A directory that does not exist yet, for the restored chain (default: inside a
-    /// repository on disk; required for an object store).
+    /// A directory that does not exist yet, for the newer sets' pages and files
+    /// (default: inside a repository on disk; for an object store, in $TMPDIR or
+    /// /var/tmp). It needs room for what the newer sets hold, not for the cluster.
     #[arg(long, value_name = "DIR")]
     pub scratch: Option<PathBuf>,
     /// Codec of the new set: none, lz4, zstd or zstd:LEVEL (default: the full set's).
@@ -80,6 +81,12 @@ pub fn run(a: MergeArgs, store: &StoreOptions) -> Result<()> {
         human(r.stored_bytes),
         r.backup_seconds
     );
+    if r.backup.kept_frames > 0 {
+        println!(
+            "{} of the full's chunks no newer set changed were stored as they were, not compressed again.",
+            r.backup.kept_frames
+        );
+    }
     r.backup.waits.print();
     Ok(())
 }

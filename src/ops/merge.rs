@@ -13,6 +13,9 @@ use super::backup::{backup_of, BackupOptions, BackupReport, Watch, REPO_STRIPES_
 use super::restore::{restore_merged, RestoreOptions, RestoreReport};
 use super::verify::{quiet, ReadOptions};
 use crate::engine::backup::{Feed, Feeder};
+use crate::engine::codec::CodecSpec;
+use crate::engine::pool::Buf;
+use crate::engine::restore::merge::ChunkOut;
 use crate::engine::stats::Progress;
 use crate::format::manifest::{BackupType, Manifest};
 use crate::pg::facts::PgFacts;
@@ -33,7 +36,7 @@ pub struct MergeOptions {
     /// The chain ending at this set (an id or its first characters; default: the newest).
     pub set: Option<String>,
     /// Where the newer sets are restored first (default: a private directory inside a
-    /// repository on disk; required for an object store).
+    /// repository on disk, or in $TMPDIR (/var/tmp) for an object store).
     pub scratch: Option<PathBuf>,
     /// none, lz4, zstd or zstd:LEVEL (default: the full set's).
     pub compress: Option<String>,
@@ -92,7 +95,9 @@ pub fn merge(
         );
     }
     let m = super::set_manifest(&repo, newest)?;
-    let scratch = Scratch(make_scratch(o)?);
+    // Room for what the newer sets hold, raw: the most the scratch copy takes.
+    let need: u64 = chain.links[1..].iter().map(|l| l.raw_bytes).sum();
+    let scratch = Scratch(make_scratch(o, need)?);
     let data = scratch.0.join("data");
     let tablespaces = tablespace_map(&m, &scratch.0)?;
 
@@ -111,10 +116,18 @@ pub fn merge(
         ..RestoreOptions::default()
     };
     let done = Arc::new(Mutex::new(None));
+    // Another codec or level than the full's: every chunk is compressed again.
+    let full_codec = CodecSpec::parse(&full.codec)
+        .with_context(|| format!("set {}: its codec '{}'", full.set_id, full.codec))?;
+    let recompress = match &o.compress {
+        Some(c) => CodecSpec::parse(c)? != full_codec,
+        None => false,
+    };
     let feed = Restoring {
         options: restore_options,
         done: done.clone(),
         t0,
+        recompress,
     };
     let src = staged_source(&m, &data, &tablespaces, feed)?;
     // Chunks are the full's: its transfer size is the new set's.
@@ -173,21 +186,34 @@ fn short(id: &str) -> &str {
 }
 
 /// A new private (0700) directory: `--scratch`, or `.merge-PID-NANOS` in a repository
-/// on disk. An existing path is refused, never reused.
-fn make_scratch(o: &MergeOptions) -> Result<PathBuf> {
+/// on disk, or `pagevault-merge-PID-NANOS` in `$TMPDIR` (default /var/tmp: on disk, where
+/// /tmp may be memory) for an object store. An existing path is refused, never reused;
+/// a file system with less than `need` bytes free is refused before anything is read.
+fn make_scratch(o: &MergeOptions, need: u64) -> Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = format!("merge-{}-{nanos}", std::process::id());
     let dir = match &o.scratch {
         Some(d) => d.clone(),
-        None if o.repo.contains("://") => bail!(
-            "a merge in an object-store repository needs --scratch DIR: a local directory with room for the pages the chain's newer sets changed and the files they added"
-        ),
-        None => {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            Path::new(&o.repo).join(format!(".merge-{}-{nanos}", std::process::id()))
+        None if o.repo.contains("://") => {
+            let tmp = std::env::var_os("TMPDIR").unwrap_or_else(|| "/var/tmp".into());
+            Path::new(&tmp).join(format!("pagevault-{name}"))
         }
+        None => Path::new(&o.repo).join(format!(".{name}")),
     };
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some((_, free)) = crate::sys::fs_space(parent.unwrap_or(Path::new("."))) {
+        if free < need {
+            bail!(
+                "the scratch directory '{}' needs up to {} free for the newer sets' pages and files, and its file system has {}: free space there, or give --scratch DIR on a larger one",
+                dir.display(),
+                crate::units::human(need),
+                crate::units::human(free)
+            );
+        }
+    }
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
@@ -231,14 +257,33 @@ struct Restoring {
     options: RestoreOptions,
     done: Arc<Mutex<Option<(RestoreReport, f64)>>>,
     t0: Instant,
+    /// No chunk kept as the full stored it.
+    recompress: bool,
 }
 
 impl Feed for Restoring {
     fn feed(&self, out: &Feeder) -> Result<()> {
+        let all = Recompress(out);
+        let out: &dyn ChunkOut = match self.recompress {
+            true => &all,
+            false => out,
+        };
         // Its errors say "restoring the chain failed" already.
         let r = restore_merged(&self.options, &quiet, out)?;
         *self.done.lock().unwrap() = Some((r, self.t0.elapsed().as_secs_f64()));
         Ok(())
+    }
+}
+
+/// The new set's side, taking no stored chunk: each is compressed again.
+struct Recompress<'a>(&'a dyn ChunkOut);
+
+impl ChunkOut for Recompress<'_> {
+    fn buffer(&self) -> std::io::Result<Buf> {
+        self.0.buffer()
+    }
+    fn send(&self, file: u32, offset: u64, buf: Buf) -> std::io::Result<()> {
+        self.0.send(file, offset, buf)
     }
 }
 

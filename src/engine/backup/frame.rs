@@ -52,6 +52,17 @@ fn frame(
 ) -> anyhow::Result<usize> {
     let p = sh.p;
     let t = p.transfer_size as u64;
+    if let (Some((codec, raw_len)), Some(digest)) = (item.stored, item.digest) {
+        // A merge keeps the full's stored bytes: checked there, framed here.
+        sh.kept_frames.fetch_add(1, Relaxed);
+        sh.state[item.file as usize]
+            .digests
+            .lock()
+            .unwrap()
+            .slice_mut()[(item.offset / t) as usize] = Some(digest);
+        finish(sh, item, FrameKind::Data, codec, raw_len, digest);
+        return Ok(raw_len);
+    }
     let raw = item.buf.payload();
     let file = &sh.plan[item.file as usize];
     if let Some(f) = sh.filter {
@@ -103,6 +114,21 @@ fn frame(
     } else {
         (data_kind, Codec::None)
     };
+    finish(sh, item, kind, codec, raw_len, digest);
+    Ok(raw_len)
+}
+
+/// Seals or tags the stored bytes in `item` (an encrypted or signed set), then writes
+/// the frame header and padding around them.
+fn finish(
+    sh: &Shared,
+    item: &mut Item,
+    kind: FrameKind,
+    codec: Codec,
+    raw_len: usize,
+    digest: [u8; 32],
+) {
+    let p = sh.p;
     let seq = sh.seq.fetch_add(1, Relaxed);
     let mut header = FrameHeader {
         kind,
@@ -143,7 +169,6 @@ fn frame(
     header.encode(item.buf.header_mut());
     item.frame_len = total;
     sh.stored_total.fetch_add(stored_len as u64, Relaxed);
-    Ok(raw_len)
 }
 
 /// Writes the bitmap of `sel` and the selected pages of `chunk` into `out`; returns

@@ -12,7 +12,9 @@ use super::pool::{self, Buf, Pool};
 use super::stats::{summarize, Progress, Stage, WaitStats};
 use super::Abort;
 use crate::device::StripeSink;
+use crate::engine::restore::Kept;
 use crate::format::manifest::{file_checksum, Checksum};
+use crate::format::{Codec, ContentHash, FORMAT_VERSION};
 use anyhow::{anyhow, Result};
 use crossbeam_channel::bounded;
 use roaring::RoaringBitmap;
@@ -115,27 +117,72 @@ impl crate::engine::restore::merge::ChunkOut for Feeder<'_> {
     }
 
     fn send(&self, file: u32, offset: u64, buf: Buf) -> std::io::Result<()> {
+        let len = buf.len;
+        self.feed(file, offset, len, buf, None, None)
+    }
+
+    fn takes_stored(&self, file: u32, k: &Kept, raw: &[u8]) -> std::io::Result<bool> {
+        let p = self.sh.p;
+        if k.codec != p.codec.codec || k.hash != ContentHash::of_version(FORMAT_VERSION) {
+            return Ok(false);
+        }
+        // The raw bytes pass the source's checks as a chunk sent whole would.
+        if let (Some(f), Some(&i)) = (self.sh.filter, self.index.get(&file)) {
+            f.check(&self.sh.plan[i], k.offset, raw, None)
+                .map_err(std::io::Error::other)?;
+        }
+        Ok(true)
+    }
+
+    fn send_stored(&self, file: u32, k: &Kept, buf: Buf) -> std::io::Result<()> {
+        if k.codec != self.sh.p.codec.codec {
+            return Err(std::io::Error::other(format!(
+                "chunk of file {file} at offset {}: stored with another codec than the new set's",
+                k.offset
+            )));
+        }
+        self.feed(
+            file,
+            k.offset,
+            k.raw_len,
+            buf,
+            Some(k.digest),
+            Some(k.codec),
+        )
+    }
+}
+
+impl Feeder<'_> {
+    /// Sends a chunk of `len` raw bytes, in `buf` as they are or (`stored`) compressed.
+    fn feed(
+        &self,
+        file: u32,
+        offset: u64,
+        len: usize,
+        buf: Buf,
+        digest: Option<[u8; 32]>,
+        stored: Option<Codec>,
+    ) -> std::io::Result<()> {
         let t = self.sh.p.transfer_size as u64;
         let fits = |i: &&usize| {
             let size = self.sh.plan[**i].size;
-            offset.is_multiple_of(t) && offset < size && buf.len as u64 == (size - offset).min(t)
+            offset.is_multiple_of(t) && offset < size && len as u64 == (size - offset).min(t)
         };
         let Some(&i) = self.index.get(&file).filter(fits) else {
             return Err(std::io::Error::other(format!(
-                "chunk of file {file} at offset {offset} ({} bytes) is not one of the new set's",
-                buf.len
+                "chunk of file {file} at offset {offset} ({len} bytes) is not one of the new set's"
             )));
         };
-        let len = buf.len as u64;
-        self.sh.read_st.op(len);
-        self.sh.progress.done.fetch_add(len, Relaxed);
+        self.sh.read_st.op(len as u64);
+        self.sh.progress.done.fetch_add(len as u64, Relaxed);
         let item = Item {
             file: i as u32,
             offset,
             sel: None,
             buf,
-            digest: None,
+            digest,
             frame_len: 0,
+            stored: stored.map(|c| (c, len)),
         };
         match pool::send(&self.ctx, item, self.sh.abort) {
             Some(w) => {
@@ -241,6 +288,8 @@ pub struct Outcome {
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub zero_frames: u64,
+    /// Chunks that came compressed (`Item::stored`) and were stored as they came.
+    pub kept_frames: u64,
     pub wall: Duration,
     pub waits: WaitStats,
     pub pool_bytes: u64,
@@ -279,6 +328,7 @@ struct Shared<'a> {
     seq: AtomicU64,
     stored_total: AtomicU64,
     zero_frames: AtomicU64,
+    kept_frames: AtomicU64,
     /// `--max-rate`: bytes read since `started`, against which the readers pace.
     paced: AtomicU64,
     started: Instant,
@@ -330,6 +380,9 @@ struct Item {
     digest: Option<[u8; 32]>,
     /// Bytes of the frame on media (header + stored + padding), set by the compressor.
     frame_len: usize,
+    /// `buf` holds the chunk already compressed with this codec, and its raw length
+    /// (a merge keeps a full's frame; `digest` is its raw bytes').
+    stored: Option<(Codec, usize)>,
 }
 
 /// Runs a backup of `plan` into `stripes` (each a sink and the header block it gets
@@ -372,6 +425,7 @@ pub fn run(
         seq: AtomicU64::new(p.first_seq),
         stored_total: AtomicU64::new(0),
         zero_frames: AtomicU64::new(0),
+        kept_frames: AtomicU64::new(0),
         paced: AtomicU64::new(0),
         started,
     };
@@ -498,6 +552,7 @@ pub fn run(
         raw_bytes: sh.comp_st.bytes.load(Relaxed),
         stored_bytes: sh.stored_total.load(Relaxed),
         zero_frames: sh.zero_frames.load(Relaxed),
+        kept_frames: sh.kept_frames.load(Relaxed),
         wall,
         waits,
         pool_bytes: sh.pool.bytes() + (p.threads * p.buffer_footprint()) as u64,

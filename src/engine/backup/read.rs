@@ -123,6 +123,7 @@ pub(super) fn reader(
                 buf,
                 digest,
                 frame_len: 0,
+                stored: None,
             };
             match pool::send(ctx, item, abort) {
                 Some(w) => sh.read_st.wait_out(w),

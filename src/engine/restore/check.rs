@@ -3,7 +3,7 @@
 //! byte of it is written.
 
 use super::write::{self, FrameWrite};
-use super::{Held, Item, Shared};
+use super::{Held, Item, Kept, Shared};
 use crate::crypt::DOMAIN_FRAME;
 use crate::engine::codec::Decompressor;
 use crate::engine::pool::{self, Buf};
@@ -145,6 +145,7 @@ fn check(
                     raw_len,
                     buf: item.buf,
                     held: true,
+                    kept: None,
                 },
             ));
         }
@@ -174,10 +175,26 @@ fn check(
             _ => format!("restored content does not match its {name} digest"),
         }));
     }
-    record(sh, fi, h, digest).map_err(fail)?;
     let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
+    // The stored bytes (decrypted) stay in the buffer when the sink keeps them.
+    let kept = match (sh.sink, kind) {
+        (Some(sink), FrameKind::Data) => {
+            let k = Kept {
+                file,
+                offset,
+                raw_len: raw_len as usize,
+                codec: h.codec,
+                hash: p.hash,
+                digest,
+            };
+            let keep = sink.keeps(&k, raw).map_err(|e| fail(e.to_string()))?;
+            keep.then_some(k)
+        }
+        _ => None,
+    };
+    record(sh, fi, h, digest).map_err(fail)?;
     let mut buf = item.buf;
-    if sh.sink.is_some() && h.codec != Codec::None && h.kind != FrameKind::Zero {
+    if kept.is_none() && sh.sink.is_some() && h.codec != Codec::None && h.kind != FrameKind::Zero {
         // The decompressed bytes go to the write; the input buffer becomes scratch.
         scratch.len = raw_len as usize;
         std::mem::swap(scratch, &mut buf);
@@ -192,6 +209,7 @@ fn check(
             raw_len,
             buf,
             held: false,
+            kept,
         },
     ))
 }

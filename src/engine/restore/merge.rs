@@ -7,10 +7,12 @@
 //! - a chunk is the full set's transfer size, clipped to the restored file's size; a
 //!   page past the full's file that no newer set wrote is zeros;
 //! - every chunk of every restored file goes out exactly once: what the full holds no
-//!   frame of (files and chunks new since) is read from the staged copy at the end.
+//!   frame of (files and chunks new since) is read from the staged copy at the end;
+//! - a full's chunk that no newer set changed, whole and of the new set's codec, goes
+//!   out as the full stored it (checked, not compressed again).
 
 use super::layers::Written;
-use super::FrameSink;
+use super::{FrameSink, Kept};
 use crate::engine::pool::Buf;
 use roaring::RoaringBitmap;
 use std::collections::HashMap;
@@ -23,6 +25,20 @@ pub trait ChunkOut: Sync {
     fn buffer(&self) -> io::Result<Buf>;
     /// Restored file `file`'s chunk at `offset`, `buf.len` bytes, to be stored.
     fn send(&self, file: u32, offset: u64, buf: Buf) -> io::Result<()>;
+    /// Whether restored file `file`'s chunk `k` may come as it is stored: its codec and
+    /// digest are the new set's, and its raw bytes `raw` pass the new set's checks.
+    fn takes_stored(&self, _file: u32, _k: &Kept, _raw: &[u8]) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// A chunk as the full stored it (`takes_stored` said yes): `buf` holds its stored
+    /// bytes, `k` what they are.
+    fn send_stored(&self, file: u32, k: &Kept, buf: Buf) -> io::Result<()> {
+        let _ = buf;
+        Err(io::Error::other(format!(
+            "file {file} offset {}: stored chunks are not taken",
+            k.offset
+        )))
+    }
 }
 
 /// The copy the newer sets were restored into, read back.
@@ -99,13 +115,30 @@ impl<'a> MergeSink<'a> {
     }
 
     fn send_once(&self, to: u32, offset: u64, buf: Buf) -> io::Result<()> {
+        self.mark_sent(to, offset)?;
+        self.out.send(to, offset, buf)
+    }
+
+    fn mark_sent(&self, to: u32, offset: u64) -> io::Result<()> {
         let chunk = (offset / self.transfer) as u32;
         if !self.sent[&to].lock().unwrap().insert(chunk) {
             return Err(io::Error::other(format!(
                 "the full set holds two frames of restored file {to} at offset {offset}"
             )));
         }
-        self.out.send(to, offset, buf)
+        Ok(())
+    }
+
+    /// Whether any newer set wrote a page of restored file `to` in `offset..+len`.
+    fn changed(&self, to: u32, offset: u64, len: u64) -> bool {
+        let page = self.written.page;
+        let (first, last) = (offset / page, (offset + len).div_ceil(page));
+        let (_, bm) = &self.written.files[&to];
+        let n = bm
+            .lock()
+            .unwrap()
+            .range_cardinality(first as u32..last as u32);
+        n > 0
     }
 
     /// Sends every chunk the full held no frame of, read from the staged copy (zeros
@@ -165,6 +198,35 @@ impl FrameSink for MergeSink<'_> {
 
     fn write_zeros(&self, file: u32, offset: u64, _len: usize) -> io::Result<()> {
         self.merged(file, offset, |_, _| 0)
+    }
+
+    fn keeps(&self, k: &Kept, raw: &[u8]) -> io::Result<bool> {
+        match self.chunk(k.file, k.offset) {
+            Some((to, len)) if len == k.raw_len && !self.changed(to, k.offset, len as u64) => {
+                self.out.takes_stored(to, k, raw)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn write_stored(&self, k: &Kept, buf: &mut Buf) -> io::Result<()> {
+        let Some((to, _)) = self.chunk(k.file, k.offset) else {
+            return Ok(());
+        };
+        let mut out = self.out.buffer()?;
+        if out.capacity() == buf.capacity() {
+            std::mem::swap(&mut out, buf);
+        } else if buf.len > out.capacity() {
+            return Err(io::Error::other(format!(
+                "file {} offset {}: {} stored bytes do not fit the new set's buffer",
+                k.file, k.offset, buf.len
+            )));
+        } else {
+            out.space()[..buf.len].copy_from_slice(buf.payload());
+            out.len = buf.len;
+        }
+        self.mark_sent(to, k.offset)?;
+        self.out.send_stored(to, k, out)
     }
 }
 

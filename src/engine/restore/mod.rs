@@ -14,7 +14,7 @@ use super::Abort;
 use crate::device::StripeSource;
 use crate::format::frame::FrameHeader;
 use crate::format::manifest::{file_checksum, Checksum};
-use crate::format::ContentHash;
+use crate::format::{Codec, ContentHash};
 use anyhow::Result;
 use crossbeam_channel::bounded;
 use std::collections::HashMap;
@@ -50,6 +50,31 @@ pub trait FrameSink: Sync {
     fn holds(&self, _q: Held, _scratch: &mut [u8]) -> io::Result<bool> {
         Ok(false)
     }
+    /// A merge's question once a Data frame is checked (`raw`: its bytes): take its
+    /// stored bytes as they are (compressed, decrypted)? True: `write_stored` gets them.
+    fn keeps(&self, _k: &Kept, _raw: &[u8]) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// A checked Data frame's stored bytes, `keeps` having said yes.
+    fn write_stored(&self, k: &Kept, _buf: &mut Buf) -> io::Result<()> {
+        Err(io::Error::other(format!(
+            "file {} offset {}: this sink takes no stored frames",
+            k.file, k.offset
+        )))
+    }
+}
+
+/// A checked Data frame whose stored bytes may be kept as they are (a merge).
+#[derive(Clone, Copy, Debug)]
+pub struct Kept {
+    pub file: u32,
+    pub offset: u64,
+    pub raw_len: usize,
+    /// How the stored bytes are compressed.
+    pub codec: Codec,
+    /// The raw bytes' digest, checked, and its kind.
+    pub hash: ContentHash,
+    pub digest: [u8; 32],
 }
 
 /// A chunk a delta restore may find already in place (`FrameSink::holds`).

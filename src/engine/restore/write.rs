@@ -1,7 +1,7 @@
 //! The write side: a checked frame's bytes written at their place in the target, one
 //! thread per file at a time.
 
-use super::{FrameSink, Shared};
+use super::{FrameSink, Kept, Shared};
 use crate::engine::pool::Buf;
 use crate::format::frame::{bitmap_len, FrameKind};
 use anyhow::{anyhow, Result};
@@ -133,6 +133,8 @@ pub(super) struct FrameWrite {
     pub(super) buf: Buf,
     /// The target already holds these bytes (a delta restore): nothing to write.
     pub(super) held: bool,
+    /// `buf` holds the frame's stored bytes, which the sink keeps as they are.
+    pub(super) kept: Option<Kept>,
 }
 
 impl FrameWrite {
@@ -146,11 +148,14 @@ impl FrameWrite {
                 write_pages(sink, self.file, self.offset, self.expect, page, raw)?
             }
             FrameKind::Zero => sink.write_zeros(self.file, self.offset, self.raw_len as usize)?,
-            FrameKind::Data => {
-                if !sink.write_buf(self.file, self.offset, &mut self.buf)? {
-                    sink.write(self.file, self.offset, self.buf.payload())?
+            FrameKind::Data => match &self.kept {
+                Some(k) => sink.write_stored(k, &mut self.buf)?,
+                None => {
+                    if !sink.write_buf(self.file, self.offset, &mut self.buf)? {
+                        sink.write(self.file, self.offset, self.buf.payload())?
+                    }
                 }
-            }
+            },
         }
         // See FrameSink::written: never for a Pages frame.
         if self.kind != FrameKind::Pages {

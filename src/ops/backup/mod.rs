@@ -229,6 +229,8 @@ pub struct BackupReport {
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub zero_frames: u64,
+    /// Chunks stored as they came, not compressed again (a merge's unchanged chunks).
+    pub kept_frames: u64,
     /// What the user waited for: preparing, the pipeline, making every stripe durable.
     pub seconds: f64,
     pub pipeline_seconds: f64,
@@ -475,6 +477,7 @@ fn backup_set(
         raw_bytes: out.raw_bytes,
         stored_bytes: out.stored_bytes,
         zero_frames: out.zero_frames,
+        kept_frames: out.kept_frames,
         seconds,
         pipeline_seconds: out.wall.as_secs_f64(),
         phases,
@@ -767,6 +770,7 @@ fn pipeline(
         out.raw_bytes += more.raw_bytes;
         out.stored_bytes += more.stored_bytes;
         out.zero_frames += more.zero_frames;
+        out.kept_frames += more.kept_frames;
         out.wall += more.wall;
         input.plan_ids.extend(ids2);
         input.entries.extend(late);
