@@ -49,8 +49,19 @@ pub struct Delta {
     written: AtomicU64,
 }
 
+/// What a thread last read of a file in place: a chunk `holds` found different is
+/// written next, on the same thread mostly, and compared from here, not read again.
+#[derive(Default)]
+struct There {
+    /// File index, offset and length of the bytes in `buf`, while they serve.
+    key: Option<(usize, u64, usize)>,
+    /// Bytes the file held there (fewer than the length at its end).
+    n: usize,
+    buf: Vec<u8>,
+}
+
 thread_local! {
-    static THERE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static THERE: RefCell<There> = RefCell::new(There::default());
 }
 
 impl Delta {
@@ -67,11 +78,18 @@ impl Delta {
     }
 
     /// Whether `f` holds bytes of the digest asked at its range (see `FrameSink::holds`).
-    pub(super) fn holds(&self, f: &File, q: &Held, scratch: &mut [u8]) -> io::Result<bool> {
-        let there = &mut scratch[..q.len];
-        let n = read_full(f, q.offset, there)?;
-        self.compared.fetch_add(n as u64, Relaxed);
-        Ok(n == q.len && q.hash.digest(there) == *q.digest)
+    /// File index `i`'s bytes read there stay for the write that follows a mismatch.
+    pub(super) fn holds(&self, f: &File, i: usize, q: &Held) -> io::Result<bool> {
+        THERE.with_borrow_mut(|t| {
+            t.key = None;
+            t.buf.resize(q.len, 0);
+            let n = read_full(f, q.offset, &mut t.buf[..q.len])?;
+            self.compared.fetch_add(n as u64, Relaxed);
+            let same = n == q.len && q.hash.digest(&t.buf[..n]) == *q.digest;
+            t.n = n;
+            t.key = (!same).then_some((i, q.offset, q.len));
+            Ok(same)
+        })
     }
 
     /// Writes `data` at `offset` of file `i` (`f`): only the blocks that differ from what
@@ -89,10 +107,17 @@ impl Delta {
             self.written.fetch_add(data.len() as u64, Relaxed);
             return Ok(());
         }
-        THERE.with_borrow_mut(|there| {
-            there.resize(data.len(), 0);
-            let n = read_full(f, offset, there)?;
-            self.compared.fetch_add(n as u64, Relaxed);
+        THERE.with_borrow_mut(|t| {
+            let n = match t.key.take() {
+                Some(k) if k == (i, offset, data.len()) => t.n,
+                _ => {
+                    t.buf.resize(data.len(), 0);
+                    let n = read_full(f, offset, &mut t.buf[..data.len()])?;
+                    self.compared.fetch_add(n as u64, Relaxed);
+                    n
+                }
+            };
+            let there = &t.buf[..data.len()];
             let same = |s: usize, e: usize| e <= n && there[s..e] == data[s..e];
             let mut at = 0;
             let mut wrote = 0;
@@ -355,7 +380,6 @@ mod tests {
         d.zeros(&f, 0, true, 0, BLOCK).unwrap();
         assert!(std::fs::read(&p).unwrap()[..BLOCK].iter().all(|&b| b == 0));
         let digest = ContentHash::Xxh3.digest(&vec![0u8; BLOCK]);
-        let mut scratch = vec![0u8; 2 * BLOCK];
         let q = |offset, len, digest| Held {
             file: 0,
             offset,
@@ -363,13 +387,22 @@ mod tests {
             hash: ContentHash::Xxh3,
             digest,
         };
-        assert!(d.holds(&f, &q(0, BLOCK, &digest), &mut scratch).unwrap());
-        assert!(!d
-            .holds(&f, &q(BLOCK as u64, BLOCK, &digest), &mut scratch)
-            .unwrap());
+        assert!(d.holds(&f, 0, &q(0, BLOCK, &digest)).unwrap());
+        assert!(!d.holds(&f, 0, &q(BLOCK as u64, BLOCK, &digest)).unwrap());
+        // The write after a mismatch compares the bytes read, not read again.
+        let compared = d.compared.load(Relaxed);
+        let mut other = vec![0u8; BLOCK];
+        other[7] = 1;
+        d.put(&f, 0, true, BLOCK as u64, &other).unwrap();
+        assert_eq!(d.compared.load(Relaxed), compared);
+        let now = std::fs::read(&p).unwrap();
+        assert_eq!(&now[BLOCK..2 * BLOCK], &other[..]);
+        // Another range is read.
+        d.put(&f, 0, true, 0, &vec![0u8; BLOCK]).unwrap();
+        assert_eq!(d.compared.load(Relaxed), compared + BLOCK as u64);
         // A range the file does not reach is never held.
         assert!(!d
-            .holds(&f, &q(3 * BLOCK as u64, 2 * BLOCK, &digest), &mut scratch)
+            .holds(&f, 0, &q(3 * BLOCK as u64, 2 * BLOCK, &digest))
             .unwrap());
         let r = d.report([true].into_iter(), Swept::default());
         assert_eq!((r.kept, r.rewritten, r.created), (0, 1, 0));

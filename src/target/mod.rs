@@ -91,12 +91,12 @@ impl FrameSink for Target {
         }
         Ok(())
     }
-    fn holds(&self, q: crate::engine::restore::Held, scratch: &mut [u8]) -> io::Result<bool> {
+    fn holds(&self, q: crate::engine::restore::Held, _scratch: &mut [u8]) -> io::Result<bool> {
         self.files.ensure(q.file)?;
         match self.files.delta_of(q.file) {
-            Some((d, _, true)) => {
+            Some((d, i, true)) => {
                 let f = self.file(q.file)?;
-                d.holds(&f, &q, scratch).map_err(|e| self.named(q.file, e))
+                d.holds(&f, i, &q).map_err(|e| self.named(q.file, e))
             }
             _ => Ok(false),
         }
