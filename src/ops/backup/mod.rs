@@ -291,10 +291,6 @@ impl Watch for () {}
 const STOPPED: &str =
     "backup stopped: its partial stripes were removed (uploads aborted) and no set was recorded";
 
-/// What a backup whose catalog record cannot be written leaves: nothing either.
-const UNRECORDED: &str =
-    "backup stopped: its catalog record could not be written, so its stripes were removed";
-
 /// Runs a backup. `progress` counts what the pipeline has done; `watch` is told of the
 /// configuration and when the pipeline starts and stops.
 pub fn backup(
@@ -448,24 +444,8 @@ fn backup_set(
     // The catalog record is written last: a set is in the history only once durable.
     if let (Some(repo), false) = (&dest.repo, dest.discard) {
         let entry = catalog_entry(o, &dest, repo, &manifest, &input.info);
-        if let Err(e) = repo.record(&entry) {
-            // A set not recorded is not kept: its committed stripes go too.
-            let left: Vec<String> = (dest.devices.iter())
-                .filter_map(|d| d.remove().err().map(|r| format!("{r:#}")))
-                .collect();
-            return Err(match left.is_empty() {
-                true => e.context(UNRECORDED),
-                false => e.context(format!("{UNRECORDED}; left behind: {}", left.join("; "))),
-            });
-        }
-        // A first keyed write may have raced this plain one: then the set goes.
-        if params.seal.is_none() && params.sign.is_none() {
-            if let Err(e) = repo.check_still_plain() {
-                let _ = repo.unrecord(&entry.set_id);
-                let _ = repo.remove_set_files(&entry);
-                return Err(e);
-            }
-        }
+        let plain = params.seal.is_none() && params.sign.is_none();
+        record::record_set(repo, &entry, &dest, plain)?;
     }
     drop(running);
     phases.commit = lap();
