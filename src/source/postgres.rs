@@ -244,7 +244,7 @@ impl Postgres {
     fn failed(&self, what: &str, e: &postgres::Error) -> anyhow::Error {
         match lost(e) {
             true => crate::fault::transient(format!(
-                "{what}: the PostgreSQL server at {} did not answer ({}); the backup is not valid: start the server (see its log) and back up again",
+                "{what}: the PostgreSQL server at {} did not answer ({}): start the server (see its log) and back up again",
                 self.conn.location,
                 pg_err(e)
             )),
