@@ -25,14 +25,16 @@ struct Holder {
     since: String,
 }
 
-/// The lock held; removed when dropped.
+/// The lock held; removed when dropped, unless another run took it over meanwhile.
 pub struct RepoLock<'a> {
     repo: Option<&'a Repo>,
+    bytes: Vec<u8>,
 }
 
 impl Drop for RepoLock<'_> {
     fn drop(&mut self) {
-        if let Some(r) = self.repo {
+        let Some(r) = self.repo else { return };
+        if r.store.get(REL, MAX).ok().flatten().as_deref() == Some(&self.bytes[..]) {
             let _ = r.store.delete(REL);
         }
     }
@@ -45,7 +47,10 @@ impl Repo {
     /// go.
     pub fn lock(&self, command: &str) -> Result<RepoLock<'_>> {
         if self.immutable.is_some() {
-            return Ok(RepoLock { repo: None });
+            return Ok(RepoLock {
+                repo: None,
+                bytes: vec![],
+            });
         }
         let me = Holder {
             command: command.to_string(),
@@ -54,20 +59,24 @@ impl Repo {
             since: Utc::now().to_rfc3339(),
         };
         let bytes = serde_json::to_vec(&me)?;
+        let held = |bytes| RepoLock {
+            repo: Some(self),
+            bytes,
+        };
         self.store.create_dir("locks")?;
         if self.store.put_new(REL, &bytes)? {
-            return Ok(RepoLock { repo: Some(self) });
+            return Ok(held(bytes));
         }
-        let Some(held) = self.store.get(REL, MAX)? else {
+        let Some(theirs) = self.store.get(REL, MAX)? else {
             // Released meanwhile: one more try.
             return match self.store.put_new(REL, &bytes)? {
-                true => Ok(RepoLock { repo: Some(self) }),
+                true => Ok(held(bytes)),
                 false => Err(self.busy(None)),
             };
         };
-        let holder = serde_json::from_slice::<Holder>(&held).ok();
-        if stale(holder.as_ref(), Utc::now()) && self.store.replace_if(REL, &held, &bytes)? {
-            return Ok(RepoLock { repo: Some(self) });
+        let holder = serde_json::from_slice::<Holder>(&theirs).ok();
+        if stale(holder.as_ref(), Utc::now()) && self.store.replace_if(REL, &theirs, &bytes)? {
+            return Ok(held(bytes));
         }
         Err(self.busy(holder.as_ref()))
     }
@@ -117,6 +126,12 @@ mod tests {
         );
         drop(held);
         assert!(!repo.store().exists(REL).unwrap());
+        // A holder whose lock was taken over leaves the new holder's in place.
+        let old = repo.lock("expire").unwrap();
+        repo.store().put(REL, b"someone else").unwrap();
+        drop(old);
+        assert!(repo.store().exists(REL).unwrap());
+        repo.store().delete(REL).unwrap();
         let again = repo.lock("merge").unwrap();
         drop(again);
         // A holder that died on this host, and an unreadable lock, are stale.
