@@ -539,21 +539,33 @@ fn stuck_wal_archiving_times_out_or_is_interrupted_cleanly() {
 }
 
 /// A server that dies while files are read fails the backup within a second or two,
-/// saying the server went away (not 30 s later at pg_backup_stop with "Broken pipe").
+/// saying which server went away (not 30 s later at pg_backup_stop with "Broken pipe"),
+/// with exit status 3 (try again later: a lost connection, not a refusal), and the
+/// repository holds nothing of it: no stripe, no record, no running record.
 #[test]
 fn a_server_that_dies_during_the_backup_fails_it_by_name() {
     let pg = Pg::start(true, None);
     pg.pgbench_init(10);
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
-    // zstd level 19 on one thread: reading the cluster would take half a minute.
+    let work = postgres_dir("dies");
+    let repo = work.join("repo");
+    // Some 160 MB at 20 MB a second: the server stops while files are read.
     let child = std::process::Command::new(bin())
-        .args(["backup", "--source", &url, "--to", "NUL"])
-        .args(["--compress", "zstd:19", "--threads", "1"])
+        .args(["backup", "--source", &url, "--repo", &s(&repo)])
+        .args(["--max-rate", "20M"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(2500));
+    let stripes = || -> Vec<std::path::PathBuf> {
+        let sets = std::fs::read_dir(repo.join("sets")).unwrap();
+        sets.flatten()
+            .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+            .map(|f| f.path())
+            .collect()
+    };
+    assert!(!stripes().is_empty(), "the backup is writing its stripes");
     common::pg::as_postgres(
         &pg.tool("pg_ctl"),
         &["-D", &s(&pg.data), "-m", "immediate", "-w", "stop"],
@@ -562,9 +574,11 @@ fn a_server_that_dies_during_the_backup_fails_it_by_name() {
     let out = child.wait_with_output().unwrap();
     let took = killed.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
-        err.contains("went away during the backup") && err.contains("not valid"),
+        err.contains("went away during the backup")
+            && err.contains(&format!("127.0.0.1:{}", pg.port))
+            && err.contains("not valid"),
         "{err}"
     );
     eprintln!("the backup failed {took:?} after the server died: {err}");
@@ -572,6 +586,13 @@ fn a_server_that_dies_during_the_backup_fails_it_by_name() {
         took < Duration::from_secs(10),
         "noticed after {took:?}: {err}"
     );
+    assert_eq!(stripes(), Vec::<std::path::PathBuf>::new(), "{err}");
+    let listed = |d: &str| std::fs::read_dir(repo.join(d)).map_or(0, |r| r.count());
+    assert_eq!(listed("catalog"), 0, "no record");
+    assert_eq!(listed("running"), 0, "no running record");
+    let h = json(&["history", "--repo", &s(&repo)]);
+    assert_eq!(h["sets"], serde_json::json!([]), "{h:#}");
+    let _ = std::fs::remove_dir_all(&work);
 }
 
 /// The password reaches the server from the URL (user:pw@ and ?password=), PGPASSWORD,

@@ -1,6 +1,7 @@
 //! T-SQL `RESTORE DATABASE` in `pagevault sql`: a SQLite set backed up to two stripes
 //! restored by MOVE, refused over a non-empty directory without REPLACE, restored over
-//! it with REPLACE; unsupported options and unknown logical names refused by name.
+//! it with REPLACE; unsupported options and unknown logical names refused by name;
+//! `sql --json` prints the report of what each statement ran.
 
 mod common;
 use common::*;
@@ -17,12 +18,10 @@ fn rows(db: &std::path::Path) -> i64 {
         .unwrap()
 }
 
-#[test]
-fn restore_database_from_stripes_with_move_and_replace() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("app.db");
+/// A SQLite database of 3000 rows at `db`.
+fn make_db(db: &std::path::Path) {
     {
-        let c = Connection::open(&db).unwrap();
+        let c = Connection::open(db).unwrap();
         c.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
             .unwrap();
         let tx = c.unchecked_transaction().unwrap();
@@ -35,6 +34,13 @@ fn restore_database_from_stripes_with_move_and_replace() {
         }
         tx.commit().unwrap();
     }
+}
+
+#[test]
+fn restore_database_from_stripes_with_move_and_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    make_db(&db);
     let source = format!("sqlite:{}", s(&db));
     let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
     ok(&[
@@ -138,4 +144,77 @@ fn restore_database_from_stripes_with_move_and_replace() {
     assert!(e.contains("stripe"), "one stripe of two is refused: {e}");
     assert!(!dir.path().join("one").exists());
     assert_eq!(rows(&out_db), 3000);
+}
+
+/// `sql --json` prints, for each kind of statement, the document its command's --json
+/// prints, and its figures are the repository's and the set's.
+#[test]
+fn sql_json_prints_the_report_of_what_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    make_db(&db);
+    let source = format!("sqlite:{}", s(&db));
+    let repo = s(&dir.path().join("repo"));
+    let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
+    let from = format!("FROM DISK = '{a}', DISK = '{b}'");
+    let sql = |stmt: &str| json(&["sql", "--source", &source, "--repo", &repo, stmt]);
+
+    let backup = sql(&format!(
+        "BACKUP DATABASE [app] TO DISK = '{a}', DISK = '{b}' WITH COMPRESSION, STATS = 10"
+    ));
+    let h = json(&["history", "--repo", &repo]);
+    let [set] = &h["sets"].as_array().unwrap()[..] else {
+        panic!("one set recorded: {h:#}")
+    };
+    let id = set["set_id"].as_str().unwrap();
+    assert_eq!(backup["command"], "backup", "{backup:#}");
+    assert_eq!(backup["set_id"], id, "{backup:#}");
+    assert_eq!(backup["stored_bytes"], set["stored_bytes"], "{backup:#}");
+    assert_eq!(backup["raw_bytes"], set["raw_bytes"], "{backup:#}");
+    assert_eq!(backup["stripes"].as_array().unwrap().len(), 2, "{backup:#}");
+    assert_eq!(
+        set["codec"].as_str().unwrap().split(':').next(),
+        Some("zstd")
+    );
+
+    let header = sql(&format!("RESTORE HEADERONLY {from}"));
+    assert_eq!(header["sets"][0]["set_id"], id, "{header:#}");
+    assert_eq!(header["sets"][0]["source"]["kind"], "sqlite", "{header:#}");
+    let files = sql(&format!("RESTORE FILELISTONLY {from}"));
+    assert_eq!(files["set_id"], id, "{files:#}");
+    let listed = files["files"].as_array().unwrap();
+    let app = listed.iter().find(|f| f["path"] == "app.db").unwrap();
+    assert_eq!(
+        app["size"],
+        std::fs::metadata(&db).unwrap().len(),
+        "{files:#}"
+    );
+    let verify = sql(&format!("RESTORE VERIFYONLY {from}"));
+    assert_eq!(verify["command"], "verify", "{verify:#}");
+    assert_eq!(verify["valid"], true, "{verify:#}");
+    assert_eq!(verify["set_id"], id, "{verify:#}");
+    assert_eq!(verify["raw_bytes"], set["raw_bytes"], "{verify:#}");
+
+    // From the repository (FROM URL): its newest chain, the same set.
+    let out = dir.path().join("out");
+    let restored = sql(&format!(
+        "RESTORE DATABASE [app] FROM URL = '{repo}' WITH MOVE 'data' TO '{}', STATS = 10",
+        s(&out)
+    ));
+    assert_eq!(restored["command"], "restore", "{restored:#}");
+    assert_eq!(restored["set_id"], id, "{restored:#}");
+    assert_eq!(restored["raw_bytes"], set["raw_bytes"], "{restored:#}");
+    assert_eq!(restored["target"], s(&out), "{restored:#}");
+    assert_eq!(rows(&out.join("app.db")), 3000);
+
+    // One document per run: several statements with --json are a usage error.
+    let e = fails(
+        &[
+            "sql",
+            "--json",
+            &format!("RESTORE HEADERONLY {from}; RESTORE VERIFYONLY {from}"),
+        ],
+        2,
+    );
+    assert!(e.contains("one statement per run (2 given)"), "{e}");
 }

@@ -109,7 +109,11 @@ struct DiskSink {
 
 impl StripeSink for DiskSink {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.file.get_mut().write_all(buf)?;
+        // Named, so that a full disk says which file (and so which device).
+        self.file.get_mut().write_all(buf).map_err(|e| {
+            let at = self.partial.display();
+            io::Error::new(e.kind(), format!("cannot write '{at}': {e}"))
+        })?;
         self.written += buf.len() as u64;
         if self.written - self.flushed >= WRITEBACK_STEP {
             start_writeback(
@@ -123,6 +127,24 @@ impl StripeSink for DiskSink {
     }
 
     fn commit(self: Box<Self>) -> Result<()> {
+        let partial = self.partial.clone();
+        let done = (*self).finish();
+        if done.is_err() {
+            // Never left half-written under any name.
+            let _ = fs::remove_file(&partial);
+        }
+        done
+    }
+
+    fn abort(self: Box<Self>) {
+        drop(self.file);
+        let _ = fs::remove_file(&self.partial);
+    }
+}
+
+impl DiskSink {
+    /// Syncs the stripe and gives it its name.
+    fn finish(self) -> Result<()> {
         let file = self.file.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()
             .with_context(|| format!("fsync of '{}' failed", self.partial.display()))?;
@@ -135,11 +157,6 @@ impl StripeSink for DiskSink {
         })?;
         sync_parent(&self.path);
         Ok(())
-    }
-
-    fn abort(self: Box<Self>) {
-        drop(self.file);
-        let _ = fs::remove_file(&self.partial);
     }
 }
 

@@ -85,6 +85,8 @@ pub fn merge(
 ) -> Result<MergeReport> {
     let t0 = Instant::now();
     let repo = Repo::open(&o.repo, false, &o.store)?;
+    // Never while an expire removes sets (nor beside another merge).
+    let _lock = repo.lock("merge")?;
     let catalog = repo.catalog()?;
     let chain = chain::select(&catalog, &Selector::parse(o.set.as_deref(), None, None)?)?;
     let (full, newest) = (chain.full(), chain.last());

@@ -103,6 +103,25 @@ impl Repo {
         }
     }
 
+    /// Writes `rel`, an object rewritten as work goes on (a running backup's record).
+    /// An immutable repository skips it (Ok(false)): each rewrite would be a version its
+    /// retention keeps. Its writers need not know which kind of repository this is.
+    pub fn put_rewritable(&self, rel: &str, bytes: &[u8]) -> Result<bool> {
+        match self.immutable {
+            Some(_) => Ok(false),
+            None => self.store.put(rel, bytes).map(|()| true),
+        }
+    }
+
+    /// Removes an object `put_rewritable` wrote; in an immutable repository nothing
+    /// (it wrote none, and a versioned store keeps a delete as a marker).
+    pub fn delete_rewritable(&self, rel: &str) -> Result<()> {
+        match self.immutable {
+            Some(_) => Ok(()),
+            None => self.store.delete(rel),
+        }
+    }
+
     /// The objects of a set inside the repository: its own stripes, then its record.
     pub fn set_objects(&self, e: &CatalogEntry) -> Vec<String> {
         let mut out: Vec<String> = (e.stripes.iter())
@@ -232,5 +251,14 @@ mod tests {
         let e = format!("{:#}", r.key_for(&k, KeyUse::Sign).unwrap_err());
         assert!(e.contains("immutable") && e.contains("takes no key"), "{e}");
         assert!(r.refuse_rewrite("x").is_err());
+        // A rewritable object is skipped, and so is its removal.
+        assert!(!r.put_rewritable("running/x.json", b"{}").unwrap());
+        assert!(!r.store().exists("running/x.json").unwrap());
+        r.delete_rewritable("running/x.json").unwrap();
+        let (_d, plain) = crate::repo::temp_repo();
+        assert!(plain.put_rewritable("running/x.json", b"{}").unwrap());
+        assert!(plain.store().exists("running/x.json").unwrap());
+        plain.delete_rewritable("running/x.json").unwrap();
+        assert!(!plain.store().exists("running/x.json").unwrap());
     }
 }

@@ -6,10 +6,12 @@
 //! REPO/sets/SET_ID/N.pv      stripe N of a set (stripes may also live elsewhere)
 //! REPO/catalog/SET_ID.json   one record per committed set (written last, atomically)
 //! REPO/wal/TIMELINE/SEGMENT  archived WAL segments (see wal.rs)
+//! REPO/locks/retention.json  held by expire and merge while they run (lock.rs)
 //! ```
 
 pub mod chain;
 mod immutable;
+mod lock;
 mod marker;
 pub mod store;
 pub mod wal;
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::device::object::{Location, StoreOptions};
 pub use immutable::Lock;
+pub use lock::RepoLock;
 use marker::MARKER_HEAD;
 pub use marker::{RepoKey, RETAIN_MAX};
 pub use store::{create_dir, inherit_owner};
@@ -250,6 +253,11 @@ impl Repo {
     /// in an immutable repository last, once every stripe is gone).
     pub fn unrecord(&self, set_id: &str) -> Result<()> {
         self.store.delete(&format!("catalog/{set_id}.json"))
+    }
+
+    /// Whether the catalog records set `set_id` now.
+    pub fn recorded(&self, set_id: &str) -> Result<bool> {
+        self.store.exists(&format!("catalog/{set_id}.json"))
     }
 
     /// Every recorded set, oldest first.

@@ -108,11 +108,17 @@ pub fn commit(
         }
         let mut sink = s.sink;
         let t = stored.suffix(s.body_end, s.frames, block_size, guard);
-        let r = sink
+        // A stripe whose manifest or trailer cannot be written (a full disk) is aborted.
+        let r = match sink
             .write_all(&stored.bytes)
             .and_then(|_| sink.write_all(&t))
-            .map_err(anyhow::Error::from)
-            .and_then(|_| sink.commit());
+        {
+            Ok(()) => sink.commit(),
+            Err(e) => {
+                sink.abort();
+                Err(e.into())
+            }
+        };
         match r {
             Ok(()) => done.push(Committed {
                 frames: s.frames,

@@ -85,7 +85,7 @@ impl Watcher {
             {
                 if let Err(e) = client.is_valid(std::time::Duration::from_secs(10)) {
                     let why = went_away(&location, &e);
-                    abort.fail(anyhow::anyhow!("{why}"));
+                    abort.fail(crate::fault::transient(why.clone()));
                     let _ = gone.set(why);
                     break;
                 }
@@ -108,6 +108,25 @@ fn went_away(location: &str, e: &postgres::Error) -> String {
          not valid: check the server log, start the server and back up again",
         pg_err(e)
     )
+}
+
+/// Whether `e` is a lost connection (closed, reset, refused, timed out, the server shut
+/// down or crashed) rather than an answer: a later run may pass. An SQL error the
+/// server answers with (a refused function, a permission) is not.
+pub fn lost(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if let Some(c) = e.code() {
+        let gone = [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+        ];
+        return c.code().starts_with("08") || gone.contains(c);
+    }
+    let io = std::iter::successors(std::error::Error::source(e), |c| c.source())
+        .any(|c| c.is::<std::io::Error>());
+    e.as_db_error().is_none()
+        && (e.is_closed() || io || e.to_string() == "timeout waiting for server")
 }
 
 /// The server's own words for an error (the driver's Display says only "db error"),
@@ -216,8 +235,21 @@ impl Postgres {
         let row = self
             .client()
             .query_one(sql, &[])
-            .map_err(|e| anyhow!("query failed: {sql}: {}", pg_err(&e)))?;
+            .map_err(|e| self.failed(&format!("query failed: {sql}"), &e))?;
         Ok(row.get::<_, String>(0))
+    }
+
+    /// `what` failed with `e`: transient when the connection was lost (the server
+    /// named), fatal when the server answered with an error.
+    fn failed(&self, what: &str, e: &postgres::Error) -> anyhow::Error {
+        match lost(e) {
+            true => crate::fault::transient(format!(
+                "{what}: the PostgreSQL server at {} did not answer ({}): start the server (see its log) and back up again",
+                self.conn.location,
+                pg_err(e)
+            )),
+            false => anyhow!("{what}: {}", pg_err(e)),
+        }
     }
 
     /// Ends the current WAL segment so that it is archived: the primary's when the
@@ -262,7 +294,7 @@ impl Postgres {
                 return Err(crate::interrupt::error(sig));
             }
             if let Some(m) = self.gone.get() {
-                bail!("{m}");
+                return Err(crate::fault::transient(m.clone()));
             }
             // A timeout: a later run may find the archiver caught up.
             if t0.elapsed().as_secs() >= self.archive_timeout && self.standby {
@@ -370,7 +402,7 @@ impl Source for Postgres {
         let row = self
             .client()
             .query_one(&start_sql, &[&label])
-            .map_err(|e| anyhow!("pg_backup_start failed: {}", pg_err(&e)))?;
+            .map_err(|e| self.failed("pg_backup_start failed", &e))?;
         let _ = warming.join();
         let start: String = row.get(0);
         self.start_lsn = crate::pg::parse_lsn(&start)
@@ -435,7 +467,7 @@ impl Source for Postgres {
             return Ok(Finish::default());
         }
         if let Some(m) = self.gone.get() {
-            bail!("{m}");
+            return Err(crate::fault::transient(m.clone()));
         }
         // pagevault waits for the archiver itself (`settle`): the server's own wait
         // looks once a second. One round trip.
@@ -446,13 +478,12 @@ impl Source for Postgres {
              current_setting('archive_mode') <> 'off' OR pg_is_in_recovery() FROM {}",
             crate::pg::backup_stop_call(self.major)
         );
-        let row = client.query_one(&stop_sql, &[]).map_err(|e| {
-            if e.as_db_error().is_none() {
-                anyhow!("{}", went_away(&self.conn.location, &e))
-            } else {
-                anyhow!("pg_backup_stop failed: {}", pg_err(&e))
-            }
-        })?;
+        let row = client
+            .query_one(&stop_sql, &[])
+            .map_err(|e| match lost(&e) {
+                true => crate::fault::transient(went_away(&self.conn.location, &e)),
+                false => anyhow!("pg_backup_stop failed: {}", pg_err(&e)),
+            })?;
         let stop: String = row.get(0);
         let label: String = row.get(1);
         let spcmap: Option<String> = row.get(2);

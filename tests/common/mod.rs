@@ -372,6 +372,28 @@ pub fn key_file(dir: &Path, name: &str, seed: u64, base64: bool) -> String {
     s(&p)
 }
 
+/// `key rotate --repo REPO --old-key-file OLD NEW_FLAG NEW` refused: exit 1, a message
+/// holding each of `says`, and each of `unchanged` (the marker, stripes) byte for byte as
+/// it was. Returns the message.
+pub fn rotate_refused(
+    repo: &str,
+    old: &str,
+    new: [&str; 2],
+    says: &[&str],
+    unchanged: &[PathBuf],
+) -> String {
+    let before: Vec<Vec<u8>> = unchanged.iter().map(|p| fs::read(p).unwrap()).collect();
+    let args = ["key", "rotate", "--repo", repo, "--old-key-file", old];
+    let e = fails(&[&args[..], &new[..]].concat(), 1);
+    for w in says {
+        assert!(e.contains(w), "key rotate should say '{w}': {e}");
+    }
+    for (p, b) in unchanged.iter().zip(&before) {
+        assert!(&fs::read(p).unwrap() == b, "{} changed: {e}", p.display());
+    }
+    e
+}
+
 /// `--from S` for each stripe.
 pub fn from_args(stripes: &[String]) -> Vec<&str> {
     stripes

@@ -20,6 +20,7 @@ mod restore;
   pagevault sql --source files:/data \"BACKUP DATABASE [data] TO DISK = '/bk/a.pv', DISK = '/bk/b.pv' WITH COMPRESSION\"
   pagevault sql \"RESTORE VERIFYONLY FROM DISK = '/bk/a.pv', DISK = '/bk/b.pv'\"
   pagevault sql \"RESTORE FILELISTONLY FROM DISK = '/bk/a.pv', DISK = '/bk/b.pv'\"
+  pagevault sql --json \"RESTORE HEADERONLY FROM DISK = '/bk/a.pv', DISK = '/bk/b.pv'\"
   pagevault sql \"RESTORE DATABASE [app] FROM DISK = '/bk/a.pv', DISK = '/bk/b.pv' WITH MOVE 'app.db' TO '/restore/app.db', REPLACE, STATS = 10\"
   pagevault sql --owner postgres \"RESTORE DATABASE [main] FROM URL = '/backups/main' WITH MOVE 'data' TO '/pg/data', STOPAT = '2026-11-27 10:00:00+00'\"
 
@@ -38,6 +39,12 @@ pub struct SqlArgs {
     /// server that runs as another), as `restore --owner`.
     #[arg(long)]
     pub owner: Option<String>,
+    /// Print what the statement ran as one JSON document, as the command it maps to
+    /// prints it with --json: BACKUP as `backup --json`, RESTORE DATABASE as `restore
+    /// --json`, VERIFYONLY as `verify --json`, HEADERONLY as `header --json`,
+    /// FILELISTONLY as `files --json`. One statement per run.
+    #[arg(long)]
+    pub json: bool,
     /// Statements, separated by ';' (or GO lines).
     pub statements: Vec<String>,
 }
@@ -75,7 +82,10 @@ fn run_backup(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
         store: store.clone(),
         ..BackupOptions::default()
     };
-    let mut show = Show::default();
+    let mut show = Show {
+        json: a.json,
+        ..Show::default()
+    };
     let mut unsupported = vec![];
     for (name, v) in p.options()? {
         match name.as_str() {
@@ -145,6 +155,15 @@ pub fn run(a: SqlArgs, store: &StoreOptions) -> Result<()> {
         .collect();
     if statements.is_empty() {
         bail!("no statement given: try \"BACKUP DATABASE [db] TO DISK = 'NUL' WITH STATS = 10\"");
+    }
+    if a.json && statements.len() > 1 {
+        return Err(anyhow::Error::new(super::Exit {
+            code: super::EXIT_USAGE,
+            error: anyhow!(
+                "--json prints one document: give one statement per run ({} given)",
+                statements.len()
+            ),
+        }));
     }
     for st in statements {
         let mut p = P { toks: st, at: 0 };

@@ -60,14 +60,17 @@ pub(super) fn run(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
                     ..ReadOptions::default()
                 },
             };
-            let r = verify(&o, &cmd_restore::shower(Some(100), false))?;
-            cmd_restore::print_verify(&r, false);
+            let r = verify(&o, &cmd_restore::shower(Some(100), a.json))?;
+            cmd_restore::print_verify(&r, a.json);
             Ok(())
         }
-        "HEADERONLY" => info::print_header(&set::describe(&from, store)?, false),
+        "HEADERONLY" => info::print_header(&set::describe(&from, store)?, a.json),
         _ => {
             let m = set::describe(&from, store)?;
-            info::print_files(&m, false)?;
+            info::print_files(&m, a.json)?;
+            if a.json {
+                return Ok(());
+            }
             println!(
                 "RESTORE DATABASE ... WITH MOVE takes {}.",
                 describe_names("", &m)
@@ -186,14 +189,14 @@ fn database(
             describe_names(db, &manifest)
         )
     })?;
-    let r = restore(&o, &cmd_restore::shower(Some(stats.unwrap_or(100)), false)).map_err(|e| {
+    let r = restore(&o, &cmd_restore::shower(Some(stats.unwrap_or(100)), a.json)).map_err(|e| {
         if !o.replace && format!("{e:#}").contains("--replace") {
             anyhow::anyhow!("{e:#} (in T-SQL: WITH REPLACE)")
         } else {
             e
         }
     })?;
-    cmd_restore::print_restore(&r, false);
+    cmd_restore::print_restore(&r, a.json);
     Ok(())
 }
 

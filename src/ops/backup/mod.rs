@@ -446,15 +446,8 @@ fn backup_set(
     // The catalog record is written last: a set is in the history only once durable.
     if let (Some(repo), false) = (&dest.repo, dest.discard) {
         let entry = catalog_entry(o, &dest, repo, &manifest, &input.info);
-        repo.record(&entry)?;
-        // A first keyed write may have raced this plain one: then the set goes.
-        if params.seal.is_none() && params.sign.is_none() {
-            if let Err(e) = repo.check_still_plain() {
-                let _ = repo.unrecord(&entry.set_id);
-                let _ = repo.remove_set_files(&entry);
-                return Err(e);
-            }
-        }
+        let plain = params.seal.is_none() && params.sign.is_none();
+        record::record_set(repo, &entry, &dest, plain)?;
     }
     drop(running);
     phases.commit = lap();

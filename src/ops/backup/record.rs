@@ -4,6 +4,54 @@ use super::*;
 use crate::format::manifest::SourceKind;
 use crate::pg::{self, facts::PgFacts};
 
+/// Records the committed set in its repository, or removes it: a set whose record
+/// cannot be written, whose plain write raced a first keyed one, or whose base an
+/// expire removed while it ran (checked after recording: expire checks for new sets
+/// after unrecording) is not kept.
+pub(super) fn record_set(
+    repo: &Repo,
+    entry: &CatalogEntry,
+    dest: &Dest,
+    plain: bool,
+) -> Result<()> {
+    // Every stripe, wherever it went; what cannot be removed is named.
+    let remove = |e: anyhow::Error, why: &str| {
+        let left: Vec<String> = (dest.devices.iter())
+            .filter_map(|d| d.remove().err().map(|r| format!("{r:#}")))
+            .collect();
+        match left.is_empty() {
+            true => e.context(format!(
+                "backup stopped: {why}, so its stripes were removed"
+            )),
+            false => e.context(format!(
+                "backup stopped: {why}, but stripes were left behind: {}",
+                left.join("; ")
+            )),
+        }
+    };
+    if let Err(e) = repo.record(entry) {
+        return Err(remove(e, "its catalog record could not be written"));
+    }
+    let base_gone = |b: &str| -> Result<()> {
+        match repo.recorded(b)? {
+            true => Ok(()),
+            false => Err(crate::fault::transient(format!(
+                "its base set {b} was removed (expire) while it ran; run the backup again: it takes the newest set as its base"
+            ))),
+        }
+    };
+    // A first keyed write may have raced this plain one: then the set goes.
+    let kept = match plain {
+        true => repo.check_still_plain(),
+        false => Ok(()),
+    }
+    .and_then(|()| entry.base_set.as_deref().map_or(Ok(()), base_gone));
+    kept.map_err(|e| {
+        let _ = repo.unrecord(&entry.set_id);
+        remove(e, "it is not kept")
+    })
+}
+
 /// What the text shows besides the manifest: warnings, pages per volume and file.
 pub(super) struct Text {
     pub(super) warnings: Vec<String>,

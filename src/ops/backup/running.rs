@@ -95,10 +95,6 @@ impl Running {
             let Ok(repo) = Repo::open(&spec, false, &store) else {
                 return;
             };
-            // An immutable repository keeps every version: no record rewritten every 2 s.
-            if repo.immutable().is_some() {
-                return;
-            }
             let rel = format!("{DIR}/{}.json", rec.set_id);
             if repo.store().create_dir(DIR).is_err() {
                 return;
@@ -109,7 +105,7 @@ impl Running {
                     name, dead: true, ..
                 } = f
                 {
-                    let _ = repo.store().delete(&name);
+                    let _ = repo.delete_rewritable(&name);
                 }
             }
             loop {
@@ -121,14 +117,15 @@ impl Running {
                 }
                 rec.bytes_done = progress.done.load(Relaxed).min(rec.bytes_total);
                 if let Ok(b) = serde_json::to_vec(&rec) {
-                    let _ = repo.store().put(&rel, &b);
+                    // An immutable repository skips it (Repo::put_rewritable).
+                    let _ = repo.put_rewritable(&rel, &b);
                 }
                 // Wakes at once when the backup ends (the sender dropped).
                 if wake.recv_timeout(EVERY) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
                     break;
                 }
             }
-            let _ = repo.store().delete(&rel);
+            let _ = repo.delete_rewritable(&rel);
         });
         Running {
             waker: Some(waker),

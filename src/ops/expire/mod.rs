@@ -91,8 +91,13 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
     }
     let now = super::now()?;
     let repo = Repo::open(&o.repo, false, &o.store)?;
+    // One expire or merge at a time (a dry run removes nothing).
+    let _lock = match o.dry_run {
+        true => None,
+        false => Some(repo.lock("expire")?),
+    };
     let sets = repo.catalog()?;
-    let p = plan(&sets, &o.rules, now);
+    let mut p = plan(&sets, &o.rules, now);
     let expired_sets: Vec<CatalogEntry> = p
         .expire
         .iter()
@@ -175,6 +180,25 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
     } else if !o.dry_run {
         for c in &expired_sets {
             repo.unrecord(&c.set_id)?;
+        }
+        // A diff or incr recorded since the catalog was read keeps its chain: its
+        // backup checks its base after recording, this after unrecording, so one of
+        // them sees the other (docs/PROGRAMS.md).
+        for id in chains_of_new(&repo, &sets, &expired_sets)? {
+            let c = expired_sets
+                .iter()
+                .find(|c| c.set_id == id)
+                .expect("expired");
+            repo.record(c)?;
+            expired.retain(|e| *e != id);
+            p.keep.push(id.clone());
+            if let Some(d) = p.decisions.iter_mut().find(|d| d.set_id == id) {
+                d.keep = true;
+                d.why = "a backup recorded while expire ran is based on it".into();
+            }
+        }
+        expired_sets.retain(|c| expired.contains(&c.set_id));
+        for c in &expired_sets {
             repo.remove_set_files(c)?;
         }
         for (n, _) in &wal {
@@ -218,6 +242,32 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
         wal_refused,
         expired_sets,
     })
+}
+
+/// The expired sets that a set recorded since `sets` were listed needs (its base, its
+/// base's base ...).
+fn chains_of_new(
+    repo: &Repo,
+    sets: &[CatalogEntry],
+    expired: &[CatalogEntry],
+) -> Result<Vec<String>> {
+    let mut needed: Vec<String> = vec![];
+    for n in repo.catalog()? {
+        if sets.iter().any(|c| c.set_id == n.set_id) {
+            continue;
+        }
+        let mut base = n.base_set.clone();
+        while let Some(b) = base {
+            let Some(c) = expired.iter().find(|c| c.set_id == b) else {
+                break;
+            };
+            if !needed.contains(&b) {
+                needed.push(b);
+            }
+            base = c.base_set.clone();
+        }
+    }
+    Ok(needed)
 }
 
 #[cfg(test)]

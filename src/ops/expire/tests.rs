@@ -295,3 +295,28 @@ fn an_immutable_repository_keeps_what_its_retention_and_its_held_sets_need() {
     assert_eq!((r.wal_expired.len(), r.wal_locked), (3, 0), "{r:?}");
     assert_eq!(repo.catalog().unwrap().len(), 1);
 }
+
+#[test]
+fn a_set_recorded_while_expire_ran_keeps_its_chain() {
+    let (_d, repo) = crate::repo::temp_repo();
+    let id = |c: char| c.to_string().repeat(32);
+    let (f1, i1, f2, n) = (id('a'), id('b'), id('c'), id('d'));
+    let rec = |id: &str, ty, base: Option<&str>, h, wal| CatalogEntry {
+        stripes: vec![format!("sets/{id}/1.pv")],
+        ..set(id, ty, base, h, wal)
+    };
+    let sets = vec![
+        rec(&f1, "full", None, 0, "000000010000000000000002"),
+        rec(&i1, "incr", Some(&f1), 1, "000000010000000000000004"),
+        rec(&f2, "full", None, 2, "000000010000000000000006"),
+    ];
+    for s in &sets {
+        repo.record(s).unwrap();
+    }
+    let expired = sets[..2].to_vec();
+    assert!(chains_of_new(&repo, &sets, &expired).unwrap().is_empty());
+    // An incr on i1 recorded after the catalog was read: i1 and its base f1 stay.
+    let new = rec(&n, "incr", Some(&i1), 3, "000000010000000000000008");
+    repo.record(&new).unwrap();
+    assert_eq!(chains_of_new(&repo, &sets, &expired).unwrap(), [i1, f1]);
+}
