@@ -68,6 +68,19 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
         &key,
         "--sign",
     ]);
+    pg.sql("UPDATE t SET g = g WHERE g <= 100");
+    ok(&[
+        "backup",
+        "--source",
+        &url,
+        "--repo",
+        &repo,
+        "--type",
+        "diff",
+        "--key-file",
+        &key,
+        "--sign",
+    ]);
     pg.sql("INSERT INTO t SELECT g FROM generate_series(20001, 30000) g");
     let last = pg.switch_and_wait();
     let want = rows(&pg);
@@ -87,6 +100,25 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
         conf.contains("archive-get") && conf.contains("--key-file"),
         "{conf}"
     );
+    check_restored(&target, &want, rows);
+
+    // Merged with the key: the full's unchanged chunks keep their bytes, tagged again
+    // for the new set, which verifies and restores alone.
+    let m = json(&["merge", "--repo", &repo, "--key-file", &key]);
+    assert!(m["backup"]["kept_frames"].as_u64().unwrap() > 0, "{m}");
+    let merged = m["set_id"].as_str().unwrap();
+    let v = json(&[
+        "verify",
+        "--repo",
+        &repo,
+        "--set",
+        merged,
+        "--key-file",
+        &key,
+    ]);
+    assert_eq!(v["valid"], true, "{v}");
+    let (target, r) = restore_repo(&repo, &["--key-file", &key]);
+    assert_eq!(r["chain"].as_array().unwrap().len(), 1, "{r}");
     check_restored(&target, &want, rows);
 
     // The last archived segment: forged, then replaced by a plain file.
