@@ -260,7 +260,7 @@ fn staged_source(
         let abs = restorer.place(data, &f.path);
         entries.push(SourceFile {
             rel_path: f.path.to_string(),
-            abs_path: abs,
+            abs_path: abs.into(),
             kind: f.kind,
             size: f.size,
             mode: f.mode,

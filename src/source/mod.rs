@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub struct SourceFile {
     /// Path inside the backup set ('/'-separated, relative).
     pub rel_path: String,
-    pub abs_path: PathBuf,
+    pub abs_path: crate::engine::backup::FilePath,
     pub kind: EntryKind,
     pub size: u64,
     pub mode: u32,

@@ -76,11 +76,8 @@ fn frame(
         _ => ContentHash::of_version(FORMAT_VERSION).digest(raw),
     };
     let zero = pages.is_none() && is_zero(raw);
-    sh.state[item.file as usize]
-        .digests
-        .lock()
-        .unwrap()
-        .slice_mut()[(item.offset / t) as usize] = Some(digest);
+    let i = item.file as usize;
+    sh.state.record(i, &sh.plan[i], item.offset / t, digest, t);
     let data_kind = if pages.is_some() {
         FrameKind::Pages
     } else {
