@@ -491,3 +491,21 @@ fn small_files(plan: &[ReadFile], v: usize, transfer: usize) -> bool {
 fn compress_queue(threads: usize, buffers: usize) -> usize {
     (2 * threads).clamp(1, buffers.max(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_volume_of_small_files_is_held_where_it_starts() {
+        let plan: Vec<ReadFile> = (0..10)
+            .map(|i| ReadFile::new(i, PathBuf::from("x"), 4096, (i % 2) as usize))
+            .chain([ReadFile::new(10, PathBuf::from("y"), 8 << 20, 1)])
+            .collect();
+        let t = 1 << 20;
+        assert!(small_files(&plan, 0, t), "five 4 KiB files");
+        assert!(!small_files(&plan, 1, t), "an 8 MiB file among them");
+        assert!(!small_files(&plan, 2, t), "no files");
+    }
+}
