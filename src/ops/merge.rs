@@ -267,7 +267,7 @@ fn staged_source(
             mtime: f.mtime,
             dev,
             missing_ok: false,
-            link_target: f.link_target.as_deref().map(str::to_string),
+            link_target: f.link_target.clone(),
         });
     }
     let facts = PgFacts::from_extra(&m.extra).map_err(|e| anyhow!("set {}: {e}", m.set_id))?;

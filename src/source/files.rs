@@ -36,7 +36,7 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
             (EntryKind::Dir, 0, None)
         } else if ft.is_symlink() {
             let t = std::fs::read_link(path)?;
-            (EntryKind::Link, 0, Some(t.to_string_lossy().into_owned()))
+            (EntryKind::Link, 0, Some(t.to_string_lossy().into()))
         } else {
             return Ok(None); // sockets, fifos, devices: nothing to back up
         };

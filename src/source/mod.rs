@@ -28,7 +28,7 @@ pub struct SourceFile {
     /// Device id of the volume holding the file.
     pub dev: u64,
     pub missing_ok: bool,
-    pub link_target: Option<String>,
+    pub link_target: Option<Box<str>>,
 }
 
 pub trait Source {

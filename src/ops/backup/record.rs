@@ -98,7 +98,7 @@ pub(super) fn manifest(
             pages: p,
             checksum,
             sparse: is_sparse,
-            link_target: e.link_target.map(String::into_boxed_str),
+            link_target: e.link_target,
         });
     }
     files.reverse();

@@ -127,7 +127,7 @@ impl Postgres {
                 link_target: if kind == EntryKind::Link {
                     std::fs::read_link(e.path())
                         .ok()
-                        .map(|t| t.to_string_lossy().into_owned())
+                        .map(|t| t.to_string_lossy().into())
                 } else {
                     None
                 },
