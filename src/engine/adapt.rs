@@ -8,7 +8,8 @@
 //! reads in flight, or twice the span (adjacent transfers read by one preadv, up to
 //! `max_span`: larger requests for devices that reward them). After a step that did not
 //! pay the next trial is of the other kind. Reads then follow what the device rewards,
-//! not a guess.
+//! not a guess. A volume of small files is held where it starts (`backup::small_files`):
+//! the pool grows one whole buffer per read in flight, and such reads carry a few KiB.
 
 use super::stats::Lane;
 use super::Abort;

@@ -4,6 +4,7 @@
 pub mod adapt;
 pub mod backup;
 pub mod codec;
+pub mod digests;
 pub mod pool;
 pub mod restore;
 pub mod stats;

@@ -216,6 +216,55 @@ pub fn file_checksum<'a>(size: u64, chunk_digests: impl Iterator<Item = &'a [u8;
     Checksum(*h.finalize().as_bytes())
 }
 
+/// Where an item of a list is, by its manifest id: the ids sorted and searched, so a
+/// lookup costs four bytes an item. A manifest's ids are strictly increasing (checked by
+/// `Manifest::validate`), so a list in manifest order needs nothing more; another order
+/// keeps each sorted id's position beside it.
+#[derive(Debug, Default)]
+pub struct IdIndex {
+    ids: Vec<u32>,
+    /// Sorted position -> the item's position, when the list was not in id order.
+    at: Option<Vec<usize>>,
+}
+
+impl IdIndex {
+    /// The index of a list whose items have these ids, in the list's order.
+    pub fn new(ids: impl IntoIterator<Item = u32>) -> IdIndex {
+        let mut ids: Vec<u32> = ids.into_iter().collect();
+        ids.shrink_to_fit();
+        if ids.is_sorted_by(|a, b| a < b) {
+            return IdIndex { ids, at: None };
+        }
+        let mut at: Vec<usize> = (0..ids.len()).collect();
+        at.sort_by_key(|&i| ids[i]);
+        let sorted = at.iter().map(|&i| ids[i]).collect();
+        IdIndex {
+            ids: sorted,
+            at: Some(at),
+        }
+    }
+
+    /// The position in the list of the item with id `id`.
+    pub fn get(&self, id: u32) -> Option<usize> {
+        let k = self.ids.binary_search(&id).ok()?;
+        Some(self.at.as_ref().map_or(k, |at| at[k]))
+    }
+
+    /// Every id, increasing, with its item's position.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        let at = |k: usize| self.at.as_ref().map_or(k, |at| at[k]);
+        self.ids.iter().enumerate().map(move |(k, &id)| (id, at(k)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
 /// Checks that a manifest path stays inside the directory it is restored to.
 pub fn check_relative_path(p: &str) -> Result<(), String> {
     if p.is_empty() {
@@ -425,6 +474,24 @@ pub(crate) mod tests {
             }],
             extra: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn an_id_index_finds_items_in_any_order() {
+        let sorted = IdIndex::new([2, 5, 9]);
+        assert_eq!(
+            (sorted.get(5), sorted.get(9), sorted.get(4)),
+            (Some(1), Some(2), None)
+        );
+        let shuffled = IdIndex::new([9, 2, 5]);
+        assert_eq!(
+            (shuffled.get(9), shuffled.get(2), shuffled.get(5)),
+            (Some(0), Some(1), Some(2))
+        );
+        assert_eq!((shuffled.get(3), shuffled.len()), (None, 3));
+        let all: Vec<_> = shuffled.iter().collect();
+        assert_eq!(all, [(2, 1), (5, 2), (9, 0)]);
+        assert!(IdIndex::new([]).is_empty());
     }
 
     #[test]

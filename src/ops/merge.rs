@@ -307,14 +307,14 @@ fn staged_source(
         let abs = restorer.place(data, &f.path);
         entries.push(SourceFile {
             rel_path: f.path.to_string(),
-            abs_path: abs,
+            abs_path: abs.into(),
             kind: f.kind,
             size: f.size,
             mode: f.mode,
             mtime: f.mtime,
             dev,
             missing_ok: false,
-            link_target: f.link_target.as_deref().map(str::to_string),
+            link_target: f.link_target.clone(),
         });
     }
     let facts = PgFacts::from_extra(&m.extra).map_err(|e| anyhow!("set {}: {e}", m.set_id))?;

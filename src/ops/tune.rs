@@ -207,7 +207,7 @@ fn sample_plan(plan: &[ReadFile], sample: u64) -> Vec<ReadFile> {
 
 fn drop_cache(plan: &[ReadFile]) {
     for f in plan {
-        if let Ok(file) = std::fs::File::open(&f.path) {
+        if let Ok(file) = std::fs::File::open(f.path.full()) {
             crate::sys::fadvise(&file, 0, 0, crate::sys::Advice::DontNeed);
         }
     }
@@ -583,7 +583,7 @@ mod tests {
 
     #[test]
     fn sample_takes_the_same_share_of_every_file() {
-        let f = |id, size| ReadFile::new(id, "x".into(), size, 0);
+        let f = |id, size| ReadFile::new(id, PathBuf::from("x"), size, 0);
         let plan = vec![f(0, 100 << 20), f(1, 10 << 20), f(2, 1000), f(3, 0)];
         let s = sample_plan(&plan, 11 << 20);
         assert_eq!(s.len(), 3, "empty files are skipped");

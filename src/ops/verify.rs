@@ -5,8 +5,7 @@
 use crate::device::object::{retry_stats, RetryStats};
 use crate::engine::restore::{self, FileIn};
 use crate::engine::stats::{Progress, WaitStats};
-use crate::format::manifest::Checksum;
-use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceKind};
+use crate::format::manifest::{Checksum, EntryKind, IdIndex, Manifest, SourceKind};
 use crate::format::ContentHash;
 use crate::pg::{self, facts::PgFacts};
 use crate::repo::{chain, CatalogEntry, Repo};
@@ -98,10 +97,12 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
     let ids = regular_files(m);
     let progress = Arc::new(Progress::default());
     let shown = show(progress.clone(), "verify");
-    let out = restore::run(&set.stripes, &ids, &params, None, &progress);
+    let sums = Checksums::new(m, &ids);
+    let out = restore::run(&set.stripes, &ids, &params, None, &progress, &|i, got| {
+        sums.check(i, got)
+    });
     drop(shown);
     let out = out.context("the backup set is damaged")?;
-    check_checksums(m, &ids, &out.checksums).context("the backup set is damaged")?;
     let secs = out.wall.as_secs_f64();
     Ok(VerifyReport {
         command: "verify",
@@ -184,32 +185,36 @@ pub(crate) fn check_source_facts(m: &Manifest) -> Result<()> {
     Ok(())
 }
 
-/// Every file's checksum, recomputed from the frames, must match the manifest.
-pub(crate) fn check_checksums(
-    m: &Manifest,
-    ids: &[FileIn],
-    got: &[Result<Checksum, String>],
-) -> Result<()> {
-    // A manifest's ids are increasing (validated): found by a binary search.
-    let entry = |id: u32| -> Result<&FileEntry> {
-        let i = (m.files.binary_search_by_key(&id, |f| f.id))
-            .map_err(|_| anyhow::anyhow!("file {id} is not in the manifest"))?;
-        Ok(&m.files[i])
-    };
-    for (file, g) in ids.iter().zip(got) {
-        let f = entry(file.id)?;
-        match g {
+/// Every file's checksum, recomputed from the frames, must match the manifest: the
+/// restore engine's `Done` for a run over `ids` (`regular_files` of `m`).
+pub(crate) struct Checksums<'a> {
+    m: &'a Manifest,
+    ids: &'a [FileIn],
+    index: IdIndex,
+}
+
+impl<'a> Checksums<'a> {
+    pub(crate) fn new(m: &'a Manifest, ids: &'a [FileIn]) -> Checksums<'a> {
+        let index = IdIndex::new(m.files.iter().map(|f| f.id));
+        Checksums { m, ids, index }
+    }
+
+    /// File `i` of `ids`, its checksum recomputed (or what is missing).
+    pub(crate) fn check(&self, i: usize, got: Result<Checksum, String>) -> Result<()> {
+        let id = self.ids[i].id;
+        let k = (self.index.get(id)).ok_or_else(|| anyhow!("file {id} is not in the manifest"))?;
+        let f = &self.m.files[k];
+        match got {
             Err(e) => bail!("file '{}' is incomplete in the set: {e}", f.path),
-            Ok(c) if Some(*c) != f.checksum => bail!(
+            Ok(c) if Some(c) != f.checksum => bail!(
                 "file '{}' does not match its manifest checksum (restored {}, expected {})",
                 f.path,
                 c,
                 f.checksum.map(|c| c.to_string()).unwrap_or_default()
             ),
-            Ok(_) => {}
+            Ok(_) => Ok(()),
         }
     }
-    Ok(())
 }
 
 /// The pipeline's parameters: sizes from the set's validated header, threads and

@@ -29,7 +29,8 @@ struct Opened {
     source: Box<dyn StripeSource>,
     header: MediaHeader,
     tail: Tail,
-    manifest: Manifest,
+    /// Taken by `open` once compared: a set's manifest is held once, not per stripe.
+    manifest: Option<Manifest>,
     keys: Keys,
 }
 
@@ -257,7 +258,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
         source,
         header,
         tail,
-        manifest,
+        manifest: Some(manifest),
         keys,
     })
 }
@@ -267,10 +268,26 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
     if specs.is_empty() {
         bail!("name the stripes of the set with --from (one per stripe)");
     }
-    let mut opened = specs
-        .iter()
-        .map(|s| open_one(s, o))
-        .collect::<Result<Vec<_>>>()?;
+    // Each stripe's manifest is compared with the first's as it is opened, then dropped.
+    let (mut opened, mut kept) = (Vec::<Opened>::with_capacity(specs.len()), None::<Manifest>);
+    let mut differs = None;
+    for spec in specs {
+        let mut one = open_one(spec, o)?;
+        let m = one.manifest.take().expect("read with its stripe");
+        match &kept {
+            None => kept = Some(m),
+            Some(k) => {
+                if differs.is_none() && m.set_id == k.set_id && m != *k {
+                    differs = Some(format!(
+                        "stripe '{}' carries a manifest that differs from stripe '{}'",
+                        one.name, opened[0].name
+                    ));
+                }
+            }
+        }
+        opened.push(one);
+    }
+    let manifest = kept.expect("at least one stripe");
     let first = &opened[0];
     let set_id = first.header.set_id;
     let n = first.header.stripe_count as usize;
@@ -305,7 +322,6 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
         .map(|(i, _)| i.to_string())
         .collect();
     if !missing.is_empty() {
-        let any = slots.iter().flatten().next().unwrap();
         let where_: Vec<String> = missing
             .iter()
             .map(|i| {
@@ -313,7 +329,7 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
                 format!(
                     "stripe {} of {n} (written to '{}')",
                     i + 1,
-                    any.manifest.stripes[i].device
+                    manifest.stripes[i].device
                 )
             })
             .collect();
@@ -323,15 +339,8 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
         );
     }
     let slots: Vec<Opened> = slots.into_iter().map(Option::unwrap).collect();
-    let manifest = slots[0].manifest.clone();
-    for o in &slots[1..] {
-        if o.manifest != manifest {
-            bail!(
-                "stripe '{}' carries a manifest that differs from stripe '{}'",
-                o.name,
-                slots[0].name
-            );
-        }
+    if let Some(e) = differs {
+        bail!(e);
     }
     // Each stripe's count was checked against its own size.
     let frames = slots
@@ -371,7 +380,7 @@ impl OpenSet {
 
 /// The manifest of one stripe, without the rest of its set.
 pub fn open_any(spec: &str, o: &StoreOptions) -> Result<Manifest> {
-    Ok(open_one(spec, o)?.manifest)
+    Ok(open_one(spec, o)?.manifest.expect("read with its stripe"))
 }
 
 /// The manifest of the set the stripes name; one stripe alone describes its set

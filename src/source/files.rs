@@ -2,6 +2,7 @@
 //! for cold files and snapshots, and to benchmark any storage.
 
 use super::{Source, SourceFile};
+use crate::engine::backup::{Dirs, FilePath};
 use crate::format::manifest::SourceKind;
 use crate::format::manifest::{EntryKind, SourceInfo};
 use anyhow::{bail, Context, Result};
@@ -23,7 +24,11 @@ impl Files {
 pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
     let meta = std::fs::symlink_metadata(root)
         .with_context(|| format!("cannot read source '{}'", root.display()))?;
-    let entry = |path: &Path, rel: String, m: &std::fs::Metadata| -> Result<Option<SourceFile>> {
+    let entry = |path: &Path,
+                 abs_path: FilePath,
+                 rel: String,
+                 m: &std::fs::Metadata|
+     -> Result<Option<SourceFile>> {
         let ft = m.file_type();
         let (kind, size, link_target) = if ft.is_file() {
             (EntryKind::File, m.len(), None)
@@ -31,13 +36,13 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
             (EntryKind::Dir, 0, None)
         } else if ft.is_symlink() {
             let t = std::fs::read_link(path)?;
-            (EntryKind::Link, 0, Some(t.to_string_lossy().into_owned()))
+            (EntryKind::Link, 0, Some(t.to_string_lossy().into()))
         } else {
             return Ok(None); // sockets, fifos, devices: nothing to back up
         };
         Ok(Some(SourceFile {
             rel_path: rel,
-            abs_path: path.to_path_buf(),
+            abs_path,
             kind,
             size,
             mode: m.mode() & 0o7777,
@@ -52,7 +57,8 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "file".into());
-        return Ok(entry(root, name, &meta)?.into_iter().collect());
+        let abs = root.to_path_buf().into();
+        return Ok(entry(root, abs, name, &meta)?.into_iter().collect());
     }
     if !meta.is_dir() {
         bail!(
@@ -64,6 +70,7 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
     // walked entry with its metadata.
     const BATCH: usize = 4096;
     let mut out = vec![];
+    let mut dirs = Dirs::default();
     let mut batch: Vec<(String, walkdir::DirEntry)> = Vec::with_capacity(BATCH);
     let mut flush = |batch: &mut Vec<(String, walkdir::DirEntry)>| -> Result<()> {
         let stats = {
@@ -72,7 +79,7 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
         };
         for ((rel, e), m) in batch.drain(..).zip(stats) {
             let m = m.with_context(|| format!("cannot stat '{}'", e.path().display()))?;
-            if let Some(f) = entry(e.path(), rel, &m)? {
+            if let Some(f) = entry(e.path(), dirs.file(e.path()), rel, &m)? {
                 out.push(f);
             }
         }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub struct SourceFile {
     /// Path inside the backup set ('/'-separated, relative).
     pub rel_path: String,
-    pub abs_path: PathBuf,
+    pub abs_path: crate::engine::backup::FilePath,
     pub kind: EntryKind,
     pub size: u64,
     pub mode: u32,
@@ -28,7 +28,7 @@ pub struct SourceFile {
     /// Device id of the volume holding the file.
     pub dev: u64,
     pub missing_ok: bool,
-    pub link_target: Option<String>,
+    pub link_target: Option<Box<str>>,
 }
 
 pub trait Source {

@@ -544,7 +544,7 @@ impl Source for Postgres {
             let m = std::fs::metadata(&p)?;
             late.push(SourceFile {
                 rel_path: format!("pg_wal/{name}"),
-                abs_path: p,
+                abs_path: p.into(),
                 kind: EntryKind::File,
                 size: m.len(),
                 mode: m.mode() & 0o7777,

@@ -138,7 +138,7 @@ impl Source for Sqlite {
                 .unwrap()
                 .to_string_lossy()
                 .into_owned(),
-            abs_path: spool.0.clone(),
+            abs_path: spool.0.clone().into(),
             kind: EntryKind::File,
             size: m.len(),
             mode: orig.mode() & 0o7777,

@@ -3,15 +3,18 @@
 //! written in place, then links, modes and times, ownership and one syncfs.
 
 use crate::engine::restore::FrameSink;
-use crate::format::manifest::{EntryKind, Manifest};
+use crate::format::manifest::{EntryKind, IdIndex, Manifest};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{
+    AtomicBool, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
+use std::sync::{Arc, Mutex};
 
 mod delta;
 mod roots;
@@ -53,7 +56,7 @@ impl Target {
             open.clear(); // in-flight writers keep their Arc
         }
         let path = self.files.ensure(id)?;
-        let f = Arc::new(self.files.roots.open_file(path, OFlags::RDWR, 0)?);
+        let f = Arc::new(self.files.roots.open_file(&path, OFlags::RDWR, 0)?);
         open.insert(id, f.clone());
         Ok(f)
     }
@@ -62,11 +65,8 @@ impl Target {
 impl Target {
     /// An I/O error that names the file it happened to (the engine knows only ids).
     fn named(&self, id: u32, e: io::Error) -> io::Error {
-        match self.files.index(id) {
-            Some(i) => io::Error::new(
-                e.kind(),
-                format!("'{}': {e}", self.files.list[i].0.display()),
-            ),
+        match self.files.index.get(id) {
+            Some(i) => io::Error::new(e.kind(), format!("'{}': {e}", self.files.path(i).display())),
             None => e,
         }
     }
@@ -216,37 +216,78 @@ pub fn give_back(dir: &Path, b: Before) -> Result<()> {
 /// where many inodes were just freed (ext4 without a journal skips each of them), so a
 /// cluster's thousands of files matter.
 pub struct Files {
-    list: Vec<(Box<Path>, u64)>,
-    /// Each listed file's manifest id, increasing as a manifest's are: found by a
-    /// binary search.
-    ids: Vec<u32>,
-    /// Made at its size: true when it was there already (a delta restore's).
-    made: Vec<OnceLock<Result<bool, Box<str>>>>,
+    /// Each file's manifest id.
+    index: IdIndex,
+    /// Each file's directory (an index in `dirs`), the end of its name in `names`, its
+    /// size: flat, a few bytes a file.
+    dir: Vec<u32>,
+    name_end: Vec<u32>,
+    names: Vec<u8>,
+    sizes: Vec<u64>,
+    dirs: Vec<Box<Path>>,
+    /// How far each file is made: NOT_MADE, MADE, KEPT (a delta restore's, in place) or
+    /// FAILED (why in `failed`).
+    made: Vec<AtomicU8>,
+    /// Held while a file is made, by file index modulo their count: a file is made once.
+    making: Box<[Mutex<()>]>,
+    failed: Mutex<HashMap<usize, Box<str>>>,
     /// A delta restore: files in place are kept and compared before they are written.
     delta: Option<delta::Delta>,
     /// Where files are made and opened, beneath these handles only.
     roots: Arc<Roots>,
 }
 
+const NOT_MADE: u8 = 0;
+const MADE: u8 = 1;
+const KEPT: u8 = 2;
+const FAILED: u8 = 3;
+const MAKING_LOCKS: usize = 1024;
+
 impl Files {
-    fn index(&self, id: u32) -> Option<usize> {
-        self.ids.binary_search(&id).ok()
+    /// Where file `i` goes.
+    fn path(&self, i: usize) -> PathBuf {
+        let start = i.checked_sub(1).map_or(0, |k| self.name_end[k] as usize);
+        let name = &self.names[start..self.name_end[i] as usize];
+        self.dirs[self.dir[i] as usize].join(std::ffi::OsStr::from_bytes(name))
     }
 
     /// Where file `id` goes, once it exists at its size.
-    fn ensure(&self, id: u32) -> io::Result<&Path> {
-        let i = self
-            .index(id)
+    fn ensure(&self, id: u32) -> io::Result<PathBuf> {
+        let i = (self.index.get(id))
             .ok_or_else(|| io::Error::other(format!("file {id} is not in the manifest")))?;
         self.make(i).map_err(io::Error::other)?;
-        Ok(&self.list[i].0)
+        Ok(self.path(i))
+    }
+
+    /// Whether file `i` is made (Some(kept)), or why it cannot be.
+    fn state(&self, i: usize) -> Option<Result<bool, String>> {
+        match self.made[i].load(Acquire) {
+            MADE => Some(Ok(false)),
+            KEPT => Some(Ok(true)),
+            FAILED => Some(Err(self.failed.lock().unwrap()[&i].to_string())),
+            _ => None,
+        }
     }
 
     fn make(&self, i: usize) -> Result<(), String> {
-        let (p, size) = &self.list[i];
-        let made = self.made[i]
-            .get_or_init(|| -> Result<bool, Box<str>> { Ok(self.made_now(p, *size, i)?) });
-        made.as_ref().map(|_| ()).map_err(|e| e.to_string())
+        if let Some(r) = self.state(i) {
+            return r.map(|_| ());
+        }
+        let _making = self.making[i % self.making.len()].lock().unwrap();
+        if let Some(r) = self.state(i) {
+            return r.map(|_| ());
+        }
+        let r = self.made_now(&self.path(i), self.sizes[i], i);
+        let state = match &r {
+            Ok(true) => KEPT,
+            Ok(false) => MADE,
+            Err(e) => {
+                self.failed.lock().unwrap().insert(i, e.as_str().into());
+                FAILED
+            }
+        };
+        self.made[i].store(state, Release);
+        r.map(|_| ())
     }
 
     /// Makes file `i` at its size (a delta restore keeps one in place): true if kept.
@@ -286,35 +327,51 @@ impl Files {
     /// A delta restore's state for file `id`: its index and whether it was in place.
     fn delta_of(&self, id: u32) -> Option<(&delta::Delta, usize, bool)> {
         let d = self.delta.as_ref()?;
-        let i = self.index(id)?;
-        let found = matches!(self.made[i].get(), Some(Ok(true)));
-        Some((d, i, found))
+        let i = self.index.get(id)?;
+        Some((d, i, self.made[i].load(Acquire) == KEPT))
     }
 
     /// What a delta restore did (None for another restore), once every file is written.
     pub fn delta_report(&self, swept: Swept) -> Option<DeltaReport> {
-        let found = self.made.iter().map(|m| matches!(m.get(), Some(Ok(true))));
+        let found = self.made.iter().map(|m| m.load(Acquire) == KEPT);
         Some(self.delta.as_ref()?.report(found, swept))
     }
 
     /// Creates every file, `threads` at a time, one directory per lane: a directory's
     /// creations queue on its lock, different directories' go in parallel.
     pub fn create_first(&self, threads: usize) -> Result<()> {
-        let mut dirs: HashMap<&Path, Vec<usize>> = HashMap::new();
-        for (i, (p, _)) in self.list.iter().enumerate() {
-            dirs.entry(p.parent().unwrap_or(p)).or_default().push(i);
+        // The files by directory (a counting sort), then whole directories dealt to
+        // lanes, the largest first, each to the lane with the fewest files.
+        let mut start = vec![0u32; self.dirs.len() + 1];
+        for &d in &self.dir {
+            start[d as usize + 1] += 1;
         }
-        let mut groups: Vec<Vec<usize>> = dirs.into_values().collect();
-        groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
-        let mut lanes: Vec<Vec<usize>> = vec![vec![]; threads.max(1)];
-        for g in groups {
-            let lane = lanes.iter_mut().min_by_key(|l| l.len()).unwrap();
-            lane.extend(g);
+        for d in 0..self.dirs.len() {
+            start[d + 1] += start[d];
+        }
+        let mut by_dir = vec![0u32; self.dir.len()];
+        let mut next = start.clone();
+        for (i, &d) in self.dir.iter().enumerate() {
+            by_dir[next[d as usize] as usize] = i as u32;
+            next[d as usize] += 1;
+        }
+        let files = |d: usize| &by_dir[start[d] as usize..start[d + 1] as usize];
+        let mut dirs: Vec<usize> = (0..self.dirs.len()).collect();
+        dirs.sort_by_key(|&d| std::cmp::Reverse(files(d).len()));
+        let mut lanes: Vec<(usize, Vec<usize>)> = vec![(0, vec![]); threads.max(1)];
+        for d in dirs {
+            let lane = lanes.iter_mut().min_by_key(|l| l.0).unwrap();
+            lane.0 += files(d).len();
+            lane.1.push(d);
         }
         std::thread::scope(|s| {
             let running: Vec<_> = lanes
                 .iter()
-                .map(|l| s.spawn(|| l.iter().try_for_each(|&i| self.make(i))))
+                .map(|(_, l)| {
+                    s.spawn(|| {
+                        (l.iter().flat_map(|&d| files(d))).try_for_each(|&i| self.make(i as usize))
+                    })
+                })
                 .collect();
             running
                 .into_iter()
@@ -325,7 +382,7 @@ impl Files {
 
     /// Creates every file not yet created, in the manifest's order, until `stop` is set.
     pub fn create_all(&self, stop: &AtomicBool) -> Result<(), String> {
-        (0..self.list.len())
+        (0..self.sizes.len())
             .take_while(|_| !stop.load(Relaxed))
             .try_for_each(|i| self.make(i))
     }
@@ -339,7 +396,10 @@ pub fn lay_out(
     delta: bool,
     roots: Arc<Roots>,
 ) -> Result<Files> {
-    let (mut list, mut ids) = (vec![], vec![]);
+    let (mut ids, mut dir, mut name_end, mut names, mut sizes) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut dirs: Vec<Box<Path>> = vec![];
+    let mut dir_of: HashMap<PathBuf, u32> = HashMap::new();
     let mut made_dirs = std::collections::HashSet::new();
     for f in &m.files {
         let p = place(&f.path);
@@ -349,31 +409,47 @@ pub fn lay_out(
                 made_dirs.insert(p);
             }
             EntryKind::File => {
-                if let Some(parent) = p.parent() {
-                    if made_dirs.insert(parent.to_path_buf()) {
-                        roots.create_dir_all(parent)?;
+                let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+                    bail!("'{}' has no directory to be made in", p.display());
+                };
+                let d = match dir_of.get(parent) {
+                    Some(&d) => d,
+                    None => {
+                        if !made_dirs.contains(parent) {
+                            roots.create_dir_all(parent)?;
+                        }
+                        dirs.push(parent.into());
+                        dir_of.insert(parent.to_path_buf(), dirs.len() as u32 - 1);
+                        dirs.len() as u32 - 1
                     }
-                }
+                };
+                names.extend_from_slice(name.as_bytes());
+                let end = u32::try_from(names.len())
+                    .map_err(|_| anyhow!("the file names of the set exceed 4 GiB in all"))?;
                 ids.push(f.id);
-                list.push((p.into_boxed_path(), f.size));
+                dir.push(d);
+                name_end.push(end);
+                sizes.push(f.size);
             }
             EntryKind::Link => {}
         }
     }
-    // A manifest's ids are increasing (validated); sorted here all the same.
-    if !ids.is_sorted() {
-        let mut both: Vec<_> = ids.into_iter().zip(list).collect();
-        both.sort_by_key(|e| e.0);
-        (ids, list) = both.into_iter().unzip();
-    }
-    list.shrink_to_fit();
-    ids.shrink_to_fit();
-    let made = (0..list.len()).map(|_| OnceLock::new()).collect();
+    drop((dir_of, made_dirs));
+    names.shrink_to_fit();
+    let n = sizes.len();
     Ok(Files {
-        delta: delta.then(|| delta::Delta::new(list.len())),
-        list,
-        ids,
-        made,
+        index: IdIndex::new(ids),
+        dir,
+        name_end,
+        names,
+        sizes,
+        dirs,
+        made: (0..n).map(|_| AtomicU8::new(NOT_MADE)).collect(),
+        making: (0..MAKING_LOCKS.min(n.max(1)))
+            .map(|_| Mutex::new(()))
+            .collect(),
+        failed: Mutex::default(),
+        delta: delta.then(|| delta::Delta::new(n)),
         roots,
     })
 }

@@ -64,7 +64,7 @@ pub fn choose(plan: &mut [ReadFile], mode: DirectIo) -> Chosen {
     let found = crate::par::map_index(candidates.len(), THREADS, |k| {
         let f = &files[candidates[k]];
         // As its read will open it: never through a link, never a FIFO.
-        let open = super::read::open_for_read(&f.path, false);
+        let open = super::read::open_for_read(&f.path.full(), false);
         match open.ok().and_then(crate::sys::cached) {
             None => Residence::Unknown,
             Some(c) if c.pages == 0 && c.dirty == 0 => Residence::Cold,
@@ -153,10 +153,10 @@ mod tests {
         ];
         // Written and synced: every page is clean in the cache. Dropped: none is.
         for f in [&plan[0], &plan[2]] {
-            let h = std::fs::File::open(&f.path).unwrap();
+            let h = std::fs::File::open(f.path.full()).unwrap();
             crate::sys::fadvise(&h, 0, 0, crate::sys::Advice::DontNeed);
         }
-        let cold = std::fs::File::open(&plan[0].path).unwrap();
+        let cold = std::fs::File::open(plan[0].path.full()).unwrap();
         if crate::sys::cached(&cold).unwrap().pages != 0 {
             eprintln!("skipped: this file system keeps no page cache to drop");
             return;

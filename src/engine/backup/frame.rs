@@ -55,11 +55,8 @@ fn frame(
     if let (Some((codec, raw_len)), Some(digest)) = (item.stored, item.digest) {
         // A merge keeps the full's stored bytes: checked there, framed here.
         sh.kept_frames.fetch_add(1, Relaxed);
-        sh.state[item.file as usize]
-            .digests
-            .lock()
-            .unwrap()
-            .slice_mut()[(item.offset / t) as usize] = Some(digest);
+        let i = item.file as usize;
+        sh.state.record(i, &sh.plan[i], item.offset / t, digest, t);
         finish(sh, item, FrameKind::Data, codec, raw_len, digest);
         return Ok(raw_len);
     }
@@ -87,11 +84,8 @@ fn frame(
         _ => ContentHash::of_version(FORMAT_VERSION).digest(raw),
     };
     let zero = pages.is_none() && is_zero(raw);
-    sh.state[item.file as usize]
-        .digests
-        .lock()
-        .unwrap()
-        .slice_mut()[(item.offset / t) as usize] = Some(digest);
+    let i = item.file as usize;
+    sh.state.record(i, &sh.plan[i], item.offset / t, digest, t);
     let data_kind = if pages.is_some() {
         FrameKind::Pages
     } else {

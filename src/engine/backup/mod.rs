@@ -3,8 +3,13 @@
 
 pub mod direct;
 mod frame;
+mod path;
 mod read;
+mod state;
 mod write;
+
+pub use path::{Dirs, FilePath};
+pub use state::{FileResult, FileResults};
 
 use super::adapt::Adapt;
 use super::codec::CodecSpec;
@@ -13,21 +18,19 @@ use super::stats::{summarize, Progress, Stage, WaitStats};
 use super::Abort;
 use crate::device::StripeSink;
 use crate::engine::restore::Kept;
-use crate::format::manifest::{file_checksum, Checksum};
 use crate::format::{Codec, ContentHash, FORMAT_VERSION};
 use anyhow::{anyhow, Result};
 use crossbeam_channel::bounded;
 use roaring::RoaringBitmap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A file to read, as the source planned it.
 pub struct ReadFile {
     /// The file's id in the manifest, carried by its frames.
     pub id: u32,
-    pub path: PathBuf,
+    pub path: FilePath,
     pub size: u64,
     /// Index of the volume (device) holding the file.
     pub volume: usize,
@@ -45,10 +48,10 @@ pub struct ReadFile {
 impl ReadFile {
     /// A whole file that must not vanish, read through the page cache until
     /// `direct::choose` says otherwise.
-    pub fn new(id: u32, path: PathBuf, size: u64, volume: usize) -> ReadFile {
+    pub fn new(id: u32, path: impl Into<FilePath>, size: u64, volume: usize) -> ReadFile {
         ReadFile {
             id,
-            path,
+            path: path.into(),
             size,
             volume,
             missing_ok: false,
@@ -266,13 +269,6 @@ impl Params {
     }
 }
 
-pub struct FileResult {
-    pub checksum: Option<Checksum>,
-    pub vanished: bool,
-    /// The file was shorter when read than when planned: the rest reads as zeros.
-    pub shrank: bool,
-}
-
 pub struct StripeResult {
     pub frames: u64,
     pub body_end: u64,
@@ -280,7 +276,7 @@ pub struct StripeResult {
 }
 
 pub struct Outcome {
-    pub files: Vec<FileResult>,
+    pub files: FileResults,
     pub stripes: Vec<StripeResult>,
     /// Bytes read from the source.
     pub read_bytes: u64,
@@ -317,7 +313,7 @@ struct Shared<'a> {
     plan: &'a [ReadFile],
     p: &'a Params,
     filter: Option<&'a dyn ChunkFilter>,
-    state: Vec<FileState>,
+    state: FileResults,
     pool: Pool,
     abort: &'a Abort,
     progress: &'a Progress,
@@ -332,41 +328,6 @@ struct Shared<'a> {
     /// `--max-rate`: bytes read since `started`, against which the readers pace.
     paced: AtomicU64,
     started: Instant,
-}
-
-/// A file's chunk digests: one inline (most files are one chunk), more in a vector.
-enum ChunkDigests {
-    One(Option<[u8; 32]>),
-    Many(Vec<Option<[u8; 32]>>),
-}
-
-impl ChunkDigests {
-    fn new(chunks: usize) -> ChunkDigests {
-        match chunks {
-            1 => ChunkDigests::One(None),
-            n => ChunkDigests::Many(vec![None; n]),
-        }
-    }
-
-    fn slice(&self) -> &[Option<[u8; 32]>] {
-        match self {
-            ChunkDigests::One(d) => std::slice::from_ref(d),
-            ChunkDigests::Many(v) => v,
-        }
-    }
-
-    fn slice_mut(&mut self) -> &mut [Option<[u8; 32]>] {
-        match self {
-            ChunkDigests::One(d) => std::slice::from_mut(d),
-            ChunkDigests::Many(v) => v,
-        }
-    }
-}
-
-struct FileState {
-    digests: Mutex<ChunkDigests>,
-    vanished: AtomicBool,
-    shrank: AtomicBool,
 }
 
 struct Item {
@@ -406,14 +367,7 @@ pub fn run(
         plan,
         p,
         filter,
-        state: plan
-            .iter()
-            .map(|f| FileState {
-                digests: Mutex::new(ChunkDigests::new(f.size.div_ceil(t) as usize)),
-                vanished: AtomicBool::new(false),
-                shrank: AtomicBool::new(false),
-            })
-            .collect(),
+        state: FileResults::new(plan.len()),
         pool: Pool::new(p.buffer_count, p.buffer_size())
             .on_huge_pages(p.huge_pages)
             .counted(live.pool_in_use.clone()),
@@ -444,6 +398,11 @@ pub fn run(
     let adapts: Vec<Adapt> = (0..volumes)
         .map(|v| {
             let (base, max) = p.in_flight(direct::mostly(plan, v));
+            let max = if small_files(plan, v, p.transfer_size) {
+                base
+            } else {
+                max
+            };
             let (span, max_span) = read::spans(p.transfer_size, p.adaptive);
             // A volume held where it starts (found in the page cache) keeps its span too.
             let max_span = if base < max { max_span } else { span };
@@ -497,13 +456,8 @@ pub fn run(
             .any(Option::is_none)
             .then(|| anyhow!("a stripe writer panicked"))
     });
-    let (files, failed) = match failed {
-        Some(e) => (vec![], Some(e)),
-        None => match file_results(plan, sh.state, t) {
-            Ok(f) => (f, None),
-            Err(e) => (vec![], Some(e)),
-        },
-    };
+    let mut files = sh.state;
+    let failed = failed.or_else(|| files.finish(plan, t).err());
     if let Some(e) = failed {
         for (sink, _, _) in stripe_results.into_iter().flatten() {
             sink.abort();
@@ -578,39 +532,35 @@ pub fn run(
     })
 }
 
+/// Whether volume `v` holds small files (on average under an eighth of a transfer):
+/// its reads in flight stay where they start. Each read holds a whole buffer for a few
+/// KiB, and depth steps judged on 100 ms windows of such reads grew the pool with no
+/// gain over the run (bench/README.md, many files).
+fn small_files(plan: &[ReadFile], v: usize, transfer: usize) -> bool {
+    let (n, bytes) =
+        (plan.iter().filter(|f| f.volume == v)).fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size));
+    n > 0 && bytes / n < (transfer / 8) as u64
+}
+
 /// Chunks waiting for the compressors at most: two for each.
 fn compress_queue(threads: usize, buffers: usize) -> usize {
     (2 * threads).clamp(1, buffers.max(1))
 }
 
-/// Each file's checksum from its chunks' digests, and what happened to it.
-fn file_results(plan: &[ReadFile], state: Vec<FileState>, t: u64) -> Result<Vec<FileResult>> {
-    let mut out = Vec::with_capacity(plan.len());
-    for (f, st) in plan.iter().zip(state) {
-        let digests = st.digests.into_inner().unwrap();
-        let digests = digests.slice();
-        let vanished = st.vanished.load(Relaxed);
-        let checksum = match (vanished, &f.pages) {
-            (true, _) => None,
-            // A sparse file: over the chunks it has frames of.
-            (false, Some(_)) => Some(file_checksum(f.size, digests.iter().flatten())),
-            (false, None) => {
-                // A feed that missed a chunk is a bug, never a silent hole.
-                if let Some(c) = digests.iter().position(Option::is_none) {
-                    return Err(anyhow!(
-                        "'{}': no chunk at offset {} was stored",
-                        f.path.display(),
-                        c as u64 * t
-                    ));
-                }
-                Some(file_checksum(f.size, digests.iter().flatten()))
-            }
-        };
-        out.push(FileResult {
-            checksum,
-            vanished,
-            shrank: st.shrank.load(Relaxed),
-        });
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_volume_of_small_files_is_held_where_it_starts() {
+        let plan: Vec<ReadFile> = (0..10)
+            .map(|i| ReadFile::new(i, PathBuf::from("x"), 4096, (i % 2) as usize))
+            .chain([ReadFile::new(10, PathBuf::from("y"), 8 << 20, 1)])
+            .collect();
+        let t = 1 << 20;
+        assert!(small_files(&plan, 0, t), "five 4 KiB files");
+        assert!(!small_files(&plan, 1, t), "an 8 MiB file among them");
+        assert!(!small_files(&plan, 2, t), "no files");
     }
-    Ok(out)
 }

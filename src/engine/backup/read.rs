@@ -1,7 +1,7 @@
 //! The read stage: each volume's files in order, chunk by chunk, into pool buffers;
 //! adjacent chunks merged into one vectored read when adaptive.
 
-use super::{FileState, Item, PageSet, ReadFile, Shared};
+use super::{FileResults, Item, PageSet, ReadFile, Shared};
 use crate::engine::adapt::Adapt;
 use crate::engine::pool::{self, Buf};
 use crate::engine::stats::Lane;
@@ -149,7 +149,7 @@ fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) 
         Ok(shorts) => {
             for (i, (c, _)) in run.iter().enumerate() {
                 if shorts & (1 << i) != 0 {
-                    sh.state[c.file as usize].shrank.store(true, Relaxed);
+                    sh.state.set_shrank(c.file as usize);
                 }
             }
         }
@@ -158,7 +158,7 @@ fn read_into(sh: &Shared, run: &mut [(Chunk, Buf)], lane: &Lane, adapt: &Adapt) 
             let f = &sh.plan[c.file as usize];
             return Err(anyhow!(
                 "read of '{}' at offset {} failed: {e}",
-                f.path.display(),
+                f.path,
                 c.offset
             ));
         }
@@ -353,28 +353,25 @@ impl Cursor {
     /// is no error: the file is opened when its turn comes.
     fn open_next(
         &mut self,
-        (plan, state): (&[ReadFile], &[FileState]),
+        (plan, state): (&[ReadFile], &FileResults),
         ahead: bool,
     ) -> Result<Opened> {
         let id = self.files[self.next_file];
         let f = &plan[id as usize];
-        let opened = match open_for_read(&f.path, f.direct) {
+        let opened = match open_for_read(&f.path.full(), f.direct) {
             Ok(h) => Opened::File(id, Arc::new(h)),
             Err(e) if e.kind() == io::ErrorKind::NotFound && f.missing_ok => {
-                state[id as usize].vanished.store(true, Relaxed);
+                state.set_vanished(id as usize);
                 Opened::Gone
             }
             Err(e) if ahead && sys::is_out_of_descriptors(&e) => return Ok(Opened::NoRoom),
             Err(e) if sys::is_out_of_descriptors(&e) => bail!(
                 "cannot open '{}': {e}; the process may hold {} open files (ulimit -n): raise \
                  the limit, or lower --read-depth and --readers",
-                f.path.display(),
+                f.path,
                 sys::open_files_limit()
             ),
-            Err(e) => {
-                return Err(anyhow!(e))
-                    .with_context(|| format!("cannot open '{}'", f.path.display()))
-            }
+            Err(e) => return Err(anyhow!(e)).with_context(|| format!("cannot open '{}'", f.path)),
         };
         self.next_file += 1;
         Ok(opened)
@@ -385,7 +382,7 @@ impl Cursor {
     /// cache in whole.
     fn open_ahead(
         &mut self,
-        (plan, state): (&[ReadFile], &[FileState]),
+        (plan, state): (&[ReadFile], &FileResults),
         transfer: usize,
     ) -> Result<()> {
         while self.opened.len() < AHEAD_FILES && self.next_file < self.files.len() {
@@ -540,7 +537,7 @@ fn read_one(plan: &[ReadFile], c: &Chunk, page: usize, buf: &mut Buf) -> io::Res
     read(c, buf).or_else(|e| {
         if sys::is_einval(&e) {
             let f = &plan[c.file as usize];
-            let h = Arc::new(open_for_read(&f.path, false)?);
+            let h = Arc::new(open_for_read(&f.path.full(), false)?);
             read(
                 &Chunk {
                     handle: h,

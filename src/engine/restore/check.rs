@@ -8,6 +8,7 @@ use crate::crypt::DOMAIN_FRAME;
 use crate::engine::codec::Decompressor;
 use crate::engine::pool::{self, Buf};
 use crate::format::frame::{bitmap_len, carries_crc, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::format::manifest::file_checksum;
 use crate::format::seal::frame_aad;
 use crate::format::Codec;
 use anyhow::{anyhow, Result};
@@ -98,7 +99,7 @@ fn check(
         }
     }
     let stored = item.buf.payload();
-    let Some(fi) = sh.file_index(h.file_id) else {
+    let Some(fi) = sh.index.get(h.file_id) else {
         return Err(fail(format!(
             "names file {} that the manifest does not list as a regular file",
             h.file_id
@@ -133,7 +134,7 @@ fn check(
             .holds(q, scratch.space())
             .map_err(|e| fail(format!("cannot compare with the target: {e}")))?;
         if held {
-            record(sh, fi, h, h.raw_hash).map_err(fail)?;
+            record(sh, fi, h, h.raw_hash).map_err(fail)??;
             let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
             return Ok((
                 fi,
@@ -192,7 +193,7 @@ fn check(
         }
         _ => None,
     };
-    record(sh, fi, h, digest).map_err(fail)?;
+    record(sh, fi, h, digest).map_err(fail)??;
     let mut buf = item.buf;
     if kept.is_none() && sh.sink.is_some() && h.codec != Codec::None && h.kind != FrameKind::Zero {
         // The decompressed bytes go to the write; the input buffer becomes scratch.
@@ -214,18 +215,18 @@ fn check(
     ))
 }
 
-/// Counts a checked frame and records its digest for its file's checksum.
-fn record(sh: &Shared, fi: usize, h: &FrameHeader, digest: [u8; 32]) -> Result<(), String> {
+/// Counts a checked frame and records its digest; a file whose chunks are all checked
+/// gets its checksum made and told (`Shared::done`): its error is the run's, as it is.
+fn record(sh: &Shared, fi: usize, h: &FrameHeader, digest: [u8; 32]) -> Result<Result<()>, String> {
     sh.stored_total.fetch_add(h.stored_len as u64, Relaxed);
-    let mut f = sh.state[fi].lock().unwrap();
-    if !f
-        .digests
-        .insert(h.offset / sh.p.transfer_size as u64, digest)
-    {
-        return Err(format!(
+    let (f, t) = (&sh.files[fi], sh.p.transfer_size as u64);
+    let chunks = (!f.sparse).then(|| f.size.div_ceil(t));
+    match sh.state.record(fi, h.offset / t, digest, chunks) {
+        Err(write::Twice) => Err(format!(
             "file {} offset {} is stored twice",
             h.file_id, h.offset
-        ));
+        )),
+        Ok(None) => Ok(Ok(())),
+        Ok(Some(d)) => Ok((sh.done)(fi, Ok(file_checksum(f.size, d.values())))),
     }
-    Ok(())
 }

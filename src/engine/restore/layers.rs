@@ -10,6 +10,7 @@
 //! set's checked frames into the target through it.
 
 use super::{FrameSink, Held};
+use crate::format::manifest::IdIndex;
 use roaring::RoaringBitmap;
 use std::collections::HashMap;
 use std::io;
@@ -101,26 +102,27 @@ pub struct Written {
     pub(super) files: Files,
 }
 
-/// Restored files by id, sorted: a lookup is a binary search, and memory is one entry
-/// per file (no hash table's slack).
-pub(super) struct Files(Vec<(u32, (u64, Mutex<Pages>))>);
+/// Restored files by id: each one's size and pages written, found by its id.
+pub(super) struct Files {
+    index: IdIndex,
+    entries: Vec<(u64, Mutex<Pages>)>,
+}
 
 impl Files {
     pub(super) fn get(&self, id: &u32) -> Option<&(u64, Mutex<Pages>)> {
-        let i = self.0.binary_search_by_key(id, |e| e.0).ok()?;
-        Some(&self.0[i].1)
+        Some(&self.entries[self.index.get(*id)?])
     }
 
-    pub(super) fn keys(&self) -> impl Iterator<Item = &u32> {
-        self.0.iter().map(|e| &e.0)
+    pub(super) fn keys(&self) -> impl Iterator<Item = u32> + '_ {
+        self.index.iter().map(|e| e.0)
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &(u64, Mutex<Pages>)> {
-        self.0.iter().map(|e| &e.1)
+        self.entries.iter()
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&u32, &(u64, Mutex<Pages>))> {
-        self.0.iter().map(|e| (&e.0, &e.1))
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, &(u64, Mutex<Pages>))> {
+        self.index.iter().map(|(id, k)| (id, &self.entries[k]))
     }
 }
 
@@ -134,21 +136,30 @@ impl std::ops::Index<&u32> for Files {
 impl Written {
     /// `files`: the id and size of every regular file restored; `page`: the page size.
     pub fn new(files: impl IntoIterator<Item = (u32, u64)>, page: u64) -> io::Result<Written> {
-        let mut v = vec![];
+        let (mut ids, mut entries) = (vec![], vec![]);
         for (id, size) in files {
             if size.div_ceil(page) > u32::MAX as u64 {
                 return Err(io::Error::other(format!(
                     "file {id} of {size} bytes has more pages than a chain restore tracks"
                 )));
             }
-            v.push((id, (size, Mutex::new(Pages::default()))));
+            ids.push(id);
+            entries.push((size, Mutex::new(Pages::default())));
         }
-        v.sort_unstable_by_key(|e| e.0);
-        v.dedup_by_key(|e| e.0);
-        v.shrink_to_fit();
+        if !ids.is_sorted_by(|a, b| a < b) {
+            // One entry per id, the first listed.
+            let mut both: Vec<_> = ids.into_iter().zip(entries).collect();
+            both.sort_by_key(|e| e.0);
+            both.dedup_by_key(|e| e.0);
+            (ids, entries) = both.into_iter().unzip();
+        }
+        entries.shrink_to_fit();
         Ok(Written {
             page,
-            files: Files(v),
+            files: Files {
+                index: IdIndex::new(ids),
+                entries,
+            },
         })
     }
 
@@ -156,7 +167,7 @@ impl Written {
     /// zeros there; a delta restore must make them so).
     pub fn unwritten_ranges(&self) -> Vec<(u32, Range<u64>)> {
         let mut out = vec![];
-        for (&id, (size, bm)) in self.files.iter() {
+        for (id, (size, bm)) in self.files.iter() {
             let mut gaps = RoaringBitmap::new();
             gaps.insert_range(0..size.div_ceil(self.page) as u32);
             gaps -= bm.lock().unwrap().bitmap();
@@ -200,7 +211,8 @@ pub struct LayerStats {
 /// files' (a file not mapped is not restored: a newer set dropped it).
 pub struct LayerSink<'a> {
     inner: &'a dyn FrameSink,
-    written: &'a Written,
+    /// None: a set restored alone, nothing to layer (its frames fit its files, checked).
+    written: Option<&'a Written>,
     /// None: the set's ids are the restored files' (the newest set's).
     map: Option<HashMap<u32, u32>>,
     pub stats: LayerStats,
@@ -210,7 +222,7 @@ impl<'a> LayerSink<'a> {
     pub fn new(inner: &'a dyn FrameSink, written: &'a Written, map: HashMap<u32, u32>) -> Self {
         LayerSink {
             inner,
-            written,
+            written: Some(written),
             map: Some(map),
             stats: LayerStats::default(),
         }
@@ -220,7 +232,18 @@ impl<'a> LayerSink<'a> {
     pub fn same_ids(inner: &'a dyn FrameSink, written: &'a Written) -> Self {
         LayerSink {
             inner,
-            written,
+            written: Some(written),
+            map: None,
+            stats: LayerStats::default(),
+        }
+    }
+
+    /// A set restored alone (no chain, no delta): every frame goes through, counted,
+    /// and no page is tracked.
+    pub fn alone(inner: &'a dyn FrameSink) -> Self {
+        LayerSink {
+            inner,
+            written: None,
             map: None,
             stats: LayerStats::default(),
         }
@@ -238,10 +261,13 @@ impl<'a> LayerSink<'a> {
     /// written, and returns the restored file and the byte ranges to write (clipped to
     /// its size); the other pages count as skipped.
     fn claim(&self, file: u32, offset: u64, len: u64) -> Option<(u32, Vec<Range<u64>>)> {
-        let page = self.written.page;
+        let Some(written) = self.written else {
+            return Some((file, std::iter::once(offset..offset + len).collect()));
+        };
+        let page = written.page;
         let frame_pages = (offset + len).div_ceil(page) - offset / page;
         let target = self.to(file).and_then(|to| {
-            let (size, bm) = self.written.files.get(&to)?;
+            let (size, bm) = written.files.get(&to)?;
             Some((to, *size, bm))
         });
         let Some((to, size, bm)) = target else {
@@ -313,10 +339,17 @@ impl FrameSink for LayerSink<'_> {
         let Some(to) = self.to(q.file) else {
             return Ok(false);
         };
-        let Some((size, bm)) = self.written.files.get(&to) else {
+        let Some(written) = self.written else {
+            let held = self.inner.holds(Held { file: to, ..q }, scratch)?;
+            if held {
+                self.stats.held_bytes.fetch_add(q.len as u64, Relaxed);
+            }
+            return Ok(held);
+        };
+        let Some((size, bm)) = written.files.get(&to) else {
             return Ok(false);
         };
-        let (page, end) = (self.written.page, q.offset + q.len as u64);
+        let (page, end) = (written.page, q.offset + q.len as u64);
         if end > *size || q.len == 0 {
             return Ok(false);
         }
@@ -337,7 +370,10 @@ impl FrameSink for LayerSink<'_> {
         let Some(to) = self.to(file) else {
             return;
         };
-        if let Some((size, _)) = self.written.files.get(&to) {
+        let Some(written) = self.written else {
+            return self.inner.written(to, offset, len);
+        };
+        if let Some((size, _)) = written.files.get(&to) {
             let end = (offset + len).min(*size);
             if offset < end {
                 self.inner.written(to, offset, end - offset);
@@ -401,6 +437,18 @@ mod tests {
         assert_eq!(mem.0.lock().unwrap()[&10], b"AAAABBBBAAAA....AAAA");
         // File 11's two pages were never written.
         assert_eq!(w.unwritten(), 2);
+    }
+
+    #[test]
+    fn a_set_alone_goes_through_counted_and_tracks_nothing() {
+        let mem = Mem::default();
+        let alone = LayerSink::alone(&mem);
+        alone.write(3, 4, b"abcd").unwrap();
+        alone.write(3, 4, b"efgh").unwrap();
+        alone.written(3, 4, 4);
+        assert_eq!(stats(&alone), (8, 0));
+        assert_eq!(&mem.0.lock().unwrap()[&3][4..8], b"efgh");
+        assert_eq!(mem.1.lock().unwrap().as_slice(), &[(3, 4, 4)]);
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl<'a> MergeSink<'a> {
         transfer: u64,
     ) -> MergeSink<'a> {
         let sent = (written.files.keys())
-            .map(|&id| (id, Mutex::default()))
+            .map(|id| (id, Mutex::default()))
             .collect();
         MergeSink {
             out,

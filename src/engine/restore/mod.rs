@@ -12,17 +12,16 @@ use super::pool::{self, Buf, Pool};
 use super::stats::{summarize, Lane, Progress, Stage, WaitStats};
 use super::Abort;
 use crate::device::StripeSource;
+use crate::engine::digests::ChunkDigests;
 use crate::format::frame::FrameHeader;
-use crate::format::manifest::{file_checksum, Checksum};
+use crate::format::manifest::{file_checksum, Checksum, IdIndex};
 use crate::format::{Codec, ContentHash};
 use anyhow::Result;
 use crossbeam_channel::bounded;
-use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use write::FileState;
 
 /// Where verified frames go.
 pub trait FrameSink: Sync {
@@ -119,9 +118,12 @@ pub struct Params {
     pub sign: Option<crate::crypt::SetMac>,
 }
 
+/// Told each file's checksum recomputed from the frames read (or what is missing), by
+/// its index in the run's files: as soon as every chunk of it is checked, from any
+/// thread, else at the end in file order. An error stops the run.
+pub type Done<'a> = dyn Fn(usize, Result<Checksum, String>) -> Result<()> + Sync + 'a;
+
 pub struct Outcome {
-    /// The checksum recomputed from the frames read, per file, or what is missing.
-    pub checksums: Vec<Result<Checksum, String>>,
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     pub frames: u64,
@@ -136,10 +138,10 @@ struct Shared<'a> {
     files: &'a [FileIn],
     p: &'a Params,
     sink: Option<&'a dyn FrameSink>,
-    /// Manifest id -> index in `files`, when the ids are not sorted (a manifest's are:
-    /// then a binary search).
-    index: Option<HashMap<u32, usize>>,
-    state: Vec<Mutex<FileState>>,
+    /// Manifest id -> index in `files`.
+    index: IdIndex,
+    state: write::Files,
+    done: &'a Done<'a>,
     pool: Pool,
     abort: &'a Abort,
     read_st: Arc<Stage>,
@@ -156,36 +158,24 @@ struct Item {
     buf: Buf,
 }
 
-impl Shared<'_> {
-    /// The index in `files` of manifest file `id`.
-    fn file_index(&self, id: u32) -> Option<usize> {
-        match &self.index {
-            Some(m) => m.get(&id).copied(),
-            None => self.files.binary_search_by_key(&id, |f| f.id).ok(),
-        }
-    }
-}
-
 /// A file's checksum from the digests of its chunks (chunk number -> digest, each
 /// below the file's chunk count), or the first offset no frame holds.
-fn file_result(f: &FileIn, d: &write::Digests, t: u64) -> Result<Checksum, String> {
-    if !f.sparse && (d.len() as u64) < f.size.div_ceil(t) {
-        let missing = (d.chunks().enumerate())
-            .find(|&(i, k)| i as u64 != k)
-            .map_or(d.len() as u64, |(i, _)| i as u64);
-        return Err(format!("no frame holds offset {}", missing * t));
+fn file_result(f: &FileIn, d: &ChunkDigests, t: u64) -> Result<Checksum, String> {
+    match d.first_missing(f.size.div_ceil(t)).filter(|_| !f.sparse) {
+        Some(missing) => Err(format!("no frame holds offset {}", missing * t)),
+        None => Ok(file_checksum(f.size, d.values())),
     }
-    Ok(file_checksum(f.size, d.values()))
 }
 
 /// Restores (or with `sink` None, verifies) the frames of `stripes`. `files` holds
-/// every regular file of the set; results come back in that order.
+/// every regular file of the set; each one's checksum goes to `done`.
 pub fn run(
     stripes: &[StripeIn],
     files: &[FileIn],
     p: &Params,
     sink: Option<&dyn FrameSink>,
     progress: &Progress,
+    done: &Done,
 ) -> Result<Outcome> {
     let started = Instant::now();
     let t = p.transfer_size as u64;
@@ -198,9 +188,9 @@ pub fn run(
         files,
         p,
         sink,
-        index: (!files.is_sorted_by(|a, b| a.id < b.id))
-            .then(|| files.iter().enumerate().map(|(i, f)| (f.id, i)).collect()),
-        state: files.iter().map(|_| Mutex::default()).collect(),
+        index: IdIndex::new(files.iter().map(|f| f.id)),
+        state: write::Files::new(files.len()),
+        done,
         pool: Pool::new(p.buffer_count, buf_size).counted(live.pool_in_use.clone()),
         abort: &abort,
         read_st: live.stage("read"),
@@ -238,11 +228,11 @@ pub fn run(
         return Err(e);
     }
     let wall = started.elapsed();
-    let checksums = files
-        .iter()
-        .zip(sh.state)
-        .map(|(f, st)| file_result(f, &st.into_inner().unwrap().digests, t))
-        .collect();
+    for (fi, f) in files.iter().enumerate() {
+        if let Some(d) = sh.state.rest(fi) {
+            done(fi, file_result(f, &d, t))?;
+        }
+    }
     let mut stages = vec![
         (
             "read",
@@ -270,7 +260,6 @@ pub fn run(
     }
     let waits = summarize(&stages, wall);
     Ok(Outcome {
-        checksums,
         raw_bytes: sh.dec_st.bytes.load(Relaxed),
         stored_bytes: sh.stored_total.load(Relaxed),
         frames: sh.read_st.ops.load(Relaxed),
@@ -285,6 +274,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_file_is_whole_once_every_chunk_is_recorded_and_never_twice() {
+        let files = write::Files::new(3);
+        // File 0: one chunk, whole at once; a second frame of it is a repeat.
+        let d = files.record(0, 0, [1; 32], Some(1)).ok().unwrap().unwrap();
+        assert_eq!(d.len(), 1);
+        assert!(files.record(0, 0, [1; 32], Some(1)).is_err());
+        // File 1: three chunks, out of order; whole with the third.
+        assert!(files.record(1, 2, [2; 32], Some(3)).ok().unwrap().is_none());
+        assert!(files.record(1, 2, [2; 32], Some(3)).is_err());
+        assert!(files.record(1, 0, [0; 32], Some(3)).ok().unwrap().is_none());
+        let d = files.record(1, 1, [1; 32], Some(3)).ok().unwrap().unwrap();
+        assert_eq!(d.values().map(|v| v[0]).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(files.record(1, 1, [1; 32], Some(3)).is_err());
+        // File 2: sparse, whole only at the end; files already told are not told again.
+        assert!(files.record(2, 5, [5; 32], None).ok().unwrap().is_none());
+        assert!(files.rest(0).is_none() && files.rest(1).is_none());
+        assert_eq!(files.rest(2).unwrap().len(), 1);
+    }
+
+    #[test]
     fn a_missing_chunk_is_named_by_its_offset() {
         let f = |size, sparse| FileIn {
             id: 1,
@@ -292,7 +301,7 @@ mod tests {
             sparse,
         };
         let d = |chunks: &[u64]| {
-            let mut d = write::Digests::default();
+            let mut d = ChunkDigests::default();
             // Out of order, as frames of several stripes come.
             for &c in chunks.iter().rev() {
                 assert!(d.insert(c, [c as u8; 32]));

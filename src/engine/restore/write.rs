@@ -2,11 +2,14 @@
 //! thread per file at a time.
 
 use super::{FrameSink, Kept, Shared};
+use crate::engine::digests::ChunkDigests;
 use crate::engine::pool::Buf;
 use crate::format::frame::{bitmap_len, FrameKind};
 use anyhow::{anyhow, Result};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 /// Writes `w` (file index `fi`) unless another thread is writing that file, which then
@@ -16,15 +19,7 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
         sh.pool.put(w.buf);
         return Ok(());
     };
-    {
-        let mut f = sh.state[fi].lock().unwrap();
-        if f.busy {
-            f.queue.get_or_insert_default().push_back(w);
-            return Ok(());
-        }
-        f.busy = true;
-    }
-    let mut next = Some(w);
+    let mut next = sh.state.begin(fi, w);
     while let Some(mut w) = next {
         let t1 = Instant::now();
         w.put(sink, sh.p.page_size).map_err(|e| {
@@ -39,87 +34,114 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
         sh.write_st.op(w.raw_len);
         sh.target_lane.op(w.raw_len, took);
         sh.pool.put(w.buf);
-        let mut f = sh.state[fi].lock().unwrap();
-        next = f.queue.as_mut().and_then(|q| q.pop_front());
-        f.busy = next.is_some();
+        next = sh.state.next(fi);
     }
     Ok(())
 }
 
-/// Chunk number -> digest, sorted: most files have one chunk, kept inline; frames come
-/// mostly in order, so a vector grows at its end.
-#[derive(Default)]
-pub(super) enum Digests {
-    #[default]
-    None,
-    One(u64, [u8; 32]),
-    Many(Vec<(u64, [u8; 32])>),
+/// Every file of one run, flat: a byte of flags a file. A file's digests are held only
+/// while some of its chunks are checked and others are not (a sparse file's until the
+/// end), its frames queued only while another thread writes it. One thread writes a
+/// file at a time: a second would spin on the file's inode lock in the kernel (7% of
+/// an uncompressed restore's CPU), so it queues its frame for the first.
+pub(super) struct Files {
+    flags: Vec<AtomicU8>,
+    /// File index modulo their count: what a file holds while it is in flight.
+    locks: Box<[Mutex<InFlight>]>,
 }
 
-impl Digests {
-    /// Records a chunk's digest; false when the chunk has one already.
-    pub(super) fn insert(&mut self, chunk: u64, d: [u8; 32]) -> bool {
-        match self {
-            Digests::None => {
-                *self = Digests::One(chunk, d);
-                return true;
+#[derive(Default)]
+struct InFlight {
+    digests: HashMap<usize, ChunkDigests>,
+    queues: HashMap<usize, VecDeque<FrameWrite>>,
+}
+
+/// Every chunk's digest recorded (and given to the checksum): any more is a repeat.
+const DONE: u8 = 1;
+/// A thread is writing the file.
+const BUSY: u8 = 2;
+const LOCKS: usize = 256;
+
+/// A chunk of a file recorded a second time.
+pub(super) struct Twice;
+
+impl Files {
+    pub(super) fn new(n: usize) -> Files {
+        Files {
+            flags: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            locks: (0..LOCKS.min(n.max(1))).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    fn lock(&self, fi: usize) -> MutexGuard<'_, InFlight> {
+        self.locks[fi % self.locks.len()].lock().unwrap()
+    }
+
+    /// Records the digest of chunk `chunk` of file `fi`, which has `chunks` chunks (None:
+    /// a sparse file, whole only at the end). Returns the file's digests once every
+    /// chunk has one.
+    pub(super) fn record(
+        &self,
+        fi: usize,
+        chunk: u64,
+        d: [u8; 32],
+        chunks: Option<u64>,
+    ) -> Result<Option<ChunkDigests>, Twice> {
+        let mut one = ChunkDigests::default();
+        if chunks == Some(1) {
+            // Most files: whole with their first frame, no lock.
+            if self.flags[fi].fetch_or(DONE, Relaxed) & DONE != 0 || !one.insert(chunk, d) {
+                return Err(Twice);
             }
-            Digests::One(k, _) if *k == chunk => return false,
-            Digests::One(k, e) => *self = Digests::Many(vec![(*k, *e)]),
-            Digests::Many(_) => {}
+            return Ok(Some(one));
         }
-        let Digests::Many(v) = self else {
-            unreachable!("made a vector above")
-        };
-        let at = match v.last() {
-            Some(&(k, _)) if k < chunk => v.len(),
-            None => 0,
-            _ => match v.binary_search_by_key(&chunk, |e| e.0) {
-                Ok(_) => return false,
-                Err(at) => at,
-            },
-        };
-        v.insert(at, (chunk, d));
-        true
-    }
-
-    fn entries(&self) -> Box<dyn Iterator<Item = (u64, &[u8; 32])> + '_> {
-        match self {
-            Digests::None => Box::new(std::iter::empty()),
-            Digests::One(k, d) => Box::new(std::iter::once((*k, d))),
-            Digests::Many(v) => Box::new(v.iter().map(|(k, d)| (*k, d))),
+        let mut held = self.lock(fi);
+        if self.flags[fi].load(Relaxed) & DONE != 0 {
+            return Err(Twice);
         }
-    }
-
-    pub(super) fn len(&self) -> usize {
-        match self {
-            Digests::None => 0,
-            Digests::One(..) => 1,
-            Digests::Many(v) => v.len(),
+        let digests = held.digests.entry(fi).or_default();
+        if !digests.insert(chunk, d) {
+            return Err(Twice);
         }
+        if chunks.is_some_and(|c| digests.len() as u64 >= c) {
+            self.flags[fi].fetch_or(DONE, Relaxed);
+            return Ok(held.digests.remove(&fi));
+        }
+        Ok(None)
     }
 
-    pub(super) fn chunks(&self) -> impl Iterator<Item = u64> + '_ {
-        self.entries().map(|e| e.0)
+    /// The digests of file `fi` if it is not whole (its checksum not yet made).
+    pub(super) fn rest(&self, fi: usize) -> Option<ChunkDigests> {
+        if self.flags[fi].load(Relaxed) & DONE != 0 {
+            return None;
+        }
+        Some(self.lock(fi).digests.remove(&fi).unwrap_or_default())
     }
 
-    pub(super) fn values(&self) -> impl Iterator<Item = &[u8; 32]> {
-        self.entries().map(|e| e.1)
+    /// The write to do now: `w`, unless another thread writes file `fi` (it then
+    /// writes `w` next).
+    fn begin(&self, fi: usize, w: FrameWrite) -> Option<FrameWrite> {
+        let mut held = self.lock(fi);
+        if self.flags[fi].load(Relaxed) & BUSY != 0 {
+            held.queues.entry(fi).or_default().push_back(w);
+            return None;
+        }
+        self.flags[fi].fetch_or(BUSY, Relaxed);
+        Some(w)
     }
-}
 
-/// One file of the restore: the digests of its frames checked so far, and its writer.
-/// One thread writes a file at a time: a second would spin on the file's inode lock in
-/// the kernel (7% of an uncompressed restore's CPU), so it queues its frame for the first.
-#[derive(Default)]
-pub(super) struct FileState {
-    /// Chunk number -> digest: memory grows with the frames read, never with a size
-    /// the manifest claims.
-    pub(super) digests: Digests,
-    busy: bool,
-    /// Frames waiting while another thread writes the file (rare: made when needed).
-    #[allow(clippy::box_collection)]
-    queue: Option<Box<VecDeque<FrameWrite>>>,
+    /// The next write queued for file `fi`, or None: nobody writes it any more.
+    fn next(&self, fi: usize) -> Option<FrameWrite> {
+        let mut held = self.lock(fi);
+        let next = held.queues.get_mut(&fi).and_then(VecDeque::pop_front);
+        if held.queues.get(&fi).is_some_and(VecDeque::is_empty) {
+            held.queues.remove(&fi);
+        }
+        if next.is_none() {
+            self.flags[fi].fetch_and(!BUSY, Relaxed);
+        }
+        next
+    }
 }
 
 /// A verified frame to write: its raw bytes are `buf`'s payload (none for a Zero frame).

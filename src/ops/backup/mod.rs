@@ -326,7 +326,7 @@ struct Input {
     info: SourceInfo,
     entries: Vec<SourceFile>,
     plan: Vec<ReadFile>,
-    plan_ids: Vec<usize>,
+    plan_ids: Vec<u32>,
     vols: Volumes,
     /// Stops the pipeline; the source holds it too (a server that goes away).
     abort: Arc<Abort>,
@@ -758,7 +758,7 @@ fn pipeline(
                 s
             })
             .collect();
-        out.files.extend(more.files);
+        out.files.append(more.files);
         out.read_bytes += more.read_bytes;
         out.raw_bytes += more.raw_bytes;
         out.stored_bytes += more.stored_bytes;

@@ -59,6 +59,9 @@ pub(super) struct Text {
     pub(super) file_pages: Vec<(String, u64)>,
 }
 
+/// Entries the walk's list may have spare before it is shrunk.
+const SHRINK_EVERY: usize = 1 << 16;
+
 /// The set's manifest: every entry with its checksum and pages (a file that vanished
 /// is left out), the stripes and totals.
 #[allow(clippy::too_many_arguments)]
@@ -77,22 +80,17 @@ pub(super) fn manifest(
     let page_size = params.page_size as u64;
     let kind = input.info.kind;
     // The walk, the plan and the results are taken apart as the entries are made:
-    // memory holds each file once.
-    let entries = std::mem::take(&mut input.entries);
-    let plan = std::mem::take(&mut input.plan);
+    // memory holds each file once. Plan ids increase with the entries, and the results
+    // follow the plan (then the late files': PostgreSQL's last WAL, ids after the
+    // walk's), so one cursor walks them beside the entries, from the end: the walk's
+    // list shrinks as the manifest's grows.
+    let mut entries = std::mem::take(&mut input.entries);
+    let plan_ids = std::mem::take(&mut input.plan_ids);
+    debug_assert!(plan_ids.is_sorted_by(|a, b| a < b), "plan ids increase");
+    let sparse: Vec<bool> = input.plan.iter().map(|f| f.pages.is_some()).collect();
+    drop(std::mem::take(&mut input.plan));
     let results = std::mem::take(&mut out.files);
-    const NONE: u32 = u32::MAX;
-    let mut result_of = vec![NONE; entries.len()];
-    let mut sparse = vec![false; entries.len()];
-    // The plan lacks the late files (PostgreSQL's last WAL); their ids and results follow.
-    for (k, &i) in input.plan_ids.iter().enumerate() {
-        result_of[i] = k as u32;
-    }
-    for (&i, f) in input.plan_ids.iter().zip(&plan) {
-        sparse[i] = f.pages.is_some();
-    }
-    drop(plan);
-    let mut results: Vec<Option<backup::FileResult>> = results.into_iter().map(Some).collect();
+    let mut next = plan_ids.len();
     let mut files: Vec<FileEntry> = Vec::with_capacity(entries.len());
     let mut text = Text {
         warnings: vec![],
@@ -100,11 +98,18 @@ pub(super) fn manifest(
         file_pages: vec![],
     };
     let mut pages = 0u64;
-    for (i, e) in entries.into_iter().enumerate() {
-        let mut checksum = None;
-        let result = (result_of[i] != NONE)
-            .then(|| results[result_of[i] as usize].take())
-            .flatten();
+    while let Some(e) = entries.pop() {
+        let i = entries.len();
+        if entries.capacity() - i >= SHRINK_EVERY {
+            entries.shrink_to_fit();
+        }
+        let (mut checksum, mut is_sparse) = (None, false);
+        let mut result = None;
+        if next > 0 && plan_ids[next - 1] == i as u32 {
+            next -= 1;
+            is_sparse = sparse.get(next).copied().unwrap_or(false);
+            result = (next < results.len()).then(|| results.get(next));
+        }
         if let Some(r) = result {
             if r.vanished {
                 if kind != SourceKind::Postgres {
@@ -140,10 +145,13 @@ pub(super) fn manifest(
             mtime: e.mtime,
             pages: p,
             checksum,
-            sparse: sparse[i],
-            link_target: e.link_target.map(String::into_boxed_str),
+            sparse: is_sparse,
+            link_target: e.link_target,
         });
     }
+    files.reverse();
+    text.warnings.reverse();
+    text.file_pages.reverse();
     let manifest = Manifest {
         format_version: match (&params.seal, &params.sign) {
             (Some(_), _) => SEALED_VERSION,

@@ -144,7 +144,11 @@ impl Volumes {
         let dir = if kind == SourceKind::Sqlite {
             PathBuf::from(&e.rel_path)
         } else {
-            e.abs_path.parent().unwrap_or(Path::new("/")).to_path_buf()
+            let dir = e.abs_path.dir();
+            match dir.as_os_str().is_empty() {
+                true => PathBuf::from("/"),
+                false => dir.to_path_buf(),
+            }
         };
         match self.index.get(&e.dev) {
             Some(&v) => {
@@ -172,19 +176,20 @@ pub fn plan_of(
     first_id: usize,
     vols: &mut Volumes,
     kind: SourceKind,
-) -> (Vec<ReadFile>, Vec<usize>) {
+) -> (Vec<ReadFile>, Vec<u32>) {
     let n = entries.iter().filter(|e| e.kind == EntryKind::File).count();
     let mut plan = Vec::with_capacity(n);
     let mut ids = Vec::with_capacity(n);
     for (i, e) in entries.iter_mut().enumerate() {
         if e.kind == EntryKind::File {
             let volume = vols.of(e, kind);
-            let path = std::mem::take(&mut e.abs_path);
+            // A directory shared, a short name inline: no memory of its own.
+            let path = e.abs_path.clone();
             plan.push(ReadFile {
                 missing_ok: e.missing_ok,
                 ..ReadFile::new((first_id + i) as u32, path, e.size, volume)
             });
-            ids.push(first_id + i);
+            ids.push((first_id + i) as u32);
         }
     }
     (plan, ids)

@@ -3,8 +3,8 @@
 //! file written once, from the newest set that holds it (`engine::restore::layers`).
 
 use super::super::verify::{
-    check_checksums, check_source_facts, engine_params, open_repo, regular_files, stripes_of,
-    with_history_hint,
+    check_source_facts, engine_params, open_repo, regular_files, stripes_of, with_history_hint,
+    Checksums,
 };
 use super::{run_into, Phases, RestoreOptions};
 use crate::engine::restore::layers::{LayerSink, Written};
@@ -152,10 +152,14 @@ pub(super) fn write_chain(
     phases: &mut Phases,
 ) -> Result<(Outcome, Vec<LinkReport>)> {
     let newest = &sets.newest().set.manifest;
-    let restored = regular_files(newest);
     let page = sets.full().page_size() as u64;
-    let written = Written::new(restored.iter().map(|f| (f.id, f.size)), page)?;
     let last = sets.links.len() - 1;
+    // A set restored alone with no delta has nothing to layer: no page is tracked.
+    let layered = last > 0 || o.delta;
+    let restored = (newest.files.iter())
+        .filter(|f| layered && f.kind == EntryKind::File)
+        .map(|f| (f.id, f.size));
+    let written = Written::new(restored, page)?;
     // Older sets' files are mapped to the restored ones by path; the newest set's ids
     // are the restored files' own.
     let by_path: HashMap<&str, u32> = match last {
@@ -180,6 +184,7 @@ pub(super) fn write_chain(
             MergeSink::new(out, target, &written, map(m), t)
         });
         let sink = match n {
+            0 if !layered => LayerSink::alone(target),
             0 => LayerSink::same_ids(target, &written),
             _ => LayerSink::new(target, &written, map(m)),
         };
@@ -194,14 +199,24 @@ pub(super) fn write_chain(
         let ids = regular_files(m);
         let params = engine_params(&o.read, &link.set);
         let shown = show(progress.clone(), "restore");
+        let sums = Checksums::new(m, &ids);
+        let done = |i, got| sums.check(i, got);
         // The newest set's run creates the files (all of them, at the newest sizes).
         let out = match n {
-            0 => run_into(&link.set, &ids, &params, target, into, &progress, phases),
-            _ => restore::run(&link.set.stripes, &ids, &params, Some(into), &progress),
+            0 => run_into(
+                &link.set, &ids, &params, target, into, &progress, &done, phases,
+            ),
+            _ => restore::run(
+                &link.set.stripes,
+                &ids,
+                &params,
+                Some(into),
+                &progress,
+                &done,
+            ),
         };
         drop(shown);
         let out = out
-            .and_then(|out| check_checksums(m, &ids, &out.checksums).map(|_| out))
             .and_then(|out| {
                 // What the full held no frame of, once its frames all checked.
                 if let Some(m) = &merging {
@@ -252,7 +267,6 @@ fn add(a: Outcome, b: Outcome) -> Outcome {
         (a, b)
     };
     Outcome {
-        checksums: vec![],
         raw_bytes: big.raw_bytes + small.raw_bytes,
         stored_bytes: big.stored_bytes + small.stored_bytes,
         frames: big.frames + small.frames,

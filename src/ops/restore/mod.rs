@@ -569,6 +569,7 @@ fn create_alongside(m: &Manifest) -> bool {
 
 /// Runs the restore pipeline into `sink`, the files of `target` created alongside or
 /// first, and marks the phases that took.
+#[allow(clippy::too_many_arguments)]
 fn run_into(
     set: &OpenSet,
     ids: &[FileIn],
@@ -576,12 +577,13 @@ fn run_into(
     target: &Target,
     sink: &dyn FrameSink,
     progress: &Progress,
+    done: &restore::Done,
     phases: &mut Phases,
 ) -> Result<restore::Outcome> {
     if !create_alongside(&set.manifest) {
         target.files.create_first(params.threads)?;
         phases.mark("create files");
-        let out = restore::run(&set.stripes, ids, params, Some(sink), progress);
+        let out = restore::run(&set.stripes, ids, params, Some(sink), progress, done);
         phases.mark("read, check and write");
         return out;
     }
@@ -589,7 +591,7 @@ fn run_into(
     let stop = AtomicBool::new(false);
     let out = std::thread::scope(|s| {
         let creator = s.spawn(|| target.files.create_all(&stop));
-        let out = restore::run(&set.stripes, ids, params, Some(sink), progress);
+        let out = restore::run(&set.stripes, ids, params, Some(sink), progress, done);
         if out.is_err() {
             stop.store(true, Relaxed);
         }

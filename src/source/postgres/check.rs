@@ -36,7 +36,7 @@ impl PageChecker {
             if s.1.len() < STALE_NAMED {
                 s.1.push(format!(
                     "'{}' block {}: LSN {}",
-                    file.path.display(),
+                    file.path,
                     offset as usize / pgpage::BLCKSZ + i,
                     crate::pg::format_lsn(pgpage::lsn(page))
                 ));
@@ -96,7 +96,7 @@ impl ChunkFilter for PageChecker {
                 continue;
             }
             let mut again = vec![0u8; pgpage::BLCKSZ];
-            let reread = std::fs::File::open(&file.path)
+            let reread = std::fs::File::open(file.path.full())
                 .and_then(|f| f.read_exact_at(&mut again, offset + (i * pgpage::BLCKSZ) as u64));
             if reread.is_ok()
                 && (pgpage::lsn(&again) >= self.start_lsn
@@ -106,7 +106,7 @@ impl ChunkFilter for PageChecker {
             }
             let msg = format!(
                 "page checksum failure in '{}', block {block}: stored {:#06x}, computed {:#06x}",
-                file.path.display(),
+                file.path,
                 pgpage::stored_checksum(page),
                 pgpage::checksum(page, blkno)
             );

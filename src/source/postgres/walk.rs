@@ -69,6 +69,7 @@ impl Postgres {
             }
         }
         let paths: Vec<&Path> = listed.iter().map(|e| e.path()).collect();
+        let mut dirs = crate::engine::backup::Dirs::default();
         for (e, m) in listed.iter().zip(crate::source::stat_all(&paths)) {
             let rel = e
                 .path()
@@ -116,7 +117,7 @@ impl Postgres {
             };
             out.push(SourceFile {
                 rel_path: rel_full.clone(),
-                abs_path: e.path().to_path_buf(),
+                abs_path: dirs.file(e.path()),
                 kind,
                 size: if kind == EntryKind::File { m.len() } else { 0 },
                 mode: m.mode() & 0o7777,
@@ -126,7 +127,7 @@ impl Postgres {
                 link_target: if kind == EntryKind::Link {
                     std::fs::read_link(e.path())
                         .ok()
-                        .map(|t| t.to_string_lossy().into_owned())
+                        .map(|t| t.to_string_lossy().into())
                 } else {
                     None
                 },
@@ -144,7 +145,7 @@ impl Postgres {
 fn private_dir(rel_path: String, abs_path: PathBuf, m: &std::fs::Metadata) -> SourceFile {
     SourceFile {
         rel_path,
-        abs_path,
+        abs_path: abs_path.into(),
         kind: EntryKind::Dir,
         size: 0,
         mode: 0o700,

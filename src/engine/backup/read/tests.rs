@@ -17,7 +17,7 @@ fn small_files_are_opened_and_asked_for_ahead_within_the_bounds() {
             }
             ReadFile {
                 id: i,
-                path,
+                path: path.into(),
                 size,
                 volume: 0,
                 missing_ok: true,
@@ -28,14 +28,7 @@ fn small_files_are_opened_and_asked_for_ahead_within_the_bounds() {
         })
         .collect();
     plan[100].pages = Some(Arc::new((0..2u32).collect()));
-    let state: Vec<FileState> = plan
-        .iter()
-        .map(|_| FileState {
-            digests: Mutex::new(crate::engine::backup::ChunkDigests::new(0)),
-            vanished: std::sync::atomic::AtomicBool::new(false),
-            shrank: std::sync::atomic::AtomicBool::new(false),
-        })
-        .collect();
+    let state = FileResults::new(plan.len());
     let mut c = cursors(&plan, 1).pop().unwrap().into_inner().unwrap();
     c.next_file = 1; // file 0 is the one being read
     c.open_ahead((&plan, &state), t).unwrap();
@@ -43,7 +36,7 @@ fn small_files_are_opened_and_asked_for_ahead_within_the_bounds() {
     // At most AHEAD_FILES, skipping the empty and the vanished file.
     assert_eq!(ids.len(), AHEAD_FILES);
     assert_eq!(ids[..4], [1, 2, 4, 6]);
-    assert!(state[5].vanished.load(Relaxed) && !state[3].vanished.load(Relaxed));
+    assert!(state.vanished(5) && !state.vanished(3));
     let mut asks = vec![];
     c.take_asks(&mut asks);
     assert_eq!(asks.len(), AHEAD_FILES);
@@ -70,7 +63,7 @@ fn small_files_are_opened_and_asked_for_ahead_within_the_bounds() {
         f.size = 1 << 20;
     }
     let mut c = cursors(&plan[..20], 1).pop().unwrap().into_inner().unwrap();
-    c.open_ahead((&plan[..20], &state[..20]), t).unwrap();
+    c.open_ahead((&plan[..20], &state), t).unwrap();
     assert_eq!(c.opened.len() as u64, AHEAD_BYTES >> 20);
 }
 
@@ -151,7 +144,7 @@ fn pages_ahead_are_asked_for_in_runs_up_to_the_bound_and_never_behind() {
     pages.insert_range(5000..5040);
     let plan = vec![ReadFile {
         id: 0,
-        path: PathBuf::from("/dev/null"),
+        path: PathBuf::from("/dev/null").into(),
         size: 6000 * pg as u64,
         volume: 0,
         missing_ok: false,
