@@ -58,29 +58,23 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
         .unwrap()
         .contains("signing keyed-blake3"));
     let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
-    ok(&[
-        "backup",
-        "--source",
-        &url,
-        "--repo",
-        &repo,
-        "--key-file",
-        &key,
-        "--sign",
-    ]);
+    let signed_backup = |ty: &str| {
+        ok(&[
+            "backup",
+            "--source",
+            &url,
+            "--repo",
+            &repo,
+            "--type",
+            ty,
+            "--key-file",
+            &key,
+            "--sign",
+        ])
+    };
+    signed_backup("full");
     pg.sql("UPDATE t SET g = g WHERE g <= 100");
-    ok(&[
-        "backup",
-        "--source",
-        &url,
-        "--repo",
-        &repo,
-        "--type",
-        "diff",
-        "--key-file",
-        &key,
-        "--sign",
-    ]);
+    signed_backup("diff");
     pg.sql("INSERT INTO t SELECT g FROM generate_series(20001, 30000) g");
     let last = pg.switch_and_wait();
     let want = rows(&pg);

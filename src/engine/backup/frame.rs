@@ -52,7 +52,12 @@ fn frame(
 ) -> anyhow::Result<usize> {
     let p = sh.p;
     let t = p.transfer_size as u64;
-    if let (Some((codec, raw_len)), Some(digest)) = (item.stored, item.digest) {
+    if let Some(super::Stored {
+        codec,
+        raw_len,
+        digest,
+    }) = item.stored
+    {
         // A merge keeps the full's stored bytes: checked there, framed here.
         sh.kept_frames.fetch_add(1, Relaxed);
         let i = item.file as usize;

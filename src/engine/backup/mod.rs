@@ -121,7 +121,7 @@ impl crate::engine::restore::merge::ChunkOut for Feeder<'_> {
 
     fn send(&self, file: u32, offset: u64, buf: Buf) -> std::io::Result<()> {
         let len = buf.len;
-        self.feed(file, offset, len, buf, None, None)
+        self.feed(file, offset, len, buf, None)
     }
 
     fn takes_stored(&self, file: u32, k: &Kept, raw: &[u8]) -> std::io::Result<bool> {
@@ -144,14 +144,12 @@ impl crate::engine::restore::merge::ChunkOut for Feeder<'_> {
                 k.offset
             )));
         }
-        self.feed(
-            file,
-            k.offset,
-            k.raw_len,
-            buf,
-            Some(k.digest),
-            Some(k.codec),
-        )
+        let stored = Stored {
+            codec: k.codec,
+            raw_len: k.raw_len,
+            digest: k.digest,
+        };
+        self.feed(file, k.offset, k.raw_len, buf, Some(stored))
     }
 }
 
@@ -163,8 +161,7 @@ impl Feeder<'_> {
         offset: u64,
         len: usize,
         buf: Buf,
-        digest: Option<[u8; 32]>,
-        stored: Option<Codec>,
+        stored: Option<Stored>,
     ) -> std::io::Result<()> {
         let t = self.sh.p.transfer_size as u64;
         let fits = |i: &&usize| {
@@ -183,9 +180,9 @@ impl Feeder<'_> {
             offset,
             sel: None,
             buf,
-            digest,
+            digest: None,
             frame_len: 0,
-            stored: stored.map(|c| (c, len)),
+            stored,
         };
         match pool::send(&self.ctx, item, self.sh.abort) {
             Some(w) => {
@@ -341,9 +338,16 @@ struct Item {
     digest: Option<[u8; 32]>,
     /// Bytes of the frame on media (header + stored + padding), set by the compressor.
     frame_len: usize,
-    /// `buf` holds the chunk already compressed with this codec, and its raw length
-    /// (a merge keeps a full's frame; `digest` is its raw bytes').
-    stored: Option<(Codec, usize)>,
+    /// `buf` holds the chunk already compressed (a merge keeps a full's frame).
+    stored: Option<Stored>,
+}
+
+/// A chunk's stored bytes as they came: their codec, raw length and raw digest.
+#[derive(Clone, Copy)]
+struct Stored {
+    codec: Codec,
+    raw_len: usize,
+    digest: [u8; 32],
 }
 
 /// Runs a backup of `plan` into `stripes` (each a sink and the header block it gets
