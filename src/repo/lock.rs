@@ -83,9 +83,13 @@ impl Repo {
 
     fn busy(&self, h: Option<&Holder>) -> anyhow::Error {
         let who = match h {
+            // Read from storage: shown escaped.
             Some(h) => format!(
                 "`{}` (pid {} on {}, since {})",
-                h.command, h.pid, h.host, h.since
+                h.command.escape_default(),
+                h.pid,
+                h.host.escape_default(),
+                h.since.escape_default()
             ),
             None => "another run".to_string(),
         };
