@@ -18,13 +18,13 @@ fn rows(pg: &Pg) -> String {
     pg.sql("SELECT count(*) || '/' || sum(g) FROM t")
 }
 
-/// WAL files waiting in the spool.
+/// WAL files waiting in the spool (not their summaries and source identities).
 fn waiting(spool: &Path) -> usize {
     fs::read_dir(spool.join("ready")).map_or(0, |d| {
         d.filter_map(|e| e.ok())
             .filter(|e| {
                 let n = e.file_name().to_string_lossy().into_owned();
-                !n.starts_with('.') && !n.ends_with(".sum")
+                !n.starts_with('.') && ![".sum", ".src", ".done"].iter().any(|s| n.ends_with(s))
             })
             .count()
     })

@@ -4,7 +4,7 @@
 //! nothing is ever dropped. It ends once the spool stayed empty for `linger`.
 
 use super::spool::{unix_now, Backlog, PusherState, Spool};
-use crate::repo::wal::spooled::{push_spooled, read_spooled_summary, SUM_SUFFIX};
+use crate::repo::wal::spooled::{mark_done, push_spooled, read_spooled_summary, SUM_SUFFIX};
 use crate::repo::Repo;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -115,6 +115,7 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
             let sum_path = spool.ready().join(format!("{name}{SUM_SUFFIX}"));
             let sum = read_spooled_summary(&sum_path);
             let p = push_spooled(r, &path, sum)?;
+            mark_done(&spool.ready(), name);
             std::fs::remove_file(&path)?;
             let _ = std::fs::remove_file(&sum_path);
             Ok::<_, anyhow::Error>(p)

@@ -3,6 +3,10 @@
 //! ```text
 //! SPOOL/ready/NAME        a WAL file PostgreSQL handed over, durable, not yet in the repository
 //! SPOOL/ready/NAME.sum    its block summary (a segment's), made as it was spooled
+//! SPOOL/ready/NAME.src    the identity of the file it was copied from (device, inode, size,
+//!                         times): PostgreSQL's call for that unchanged file needs no read
+//! SPOOL/ready/NAME.done   that identity once the repository holds the file, until PostgreSQL
+//!                         asks for it (or for an hour)
 //! SPOOL/last.sum          the last spooled segment's summary: the next one continues it
 //! SPOOL/pusher.lock       held (flock) by the pusher while it runs
 //! SPOOL/pusher.json       the pusher's state: what waits, what it pushed, its last error
@@ -26,6 +30,8 @@ const STATE: &str = "pusher.json";
 pub const LOG: &str = "pusher.log";
 /// pusher.json is a few hundred bytes; more is damage.
 const STATE_MAX: u64 = 64 << 10;
+/// How long the identity of a stored file waits for PostgreSQL's call for it.
+const DONE_KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
 /// The log is cut back to nothing past this size when a pusher starts.
 pub const LOG_MAX: u64 = 16 << 20;
 
@@ -113,17 +119,34 @@ impl Spool {
         })
     }
 
-    /// Summaries whose WAL file is gone (a pusher stopped between the two removals).
+    /// Summaries and source identities whose WAL file is gone (a pusher stopped between
+    /// the removals), and identities of stored files PostgreSQL has not asked for in
+    /// [`DONE_KEEP`].
     pub fn orphan_summaries(&self) -> Vec<PathBuf> {
+        use crate::repo::wal::spooled::{DONE_SUFFIX, SRC_SUFFIX, SUM_SUFFIX};
         let ready = self.ready();
         let Ok(rd) = fs::read_dir(&ready) else {
             return vec![];
         };
+        let old = |e: &fs::DirEntry| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > DONE_KEEP)
+        };
         rd.filter_map(|e| e.ok())
             .filter_map(|e| {
                 let n = e.file_name().to_str()?.to_string();
-                let stem = n.strip_suffix(crate::repo::wal::spooled::SUM_SUFFIX)?;
-                (parse_name(stem).is_some() && !ready.join(stem).exists()).then(|| e.path())
+                let orphan = match [SUM_SUFFIX, SRC_SUFFIX, DONE_SUFFIX]
+                    .into_iter()
+                    .find_map(|s| Some((s, n.strip_suffix(s)?)))?
+                {
+                    (_, stem) if parse_name(stem).is_none() => false,
+                    (DONE_SUFFIX, _) => old(&e),
+                    (_, stem) => !ready.join(stem).exists(),
+                };
+                orphan.then(|| e.path())
             })
             .collect()
     }

@@ -18,6 +18,53 @@ pub struct Spooled {
 
 /// The suffix of a spooled segment's block summary.
 pub const SUM_SUFFIX: &str = ".sum";
+/// The suffix of the identity of the file a spooled file was copied from.
+pub const SRC_SUFFIX: &str = ".src";
+/// The suffix of that identity once the pusher stored the file in the repository.
+pub const DONE_SUFFIX: &str = ".done";
+/// An identity file is one line; more is damage.
+const IDENTITY_MAX: u64 = 256;
+
+/// Which file, and which version of it: device, inode, size, modification and change
+/// times to the nanosecond. Equal identities mean the same bytes: the kernel moves the
+/// change time on every write and rename, and nothing can set it back. PostgreSQL writes
+/// a WAL file no more once it is ready to archive, and recycles it only once archived.
+fn identity(f: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata().ok()?;
+    Some(format!(
+        "{} {} {} {}.{:09} {}.{:09}\n",
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
+}
+
+/// The identity of the file at `p`.
+#[cfg(test)]
+pub fn identity_of(p: &Path) -> Option<String> {
+    identity(&File::open(p).ok()?)
+}
+
+/// Whether `dir/NAME{suffix}` records identity `id`.
+fn same_identity(dir: &Path, name: &str, suffix: &str, id: &str) -> bool {
+    let Ok(f) = crate::sys::open_regular(&dir.join(format!("{name}{suffix}"))) else {
+        return false;
+    };
+    let mut b = String::new();
+    f.take(IDENTITY_MAX).read_to_string(&mut b).is_ok() && b == id
+}
+
+/// The pusher stored spooled file `name`: its source's identity, kept, lets PostgreSQL's
+/// call for it return at once. A hint only: lost, the call copies the file again.
+pub fn mark_done(dir: &Path, name: &str) {
+    let src = dir.join(format!("{name}{SRC_SUFFIX}"));
+    let _ = fs::rename(&src, dir.join(format!("{name}{DONE_SUFFIX}")));
+}
 
 /// Copies WAL file `src` into directory `dir` as `dir/NAME`, every page checked and
 /// hashed, with its block summary as `dir/NAME.sum` (summarized with `prev`, the
@@ -76,6 +123,8 @@ struct Copied {
     out: File,
     map: Option<memmap2::Mmap>,
     seg: Option<SegInfo>,
+    /// The source's identity, unchanged over the copy.
+    id: Option<String>,
 }
 
 enum Staged {
@@ -94,6 +143,25 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Staged> {
         seg,
     } = o;
     let fin = dir.join(&name);
+    let id = identity(&f);
+    let already = || {
+        Ok(Staged::Already(Spooled {
+            name: name.clone(),
+            raw_bytes: len,
+            already: true,
+            summary: None,
+        }))
+    };
+    // Copied from this very file, unchanged since: spooled, or stored by the pusher.
+    if let Some(id) = &id {
+        if fin.exists() && same_identity(dir, &name, SRC_SUFFIX, id) {
+            return already();
+        }
+        if same_identity(dir, &name, DONE_SUFFIX, id) {
+            let _ = fs::remove_file(dir.join(format!("{name}{DONE_SUFFIX}")));
+            return already();
+        }
+    }
     // Spooled before (a retried archive_command, or fetched ahead): the same bytes are fine.
     if fin.exists() {
         let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, map.as_deref())?;
@@ -102,14 +170,7 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Staged> {
             _ => spooled_hash(&fin)?,
         };
         match have {
-            Some(h) if h == hash => {
-                return Ok(Staged::Already(Spooled {
-                    name,
-                    raw_bytes: len,
-                    already: true,
-                    summary: None,
-                }))
-            }
+            Some(h) if h == hash => return already(),
             Some(h) => bail!(
                 "'{}' is spooled already with other content than '{}' (BLAKE3 {} against {}): \
                  refused, the spooled copy is unchanged (two clusters archiving through one spool?)",
@@ -142,6 +203,8 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Staged> {
     };
     // The disk starts now; the fsync at commit waits only for what is left.
     crate::sys::start_writeback(&out, 0, 0);
+    // Kept only when the file did not change while it was read.
+    let id = id.filter(|i| identity(&f).as_ref() == Some(i));
     Ok(Staged::New(Copied {
         name,
         len,
@@ -150,6 +213,7 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Staged> {
         out,
         map,
         seg,
+        id,
     }))
 }
 
@@ -178,6 +242,16 @@ fn commit(c: Copied, dir: &Path, prev: Option<&Summary>) -> Result<Spooled> {
         _ => None,
     };
     let fin = dir.join(&c.name);
+    // Before the file: an identity beside no file is never read.
+    let src = dir.join(format!("{}{SRC_SUFFIX}", c.name));
+    match &c.id {
+        Some(id) => {
+            let _ = fs::write(&src, id);
+        }
+        None => {
+            let _ = fs::remove_file(&src);
+        }
+    }
     fs::rename(&c.tmp.path, &fin).with_context(|| format!("cannot create '{}'", fin.display()))?;
     Ok(Spooled {
         name: c.name,

@@ -562,3 +562,59 @@ fn a_plain_push_racing_the_first_encryption_is_refused_and_removed() {
     assert!(left.is_empty(), "{left:?}");
     assert!(keyed.encryption().is_some());
 }
+
+#[test]
+fn a_spooled_file_is_known_by_its_source_identity_until_that_changes() {
+    let d = tempfile::tempdir().unwrap();
+    let (wal, spool) = (d.path().join("pg_wal"), d.path().join("ready"));
+    fs::create_dir(&wal).unwrap();
+    fs::create_dir(&spool).unwrap();
+    let name = segment_name_for(1, 3, SEG);
+    let src = wal.join(&name);
+    fs::write(&src, segment(1, 3, 5, 40)).unwrap();
+    let first = spooled::spool_copy(&src, &spool, None, true).unwrap();
+    assert!(!first.already);
+    assert!(spool
+        .join(format!("{name}{}", spooled::SRC_SUFFIX))
+        .exists());
+    // The same unchanged file: known by identity, its bytes not read again. The spooled
+    // copy is damaged here (and its summary, which names its hash, removed) to tell the
+    // two paths apart: a scan would refuse it.
+    fs::remove_file(spool.join(format!("{name}{}", spooled::SUM_SUFFIX))).unwrap();
+    let spooled_copy = spool.join(&name);
+    let mut damaged = fs::read(&spooled_copy).unwrap();
+    damaged[100] ^= 1;
+    fs::write(&spooled_copy, &damaged).unwrap();
+    assert!(
+        spooled::spool_copy(&src, &spool, None, true)
+            .unwrap()
+            .already
+    );
+    // The source written again (same bytes, new change time): scanned, and the damaged
+    // copy refused, never trusted by name.
+    fs::write(&src, segment(1, 3, 5, 40)).unwrap();
+    let e = spooled::spool_copy(&src, &spool, None, true).unwrap_err();
+    assert!(format!("{e:#}").contains("other content"), "{e:#}");
+    // Stored by the pusher and removed from the spool: the call returns at once, once.
+    fs::write(&spooled_copy, segment(1, 3, 5, 40)).unwrap();
+    let id = spool.join(format!("{name}{}", spooled::SRC_SUFFIX));
+    fs::write(&id, spooled::identity_of(&src).unwrap()).unwrap();
+    spooled::mark_done(&spool, &name);
+    fs::remove_file(&spooled_copy).unwrap();
+    assert!(
+        spooled::spool_copy(&src, &spool, None, true)
+            .unwrap()
+            .already
+    );
+    assert!(!spooled_copy.exists());
+    assert!(!spool
+        .join(format!("{name}{}", spooled::DONE_SUFFIX))
+        .exists());
+    // Asked again after that: copied again.
+    assert!(
+        !spooled::spool_copy(&src, &spool, None, true)
+            .unwrap()
+            .already
+    );
+    assert!(spooled_copy.exists());
+}
