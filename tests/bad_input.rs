@@ -759,7 +759,7 @@ fn forged_archived_wal_sizes_are_refused() {
     assert_eq!(fs::read(&dest).unwrap(), fs::read(&h).unwrap());
 }
 
-/// Found by tests/fuzz.rs: text from a record or manifest was cut at a byte count for
+/// Found by tests/fuzz: text from a record or manifest was cut at a byte count for
 /// display (history's finish time, files' checksum column), inside a character.
 #[test]
 fn text_of_a_record_or_manifest_is_cut_between_characters() {
