@@ -84,6 +84,28 @@ pub(crate) fn stat_all(paths: &[&Path]) -> Vec<std::io::Result<std::fs::Metadata
     })
 }
 
+/// One lstat result slot of `stat_into`.
+pub(crate) type StatSlot = std::sync::OnceLock<std::io::Result<std::fs::Metadata>>;
+
+/// lstat of `path(i)` for every `i` in `0..n`, as `stat_all`, into `out[i]` (grown to `n`
+/// when shorter). A walk passes the same slots for every batch: fresh ones each time (a
+/// few hundred KiB) would leave holes among the small strings it keeps, and the heap
+/// would grow by most of a batch's slots every batch.
+pub(crate) fn stat_into<'a>(
+    n: usize,
+    path: impl Fn(usize) -> &'a Path + Sync,
+    out: &mut Vec<StatSlot>,
+) {
+    if out.len() < n {
+        out.resize_with(n, StatSlot::new);
+    }
+    let threads = n.div_ceil(64).min(STAT_THREADS);
+    let slots = &out[..n];
+    crate::par::each_index(n, threads, |i| {
+        let _ = slots[i].set(std::fs::symlink_metadata(path(i)));
+    });
+}
+
 #[derive(Default)]
 pub struct Finish {
     pub extra: BTreeMap<String, serde_json::Value>,
