@@ -283,6 +283,37 @@ mod tests {
     }
 
     #[test]
+    fn stat_into_reuses_its_slots_batch_after_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut paths: Vec<PathBuf> = (0..300)
+            .map(|i| {
+                let p = dir.path().join(format!("f{i}"));
+                std::fs::write(&p, vec![0u8; i]).unwrap();
+                p
+            })
+            .collect();
+        paths.insert(7, dir.path().join("missing"));
+        let mut slots = Vec::new();
+        let mut first = None;
+        // A batch, a shorter one in the same slots, then a longer one: slots added.
+        for (k, n) in [(0, 200), (200, 50), (50, 251)] {
+            stat_into(n, |i| &paths[k + i], &mut slots);
+            assert_eq!(slots.len(), n.max(200));
+            if n <= 200 {
+                assert_eq!(*first.get_or_insert(slots.as_ptr()), slots.as_ptr());
+            }
+            for (i, slot) in slots[..n].iter_mut().enumerate() {
+                let got = slot.take().expect("every slot of the batch is set");
+                match k + i {
+                    7 => assert!(got.is_err(), "the missing path's own error"),
+                    j => assert_eq!(got.unwrap().len(), (j - usize::from(j > 7)) as u64),
+                }
+            }
+            assert!(slots.iter().all(|s| s.get().is_none()), "all taken");
+        }
+    }
+
+    #[test]
     fn stat_all_keeps_the_order_and_reports_each_path_on_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let mut paths: Vec<PathBuf> = (0..1000)
