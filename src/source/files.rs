@@ -67,17 +67,16 @@ pub fn walk(root: &Path) -> Result<Vec<SourceFile>> {
         );
     }
     // Stat in batches: memory holds the entries made and one batch, never every
-    // walked entry with its metadata.
+    // walked entry with its metadata. The batch and its stat slots are made once.
     const BATCH: usize = 4096;
     let mut out = vec![];
     let mut dirs = Dirs::default();
     let mut batch: Vec<(String, walkdir::DirEntry)> = Vec::with_capacity(BATCH);
+    let mut stats: Vec<super::StatSlot> = Vec::with_capacity(BATCH);
     let mut flush = |batch: &mut Vec<(String, walkdir::DirEntry)>| -> Result<()> {
-        let stats = {
-            let paths: Vec<&Path> = batch.iter().map(|(_, e)| e.path()).collect();
-            super::stat_all(&paths)
-        };
-        for ((rel, e), m) in batch.drain(..).zip(stats) {
+        super::stat_into(batch.len(), |i| batch[i].1.path(), &mut stats);
+        for ((rel, e), slot) in batch.drain(..).zip(stats.iter_mut()) {
+            let m = slot.take().expect("every path is stat'ed");
             let m = m.with_context(|| format!("cannot stat '{}'", e.path().display()))?;
             if let Some(f) = entry(e.path(), dirs.file(e.path()), rel, &m)? {
                 out.push(f);

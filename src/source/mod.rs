@@ -84,6 +84,28 @@ pub(crate) fn stat_all(paths: &[&Path]) -> Vec<std::io::Result<std::fs::Metadata
     })
 }
 
+/// One lstat result slot of `stat_into`.
+pub(crate) type StatSlot = std::sync::OnceLock<std::io::Result<std::fs::Metadata>>;
+
+/// lstat of `path(i)` for every `i` in `0..n`, as `stat_all`, into `out[i]` (grown to `n`
+/// when shorter). A walk passes the same slots for every batch: fresh ones each time (a
+/// few hundred KiB) would leave holes among the small strings it keeps, and the heap
+/// would grow by most of a batch's slots every batch.
+pub(crate) fn stat_into<'a>(
+    n: usize,
+    path: impl Fn(usize) -> &'a Path + Sync,
+    out: &mut Vec<StatSlot>,
+) {
+    if out.len() < n {
+        out.resize_with(n, StatSlot::new);
+    }
+    let threads = n.div_ceil(64).min(STAT_THREADS);
+    let slots = &out[..n];
+    crate::par::each_index(n, threads, |i| {
+        let _ = slots[i].set(std::fs::symlink_metadata(path(i)));
+    });
+}
+
 #[derive(Default)]
 pub struct Finish {
     pub extra: BTreeMap<String, serde_json::Value>,
@@ -258,6 +280,37 @@ mod tests {
             );
         }
         assert!(restorer(SourceKind::Postgres, &[], false).recovers());
+    }
+
+    #[test]
+    fn stat_into_reuses_its_slots_batch_after_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut paths: Vec<PathBuf> = (0..300)
+            .map(|i| {
+                let p = dir.path().join(format!("f{i}"));
+                std::fs::write(&p, vec![0u8; i]).unwrap();
+                p
+            })
+            .collect();
+        paths.insert(7, dir.path().join("missing"));
+        let mut slots = Vec::new();
+        let mut first = None;
+        // A batch, a shorter one in the same slots, then a longer one: slots added.
+        for (k, n) in [(0, 200), (200, 50), (50, 251)] {
+            stat_into(n, |i| &paths[k + i], &mut slots);
+            assert_eq!(slots.len(), n.max(200));
+            if n <= 200 {
+                assert_eq!(*first.get_or_insert(slots.as_ptr()), slots.as_ptr());
+            }
+            for (i, slot) in slots[..n].iter_mut().enumerate() {
+                let got = slot.take().expect("every slot of the batch is set");
+                match k + i {
+                    7 => assert!(got.is_err(), "the missing path's own error"),
+                    j => assert_eq!(got.unwrap().len(), (j - usize::from(j > 7)) as u64),
+                }
+            }
+            assert!(slots.iter().all(|s| s.get().is_none()), "all taken");
+        }
     }
 
     #[test]

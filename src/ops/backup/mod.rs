@@ -324,7 +324,9 @@ pub fn backup_of(
 struct Input {
     src: Box<dyn Source>,
     info: SourceInfo,
+    /// The source's entries until the pipeline starts; then `held`.
     entries: Vec<SourceFile>,
+    held: Vec<Held>,
     plan: Vec<ReadFile>,
     plan_ids: Vec<u32>,
     vols: Volumes,
@@ -565,6 +567,7 @@ fn prepare(mut src: Box<dyn Source>, dest: &Dest) -> Result<Input> {
         src,
         info,
         entries,
+        held: vec![],
         plan,
         plan_ids,
         vols,
@@ -691,6 +694,8 @@ fn pipeline(
     let t = Instant::now();
     let volumes = input.vols.names.len().max(1);
     let filter = input.src.filter(&input.entries);
+    // The plan has what the readers need: the entries keep what the manifest does.
+    input.held = held_of(std::mem::take(&mut input.entries));
     let abort = input.abort.clone();
     let run = backup::run(
         &input.plan,
@@ -723,7 +728,7 @@ fn pipeline(
     phases.finish = t.elapsed().as_secs_f64();
     let t = Instant::now();
     if !fin.late.is_empty() {
-        let first = input.entries.len();
+        let first = input.held.len();
         let mut late = fin.late;
         let (plan2, ids2) = plan_of(&mut late, first, &mut input.vols, input.info.kind);
         let (sinks, prior): (Vec<_>, Vec<_>) = out
@@ -766,7 +771,7 @@ fn pipeline(
         out.kept_frames += more.kept_frames;
         out.wall += more.wall;
         input.plan_ids.extend(ids2);
-        input.entries.extend(late);
+        input.held.extend(late.into_iter().map(Held::from));
     }
     phases.late = t.elapsed().as_secs_f64();
     // The archiver worked while the late files were copied.

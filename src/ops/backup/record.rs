@@ -59,8 +59,47 @@ pub(super) struct Text {
     pub(super) file_pages: Vec<(String, u64)>,
 }
 
-/// Entries the walk's list may have spare before it is shrunk.
+/// Entries a list taken apart from its end may have spare before it is shrunk.
 const SHRINK_EVERY: usize = 1 << 16;
+
+/// What the manifest needs of a source entry while its file is read (64 bytes, not
+/// the source's 104: the plan holds its path to open and its volume).
+pub(super) struct Held {
+    rel_path: Box<str>,
+    link_target: Option<Box<str>>,
+    size: u64,
+    mtime: i64,
+    dev: u64,
+    mode: u32,
+    kind: EntryKind,
+}
+
+impl From<SourceFile> for Held {
+    fn from(e: SourceFile) -> Held {
+        Held {
+            rel_path: e.rel_path.into_boxed_str(),
+            link_target: e.link_target,
+            size: e.size,
+            mtime: e.mtime,
+            dev: e.dev,
+            mode: e.mode,
+            kind: e.kind,
+        }
+    }
+}
+
+/// The entries as `Held`, in order; the source's list shrinks as the new one grows.
+pub(super) fn held_of(mut entries: Vec<SourceFile>) -> Vec<Held> {
+    let mut held = Vec::with_capacity(entries.len());
+    while let Some(e) = entries.pop() {
+        if entries.capacity() - entries.len() >= SHRINK_EVERY {
+            entries.shrink_to_fit();
+        }
+        held.push(Held::from(e));
+    }
+    held.reverse();
+    held
+}
 
 /// The set's manifest: every entry with its checksum and pages (a file that vanished
 /// is left out), the stripes and totals.
@@ -84,7 +123,7 @@ pub(super) fn manifest(
     // follow the plan (then the late files': PostgreSQL's last WAL, ids after the
     // walk's), so one cursor walks them beside the entries, from the end: the walk's
     // list shrinks as the manifest's grows.
-    let mut entries = std::mem::take(&mut input.entries);
+    let mut entries = std::mem::take(&mut input.held);
     let plan_ids = std::mem::take(&mut input.plan_ids);
     debug_assert!(plan_ids.is_sorted_by(|a, b| a < b), "plan ids increase");
     let sparse: Vec<bool> = input.plan.iter().map(|f| f.pages.is_some()).collect();
@@ -133,12 +172,12 @@ pub(super) fn manifest(
         if e.kind == EntryKind::File {
             text.vol_pages[input.vols.index[&e.dev]] += p;
             if o.file_pages {
-                text.file_pages.push((e.rel_path.clone(), p));
+                text.file_pages.push((e.rel_path.to_string(), p));
             }
         }
         files.push(FileEntry {
             id: i as u32,
-            path: e.rel_path.into_boxed_str(),
+            path: e.rel_path,
             kind: e.kind,
             size: e.size,
             mode: e.mode,
@@ -257,4 +296,46 @@ pub(super) fn write_report(
         write_names: devices.iter().map(|d| d.describe()).collect(),
     };
     report::write(path, &page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_entries_keep_their_order_and_what_the_manifest_needs() {
+        let n = SHRINK_EVERY * 2 + 3;
+        let entries: Vec<SourceFile> = (0..n)
+            .map(|i| SourceFile {
+                rel_path: format!("d/f{i}"),
+                abs_path: PathBuf::from(format!("/src/d/f{i}")).into(),
+                kind: [EntryKind::File, EntryKind::Dir, EntryKind::Link][i % 3],
+                size: i as u64 * 7,
+                mode: 0o640,
+                mtime: -(i as i64),
+                dev: 9,
+                missing_ok: true,
+                link_target: (i % 3 == 2).then(|| format!("t{i}").into()),
+            })
+            .collect();
+        let held = held_of(entries);
+        assert_eq!(held.len(), n);
+        for (i, h) in held.iter().enumerate() {
+            assert_eq!(&*h.rel_path, format!("d/f{i}"));
+            assert_eq!(
+                h.kind,
+                [EntryKind::File, EntryKind::Dir, EntryKind::Link][i % 3]
+            );
+            assert_eq!(
+                (h.size, h.mtime, h.dev, h.mode),
+                (i as u64 * 7, -(i as i64), 9, 0o640)
+            );
+            assert_eq!(
+                h.link_target.as_deref(),
+                (i % 3 == 2).then(|| format!("t{i}")).as_deref()
+            );
+        }
+        // What a file costs while it is read, beside its plan and results.
+        assert_eq!(std::mem::size_of::<Held>(), 64);
+    }
 }
