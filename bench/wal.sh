@@ -114,7 +114,7 @@ as_pg "$PG_BIN/pgbench" -h 127.0.0.1 -p $PORT -U postgres -i -q -s "$SCALE" post
 psql_db $PORT -c "VACUUM" -c "CHECKPOINT"
 
 ready() { find "$DATA/pg_wal/archive_status" -name '*.ready' 2>/dev/null | wc -l; }
-spooled() { find "$1/ready" -maxdepth 1 -type f ! -name '*.sum' ! -name '.*' 2>/dev/null | wc -l; }
+spooled() { find "$1/ready" -maxdepth 1 -type f ! -name '*.sum' ! -name '*.src' ! -name '*.done' ! -name '.*' 2>/dev/null | wc -l; }
 set_archive() {
     psql_db $PORT -c "ALTER SYSTEM SET archive_command = '${1//\'/\'\'}'" -c "SELECT pg_reload_conf()" >/dev/null
 }
