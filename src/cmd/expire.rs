@@ -137,6 +137,20 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
             r.wal_locked
         );
     }
+    if !r.drills.removed.is_empty() {
+        println!(
+            "{} drill record(s) {gone} because they are older than the oldest set kept",
+            r.drills.removed.len()
+        );
+    }
+    if r.drills.locked > 0 {
+        let why = match (&r.drills.locked_until, &r.drills.refused) {
+            (Some(u), _) => format!("locked until {u} (the repository's retention)"),
+            (None, Some(e)) => format!("the store refused a removal ({})", shown(e)),
+            (None, None) => "locked".to_string(),
+        };
+        println!("{} expired drill record(s) kept: {why}", r.drills.locked);
+    }
     if let Some(start) = &r.recovery_window_start {
         println!(
             "recovery window   from {start} (the end of set {}) on",

@@ -66,6 +66,11 @@ pub struct CatalogEntry {
     pub codec: String,
     /// Stripe locations in stripe order (relative to the repository when inside it).
     pub stripes: Vec<String>,
+    /// The version id a versioned store gave each stripe, in stripe order: every read
+    /// asks for exactly it, so an object put over a stripe later is not what restores.
+    /// Empty for sets recorded before (or on stores without versions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stripe_versions: Vec<Option<String>>,
 }
 
 pub struct Repo {
@@ -292,6 +297,12 @@ impl Repo {
         self.store.describe(recorded)
     }
 
+    /// The device specs of a recorded set's stripes, and the version each is pinned to.
+    pub fn stripes_of(&self, e: &CatalogEntry) -> (Vec<String>, Vec<Option<String>>) {
+        let specs = e.stripes.iter().map(|s| self.stripe_path(s)).collect();
+        (specs, e.stripe_versions.clone())
+    }
+
     /// How a stripe spec is recorded: relative when it is inside the repository.
     pub fn relative(&self, spec: &str) -> String {
         self.store
@@ -365,6 +376,20 @@ impl CatalogEntry {
             .any(|s| s.is_empty() || s.contains('\0'))
         {
             return Err("'stripes' holds an empty name".into());
+        }
+        if !self.stripe_versions.is_empty() && self.stripe_versions.len() != self.stripes.len() {
+            return Err(format!(
+                "'stripe_versions' lists {} versions for {} stripes",
+                self.stripe_versions.len(),
+                self.stripes.len()
+            ));
+        }
+        let valid = crate::device::object::valid_version;
+        if let Some(v) = (self.stripe_versions.iter().flatten()).find(|v| !valid(v)) {
+            return Err(format!(
+                "'stripe_versions' holds '{}', not a version id",
+                v.chars().take(64).collect::<String>().escape_default()
+            ));
         }
         if self.timeline == Some(0) {
             return Err("'timeline' is 0, not a timeline".into());

@@ -7,7 +7,7 @@
 //! reader. Requests are retried by object_store (exponential backoff with jitter on
 //! 5xx, 429, timeouts and dropped connections); each retry is counted here.
 
-use super::{Device, StripeSink, StripeSource};
+use super::{Device, Since, StripeSink, StripeSource};
 use anyhow::{anyhow, bail, Result};
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -130,20 +130,36 @@ mod stripe;
 #[cfg(test)]
 mod tests;
 
+/// The longest version id taken from a store or a record.
+pub const VERSION_MAX: usize = 1024;
+
+/// Whether `v` can be a store's version id: bounded, printable, of the characters S3
+/// (URL-safe text) and Azure (a timestamp) use. A version id comes from a store or a
+/// catalog record: untrusted either way, and sent back in a query string.
+pub fn valid_version(v: &str) -> bool {
+    (1..=VERSION_MAX).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:+=/".contains(&b))
+        && v != "null"
+}
+
 /// GETs `range` of the object at `path` into `buf` (cleared first, so that a caller
-/// reuses its buffers), streaming the body; with `e_tag`, only of that version. A body of
-/// another length than the range's is an error.
+/// reuses its buffers), streaming the body; with `e_tag`, only of that version; with
+/// `version`, of exactly that version id. A body of another length than the range's is
+/// an error.
 async fn get_range(
     store: &dyn ObjectStore,
     path: &KeyPath,
     range: std::ops::Range<u64>,
     e_tag: Option<String>,
+    version: Option<String>,
     mut buf: Vec<u8>,
 ) -> object_store::Result<Vec<u8>> {
     let want = range.end - range.start;
     let opts = GetOptions {
         range: Some(range.into()),
         if_match: e_tag,
+        version,
         ..Default::default()
     };
     let mut body = store.get_opts(path, opts).await?.into_stream();
@@ -322,7 +338,8 @@ impl Location {
         };
         let size = meta.size;
         let (store, path, e_tag) = (&*self.store, &p, &meta.e_tag);
-        let get = |r: std::ops::Range<u64>| get_range(store, path, r, e_tag.clone(), Vec::new());
+        let get =
+            |r: std::ops::Range<u64>| get_range(store, path, r, e_tag.clone(), None, Vec::new());
         let mut head = block_on(get(0..n.min(size))).map_err(|e| self.err("cannot read", e))?;
         let len = head.len();
         if !patch(&mut head)? {

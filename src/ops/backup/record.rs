@@ -200,6 +200,7 @@ pub(super) fn catalog_entry(
     repo: &Repo,
     manifest: &Manifest,
     info: &SourceInfo,
+    committed: &[crate::set::write::Committed],
 ) -> CatalogEntry {
     // The facts were made by this backup's source: they read back.
     let pg = PgFacts::from_extra(&manifest.extra).ok().flatten();
@@ -227,6 +228,10 @@ pub(super) fn catalog_entry(
         stored_bytes: manifest.totals.stored_bytes,
         codec: manifest.codec.clone(),
         stripes: dest.specs.iter().map(|p| repo.relative(p)).collect(),
+        stripe_versions: match committed.iter().any(|c| c.version.is_some()) {
+            true => committed.iter().map(|c| c.version.clone()).collect(),
+            false => vec![],
+        },
     }
 }
 

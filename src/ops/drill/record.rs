@@ -1,11 +1,16 @@
 //! A drill's result recorded in the repository (`drills/TIME.json`, written once) and
 //! the newest read back for `status`. A record is data from storage: read bounded,
-//! every field checked, shown escaped.
+//! every field checked, shown escaped. In an encrypted or signed repository a record
+//! carries the key's id and a tag (HMAC-SHA256 under a key derived from the master)
+//! over its name and text: one without it, or with another, is shown as forged.
+//! `expire` removes the records older than the oldest set it keeps (never the newest).
 
+use crate::crypt::{show_id, Master};
 use crate::repo::Repo;
 use anyhow::Result;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::time::SystemTime;
 
 pub const DIR: &str = "drills";
 const MAX: u64 = 64 << 10;
@@ -24,6 +29,22 @@ pub struct DrillRecord {
     pub reached_lsn: Option<String>,
     /// The checks that failed.
     pub failed: Vec<String>,
+    /// An encrypted or signed repository's key id (hex), and the record's tag (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+/// What a record's tag covers: its name, then its text with the key id and no tag.
+fn tagged_text(name: &str, r: &DrillRecord) -> Result<Vec<u8>> {
+    let mut text = format!("{name}\n").into_bytes();
+    let r = DrillRecord {
+        tag: None,
+        ..r.clone()
+    };
+    serde_json::to_writer(&mut text, &r)?;
+    Ok(text)
 }
 
 /// The newest drill as `status` shows it.
@@ -32,7 +53,9 @@ pub struct LastDrill {
     pub record: String,
     pub time: Option<String>,
     pub age_seconds: Option<f64>,
-    /// "ok", "failed", or "damaged" (the record does not read as one).
+    /// "ok", "failed", "damaged" (the record does not read as one), "forged" (its
+    /// tag does not check with the repository's key) or "unverified" (a keyed
+    /// repository read without its key).
     pub outcome: String,
     pub rto_seconds: Option<f64>,
     pub rpo_seconds: Option<f64>,
@@ -50,22 +73,52 @@ fn is_record_name(n: &str) -> bool {
     })
 }
 
-/// Writes `r` as a new record; returns its name in the repository.
-pub fn write(repo: &Repo, r: &DrillRecord) -> Result<String> {
+/// Writes `r` as a new record (tagged with `master`, a keyed repository's key);
+/// returns its name in the repository.
+pub fn write(repo: &Repo, r: &DrillRecord, master: Option<&Master>) -> Result<String> {
     let t = DateTime::parse_from_rfc3339(&r.time)?.with_timezone(&Utc);
     let stem = t.format("%Y%m%dT%H%M%S%.3fZ").to_string();
-    let bytes = serde_json::to_vec_pretty(r)?;
     repo.store().create_dir(DIR)?;
     for n in 0..100 {
-        let rel = match n {
-            0 => format!("{DIR}/{stem}.json"),
-            n => format!("{DIR}/{stem}-{n}.json"),
+        let name = match n {
+            0 => format!("{stem}.json"),
+            n => format!("{stem}-{n}.json"),
         };
-        if repo.store().put_new(&rel, &bytes)? {
+        let mut r = r.clone();
+        if let Some(m) = master {
+            r.key_id = Some(show_id(&m.id));
+            r.tag = Some(hex::encode(m.drill_tag(&tagged_text(&name, &r)?)));
+        }
+        let rel = format!("{DIR}/{name}");
+        if repo
+            .store()
+            .put_new(&rel, &serde_json::to_vec_pretty(&r)?)?
+        {
             return Ok(rel);
         }
     }
     anyhow::bail!("cannot record the drill: {DIR}/{stem}*.json all exist")
+}
+
+/// A keyed repository's record against its key: Err says why it is not genuine.
+fn authentic(name: &str, r: &DrillRecord, master: &Master) -> Result<(), String> {
+    let want = show_id(&master.id);
+    let (Some(id), Some(tag)) = (&r.key_id, &r.tag) else {
+        return Err(format!(
+            "it carries no tag, and the repository's records are tagged with its key (id {want})"
+        ));
+    };
+    if *id != want {
+        return Err(format!(
+            "it names key id '{}', not the repository's {want}",
+            id.chars().take(64).collect::<String>().escape_default()
+        ));
+    }
+    let text = tagged_text(name, r).map_err(|e| e.to_string())?;
+    match hex::decode(tag) {
+        Ok(t) if master.drill_ok(&text, &t) => Ok(()),
+        _ => Err("its tag does not match its name and text under the repository's key".into()),
+    }
 }
 
 fn check(r: &DrillRecord) -> Result<DateTime<Utc>, String> {
@@ -98,27 +151,33 @@ fn check(r: &DrillRecord) -> Result<DateTime<Utc>, String> {
     Ok(t)
 }
 
-/// The newest drill the repository records, if any.
-pub fn newest(repo: &Repo, now: DateTime<Utc>) -> Result<Option<LastDrill>> {
+/// The names of the drill records, oldest first.
+fn names(repo: &Repo) -> Result<Vec<String>> {
     let mut names: Vec<String> = (repo.store().list(DIR)?.into_iter())
         .map(|(n, _)| n)
         .filter(|n| is_record_name(n))
         .collect();
     names.sort();
-    let Some(name) = names.pop() else {
+    Ok(names)
+}
+
+/// The newest drill the repository records, if any.
+pub fn newest(repo: &Repo, now: DateTime<Utc>) -> Result<Option<LastDrill>> {
+    let Some(name) = names(repo)?.pop() else {
         return Ok(None);
     };
     let rel = format!("{DIR}/{name}");
-    let damaged = |e: String| LastDrill {
+    let unshown = |outcome: &str, e: String| LastDrill {
         record: rel.clone(),
         time: None,
         age_seconds: None,
-        outcome: "damaged".into(),
+        outcome: outcome.into(),
         rto_seconds: None,
         rpo_seconds: None,
         failed: vec![],
         error: Some(e),
     };
+    let damaged = |e| unshown("damaged", e);
     let bytes = match repo.store().get(&rel, MAX) {
         Ok(Some(b)) => b,
         Ok(None) => return Ok(None),
@@ -128,6 +187,25 @@ pub fn newest(repo: &Repo, now: DateTime<Utc>) -> Result<Option<LastDrill>> {
         Ok(r) => r,
         Err(e) => return Ok(Some(damaged(e.to_string()))),
     };
+    if let Some(k) = repo.protection() {
+        match repo.record_master()? {
+            None => {
+                return Ok(Some(unshown(
+                    "unverified",
+                    format!(
+                        "the repository is {} (key id {}): give its key to check the record's tag",
+                        k.mode.verb(),
+                        show_id(&k.key_id)
+                    ),
+                )))
+            }
+            Some(m) => {
+                if let Err(e) = authentic(&name, &r, &m) {
+                    return Ok(Some(unshown("forged", e)));
+                }
+            }
+        }
+    }
     Ok(Some(match check(&r) {
         Ok(t) => LastDrill {
             record: rel,
@@ -143,6 +221,59 @@ pub fn newest(repo: &Repo, now: DateTime<Utc>) -> Result<Option<LastDrill>> {
     }))
 }
 
+/// The drill records `expire` removed, and those the retention holds.
+#[derive(Debug, Default, Serialize)]
+pub struct DrillExpiry {
+    pub removed: Vec<String>,
+    pub locked: usize,
+    /// Until when the retention holds the newest of those kept (RFC 3339).
+    pub locked_until: Option<String>,
+    /// A removal the store refused (the record stays).
+    pub refused: Option<String>,
+}
+
+/// When a record's name says it was written.
+fn named_time(name: &str) -> Option<DateTime<Utc>> {
+    let t = NaiveDateTime::parse_from_str(name.get(..15)?, "%Y%m%dT%H%M%S").ok()?;
+    Some(t.and_utc())
+}
+
+/// Removes the drill records written before `before` (the oldest kept set's start),
+/// never the newest; in an immutable repository those its retention holds are kept
+/// and counted. `dry_run`: only says which.
+pub fn expire(repo: &Repo, before: DateTime<Utc>, dry_run: bool) -> Result<DrillExpiry> {
+    let mut names = names(repo)?;
+    names.pop();
+    let clock = SystemTime::now();
+    let mut out = DrillExpiry::default();
+    let mut until = None;
+    for name in names {
+        if named_time(&name).is_none_or(|t| t >= before) {
+            continue;
+        }
+        let rel = format!("{DIR}/{name}");
+        if let Some(u) = repo.locked_until(std::slice::from_ref(&rel), clock)? {
+            out.locked += 1;
+            until = until.max(Some(u));
+            continue;
+        }
+        if !dry_run {
+            if let Err(e) = repo.store().delete(&rel) {
+                if repo.immutable().is_none() {
+                    return Err(e);
+                }
+                out.refused = Some(format!("{e:#}"));
+                out.locked += 1;
+                continue;
+            }
+        }
+        out.removed.push(rel);
+    }
+    out.locked_until =
+        until.map(|u| DateTime::<Utc>::from(u).to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -150,5 +281,7 @@ mod tests {
         assert!(super::is_record_name("20261126T233700.123Z.json"));
         assert!(super::is_record_name("20261126T233700.123Z-1.json"));
         assert!(!super::is_record_name("../x.json") && !super::is_record_name("a.json"));
+        let t = super::named_time("20261126T233700.123Z-1.json").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-11-26T23:37:00+00:00");
     }
 }
