@@ -68,7 +68,7 @@ fn a_stripe_put_over_or_deleted_after_the_backup_is_not_what_restores() {
     assert_eq!(e.stripe_versions.len(), 2, "{e:?}");
     let key = format!("files/sets/{a}/2.pv");
     let pinned = e.stripe_versions[1].clone().expect("a version id");
-    assert_eq!(versions_of(&key), [pinned.clone()]);
+    assert_eq!(versions_of(&key), std::slice::from_ref(&pinned));
     assert_eq!(
         versions_of(&format!("files/sets/{a}/1.pv")),
         [e.stripe_versions[0].clone().unwrap()]
