@@ -206,3 +206,75 @@ fn a_bucket_without_versions_records_none_and_restores_as_before() {
     s3(&["put", PLAIN, &rec, &text]).unwrap();
     ok(&["verify", "--repo", &repo]);
 }
+
+#[test]
+fn a_base_record_put_over_or_deleted_is_read_at_the_version_its_child_names() {
+    minio();
+    let (dir, src) = tree_in_tempdir();
+    let repo = format!("s3://{BUCKET}/chain");
+    ok(&["init", "--repo", &repo, "--immutable", "--retain", "1d"]);
+    let a = backup(&src, &repo, &[]);
+    let r = Repo::open(&repo, false, &Default::default()).unwrap();
+    let full = r.catalog().unwrap().pop().unwrap();
+    let v = r.record_version(&a).expect("the record's version id");
+    // A child's record as a diff's backup writes it (a files source takes fulls only).
+    let mut child = full.clone();
+    child.set_id = "ab".repeat(16);
+    child.base_set = Some(a.clone());
+    child.base_version = Some(v.clone());
+    child.started = chrono::Utc::now().to_rfc3339();
+    child.stripes = vec![format!("sets/{}/1.pv", child.set_id)];
+    child.stripe_versions = vec![];
+    r.record(&child).unwrap();
+
+    // The base record put over (its stripes pointed elsewhere): the child's version is
+    // read, and said so.
+    let mut forged = full.clone();
+    forged.name = Some("forged".into());
+    forged.stripes = vec![format!("sets/{}/1.pv", child.set_id)];
+    let rec = format!("chain/catalog/{a}.json");
+    s3(&[
+        "put",
+        BUCKET,
+        &rec,
+        &serde_json::to_string(&forged).unwrap(),
+    ])
+    .unwrap();
+    let listed = r.catalog().unwrap();
+    assert_eq!(listed.iter().find(|e| e.set_id == a), Some(&full));
+    let notes = r.record_notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains(&format!(
+            "was overwritten after set {} was based on it",
+            child.set_id
+        )) && notes[0].contains(&v),
+        "{notes:?}"
+    );
+    let target = dir.path().join("r1");
+    let out = ok(&["restore", "--repo", &repo, "--set", &a, "--to", &s(&target)]);
+    assert_same_tree(&src, &target);
+    assert!(
+        out.contains(&format!(
+            "catalog record s3://{BUCKET}/{rec} was overwritten"
+        )),
+        "{out}"
+    );
+    let r2 = run(&["verify", "--repo", &repo, "--set", &a, "--json"]);
+    assert_eq!(r2.code, 1, "{}", r2.stderr);
+    let j: serde_json::Value = serde_json::from_str(&r2.stdout).unwrap();
+    assert_eq!(j["records_overwritten"].as_array().unwrap().len(), 1, "{j}");
+
+    // Deleted (a delete marker): still listed, from the version the child names.
+    s3(&["rm", BUCKET, &rec]).unwrap();
+    let listed = r.catalog().unwrap();
+    assert_eq!(listed.iter().find(|e| e.set_id == a), Some(&full));
+    assert!(
+        r.record_notes()[0].contains("was deleted"),
+        "{:?}",
+        r.record_notes()
+    );
+    let target = dir.path().join("r2");
+    ok(&["restore", "--repo", &repo, "--set", &a, "--to", &s(&target)]);
+    assert_same_tree(&src, &target);
+}

@@ -233,11 +233,13 @@ pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
     let r = verify::verify(&o, &shower(a.read.stats, a.read.json))?;
     print_verify(&r, a.read.json);
     if !r.valid {
-        let names: Vec<&str> = r.overwritten.iter().map(|w| w.stripe.as_str()).collect();
+        let mut names: Vec<&str> = r.overwritten.iter().map(|w| w.stripe.as_str()).collect();
+        if !r.records_overwritten.is_empty() {
+            names.push("catalog records (above)");
+        }
         anyhow::bail!(
-            "set {}: {} overwritten or deleted after the backup: {} (the backup's versions are intact; find who wrote them, and remove the newer versions with the store's own tools)",
+            "set {}: overwritten or deleted after the backup: {} (the versions the backup wrote are intact and were read; find who wrote the newer ones, and remove them with the store's own tools)",
             r.set_id,
-            if names.len() == 1 { "a stripe was" } else { "stripes were" },
             names.join(", ")
         );
     }
@@ -254,6 +256,9 @@ pub fn print_verify(r: &VerifyReport, json: bool) {
     );
     for w in &r.overwritten {
         println!("Finding: {}.", w.message);
+    }
+    for w in &r.records_overwritten {
+        println!("Finding: {w}.");
     }
     match r.valid {
         true => println!("The backup set on file 1 is valid."),

@@ -68,6 +68,9 @@ pub struct VerifyReport {
     /// Stripes overwritten or deleted after the backup (read at their pinned
     /// versions): a finding, verify exits 1 naming each.
     pub overwritten: Vec<set::Overwritten>,
+    /// Catalog records overwritten or deleted since a later record named their
+    /// version (read at that version): a finding too.
+    pub records_overwritten: Vec<String>,
     /// For the text summary.
     #[serde(skip)]
     pub pages: u64,
@@ -106,12 +109,17 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
     drop(shown);
     let out = out.context("the backup set is damaged")?;
     let secs = out.wall.as_secs_f64();
+    let notes = repo
+        .as_ref()
+        .map(|(r, _)| r.record_notes())
+        .unwrap_or_default();
     Ok(VerifyReport {
         command: "verify",
         // The set read intact at its pinned versions; a stripe's name now holding
         // something else is a finding all the same.
-        valid: set.overwritten.is_empty(),
+        valid: set.overwritten.is_empty() && notes.is_empty(),
         overwritten: set.overwritten.clone(),
+        records_overwritten: notes,
         set_id: m.set_id.clone(),
         damaged_flag: m.damaged,
         files: ids.len(),

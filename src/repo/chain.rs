@@ -256,6 +256,7 @@ mod tests {
             codec: "none".into(),
             stripes: vec!["sets/x/1.pv".into()],
             stripe_versions: vec![],
+            base_version: None,
         }
     }
 

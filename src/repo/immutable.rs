@@ -204,6 +204,7 @@ mod tests {
             codec: "none".into(),
             stripes: vec![format!("sets/{id}/1.pv"), "/elsewhere/2.pv".into()],
             stripe_versions: vec![],
+            base_version: None,
         }
     }
 

@@ -239,10 +239,36 @@ impl Location {
         self.read_into(max, |chunk| f.write_all(chunk))
     }
 
+    /// Reads a whole object of at most `max` bytes (of version `version` when given)
+    /// and the version id the store names it by (None: it keeps no versions); None
+    /// when it does not exist.
+    pub fn get_versioned(
+        &self,
+        max: u64,
+        version: Option<&str>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        let mut out = vec![];
+        let found = self.read_at(max, version, |chunk| {
+            out.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(found.map(|v| (out, v.filter(|v| valid_version(v)))))
+    }
+
     /// Feeds an object's bytes to `put` as they arrive. One larger than `max` is refused
     /// before its bytes are read, and while they are read (a body longer than the size
     /// the store gave). False when it does not exist.
-    fn read_into(&self, max: u64, mut put: impl FnMut(&[u8]) -> io::Result<()>) -> Result<bool> {
+    fn read_into(&self, max: u64, put: impl FnMut(&[u8]) -> io::Result<()>) -> Result<bool> {
+        Ok(self.read_at(max, None, put)?.is_some())
+    }
+
+    /// `read_into` of version `version` (else the newest); Some(the version id read).
+    fn read_at(
+        &self,
+        max: u64,
+        version: Option<&str>,
+        mut put: impl FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<Option<Option<String>>> {
         let p = self.path();
         let over = |size: u64| {
             anyhow!(
@@ -250,14 +276,19 @@ impl Location {
                 self.describe()
             )
         };
-        let g = match block_on(self.store.get(&p)) {
+        let opts = GetOptions {
+            version: version.map(str::to_string),
+            ..Default::default()
+        };
+        let g = match block_on(self.store.get_opts(&p, opts)) {
             Ok(g) => g,
-            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.err("cannot read", e)),
         };
         if g.meta.size > max {
             return Err(over(g.meta.size));
         }
+        let read = g.meta.version.clone();
         let mut body = g.into_stream();
         let mut n = 0u64;
         while let Some(chunk) = block_on(body.try_next()).map_err(|e| self.err("cannot read", e))? {
@@ -267,7 +298,7 @@ impl Location {
             }
             put(&chunk).map_err(|e| anyhow!("cannot store '{}': {e}", self.describe()))?;
         }
-        Ok(true)
+        Ok(Some(read))
     }
 
     /// The first `n` bytes of an object (fewer if it is shorter), with one ranged GET;

@@ -36,6 +36,7 @@ fn set(id: &str, ty: &str, base: Option<&str>, hours: i64, wal: &str) -> Catalog
         codec: "none".into(),
         stripes: vec![],
         stripe_versions: vec![],
+        base_version: None,
     }
 }
 
@@ -305,6 +306,7 @@ fn a_set_recorded_while_expire_ran_keeps_its_chain() {
     let rec = |id: &str, ty, base: Option<&str>, h, wal| CatalogEntry {
         stripes: vec![format!("sets/{id}/1.pv")],
         stripe_versions: vec![],
+        base_version: None,
         ..set(id, ty, base, h, wal)
     };
     let sets = vec![

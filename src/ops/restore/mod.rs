@@ -190,7 +190,8 @@ pub struct RestoreReport {
     /// Stripes overwritten or deleted after their backup: read at the version the
     /// backup wrote all the same.
     pub overwritten: Vec<crate::set::read::Overwritten>,
-    /// One sentence each (the overwritten stripes).
+    /// One sentence each: the overwritten stripes, and catalog records read at the
+    /// version a later record names.
     pub warnings: Vec<String>,
     /// For the text summary.
     #[serde(skip)]
@@ -438,7 +439,9 @@ fn restore_with(
         report: None,
         delta,
         overwritten: overwritten.clone(),
-        warnings: overwritten.iter().map(|w| w.message.clone()).collect(),
+        warnings: (overwritten.iter().map(|w| w.message.clone()))
+            .chain(sets.repo.iter().flat_map(crate::repo::Repo::record_notes))
+            .collect(),
         database: full.source.database.clone(),
     };
     if let (Some(path), Some(series)) = (&o.report, series) {
