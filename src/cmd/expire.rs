@@ -32,7 +32,9 @@ In an immutable repository (`pagevault init --immutable --retain D`) nothing you
 than D (by its last-modified time in the store) is removed: a set the rules expire is
 kept, listed and named \"locked until ...\" (`locked` in --json), and so is the WAL
 from the first file still held; a removal the store refuses keeps the set listed and
-names the refusal.")]
+names the refusal.
+Drill records (drills/) older than the oldest set left go too, never the newest
+(`drills` in --json); the retention holds them as it holds sets.")]
 pub struct ExpireArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
     #[arg(long)]
