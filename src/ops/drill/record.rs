@@ -36,15 +36,28 @@ pub struct DrillRecord {
     pub tag: Option<String>,
 }
 
-/// What a record's tag covers: its name, then its text with the key id and no tag.
-fn tagged_text(name: &str, r: &DrillRecord) -> Result<Vec<u8>> {
-    let mut text = format!("{name}\n").into_bytes();
+/// A keyed repository's record as stored: its compact JSON (with `key_id`, without
+/// `tag`) then `,"tag":"HEX"}` in place of its closing brace. The tag covers the name,
+/// a newline and that JSON as written: checked on the bytes read, never on a
+/// re-serialization (a float need not print back the same).
+fn tagged(name: &str, r: &DrillRecord, m: &Master) -> Result<Vec<u8>> {
     let r = DrillRecord {
+        key_id: Some(show_id(&m.id)),
         tag: None,
         ..r.clone()
     };
-    serde_json::to_writer(&mut text, &r)?;
-    Ok(text)
+    let mut body = serde_json::to_vec(&r)?;
+    let tag = hex::encode(m.drill_tag(&covered(name, &body)));
+    body.pop();
+    body.extend_from_slice(format!(",\"tag\":\"{tag}\"}}").as_bytes());
+    Ok(body)
+}
+
+/// What a tag covers: the record's name, a newline, its JSON without the tag.
+fn covered(name: &str, body: &[u8]) -> Vec<u8> {
+    let mut text = format!("{name}\n").into_bytes();
+    text.extend_from_slice(body);
+    text
 }
 
 /// The newest drill as `status` shows it.
@@ -84,24 +97,21 @@ pub fn write(repo: &Repo, r: &DrillRecord, master: Option<&Master>) -> Result<St
             0 => format!("{stem}.json"),
             n => format!("{stem}-{n}.json"),
         };
-        let mut r = r.clone();
-        if let Some(m) = master {
-            r.key_id = Some(show_id(&m.id));
-            r.tag = Some(hex::encode(m.drill_tag(&tagged_text(&name, &r)?)));
-        }
+        let bytes = match master {
+            Some(m) => tagged(&name, r, m)?,
+            None => serde_json::to_vec_pretty(r)?,
+        };
         let rel = format!("{DIR}/{name}");
-        if repo
-            .store()
-            .put_new(&rel, &serde_json::to_vec_pretty(&r)?)?
-        {
+        if repo.store().put_new(&rel, &bytes)? {
             return Ok(rel);
         }
     }
     anyhow::bail!("cannot record the drill: {DIR}/{stem}*.json all exist")
 }
 
-/// A keyed repository's record against its key: Err says why it is not genuine.
-fn authentic(name: &str, r: &DrillRecord, master: &Master) -> Result<(), String> {
+/// A keyed repository's record (`bytes` as read, `r` parsed from them) against its
+/// key: Err says why it is not genuine.
+fn authentic(name: &str, bytes: &[u8], r: &DrillRecord, master: &Master) -> Result<(), String> {
     let want = show_id(&master.id);
     let (Some(id), Some(tag)) = (&r.key_id, &r.tag) else {
         return Err(format!(
@@ -114,9 +124,14 @@ fn authentic(name: &str, r: &DrillRecord, master: &Master) -> Result<(), String>
             id.chars().take(64).collect::<String>().escape_default()
         ));
     }
-    let text = tagged_text(name, r).map_err(|e| e.to_string())?;
+    let tail = format!(",\"tag\":\"{tag}\"}}");
+    let Some(body) = bytes.strip_suffix(tail.as_bytes()) else {
+        return Err("its tag is not where a tagged record keeps it (at its end)".into());
+    };
+    let mut body = body.to_vec();
+    body.push(b'}');
     match hex::decode(tag) {
-        Ok(t) if master.drill_ok(&text, &t) => Ok(()),
+        Ok(t) if master.drill_ok(&covered(name, &body), &t) => Ok(()),
         _ => Err("its tag does not match its name and text under the repository's key".into()),
     }
 }
@@ -200,7 +215,7 @@ pub fn newest(repo: &Repo, now: DateTime<Utc>) -> Result<Option<LastDrill>> {
                 )))
             }
             Some(m) => {
-                if let Err(e) = authentic(&name, &r, &m) {
+                if let Err(e) = authentic(&name, &bytes, &r, &m) {
                     return Ok(Some(unshown("forged", e)));
                 }
             }
@@ -282,6 +297,47 @@ mod tests {
         assert!(super::is_record_name("20261126T233700.123Z-1.json"));
         assert!(!super::is_record_name("../x.json") && !super::is_record_name("a.json"));
         let t = super::named_time("20261126T233700.123Z-1.json").unwrap();
+        assert!(super::named_time("2026.json").is_none());
         assert_eq!(t.to_rfc3339(), "2026-11-26T23:37:00+00:00");
+    }
+
+    #[test]
+    fn a_tag_checks_on_the_bytes_read_whatever_floats_it_holds() {
+        use super::*;
+        let m = Master::new([7u8; 32]);
+        let name = "20261126T233700.123Z.json";
+        for x in [
+            0.1 + 0.2,
+            1.0 / 3.0,
+            12345.678901234567,
+            5e-324,
+            1e10 - 1e-6,
+        ] {
+            let r = DrillRecord {
+                time: "2026-11-26T23:37:00.123Z".into(),
+                outcome: "ok".into(),
+                rto_seconds: x,
+                restore_seconds: Some(x / 7.0),
+                replay_seconds: None,
+                rpo_seconds: Some(x * 3.3),
+                set_id: None,
+                reached_lsn: None,
+                failed: vec![],
+                key_id: None,
+                tag: None,
+            };
+            let b = tagged(name, &r, &m).unwrap();
+            let back: DrillRecord = serde_json::from_slice(&b).unwrap();
+            assert_eq!(authentic(name, &b, &back, &m), Ok(()));
+            // Another name, another key, a changed byte: refused.
+            let other = "20261126T233701.000Z.json";
+            assert!(authentic(other, &b, &back, &m).is_err());
+            assert!(authentic(name, &b, &back, &Master::new([8u8; 32])).is_err());
+            let changed = String::from_utf8(b.clone())
+                .unwrap()
+                .replace("\"ok\"", "\"failed\"");
+            let r2: DrillRecord = serde_json::from_str(&changed).unwrap();
+            assert!(authentic(name, changed.as_bytes(), &r2, &m).is_err());
+        }
     }
 }
