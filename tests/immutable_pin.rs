@@ -278,3 +278,43 @@ fn a_base_record_put_over_or_deleted_is_read_at_the_version_its_child_names() {
     ok(&["restore", "--repo", &repo, "--set", &a, "--to", &s(&target)]);
     assert_same_tree(&src, &target);
 }
+
+#[test]
+fn key_rotate_in_a_versioned_bucket_drops_the_pins_it_would_break() {
+    minio();
+    let (dir, src) = tree_in_tempdir();
+    // A repository that is not immutable, in a versioned bucket: rotation rewrites its
+    // stripes (new versions).
+    let repo = format!("s3://{BUCKET}/rotated");
+    let key = key_file(dir.path(), "k", 3, false);
+    let new_key = key_file(dir.path(), "k2", 4, false);
+    let a = backup(&src, &repo, &["--key-file", &key, "--stripes", "2"]);
+    assert_eq!(entry(&repo, &a).stripe_versions.len(), 2);
+    let r = json(&[
+        "key",
+        "rotate",
+        "--repo",
+        &repo,
+        "--old-key-file",
+        &key,
+        "--new-key-file",
+        &new_key,
+    ]);
+    assert_eq!(r["stripes"], 2, "{r}");
+    assert_eq!(
+        entry(&repo, &a).stripe_versions,
+        Vec::<Option<String>>::new()
+    );
+    let target = dir.path().join("r");
+    let out = ok(&[
+        "restore",
+        "--repo",
+        &repo,
+        "--to",
+        &s(&target),
+        "--key-file",
+        &new_key,
+    ]);
+    assert_same_tree(&src, &target);
+    assert!(!out.contains("Warning"), "{out}");
+}
