@@ -251,6 +251,15 @@ fn a_base_record_put_over_or_deleted_is_read_at_the_version_its_child_names() {
         )) && notes[0].contains(&v),
         "{notes:?}"
     );
+    let h = json(&["history", "--repo", &repo]);
+    assert!(
+        h["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("was overwritten"),
+        "{h}"
+    );
+    assert_eq!(h["sets"][0]["name"], serde_json::Value::Null, "{h}");
     let target = dir.path().join("r1");
     let out = ok(&["restore", "--repo", &repo, "--set", &a, "--to", &s(&target)]);
     assert_same_tree(&src, &target);
