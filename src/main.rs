@@ -84,7 +84,7 @@ enum Command {
     Restore(cmd::restore::RestoreArgs),
     /// Check a backup set as restore would, without writing anything (RESTORE VERIFYONLY).
     #[command(
-        after_help = "Examples:\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault verify --repo /backup/repo --json\n  pagevault verify --stanza main --set 1dcbcac392ec4823a7223de3303f3b99"
+        after_help = "Examples:\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault verify --repo /backup/repo --json\n  pagevault verify --stanza main --set 1dcbcac392ec4823a7223de3303f3b99\n\nA set recorded in a versioned bucket (Object Lock) is read at the versions its backup wrote: a stripe, or a base's catalog record, overwritten or deleted since is a finding, named, and verify exits 1 though the set reads intact (`overwritten`, `records_overwritten` in --json)."
     )]
     Verify(cmd::restore::VerifyArgs),
     /// Show what a backup set is (RESTORE HEADERONLY).

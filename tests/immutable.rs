@@ -351,6 +351,20 @@ fn postgres_backups_archiving_restore_and_drill_in_an_immutable_signed_repositor
     // a new object.
     let j = json(&["drill", "--repo", &repo, kf[0], kf[1]]);
     assert_eq!(j["outcome"], "ok", "{j}");
+    // Its record is tagged with the key: status shows it passed.
+    let st = json(&["status", "--repo", &repo, kf[0], kf[1]]);
+    assert_eq!(st["last_drill"]["outcome"], "ok", "{st}");
+    // Every stripe is pinned to its version, and the incr's record to its base's.
+    let r = pagevault::repo::Repo::open(&repo, false, &Default::default()).unwrap();
+    let cat = r.catalog().unwrap();
+    assert_eq!(cat.len(), 2);
+    for e in &cat {
+        assert!(!e.stripe_versions.is_empty(), "{e:?}");
+        assert!(e.stripe_versions.iter().all(Option::is_some), "{e:?}");
+    }
+    assert!(cat[1].base_version.is_some(), "{:?}", cat[1]);
+    assert_eq!(cat[1].base_version, r.record_version(&cat[0].set_id));
+    assert!(r.record_notes().is_empty());
     let target = dir.join("restored");
     let t = s(&target);
     let mut r = vec![

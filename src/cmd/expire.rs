@@ -32,7 +32,9 @@ In an immutable repository (`pagevault init --immutable --retain D`) nothing you
 than D (by its last-modified time in the store) is removed: a set the rules expire is
 kept, listed and named \"locked until ...\" (`locked` in --json), and so is the WAL
 from the first file still held; a removal the store refuses keeps the set listed and
-names the refusal.")]
+names the refusal.
+Drill records (drills/) older than the oldest set left go too, never the newest
+(`drills` in --json); the retention holds them as it holds sets.")]
 pub struct ExpireArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
     #[arg(long)]
@@ -136,6 +138,20 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
             "{} expired WAL file(s) kept: {why}; a later expire removes them",
             r.wal_locked
         );
+    }
+    if !r.drills.removed.is_empty() {
+        println!(
+            "{} drill record(s) {gone} because they are older than the oldest set kept",
+            r.drills.removed.len()
+        );
+    }
+    if r.drills.locked > 0 {
+        let why = match (&r.drills.locked_until, &r.drills.refused) {
+            (Some(u), _) => format!("locked until {u} (the repository's retention)"),
+            (None, Some(e)) => format!("the store refused a removal ({})", shown(e)),
+            (None, None) => "locked".to_string(),
+        };
+        println!("{} expired drill record(s) kept: {why}", r.drills.locked);
     }
     if let Some(start) = &r.recovery_window_start {
         println!(

@@ -24,8 +24,12 @@ pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
     if a.json {
         // A stable document (docs/PROGRAMS.md): fields are added, never renamed or
         // removed, without a new version.
-        print_json(&json!({ "version": 1, "sets": sets }));
+        let warnings = repo.record_notes();
+        print_json(&json!({ "version": 1, "sets": sets, "warnings": warnings }));
         return Ok(());
+    }
+    for w in repo.record_notes() {
+        eprintln!("Warning: {w}.");
     }
     println!(
         "{:<32} {:<5} {:<9} {:<25} {:>10} {:>10} {:>3} {:<18} {:<18} base",

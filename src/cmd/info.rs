@@ -27,10 +27,11 @@ pub struct InfoArgs {
     pub json: bool,
 }
 
-/// The stripes named, or those of the chosen set of --repo.
-fn stripes_of(a: &InfoArgs, store: &StoreOptions) -> Result<Vec<String>> {
+/// The stripes named, or those of the chosen set of --repo (with the versions its
+/// record pins them to).
+fn stripes_of(a: &InfoArgs, store: &StoreOptions) -> Result<(Vec<String>, Vec<Option<String>>)> {
     let Some(r) = &a.repo else {
-        return Ok(a.from.clone());
+        return Ok((a.from.clone(), vec![]));
     };
     let repo = crate::repo::Repo::open(r, false, store)?;
     let catalog = repo.catalog()?;
@@ -43,11 +44,17 @@ fn stripes_of(a: &InfoArgs, store: &StoreOptions) -> Result<Vec<String>> {
             "repository '{r}' has no such set; `pagevault history --repo {r}` lists them"
         )
     })?;
-    Ok(entry.stripes.iter().map(|s| repo.stripe_path(s)).collect())
+    Ok(repo.stripes_of(entry))
+}
+
+/// The manifest of the set `a` names.
+fn described(a: &InfoArgs, store: &StoreOptions) -> Result<crate::format::manifest::Manifest> {
+    let (specs, pins) = stripes_of(a, store)?;
+    set::describe_pinned(&specs, &pins, store)
 }
 
 pub fn run_header(a: InfoArgs, store: &StoreOptions) -> Result<()> {
-    print_header(&set::describe(&stripes_of(&a, store)?, store)?, a.json)
+    print_header(&described(&a, store)?, a.json)
 }
 
 /// A set's header: one row per fact, or its manifest without the file list as JSON.
@@ -155,7 +162,7 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
 }
 
 pub fn run_files(a: InfoArgs, store: &StoreOptions) -> Result<()> {
-    print_files(&set::describe(&stripes_of(&a, store)?, store)?, a.json)
+    print_files(&described(&a, store)?, a.json)
 }
 
 /// A set's files: path, kind, size, pages and checksum (or link target).

@@ -206,6 +206,9 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
             );
         }
     }
+    for w in &r.warnings {
+        println!("Warning: {w}.");
+    }
     r.waits.print();
     let parts: Vec<String> = r
         .phases
@@ -229,6 +232,17 @@ pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
     };
     let r = verify::verify(&o, &shower(a.read.stats, a.read.json))?;
     print_verify(&r, a.read.json);
+    if !r.valid {
+        let mut names: Vec<&str> = r.overwritten.iter().map(|w| w.stripe.as_str()).collect();
+        if !r.records_overwritten.is_empty() {
+            names.push("catalog records (above)");
+        }
+        anyhow::bail!(
+            "set {}: overwritten or deleted after the backup: {} (the versions the backup wrote are intact and were read; find who wrote the newer ones, and remove them with the store's own tools)",
+            r.set_id,
+            names.join(", ")
+        );
+    }
     Ok(())
 }
 
@@ -240,7 +254,16 @@ pub fn print_verify(r: &VerifyReport, json: bool) {
         "Checked {} frames of {} files ({} pages) in {:.3} seconds ({:.3} MB/sec): every frame CRC, content digest and file checksum matches.",
         r.frames, r.files, r.pages, r.seconds, r.mb_per_sec
     );
-    println!("The backup set on file 1 is valid.");
+    for w in &r.overwritten {
+        println!("Finding: {}.", w.message);
+    }
+    for w in &r.records_overwritten {
+        println!("Finding: {w}.");
+    }
+    match r.valid {
+        true => println!("The backup set on file 1 is valid."),
+        false => println!("The backup set on file 1 reads intact at the versions its backup wrote, but its stripes' names now hold other data."),
+    }
     if let Some(n) = r.repo_sets_checked {
         println!("All {n} sets of the repository are encrypted or signed with its key.");
     }

@@ -161,9 +161,10 @@ fn print_text(r: &StatusReport) {
         );
     }
     match &r.last_drill {
-        Some(d) if d.outcome == "damaged" => println!(
-            "last drill        record {} is damaged: {}",
+        Some(d) if d.time.is_none() => println!(
+            "last drill        record {} is {}: {}",
             super::shown(&d.record),
+            d.outcome,
             super::shown(d.error.as_deref().unwrap_or(""))
         ),
         Some(d) => println!(

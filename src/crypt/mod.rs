@@ -235,13 +235,35 @@ impl Master {
     /// HMAC-SHA256 under a key of the marker's own purpose (HKDF-SHA256 of the
     /// master): only a holder of the key can write a marker a keyed reader accepts.
     fn marker_mac(&self, text: &[u8]) -> Hmac<Sha256> {
+        self.purpose_mac(b"pagevault repository marker", text)
+    }
+
+    /// HMAC-SHA256 of `text` under HKDF-SHA256 of the master for `purpose`.
+    fn purpose_mac(&self, purpose: &[u8], text: &[u8]) -> Hmac<Sha256> {
         let mut k = Zeroizing::new([0u8; KEY_LEN]);
         hkdf::Hkdf::<Sha256>::new(None, &self.key[..])
-            .expand(b"pagevault repository marker", &mut *k)
+            .expand(purpose, &mut *k)
             .expect("32 bytes is a valid HKDF length");
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&k[..]).expect("any key length");
         mac.update(text);
         mac
+    }
+
+    /// The tag of a drill record (its name and text): only a holder of the key can
+    /// write a record `status` shows as genuine.
+    pub fn drill_tag(&self, text: &[u8]) -> [u8; MAC_LEN] {
+        (self
+            .purpose_mac(b"pagevault drill record", text)
+            .finalize()
+            .into_bytes())
+        .into()
+    }
+
+    /// Whether `tag` is the tag of the drill record `text` (constant time).
+    pub fn drill_ok(&self, text: &[u8], tag: &[u8]) -> bool {
+        (self.purpose_mac(b"pagevault drill record", text))
+            .verify_slice(tag)
+            .is_ok()
     }
 
     /// The tag of a repository marker's text.

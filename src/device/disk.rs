@@ -126,14 +126,14 @@ impl StripeSink for DiskSink {
         Ok(())
     }
 
-    fn commit(self: Box<Self>) -> Result<()> {
+    fn commit(self: Box<Self>) -> Result<Option<String>> {
         let partial = self.partial.clone();
         let done = (*self).finish();
         if done.is_err() {
             // Never left half-written under any name.
             let _ = fs::remove_file(&partial);
         }
-        done
+        done.map(|()| None)
     }
 
     fn abort(self: Box<Self>) {

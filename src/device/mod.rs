@@ -20,6 +20,15 @@ pub trait Device: Send + Sync {
     fn create(&self, hint: &CreateHint) -> Result<Box<dyn StripeSink>>;
     /// Opens a finished stripe for reading.
     fn open(&self) -> Result<Box<dyn StripeSource>>;
+    /// Opens version `version` of a finished stripe (the one its backup wrote, as a
+    /// versioned store named it), and says what became of the stripe's name since.
+    fn open_version(&self, version: &str) -> Result<(Box<dyn StripeSource>, Since)> {
+        anyhow::bail!(
+            "stripe '{}' is pinned to version '{}', but this device keeps no versions",
+            self.describe(),
+            version.escape_default()
+        )
+    }
     /// Memory the device itself buffers while writing a stripe (upload parts in flight).
     fn write_memory(&self, _hint: &CreateHint) -> u64 {
         0
@@ -39,10 +48,22 @@ pub struct CreateHint {
 
 pub trait StripeSink: Send {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
-    /// Makes the stripe durable and visible under its name.
-    fn commit(self: Box<Self>) -> Result<()>;
+    /// Makes the stripe durable and visible under its name; returns the version id a
+    /// versioned store gave it (S3 `x-amz-version-id`, Azure `x-ms-version-id`).
+    fn commit(self: Box<Self>) -> Result<Option<String>>;
     /// Removes whatever was written.
     fn abort(self: Box<Self>);
+}
+
+/// What became of a pinned stripe's name after its backup wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Since {
+    /// Its newest version is still the pinned one.
+    Same,
+    /// Another version was put over it (its id, shown escaped).
+    Replaced(String),
+    /// It was deleted (in a versioned store: hidden behind a delete marker).
+    Removed,
 }
 
 pub trait StripeSource: Send + Sync {

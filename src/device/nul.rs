@@ -31,8 +31,8 @@ impl StripeSink for NulSink {
         std::hint::black_box(buf);
         Ok(())
     }
-    fn commit(self: Box<Self>) -> Result<()> {
-        Ok(())
+    fn commit(self: Box<Self>) -> Result<Option<String>> {
+        Ok(None)
     }
     fn abort(self: Box<Self>) {}
 }

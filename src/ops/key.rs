@@ -141,6 +141,18 @@ pub fn rotate(o: &RotateOptions) -> Result<RotateReport> {
             })?;
         }
     }
+    // A stripe rewritten in a versioned bucket is a new version: the records' pins
+    // (to the stripes' and base records' versions) are dropped first, so that a
+    // rotation stopped halfway reads as one without them. (An immutable repository,
+    // where they matter most, is never rotated.)
+    for e in catalog.iter() {
+        if !e.stripe_versions.is_empty() || e.base_version.is_some() {
+            let mut e = e.clone();
+            e.stripe_versions.clear();
+            e.base_version = None;
+            repo.record(&e)?;
+        }
+    }
     repo.set_key(cur, Some(&target), &old)?;
     // A signal stops it between files (an object's upload is aborted): run it again.
     let _signals = crate::interrupt::catch();

@@ -28,7 +28,8 @@ pub(crate) fn set_manifest(
         .stripes
         .first()
         .ok_or_else(|| anyhow::anyhow!("set {} records no stripe", set.set_id))?;
-    let m = crate::set::read::open_any(&repo.stripe_path(first), repo.options())
+    let pin = set.stripe_versions.first().and_then(|v| v.as_deref());
+    let m = crate::set::read::open_any(&repo.stripe_path(first), pin, repo.options())
         .with_context(|| format!("cannot read set {}", set.set_id))?;
     authenticated_in(repo, &m)?;
     Ok(m)

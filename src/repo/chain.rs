@@ -255,6 +255,8 @@ mod tests {
             stored_bytes: 0,
             codec: "none".into(),
             stripes: vec!["sets/x/1.pv".into()],
+            stripe_versions: vec![],
+            base_version: None,
         }
     }
 

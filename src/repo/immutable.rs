@@ -203,6 +203,8 @@ mod tests {
             stored_bytes: 1,
             codec: "none".into(),
             stripes: vec![format!("sets/{id}/1.pv"), "/elsewhere/2.pv".into()],
+            stripe_versions: vec![],
+            base_version: None,
         }
     }
 

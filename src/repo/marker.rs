@@ -348,6 +348,15 @@ impl Repo {
         }
     }
 
+    /// An encrypted or signed repository's master key, when one was given (checked to
+    /// be the repository's): what tags and checks its drill records.
+    pub fn record_master(&self) -> Result<Option<Master>> {
+        match (self.protection(), &self.options.key) {
+            (Some(k), Some(source)) => self.check_key(&k, source).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// The master key `source` gives for the repository's key `k`, which it must be.
     fn check_key(&self, k: &RepoKey, source: &KeySource) -> Result<Master> {
         let master = source

@@ -13,6 +13,7 @@ pub mod chain;
 mod immutable;
 mod lock;
 mod marker;
+mod pin;
 pub mod store;
 pub mod wal;
 pub mod walchain;
@@ -66,6 +67,15 @@ pub struct CatalogEntry {
     pub codec: String,
     /// Stripe locations in stripe order (relative to the repository when inside it).
     pub stripes: Vec<String>,
+    /// The version id a versioned store gave each stripe, in stripe order: every read
+    /// asks for exactly it, so an object put over a stripe later is not what restores.
+    /// Empty for sets recorded before (or on stores without versions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stripe_versions: Vec<Option<String>>,
+    /// The version id of the base set's record as this backup read it: a base record
+    /// put over later is read at this version (repo/pin.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_version: Option<String>,
 }
 
 pub struct Repo {
@@ -77,6 +87,8 @@ pub struct Repo {
     /// An immutable repository's retention in seconds, from its marker: nothing in it
     /// is overwritten, and expire removes nothing younger.
     immutable: Option<u64>,
+    /// The records' versions and what pinning found (pin.rs).
+    pins: pin::Pins,
 }
 
 /// Writes `bytes` to `path` so that it is either absent or complete and durable. The
@@ -165,6 +177,7 @@ impl Repo {
             options: options.clone(),
             key: Default::default(),
             immutable: None,
+            pins: Default::default(),
         }
         .with_key(create)
     }
@@ -198,6 +211,7 @@ impl Repo {
             options: options.clone(),
             key: Default::default(),
             immutable: None,
+            pins: Default::default(),
         }
         .with_key(create)
     }
@@ -263,13 +277,14 @@ impl Repo {
     /// Every recorded set, oldest first.
     pub fn catalog(&self) -> Result<Vec<CatalogEntry>> {
         let mut out = vec![];
+        let mut versions = std::collections::HashMap::new();
         for (k, _) in self.store.list("catalog")? {
             if !k.ends_with(".json") || k.contains('/') || k.starts_with('.') {
                 continue;
             }
             let rel = format!("catalog/{k}");
             // A record removed meanwhile (expire) is simply not listed.
-            if let Some(b) = self.store.get(&rel, RECORD_MAX)? {
+            if let Some((b, v)) = self.store.get_versioned(&rel, RECORD_MAX, None)? {
                 let e = parse_record(&b).map_err(|e| {
                     anyhow!(
                         "catalog record '{}' is damaged or forged: {e}; move it out of the \
@@ -277,10 +292,15 @@ impl Repo {
                         self.store.describe(&rel)
                     )
                 })?;
+                if let Some(v) = v {
+                    versions.insert(e.set_id.clone(), v);
+                }
                 out.push(e);
             }
         }
         out.sort_by(|a: &CatalogEntry, b| a.started.cmp(&b.started));
+        self.pins.set_read(versions);
+        self.pin_bases(&mut out);
         Ok(out)
     }
 
@@ -290,6 +310,12 @@ impl Repo {
             return recorded.to_string();
         }
         self.store.describe(recorded)
+    }
+
+    /// The device specs of a recorded set's stripes, and the version each is pinned to.
+    pub fn stripes_of(&self, e: &CatalogEntry) -> (Vec<String>, Vec<Option<String>>) {
+        let specs = e.stripes.iter().map(|s| self.stripe_path(s)).collect();
+        (specs, e.stripe_versions.clone())
     }
 
     /// How a stripe spec is recorded: relative when it is inside the repository.
@@ -365,6 +391,29 @@ impl CatalogEntry {
             .any(|s| s.is_empty() || s.contains('\0'))
         {
             return Err("'stripes' holds an empty name".into());
+        }
+        if !self.stripe_versions.is_empty() && self.stripe_versions.len() != self.stripes.len() {
+            return Err(format!(
+                "'stripe_versions' lists {} versions for {} stripes",
+                self.stripe_versions.len(),
+                self.stripes.len()
+            ));
+        }
+        let valid = crate::device::object::valid_version;
+        if let Some(v) = (self.stripe_versions.iter().flatten()).find(|v| !valid(v)) {
+            return Err(format!(
+                "'stripe_versions' holds '{}', not a version id",
+                v.chars().take(64).collect::<String>().escape_default()
+            ));
+        }
+        if let Some(v) = self.base_version.as_deref().filter(|v| !valid(v)) {
+            return Err(format!(
+                "'base_version' = '{}' is not a version id",
+                v.chars().take(64).collect::<String>().escape_default()
+            ));
+        }
+        if self.base_version.is_some() && self.base_set.is_none() {
+            return Err("'base_version' is given without a 'base_set'".into());
         }
         if self.timeline == Some(0) {
             return Err("'timeline' is 0, not a timeline".into());

@@ -25,6 +25,24 @@ pub trait Store: Send + Sync {
     /// A whole small object; None when absent. One larger than `max` is refused.
     fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>>;
 
+    /// `get` (of version `version` when given) and the version id the store names
+    /// what was read by: None where versions are not kept (and a version asked is an
+    /// error there).
+    fn get_versioned(
+        &self,
+        rel: &str,
+        max: u64,
+        version: Option<&str>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        if let Some(v) = version {
+            bail!(
+                "'{}' keeps no versions (version {v} asked)",
+                self.describe(rel)
+            );
+        }
+        Ok(self.get(rel, max)?.map(|b| (b, None)))
+    }
+
     /// The first `n` bytes of `rel` (fewer if it is shorter); None when absent.
     fn get_head(&self, rel: &str, n: u64) -> Result<Option<Vec<u8>>>;
 
@@ -510,6 +528,15 @@ impl Store for ObjectStore {
 
     fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>> {
         self.at(rel).get(max)
+    }
+
+    fn get_versioned(
+        &self,
+        rel: &str,
+        max: u64,
+        version: Option<&str>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        self.at(rel).get_versioned(max, version)
     }
 
     fn get_head(&self, rel: &str, n: u64) -> Result<Option<Vec<u8>>> {

@@ -4,7 +4,7 @@
 use crate::crypt::load::GIVE_KEY;
 use crate::crypt::{SetMac, DOMAIN_MANIFEST, MAC_LEN};
 use crate::device::object::StoreOptions;
-use crate::device::{self, StripeSource};
+use crate::device::{self, Since, StripeSource};
 use crate::engine::restore::StripeIn;
 use crate::engine::Seal;
 use crate::format::manifest::{EntryKind, Manifest};
@@ -22,11 +22,52 @@ pub struct OpenSet {
     pub seal: Option<Seal>,
     /// A signed set's MAC keys: its frames' tags are checked with them.
     pub sign: Option<SetMac>,
+    /// Pinned stripes whose name now holds another version (or none): the pinned
+    /// version was read all the same.
+    pub overwritten: Vec<Overwritten>,
+}
+
+/// A stripe pinned by its catalog record whose object was overwritten or deleted
+/// after the backup wrote it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Overwritten {
+    pub stripe: String,
+    /// The version the backup wrote (the one read).
+    pub version: String,
+    /// The newest version now (None: deleted, behind a delete marker).
+    pub now: Option<String>,
+    /// The warning as text shows it.
+    pub message: String,
+}
+
+impl Overwritten {
+    fn new(stripe: &str, version: &str, since: Since) -> Option<Overwritten> {
+        let now = match since {
+            Since::Same => return None,
+            Since::Replaced(v) => Some(v),
+            Since::Removed => None,
+        };
+        let message = match &now {
+            Some(w) => format!(
+                "stripe {stripe} was overwritten after the backup (version {version} written by the backup, now {w}); the backup's version is read"
+            ),
+            None => format!(
+                "stripe {stripe} was deleted after the backup (version {version} written by the backup is hidden behind a delete marker); the backup's version is read"
+            ),
+        };
+        Some(Overwritten {
+            stripe: stripe.to_string(),
+            version: version.to_string(),
+            now,
+            message,
+        })
+    }
 }
 
 struct Opened {
     name: String,
     source: Box<dyn StripeSource>,
+    overwritten: Option<Overwritten>,
     header: MediaHeader,
     tail: Tail,
     /// Taken by `open` once compared: a set's manifest is held once, not per stripe.
@@ -125,10 +166,16 @@ fn check_sizes(m: &Manifest, frames: u64) -> Result<()> {
     Ok(())
 }
 
-fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
+fn open_one(spec: &str, version: Option<&str>, o: &StoreOptions) -> Result<Opened> {
     let dev = device::parse(spec, o)?;
-    let source = dev.open()?;
     let name = dev.describe();
+    let (source, overwritten) = match version {
+        None => (dev.open()?, None),
+        Some(v) => {
+            let (source, since) = dev.open_version(v)?;
+            (source, Overwritten::new(&name, v, since))
+        }
+    };
     let len = source.len();
     if len < (MIN_BLOCK + TAIL_LEN) as u64 {
         bail!("stripe '{name}' is {len} bytes: too short to be a pagevault stripe (truncated or not a backup)");
@@ -256,6 +303,7 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
     Ok(Opened {
         name,
         source,
+        overwritten,
         header,
         tail,
         manifest: Some(manifest),
@@ -265,14 +313,21 @@ fn open_one(spec: &str, o: &StoreOptions) -> Result<Opened> {
 
 /// Opens every stripe named and checks they make one complete set.
 pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
+    open_pinned(specs, &[], o)
+}
+
+/// `open`, each stripe at the version `pins` names for it (in the same order; none
+/// for a stripe without one): the version its backup wrote, as its record says.
+pub fn open_pinned(specs: &[String], pins: &[Option<String>], o: &StoreOptions) -> Result<OpenSet> {
     if specs.is_empty() {
         bail!("name the stripes of the set with --from (one per stripe)");
     }
     // Each stripe's manifest is compared with the first's as it is opened, then dropped.
     let (mut opened, mut kept) = (Vec::<Opened>::with_capacity(specs.len()), None::<Manifest>);
     let mut differs = None;
-    for spec in specs {
-        let mut one = open_one(spec, o)?;
+    for (i, spec) in specs.iter().enumerate() {
+        let pin = pins.get(i).and_then(|p| p.as_deref());
+        let mut one = open_one(spec, pin, o)?;
         let m = one.manifest.take().expect("read with its stripe");
         match &kept {
             None => kept = Some(m),
@@ -350,6 +405,7 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
     let header = slots[0].header.clone();
     let seal = slots[0].keys.seal.clone();
     let sign = slots[0].keys.sign.clone();
+    let overwritten = slots.iter().filter_map(|o| o.overwritten.clone()).collect();
     let stripes = slots
         .into_iter()
         .map(|o| StripeIn {
@@ -366,6 +422,7 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
         stripes,
         seal,
         sign,
+        overwritten,
     })
 }
 
@@ -378,19 +435,32 @@ impl OpenSet {
     }
 }
 
-/// The manifest of one stripe, without the rest of its set.
-pub fn open_any(spec: &str, o: &StoreOptions) -> Result<Manifest> {
-    Ok(open_one(spec, o)?.manifest.expect("read with its stripe"))
+/// The manifest of one stripe, without the rest of its set; at version `pin` when
+/// its record names one.
+pub fn open_any(spec: &str, pin: Option<&str>, o: &StoreOptions) -> Result<Manifest> {
+    Ok(open_one(spec, pin, o)?
+        .manifest
+        .expect("read with its stripe"))
 }
 
 /// The manifest of the set the stripes name; one stripe alone describes its set
 /// without demanding the others.
 pub fn describe(specs: &[String], o: &StoreOptions) -> Result<Manifest> {
+    describe_pinned(specs, &[], o)
+}
+
+/// `describe`, each stripe at the version `pins` names for it (if any).
+pub fn describe_pinned(
+    specs: &[String],
+    pins: &[Option<String>],
+    o: &StoreOptions,
+) -> Result<Manifest> {
     if specs.len() == 1 {
-        if let Ok(s) = open(specs, o) {
+        if let Ok(s) = open_pinned(specs, pins, o) {
             return Ok(s.manifest);
         }
-        return open_any(&specs[0], o);
+        let pin = pins.first().and_then(|p| p.as_deref());
+        return open_any(&specs[0], pin, o);
     }
-    Ok(open(specs, o)?.manifest)
+    Ok(open_pinned(specs, pins, o)?.manifest)
 }

@@ -68,6 +68,9 @@ pub fn abort(stripes: Vec<StripeResult>) {
 pub struct Committed {
     pub frames: u64,
     pub bytes: u64,
+    /// The version id a versioned store gave the stripe: reads ask for exactly it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// Ends every stripe with the manifest trailer (sealed or tagged as `guard` says) and
@@ -120,9 +123,10 @@ pub fn commit(
             }
         };
         match r {
-            Ok(()) => done.push(Committed {
+            Ok(version) => done.push(Committed {
                 frames: s.frames,
                 bytes: s.body_end + (stored.bytes.len() + t.len()) as u64,
+                version,
             }),
             Err(e) => failed = Some(e),
         }
@@ -207,7 +211,7 @@ mod tests {
         fn write_all(&mut self, _: &[u8]) -> io::Result<()> {
             Ok(())
         }
-        fn commit(self: Box<Self>) -> Result<()> {
+        fn commit(self: Box<Self>) -> Result<Option<String>> {
             bail!("no space left on device")
         }
         fn abort(self: Box<Self>) {}

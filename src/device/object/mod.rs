@@ -7,7 +7,7 @@
 //! reader. Requests are retried by object_store (exponential backoff with jitter on
 //! 5xx, 429, timeouts and dropped connections); each retry is counted here.
 
-use super::{Device, StripeSink, StripeSource};
+use super::{Device, Since, StripeSink, StripeSource};
 use anyhow::{anyhow, bail, Result};
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -130,20 +130,36 @@ mod stripe;
 #[cfg(test)]
 mod tests;
 
+/// The longest version id taken from a store or a record.
+pub const VERSION_MAX: usize = 1024;
+
+/// Whether `v` can be a store's version id: bounded, printable, of the characters S3
+/// (URL-safe text) and Azure (a timestamp) use. A version id comes from a store or a
+/// catalog record: untrusted either way, and sent back in a query string.
+pub fn valid_version(v: &str) -> bool {
+    (1..=VERSION_MAX).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:+=/".contains(&b))
+        && v != "null"
+}
+
 /// GETs `range` of the object at `path` into `buf` (cleared first, so that a caller
-/// reuses its buffers), streaming the body; with `e_tag`, only of that version. A body of
-/// another length than the range's is an error.
+/// reuses its buffers), streaming the body; with `e_tag`, only of that version; with
+/// `version`, of exactly that version id. A body of another length than the range's is
+/// an error.
 async fn get_range(
     store: &dyn ObjectStore,
     path: &KeyPath,
     range: std::ops::Range<u64>,
     e_tag: Option<String>,
+    version: Option<String>,
     mut buf: Vec<u8>,
 ) -> object_store::Result<Vec<u8>> {
     let want = range.end - range.start;
     let opts = GetOptions {
         range: Some(range.into()),
         if_match: e_tag,
+        version,
         ..Default::default()
     };
     let mut body = store.get_opts(path, opts).await?.into_stream();
@@ -223,10 +239,36 @@ impl Location {
         self.read_into(max, |chunk| f.write_all(chunk))
     }
 
+    /// Reads a whole object of at most `max` bytes (of version `version` when given)
+    /// and the version id the store names it by (None: it keeps no versions); None
+    /// when it does not exist.
+    pub fn get_versioned(
+        &self,
+        max: u64,
+        version: Option<&str>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        let mut out = vec![];
+        let found = self.read_at(max, version, |chunk| {
+            out.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(found.map(|v| (out, v.filter(|v| valid_version(v)))))
+    }
+
     /// Feeds an object's bytes to `put` as they arrive. One larger than `max` is refused
     /// before its bytes are read, and while they are read (a body longer than the size
     /// the store gave). False when it does not exist.
-    fn read_into(&self, max: u64, mut put: impl FnMut(&[u8]) -> io::Result<()>) -> Result<bool> {
+    fn read_into(&self, max: u64, put: impl FnMut(&[u8]) -> io::Result<()>) -> Result<bool> {
+        Ok(self.read_at(max, None, put)?.is_some())
+    }
+
+    /// `read_into` of version `version` (else the newest); Some(the version id read).
+    fn read_at(
+        &self,
+        max: u64,
+        version: Option<&str>,
+        mut put: impl FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<Option<Option<String>>> {
         let p = self.path();
         let over = |size: u64| {
             anyhow!(
@@ -234,14 +276,19 @@ impl Location {
                 self.describe()
             )
         };
-        let g = match block_on(self.store.get(&p)) {
+        let opts = GetOptions {
+            version: version.map(str::to_string),
+            ..Default::default()
+        };
+        let g = match block_on(self.store.get_opts(&p, opts)) {
             Ok(g) => g,
-            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.err("cannot read", e)),
         };
         if g.meta.size > max {
             return Err(over(g.meta.size));
         }
+        let read = g.meta.version.clone();
         let mut body = g.into_stream();
         let mut n = 0u64;
         while let Some(chunk) = block_on(body.try_next()).map_err(|e| self.err("cannot read", e))? {
@@ -251,7 +298,7 @@ impl Location {
             }
             put(&chunk).map_err(|e| anyhow!("cannot store '{}': {e}", self.describe()))?;
         }
-        Ok(true)
+        Ok(Some(read))
     }
 
     /// The first `n` bytes of an object (fewer if it is shorter), with one ranged GET;
@@ -322,7 +369,8 @@ impl Location {
         };
         let size = meta.size;
         let (store, path, e_tag) = (&*self.store, &p, &meta.e_tag);
-        let get = |r: std::ops::Range<u64>| get_range(store, path, r, e_tag.clone(), Vec::new());
+        let get =
+            |r: std::ops::Range<u64>| get_range(store, path, r, e_tag.clone(), None, Vec::new());
         let mut head = block_on(get(0..n.min(size))).map_err(|e| self.err("cannot read", e))?;
         let len = head.len();
         if !patch(&mut head)? {

@@ -84,8 +84,49 @@ impl Device for ObjectDevice {
         Ok(Box::new(ObjectSource {
             loc: self.loc.clone(),
             len: meta.size,
+            version: None,
             state: Mutex::new(ReadState::default()),
         }))
+    }
+
+    fn open_version(&self, version: &str) -> Result<(Box<dyn StripeSource>, Since)> {
+        if !valid_version(version) {
+            bail!(
+                "stripe '{}': version '{}' is not a version id: the catalog record is damaged or forged",
+                self.loc.describe(),
+                version.escape_default()
+            );
+        }
+        let path = self.loc.path();
+        let opts = GetOptions {
+            version: Some(version.to_string()),
+            head: true,
+            ..Default::default()
+        };
+        let meta = block_on(self.loc.store.get_opts(&path, opts))
+            .map_err(|e| {
+                self.loc
+                    .err(&format!("cannot open version {version} of stripe"), e)
+            })?
+            .meta;
+        // One HEAD of the newest: what an attacker's PUT or delete left in front.
+        let since = match block_on(self.loc.store.head(&path)) {
+            Ok(m) if m.version.as_deref() == Some(version) => Since::Same,
+            Ok(m) => Since::Replaced(match m.version {
+                Some(v) if valid_version(&v) => v,
+                Some(v) => format!("{}", v.escape_default()),
+                None => "(no version id)".into(),
+            }),
+            Err(object_store::Error::NotFound { .. }) => Since::Removed,
+            Err(e) => return Err(self.loc.err("cannot read stripe", e)),
+        };
+        let source = ObjectSource {
+            loc: self.loc.clone(),
+            len: meta.size,
+            version: Some(version.to_string()),
+            state: Mutex::new(ReadState::default()),
+        };
+        Ok((Box::new(source), since))
     }
 
     fn remove(&self) -> Result<()> {
@@ -163,8 +204,8 @@ impl StripeSink for ObjectSink {
         Ok(())
     }
 
-    fn commit(mut self: Box<Self>) -> Result<()> {
-        let r: Result<()> = (|| {
+    fn commit(mut self: Box<Self>) -> Result<Option<String>> {
+        let r: Result<Option<String>> = (|| {
             if !self.buf.is_empty() || self.parts == 0 {
                 self.send_part()?;
             }
@@ -173,7 +214,8 @@ impl StripeSink for ObjectSink {
             }
             let mut up = self.upload.take().expect("upload open");
             match block_on(up.complete()) {
-                Ok(_) => Ok(()),
+                // A store without versioning says none (or "null").
+                Ok(put) => Ok(put.version.filter(|v| valid_version(v))),
                 Err(e) => {
                     self.upload = Some(up);
                     Err(explain(
@@ -259,6 +301,8 @@ pub(super) struct ReadState {
 pub(super) struct ObjectSource {
     loc: Location,
     len: u64,
+    /// The version every GET asks for (a stripe pinned by its catalog record).
+    version: Option<String>,
     state: Mutex<ReadState>,
 }
 
@@ -272,7 +316,8 @@ impl ObjectSource {
     ) -> JoinHandle<object_store::Result<Vec<u8>>> {
         let store = self.loc.store.clone();
         let path = self.loc.path();
-        spawn(async move { get_range(&*store, &path, start..end, None, buf).await })
+        let version = self.version.clone();
+        spawn(async move { get_range(&*store, &path, start..end, None, version, buf).await })
     }
 
     fn wait(&self, h: JoinHandle<object_store::Result<Vec<u8>>>) -> io::Result<Vec<u8>> {

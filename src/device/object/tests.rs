@@ -103,3 +103,19 @@ fn downloads_are_bounded_and_streamed() {
     assert!(loc.download(&mut g, 2999).is_err());
     assert!(g.is_empty());
 }
+
+#[test]
+fn version_ids_are_bounded_and_of_the_stores_characters() {
+    // S3 (MinIO, AWS) and Azure (a timestamp) version ids.
+    for ok in [
+        "3b9c6f0e-5a2e-4c1d-9f0a-1b2c3d4e5f60",
+        "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY+MTRCxf3vjVBH40Nr8X8gdRQBpUMLUo",
+        "2026-11-27T08:33:35.1234567Z",
+    ] {
+        assert!(valid_version(ok), "{ok}");
+    }
+    let long = "a".repeat(VERSION_MAX + 1);
+    for bad in ["", "null", "a b", "x&versionId=y", "a\u{1b}[2J", &long] {
+        assert!(!valid_version(bad), "{bad:?}");
+    }
+}

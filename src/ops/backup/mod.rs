@@ -447,7 +447,7 @@ fn backup_set(
     )?;
     // The catalog record is written last: a set is in the history only once durable.
     if let (Some(repo), false) = (&dest.repo, dest.discard) {
-        let entry = catalog_entry(o, &dest, repo, &manifest, &input.info);
+        let entry = catalog_entry(o, &dest, repo, &manifest, &input.info, &committed);
         let plain = params.seal.is_none() && params.sign.is_none();
         record::record_set(repo, &entry, &dest, plain)?;
     }

@@ -239,6 +239,7 @@ pub(super) fn catalog_entry(
     repo: &Repo,
     manifest: &Manifest,
     info: &SourceInfo,
+    committed: &[crate::set::write::Committed],
 ) -> CatalogEntry {
     // The facts were made by this backup's source: they read back.
     let pg = PgFacts::from_extra(&manifest.extra).ok().flatten();
@@ -266,6 +267,11 @@ pub(super) fn catalog_entry(
         stored_bytes: manifest.totals.stored_bytes,
         codec: manifest.codec.clone(),
         stripes: dest.specs.iter().map(|p| repo.relative(p)).collect(),
+        base_version: (dest.base.as_ref()).and_then(|(e, _)| repo.record_version(&e.set_id)),
+        stripe_versions: match committed.iter().any(|c| c.version.is_some()) {
+            true => committed.iter().map(|c| c.version.clone()).collect(),
+            false => vec![],
+        },
     }
 }
 

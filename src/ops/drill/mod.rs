@@ -83,6 +83,9 @@ pub struct DrillReport {
     /// The record written in the repository, or why none could be.
     pub recorded: Option<String>,
     pub record_error: Option<String>,
+    /// The restore's warnings (stripes overwritten after their backup, read at the
+    /// versions the backup wrote).
+    pub warnings: Vec<String>,
 }
 
 impl DrillReport {
@@ -231,6 +234,7 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
         checks: vec![],
         recorded: None,
         record_error: None,
+        warnings: vec![],
     };
     let ran = run(o, &repo, &scratch.dir, owner.as_deref(), port, show, &mut r);
     r.rto_seconds = t0.elapsed().as_secs_f64();
@@ -274,8 +278,11 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
         set_id: r.set_id.clone(),
         reached_lsn: r.reached_lsn.clone(),
         failed: r.failed_checks().iter().map(|s| s.to_string()).collect(),
+        key_id: None,
+        tag: None,
     };
-    match record::write(&repo, &rec) {
+    let written = (repo.record_master()).and_then(|m| record::write(&repo, &rec, m.as_ref()));
+    match written {
         Ok(name) => r.recorded = Some(repo.store().describe(&name)),
         Err(e) => r.record_error = Some(format!("{e:#}")),
     }
@@ -317,14 +324,19 @@ fn run(
         Ok(rr) => {
             r.restore_seconds = Some(t.elapsed().as_secs_f64());
             r.set_id = Some(rr.set_id.clone());
-            r.checks.push(check(
-                "restore",
-                Outcome::Ok,
-                format!(
-                    "set {} restored: {} files, {} pages, every frame and file checksum verified",
-                    rr.set_id, rr.files, rr.pages
-                ),
-            ));
+            let mut detail = format!(
+                "set {} restored: {} files, {} pages, every frame and file checksum verified",
+                rr.set_id, rr.files, rr.pages
+            );
+            for w in &rr.warnings {
+                detail.push_str(&format!("\n{w}"));
+            }
+            let status = match rr.warnings.is_empty() {
+                true => Outcome::Ok,
+                false => Outcome::Warn,
+            };
+            r.warnings.extend(rr.warnings);
+            r.checks.push(check("restore", status, detail));
         }
         Err(e) => {
             r.checks

@@ -6,6 +6,7 @@
 
 pub mod plan;
 
+use crate::ops::drill::record::{self as drill, DrillExpiry};
 use crate::pg::{parse_name, Kind};
 use crate::repo::wal;
 use crate::repo::{CatalogEntry, Lock, Repo};
@@ -71,6 +72,8 @@ pub struct ExpireReport {
     pub wal_locked: usize,
     pub wal_locked_until: Option<String>,
     pub wal_refused: Option<String>,
+    /// Drill records older than the oldest set left (the newest is always kept).
+    pub drills: DrillExpiry,
     /// The expired sets' records, for the text output.
     #[serde(skip)]
     pub expired_sets: Vec<CatalogEntry>,
@@ -205,6 +208,17 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
             wal::remove_archived(&repo, n)?;
         }
     }
+    // A drill of a set no longer held proves nothing about what can be restored.
+    let left = |c: &&CatalogEntry| {
+        p.keep.contains(&c.set_id) || locked.iter().any(|l| l.set_id == c.set_id)
+    };
+    let oldest_left = (sets.iter().filter(left))
+        .filter_map(|c| chrono::DateTime::parse_from_rfc3339(&c.started).ok())
+        .min();
+    let drills = match oldest_left {
+        Some(t) => drill::expire(&repo, t.with_timezone(&chrono::Utc), o.dry_run)?,
+        None => DrillExpiry::default(),
+    };
     let bytes_freed = expired_sets.iter().map(|c| c.stored_bytes).sum::<u64>()
         + wal.iter().map(|(_, s)| s).sum::<u64>();
     let from_set = p.wal_from_set.clone().unwrap_or_default();
@@ -240,6 +254,7 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
         wal_locked,
         wal_locked_until,
         wal_refused,
+        drills,
         expired_sets,
     })
 }

@@ -35,6 +35,8 @@ fn set(id: &str, ty: &str, base: Option<&str>, hours: i64, wal: &str) -> Catalog
         stored_bytes: 10,
         codec: "none".into(),
         stripes: vec![],
+        stripe_versions: vec![],
+        base_version: None,
     }
 }
 
@@ -303,6 +305,8 @@ fn a_set_recorded_while_expire_ran_keeps_its_chain() {
     let (f1, i1, f2, n) = (id('a'), id('b'), id('c'), id('d'));
     let rec = |id: &str, ty, base: Option<&str>, h, wal| CatalogEntry {
         stripes: vec![format!("sets/{id}/1.pv")],
+        stripe_versions: vec![],
+        base_version: None,
         ..set(id, ty, base, h, wal)
     };
     let sets = vec![

@@ -3,7 +3,7 @@
 //! file written once, from the newest set that holds it (`engine::restore::layers`).
 
 use super::super::verify::{
-    check_source_facts, engine_params, open_repo, regular_files, stripes_of, with_history_hint,
+    check_source_facts, engine_params, open_recorded, open_repo, regular_files, with_history_hint,
     Checksums,
 };
 use super::{run_into, Phases, RestoreOptions};
@@ -59,7 +59,7 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
             let c = chain::select(&catalog, &sel).map_err(|e| with_history_hint(e, &repo))?;
             let mut links = vec![];
             for e in c.links {
-                let set = set::open(&stripes_of(&repo, &e), repo.options())
+                let set = open_recorded(&repo, &e)
                     .with_context(|| format!("set {} of the chain", e.set_id))?;
                 crate::ops::authenticated_in(&repo, &set.manifest)?;
                 links.push(Link {

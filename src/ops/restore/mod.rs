@@ -187,6 +187,12 @@ pub struct RestoreReport {
     /// What `--delta` kept, rewrote, created and removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delta: Option<target::DeltaReport>,
+    /// Stripes overwritten or deleted after their backup: read at the version the
+    /// backup wrote all the same.
+    pub overwritten: Vec<crate::set::read::Overwritten>,
+    /// One sentence each: the overwritten stripes, and catalog records read at the
+    /// version a later record names.
+    pub warnings: Vec<String>,
     /// For the text summary.
     #[serde(skip)]
     pub database: String,
@@ -307,6 +313,9 @@ fn restore_with(
 ) -> Result<RestoreReport> {
     let retries = retry_stats();
     let sets = open_sets(o)?;
+    let overwritten: Vec<_> = (sets.links.iter())
+        .flat_map(|l| l.set.overwritten.iter().cloned())
+        .collect();
     let full = &sets.full().manifest;
     // The restored cluster is the newest set's: its files, sizes, links and facts.
     let m = &sets.newest().set.manifest;
@@ -429,6 +438,10 @@ fn restore_with(
         chain: links,
         report: None,
         delta,
+        overwritten: overwritten.clone(),
+        warnings: (overwritten.iter().map(|w| w.message.clone()))
+            .chain(sets.repo.iter().flat_map(crate::repo::Repo::record_notes))
+            .collect(),
         database: full.source.database.clone(),
     };
     if let (Some(path), Some(series)) = (&o.report, series) {
