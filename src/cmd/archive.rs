@@ -75,7 +75,8 @@ pub struct PushArgs {
     pub spool_max: u64,
     /// With --async: also spool up to this many files PostgreSQL has ready to archive
     /// after this one (pg_wal/archive_status/*.ready), several at once; its next calls
-    /// then find them spooled (each checked against the file it is handed).
+    /// then find them spooled: the file handed over is known by its identity (device,
+    /// inode, size, times, unchanged since it was spooled), else read and compared.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(0..=256))]
     pub look_ahead: u16,
     /// Push everything waiting in --spool into the repository, then exit (what the
