@@ -10,7 +10,7 @@ use common::pg::{check_restored, postgres_dir, restore_repo, Pg};
 use common::stores::{shared, Minio};
 use common::*;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,24 @@ fn pusher_state(spool: &Path) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
+/// Kills the spool's pusher when the test ends, passed or not: a pusher retries a dead
+/// store for ever, by design, and would outlive a failed test.
+struct StopPusher(PathBuf);
+
+impl Drop for StopPusher {
+    fn drop(&mut self) {
+        let Some(pid) = pusher_state(&self.0)["pid"].as_u64() else {
+            return;
+        };
+        // Only while that pid is still this spool's pusher (pids are reused).
+        let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let spool = self.0.to_string_lossy();
+        if String::from_utf8_lossy(&cmd).contains(spool.as_ref()) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
 fn add(pg: &Pg, from: u32, to: u32) {
     pg.sql(&format!(
         "INSERT INTO t SELECT g FROM generate_series({from}, {to}) g"
@@ -63,6 +81,7 @@ fn async_archiving_loses_nothing_through_a_store_outage_a_killed_pusher_and_a_re
     let repo = "s3://pvas/r";
     let dir = postgres_dir("async");
     let spool = dir.join("spool");
+    let _stop = StopPusher(spool.clone());
     // Each push against a dead store gives up after 2 s (then the pusher backs off).
     std::env::set_var("PAGEVAULT_RETRY_SECONDS", "2");
     let push = format!(
@@ -205,6 +224,7 @@ impl Drop for Tmpfs {
 fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository_returns() {
     let dir = postgres_dir("fullspool");
     let spool = dir.join("spool");
+    let _stop = StopPusher(spool.clone());
     fs::create_dir(&spool).unwrap();
     let uid = String::from_utf8(
         Command::new("id")
