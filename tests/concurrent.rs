@@ -9,16 +9,6 @@ use common::stores::{shared, unique};
 use common::*;
 use std::process::{Command, Stdio};
 
-/// The sets `history` lists, oldest first.
-fn history(repo: &str) -> Vec<String> {
-    json(&["history", "--repo", repo])["sets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["set_id"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn spawn(args: &[&str]) -> std::process::Child {
     Command::new(bin())
         .args(args)
@@ -49,7 +39,7 @@ fn two_expires_at_once_leave_a_consistent_repository() {
                 "3",
             ]);
         }
-        let sets = history(repo);
+        let sets = history_ids(repo);
         let keep = ["expire", "--repo", repo, "--keep-full", "2", "--json"];
         let (a, b) = (spawn(&keep), spawn(&keep));
         let mut done = 0;
@@ -67,7 +57,7 @@ fn two_expires_at_once_leave_a_consistent_repository() {
         }
         assert!(done >= 1, "{repo}: one expire ran");
         assert_eq!(
-            history(repo),
+            history_ids(repo),
             sets[4..],
             "{repo}: the two newest fulls kept"
         );
@@ -195,7 +185,7 @@ fn an_incremental_whose_base_is_expired_while_it_runs_is_not_kept() {
             && err.contains("run the backup again"),
         "{err}"
     );
-    assert_eq!(history(&repo), std::slice::from_ref(&full));
+    assert_eq!(history_ids(&repo), std::slice::from_ref(&full));
     let sets: Vec<String> = std::fs::read_dir(std::path::Path::new(&repo).join("sets"))
         .unwrap()
         .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())

@@ -18,25 +18,13 @@ fn minio() -> &'static Minio {
     M.get_or_init(|| {
         let m = Minio::start();
         m.admin(&["mklocked", BUCKET, "GOVERNANCE:1"]);
-        std::env::set_var("AWS_ACCESS_KEY_ID", common::stores::S3_USER);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", common::stores::S3_SECRET);
-        std::env::set_var("AWS_REGION", "us-east-1");
-        std::env::set_var("AWS_ENDPOINT_URL", m.endpoint());
+        m.export_env();
         m
     })
 }
 
 fn s3(args: &[&str]) -> Result<String, String> {
     minio().admin_try(args)
-}
-
-fn history(repo: &str) -> Vec<String> {
-    json(&["history", "--repo", repo])["sets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["set_id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// Every version of the objects under `prefix`: (key, version id, size or
@@ -101,7 +89,7 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
     std::fs::write(src.join("base/random"), bytes(9, 700_001, false)).unwrap();
     std::fs::write(src.join("new_file"), b"after the first set").unwrap();
     let b = backup(&src, &repo);
-    assert_eq!(history(&repo), [a.clone(), b.clone()]);
+    assert_eq!(history_ids(&repo), [a.clone(), b.clone()]);
     restore_and_compare(&repo, &a, &at_a);
     restore_and_compare(&repo, &b, &src);
     // pagevault's own create-only writes over an existing key are refused by the store
@@ -136,7 +124,7 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
         text.contains(&format!("set {a} ")) && text.contains("locked until"),
         "{text}"
     );
-    assert_eq!(history(&repo), [a.clone(), b.clone()]);
+    assert_eq!(history_ids(&repo), [a.clone(), b.clone()]);
     assert_eq!(versions(prefix), v, "expire removed nothing");
 
     // An attacker with the same credentials: a versioned delete (what erases an
@@ -167,7 +155,7 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
     // A plain delete only hides an object behind a delete marker: the set is gone
     // from the listing, but its version stays and cannot be erased.
     s3(&["rm", BUCKET, &format!("files/catalog/{a}.json")]).unwrap();
-    assert_eq!(history(&repo), std::slice::from_ref(&b));
+    assert_eq!(history_ids(&repo), std::slice::from_ref(&b));
     // A hidden marker is not made anew (that would drop the repository's rules).
     s3(&["rm", BUCKET, "files/pagevault.repo"]).unwrap();
     let e = fails(
@@ -209,7 +197,7 @@ fn backups_on_a_locked_bucket_go_on_while_deletes_and_overwrites_fail() {
         &format!("{}:bypass", forged.1),
     ])
     .unwrap();
-    assert_eq!(history(&repo), [a.clone(), b, c]);
+    assert_eq!(history_ids(&repo), [a.clone(), b, c]);
     restore_and_compare(&repo, &a, &at_a);
 }
 
@@ -245,7 +233,7 @@ fn expire_removes_what_the_retention_allows_and_keeps_a_set_whose_removal_is_ref
     let why = e["locked"][0]["refused"].as_str().unwrap();
     assert!(why.contains(&format!("sets/{}/1.pv", ids[0])), "{why}");
     assert_eq!(
-        history(&repo),
+        history_ids(&repo),
         ids,
         "a refused removal keeps the set listed"
     );
@@ -257,7 +245,7 @@ fn expire_removes_what_the_retention_allows_and_keeps_a_set_whose_removal_is_ref
     let e = json(&["expire", "--repo", &repo, "--keep-full", "2"]);
     assert_eq!(e["expired"], serde_json::json!([ids[0]]), "{e}");
     assert_eq!(e["locked"], serde_json::json!([]), "{e}");
-    assert_eq!(history(&repo), ids[1..]);
+    assert_eq!(history_ids(&repo), ids[1..]);
     let stripe = format!("short/sets/{}/1.pv", ids[0]);
     let v = versions(&stripe);
     assert!(v.iter().any(|x| x.2 == "delete-marker"), "{v:?}");
@@ -391,7 +379,7 @@ fn postgres_backups_archiving_restore_and_drill_in_an_immutable_signed_repositor
     assert_eq!(e["wal_expired"], serde_json::json!([]), "{e}");
     assert!(e["wal_locked"].as_u64().unwrap() > 0, "{e}");
     assert!(e["wal_locked_until"].as_str().is_some(), "{e}");
-    assert_eq!(history(&repo).len(), 3);
+    assert_eq!(history_ids(&repo).len(), 3);
     let before = v.len();
     assert!(
         versions("pg/").len() > before,

@@ -20,10 +20,7 @@ fn minio() -> &'static Minio {
         let m = Minio::start();
         m.admin(&["mklocked", BUCKET, "GOVERNANCE:1"]);
         m.admin(&["mkbucket", PLAIN]);
-        std::env::set_var("AWS_ACCESS_KEY_ID", common::stores::S3_USER);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", common::stores::S3_SECRET);
-        std::env::set_var("AWS_REGION", "us-east-1");
-        std::env::set_var("AWS_ENDPOINT_URL", m.endpoint());
+        m.export_env();
         m
     })
 }

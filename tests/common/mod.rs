@@ -401,3 +401,13 @@ pub fn from_args(stripes: &[String]) -> Vec<&str> {
         .flat_map(|s| ["--from", s.as_str()])
         .collect()
 }
+
+/// The set ids `history` lists, oldest first.
+pub fn history_ids(repo: &str) -> Vec<String> {
+    json(&["history", "--repo", repo])["sets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["set_id"].as_str().unwrap().to_string())
+        .collect()
+}

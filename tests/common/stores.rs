@@ -286,6 +286,16 @@ fn admin_with(kind: &str, args: &[&str], env: &[(&str, String)]) -> Result<Strin
 /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL and
 /// AZURE_STORAGE_CONNECTION_STRING. Tests that need their own server (to kill it)
 /// pass --s3-endpoint, which overrides AWS_ENDPOINT_URL.
+impl Minio {
+    /// Sets the environment pagevault reads (credentials, region, endpoint) for this server.
+    pub fn export_env(&self) {
+        std::env::set_var("AWS_ACCESS_KEY_ID", S3_USER);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", S3_SECRET);
+        std::env::set_var("AWS_REGION", "us-east-1");
+        std::env::set_var("AWS_ENDPOINT_URL", self.endpoint());
+    }
+}
+
 pub struct Shared {
     pub minio: Minio,
     pub azurite: Azurite,
@@ -298,10 +308,7 @@ pub fn shared() -> &'static Shared {
         let azurite = Azurite::start();
         minio.admin(&["mkbucket", "pvtest"]);
         azurite.admin(&["mkbucket", "pvtest"]);
-        std::env::set_var("AWS_ACCESS_KEY_ID", S3_USER);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", S3_SECRET);
-        std::env::set_var("AWS_REGION", "us-east-1");
-        std::env::set_var("AWS_ENDPOINT_URL", minio.endpoint());
+        minio.export_env();
         std::env::set_var(
             "AZURE_STORAGE_CONNECTION_STRING",
             azurite.connection_string(),
