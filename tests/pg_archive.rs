@@ -228,6 +228,22 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
     // (2) Pushing the same segment twice is fine ...
     let out = ok(&["archive-push", &s(&src), "--repo", &s(&repo)]);
     assert!(out.contains("already archived"), "{out}");
+    let j: serde_json::Value = serde_json::from_str(&ok(&[
+        "archive-push",
+        &s(&src),
+        "--repo",
+        &s(&repo),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(j["outcome"], "already_archived", "{j}");
+    assert_eq!(j["name"], first.as_str(), "{j}");
+    assert_eq!(j["raw_bytes"], src_bytes.len() as u64, "{j}");
+    assert_eq!(
+        j["blake3"],
+        blake3::hash(&src_bytes).to_hex().as_str(),
+        "{j}"
+    );
     // ... a different content under the same name is refused and changes nothing.
     let mut other = src_bytes.clone();
     let mid = other.len() / 2 + 100;

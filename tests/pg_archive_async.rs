@@ -351,6 +351,22 @@ fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository
         out.contains("pushed 0 files") && out.contains("0 files wait"),
         "{out}"
     );
+    let j: serde_json::Value = serde_json::from_str(&ok(&[
+        "archive-push",
+        "--drain",
+        "--spool",
+        &s(&spool),
+        "--repo",
+        &repo,
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (j["ran"].clone(), j["pushed"].clone()),
+        (true.into(), 0.into()),
+        "{j}"
+    );
+    assert_eq!(j["left"]["files"], 0, "{j}");
     drop(pg);
     let (target, j) = restore_repo(&repo, &[]);
     assert_eq!(j["wal"]["verified"], true, "{j}");

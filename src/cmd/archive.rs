@@ -87,6 +87,10 @@ pub struct PushArgs {
     /// hand, --drain waits for it).
     #[arg(long, hide = true, requires = "drain")]
     pub pusher: bool,
+    /// Print what was done as one JSON object on stdout (warnings still go to stderr,
+    /// which PostgreSQL logs).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -159,6 +163,9 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
         sign: a.sign,
         store: store.clone(),
     })?;
+    if super::printed_json(&p, a.json) {
+        return Ok(());
+    }
     match p.outcome {
         wal::Outcome::Archived => println!(
             "pagevault: archived {} ({} -> {}) in {:.3} s, {:.3} s CPU (summary {:.3} s CPU)",
@@ -197,6 +204,9 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
     )?;
     for w in &p.warnings {
         super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
+    }
+    if super::printed_json(&p, a.json) {
+        return Ok(());
     }
     let pusher = match p.pusher {
         archive::Pusher::Running => "the pusher runs".to_string(),
@@ -253,6 +263,10 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
             )
         },
     )?;
+    // The background pusher writes lines to its log, --json or not.
+    if !a.pusher && super::printed_json(&d, a.json) {
+        return Ok(());
+    }
     if !d.ran {
         println!(
             "pagevault: another pusher holds '{}'; {} files ({}) wait",

@@ -233,7 +233,8 @@ pub fn push_async(
 }
 
 /// Up to `n` WAL files the server has ready to archive after `path` (the `.ready` files of
-/// `archive_status` beside it), not yet in `ready_dir`, in WAL order.
+/// `archive_status` beside it), neither in `ready_dir` nor stored from it by the pusher,
+/// in WAL order.
 fn ready_after(path: &Path, ready_dir: &Path, n: usize) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|f| f.to_str())) else {
         return vec![];
@@ -247,9 +248,58 @@ fn ready_after(path: &Path, ready_dir: &Path, n: usize) -> Vec<PathBuf> {
             let f = e.file_name().to_str()?.strip_suffix(".ready")?.to_string();
             (crate::pg::parse_name(&f).is_some() && f.as_str() > name).then_some(f)
         })
-        .filter(|f| !ready_dir.join(f).exists())
+        .filter(|f| !ready_dir.join(f).exists() && !wal::spooled::stored(ready_dir, f))
         .collect();
     names.sort();
     names.truncate(n);
     names.into_iter().map(|f| dir.join(f)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repo::wal::spooled;
+    use crate::repo::wal::testing::{segment, SEG};
+    use std::fs;
+
+    /// The pusher stored a file spooled ahead before PostgreSQL asked for it: the calls
+    /// that look ahead neither copy it again nor take its `.done`, which the call for it
+    /// answers from.
+    #[test]
+    fn a_file_the_pusher_stored_is_not_spooled_ahead_again() {
+        let d = tempfile::tempdir().unwrap();
+        let (wal, spool) = (d.path().join("pg_wal"), d.path().join("ready"));
+        fs::create_dir_all(wal.join("archive_status")).unwrap();
+        fs::create_dir(&spool).unwrap();
+        let names: Vec<String> = (3..6)
+            .map(|n| crate::pg::segment_name_for(1, n, SEG))
+            .collect();
+        for (i, n) in names.iter().enumerate() {
+            fs::write(wal.join(n), segment(1, 3 + i as u64, 5, 40)).unwrap();
+            fs::write(wal.join("archive_status").join(format!("{n}.ready")), "").unwrap();
+        }
+        let asked = wal.join(&names[0]);
+        let ahead = ready_after(&asked, &spool, 8);
+        assert_eq!(ahead, vec![wal.join(&names[1]), wal.join(&names[2])]);
+        let mut srcs = vec![asked.clone()];
+        srcs.extend(ahead);
+        for r in spooled::spool_many(&srcs, &spool, None, true, 2) {
+            assert!(!r.unwrap().already);
+        }
+        // The pusher stores the second file and removes it from the spool.
+        spooled::mark_done(&spool, &names[1]);
+        fs::remove_file(spool.join(&names[1])).unwrap();
+        let done = spool.join(format!("{}{}", names[1], spooled::DONE_SUFFIX));
+        assert!(done.exists());
+        // The next look-ahead skips it; looked at ahead anyway, it keeps its `.done`.
+        assert!(ready_after(&asked, &spool, 8).is_empty());
+        let again =
+            spooled::spool_many(&[asked.clone(), wal.join(&names[1])], &spool, None, true, 2);
+        assert!(again.iter().all(|r| r.as_ref().unwrap().already));
+        assert!(done.exists() && !spool.join(&names[1]).exists());
+        // PostgreSQL's call for it: answered without a copy, and the `.done` taken.
+        let own = spooled::spool_copy(&wal.join(&names[1]), &spool, None, true).unwrap();
+        assert!(own.already);
+        assert!(!done.exists() && !spool.join(&names[1]).exists());
+    }
 }

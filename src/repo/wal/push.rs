@@ -4,7 +4,8 @@
 use super::*;
 
 /// What happened to a pushed file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Newly archived.
     Archived,
@@ -15,13 +16,14 @@ pub enum Outcome {
     Repaired,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Pushed {
     pub name: String,
     pub outcome: Outcome,
     pub raw_bytes: u64,
     pub stored_bytes: u64,
     /// BLAKE3 of the file's bytes.
+    #[serde(serialize_with = "as_hex")]
     pub blake3: [u8; 32],
     pub seconds: f64,
     /// What the block summary written by this push holds, or why it is not usable.
@@ -30,6 +32,10 @@ pub struct Pushed {
     /// spent summarizing and storing the summary.
     pub cpu_seconds: f64,
     pub summary_cpu_seconds: f64,
+}
+
+fn as_hex<S: serde::Serializer>(b: &[u8; 32], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(b))
 }
 
 struct CrcWrite<W> {

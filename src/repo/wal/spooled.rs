@@ -84,8 +84,9 @@ pub fn spool_copy(
 }
 
 /// [`spool_copy`] of several files in WAL order, copied `threads` at once and
-/// summarized in order (each segment's summary continues the one before it). One
-/// result per file; the caller syncs `dir` once.
+/// summarized in order (each segment's summary continues the one before it). The first
+/// is the file asked for, the others are spooled ahead. One result per file; the caller
+/// syncs `dir` once.
 pub fn spool_many(
     srcs: &[PathBuf],
     dir: &Path,
@@ -94,7 +95,7 @@ pub fn spool_many(
     threads: usize,
 ) -> Vec<Result<Spooled>> {
     let copied = crate::par::map_index(srcs.len(), threads.max(1), |i| {
-        copy_in(&srcs[i], dir, summaries)
+        copy_in(&srcs[i], dir, summaries, i == 0)
     });
     let mut last = prev.cloned();
     let mut out = vec![];
@@ -132,7 +133,13 @@ enum Staged {
     Already(Spooled),
 }
 
-fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Staged> {
+/// Whether the pusher stored `dir/NAME` already (its identity kept as `NAME.done`).
+pub fn stored(dir: &Path, name: &str) -> bool {
+    dir.join(format!("{name}{DONE_SUFFIX}")).exists()
+}
+
+/// `asked`: the file PostgreSQL hands over, whose call is the last to need its `.done`.
+fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Staged> {
     let o = open_checked(src)?;
     let map = map_if(summaries && o.n.kind == Kind::Segment, &o.f, o.len, src)?;
     let Opened {
@@ -158,7 +165,9 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool) -> Result<Staged> {
             return already();
         }
         if same_identity(dir, &name, DONE_SUFFIX, id) {
-            let _ = fs::remove_file(dir.join(format!("{name}{DONE_SUFFIX}")));
+            if asked {
+                let _ = fs::remove_file(dir.join(format!("{name}{DONE_SUFFIX}")));
+            }
             return already();
         }
     }
