@@ -103,14 +103,21 @@ impl Device for ObjectDevice {
             head: true,
             ..Default::default()
         };
-        let meta = block_on(self.loc.store.get_opts(&path, opts))
+        // The pinned version's size and the newest (what an attacker's PUT or delete
+        // left in front), asked at once: one round trip.
+        let (pinned, newest) = block_on(async {
+            futures::join!(
+                self.loc.store.get_opts(&path, opts),
+                self.loc.store.head(&path)
+            )
+        });
+        let meta = pinned
             .map_err(|e| {
                 self.loc
                     .err(&format!("cannot open version {version} of stripe"), e)
             })?
             .meta;
-        // One HEAD of the newest: what an attacker's PUT or delete left in front.
-        let since = match block_on(self.loc.store.head(&path)) {
+        let since = match newest {
             Ok(m) if m.version.as_deref() == Some(version) => Since::Same,
             Ok(m) => Since::Replaced(match m.version {
                 Some(v) if valid_version(&v) => v,
