@@ -590,16 +590,7 @@ fn key_rotate_rewraps_every_set_without_rewriting_data() {
     );
     fs::remove_file(&forged).unwrap();
 
-    let r = json(&[
-        "key",
-        "rotate",
-        "--repo",
-        &repo,
-        "--old-key-file",
-        &key,
-        "--new-passphrase-file",
-        &phrase,
-    ]);
+    let r = rotate(&repo, &key, ["--new-passphrase-file", &phrase]);
     assert_eq!(r["stripes"], 4, "{r}");
     for (p, b) in stripes.iter().zip(&before) {
         let a = fs::read(p).unwrap();

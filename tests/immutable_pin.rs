@@ -296,16 +296,7 @@ fn key_rotate_in_a_versioned_bucket_drops_the_pins_it_would_break() {
     let new_key = key_file(dir.path(), "k2", 4, false);
     let a = backup(&src, &repo, &["--key-file", &key, "--stripes", "2"]);
     assert_eq!(entry(&repo, &a).stripe_versions.len(), 2);
-    let r = json(&[
-        "key",
-        "rotate",
-        "--repo",
-        &repo,
-        "--old-key-file",
-        &key,
-        "--new-key-file",
-        &new_key,
-    ]);
+    let r = rotate(&repo, &key, ["--new-key-file", &new_key]);
     assert_eq!(r["stripes"], 2, "{r}");
     assert_eq!(
         entry(&repo, &a).stripe_versions,

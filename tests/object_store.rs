@@ -702,16 +702,7 @@ fn encrypted_sets_and_repositories_round_trip_over_s3() {
             .iter()
             .map(|(k, _)| (sha(k, "0"), sha(k, "512")))
             .collect();
-        let r = json(&[
-            "key",
-            "rotate",
-            "--repo",
-            repo,
-            "--old-key-file",
-            &key,
-            "--new-key-file",
-            &new_key,
-        ]);
+        let r = rotate(repo, &key, ["--new-key-file", &new_key]);
         assert_eq!(
             (r["stripes"].as_u64(), r["stripes_already"].as_u64()),
             (Some(2), Some(0)),

@@ -306,16 +306,7 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
     fs::write(&new_key, b"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
     fs::set_permissions(&new_key, fs::Permissions::from_mode(0o600)).unwrap();
     let new_key = s(&new_key);
-    let r = json(&[
-        "key",
-        "rotate",
-        "--repo",
-        &repo,
-        "--old-key-file",
-        &key,
-        "--new-key-file",
-        &new_key,
-    ]);
+    let r = rotate(&repo, &key, ["--new-key-file", &new_key]);
     assert_eq!(r["wal_files"].as_u64(), Some(files.len() as u64), "{r}");
     let g = s(&got);
     let _ = fs::remove_file(&got);

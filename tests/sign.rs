@@ -476,16 +476,7 @@ fn key_rotate_keeps_signed_sets_restorable_without_rewriting_data() {
     let stripes = repo_stripes(&repo);
     assert_eq!(stripes.len(), 4);
     let before: Vec<Vec<u8>> = stripes.iter().map(|p| fs::read(p).unwrap()).collect();
-    let r = json(&[
-        "key",
-        "rotate",
-        "--repo",
-        &repos,
-        "--old-key-file",
-        &key,
-        "--new-passphrase-file",
-        &phrase,
-    ]);
+    let r = rotate(&repos, &key, ["--new-passphrase-file", &phrase]);
     assert_eq!(
         (r["stripes"].as_u64(), r["wal_files"].as_u64()),
         (Some(4), Some(0)),

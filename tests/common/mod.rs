@@ -372,6 +372,13 @@ pub fn key_file(dir: &Path, name: &str, seed: u64, base64: bool) -> String {
     s(&p)
 }
 
+/// `key rotate --json` of `repo` from key file `old` to `new` (`["--new-key-file", K]`
+/// or `["--new-passphrase-file", P]`), which must pass: its report.
+pub fn rotate(repo: &str, old: &str, new: [&str; 2]) -> serde_json::Value {
+    let args = ["key", "rotate", "--repo", repo, "--old-key-file", old];
+    json(&[&args[..], &new[..]].concat())
+}
+
 /// `key rotate --repo REPO --old-key-file OLD NEW_FLAG NEW` refused: exit 1, a message
 /// holding each of `says`, and each of `unchanged` (the marker, stripes) byte for byte as
 /// it was. Returns the message.
