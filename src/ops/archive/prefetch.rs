@@ -169,7 +169,8 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
                 since = Instant::now();
             }
         }
-        if since.elapsed() > o.linger || crate::interrupt::received().is_some() {
+        // Removed (the recovery ended, a drill's scratch went): nothing to fetch into.
+        if since.elapsed() > o.linger || crate::interrupt::received().is_some() || !o.dir.is_dir() {
             return Ok(out);
         }
         absent.retain(|_, t| t.elapsed() < Duration::from_secs(1));
@@ -201,5 +202,43 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fetcher whose directory is removed (a drill's scratch going) ends then, not
+    /// after its linger.
+    #[test]
+    fn a_fetcher_ends_when_its_directory_is_removed() {
+        let (d, _repo) = crate::repo::temp_repo();
+        let dir = d.path().join("prefetch");
+        let o = FetchOptions {
+            dir: dir.clone(),
+            repo: d.path().join("r").to_str().unwrap().to_string(),
+            first: "000000010000000000000003".into(),
+            seg_size: 16 << 20,
+            window: 2,
+            linger: std::time::Duration::from_secs(60),
+            store: Default::default(),
+        };
+        let t0 = std::time::Instant::now();
+        let fetcher = std::thread::spawn(move || fetch_ahead(&o));
+        // (Asking `running` would take the lock itself for a moment.)
+        while !dir.join(LOCK).exists() {
+            assert!(t0.elapsed().as_secs() < 10, "the fetcher did not start");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        fs::remove_dir_all(&dir).unwrap();
+        let f = fetcher.join().unwrap().unwrap();
+        assert!(f.ran);
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "ended after {:?}",
+            t0.elapsed()
+        );
     }
 }

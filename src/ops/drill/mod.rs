@@ -142,8 +142,11 @@ impl Scratch {
         Ok(Scratch { dir, made })
     }
 
+    /// Removes what the drill made. archive-get's background fetcher may still be writing
+    /// a segment into the scratch's pg_wal as it goes (it ends once its directory is
+    /// gone): a removal that meets a file made meanwhile is tried again, for up to 10 s.
     fn remove(&self) -> Result<()> {
-        match self.made {
+        let once = || match self.made {
             true => std::fs::remove_dir_all(&self.dir),
             false => std::fs::read_dir(&self.dir)?.try_for_each(|e| {
                 let p = e?.path();
@@ -152,8 +155,21 @@ impl Scratch {
                     false => std::fs::remove_file(&p),
                 }
             }),
+        };
+        let mut tries = 0;
+        loop {
+            match once() {
+                Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                r => {
+                    return r.with_context(|| {
+                        format!("cannot remove the scratch '{}'", self.dir.display())
+                    })
+                }
+            }
         }
-        .with_context(|| format!("cannot remove the scratch '{}'", self.dir.display()))
     }
 }
 
