@@ -228,14 +228,7 @@ fn live_cluster_archives_and_recovers_through_archive_get() {
     // (2) Pushing the same segment twice is fine ...
     let out = ok(&["archive-push", &s(&src), "--repo", &s(&repo)]);
     assert!(out.contains("already archived"), "{out}");
-    let j: serde_json::Value = serde_json::from_str(&ok(&[
-        "archive-push",
-        &s(&src),
-        "--repo",
-        &s(&repo),
-        "--json",
-    ]))
-    .unwrap();
+    let j = json(&["archive-push", &s(&src), "--repo", &s(&repo)]);
     assert_eq!(j["outcome"], "already_archived", "{j}");
     assert_eq!(j["name"], first.as_str(), "{j}");
     assert_eq!(j["raw_bytes"], src_bytes.len() as u64, "{j}");

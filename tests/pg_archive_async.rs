@@ -339,28 +339,20 @@ fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository
     pg.switch_and_wait();
     wait_empty(&spool, 60);
     // By hand, with nothing left: says so.
-    let out = ok(&[
+    let drain = [
         "archive-push",
         "--drain",
         "--spool",
         &s(&spool),
         "--repo",
         &repo,
-    ]);
+    ];
+    let out = ok(&drain);
     assert!(
         out.contains("pushed 0 files") && out.contains("0 files wait"),
         "{out}"
     );
-    let j: serde_json::Value = serde_json::from_str(&ok(&[
-        "archive-push",
-        "--drain",
-        "--spool",
-        &s(&spool),
-        "--repo",
-        &repo,
-        "--json",
-    ]))
-    .unwrap();
+    let j = json(&drain);
     assert_eq!(
         (j["ran"].clone(), j["pushed"].clone()),
         (true.into(), 0.into()),
