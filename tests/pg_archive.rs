@@ -439,6 +439,40 @@ fn corrupt_and_foreign_segments_are_refused() {
     // Not a WAL name at all.
     bad(&good, "pg_wal_copy", &["not a name"]);
 
+    // Bytes inside records changed, page headers intact: archived as handed over (refusing
+    // would only fill pg_wal), with a WARNING for PostgreSQL's log naming the segment and
+    // the record, never a silent success; in both modes.
+    let mut rec = good.clone();
+    for b in &mut rec[3 * 8192 + 100..3 * 8192 + 164] {
+        *b ^= 0x5A;
+    }
+    let p = tmp.path().join("damaged").join(&name2);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(&p, &rec).unwrap();
+    let (spool, damaged) = (s(&tmp.path().join("spool-damaged")), s(&p));
+    for mode in [
+        &[][..],
+        &["--async", "--spool", &spool, "--look-ahead", "0"][..],
+    ] {
+        let other = s(&tmp.path().join(format!("repo-damaged-{}", mode.len())));
+        let args = [
+            &["archive-push", &damaged, "--repo", &other, "--json"][..],
+            mode,
+        ]
+        .concat();
+        let out = run(&args);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stderr.contains("WARNING")
+                && out.stderr.contains(&name2)
+                && out.stderr.contains("as if the WAL ended"),
+            "{mode:?}: {}",
+            out.stderr
+        );
+        let j: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(j["warnings"].as_array().map(Vec::len), Some(1), "{j}");
+    }
+
     // The good copies archive, and the repository records the cluster.
     let t0 = Instant::now();
     let out = ok(&["archive-push", &s(&seg2), "--repo", &r]);

@@ -163,6 +163,9 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
         sign: a.sign,
         store: store.clone(),
     })?;
+    for w in &p.warnings {
+        super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
+    }
     if super::printed_json(&p, a.json) {
         return Ok(());
     }

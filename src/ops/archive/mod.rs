@@ -197,7 +197,11 @@ pub fn push_async(
         }
     };
     let backlog = sp.backlog()?;
-    let mut warnings = vec![];
+    // Spooled now: this file, and those spooled ahead (their own calls find them spooled).
+    let mut warnings: Vec<String> = std::iter::once(&got)
+        .chain(&ahead_done)
+        .filter_map(|s| s.summary.as_ref()?.damage())
+        .collect();
     if backlog.bytes > o.spool_max {
         warnings.push(format!(
             "the spool '{}' holds {} files ({}), past its limit of {}: the repository does not \

@@ -32,6 +32,8 @@ pub struct Pushed {
     /// spent summarizing and storing the summary.
     pub cpu_seconds: f64,
     pub summary_cpu_seconds: f64,
+    /// What PostgreSQL's log must show (a record that cannot be decoded).
+    pub warnings: Vec<String>,
 }
 
 fn as_hex<S: serde::Serializer>(b: &[u8; 32], s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -376,6 +378,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
         summary: None,
         cpu_seconds: crate::sys::cpu_seconds(),
         summary_cpu_seconds: 0.0,
+        warnings: vec![],
     };
     let store = repo.store();
     let stage = std::env::temp_dir();
@@ -407,7 +410,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
         // A push retried after the segment was stored but before its summary was.
         let mut p = done(out, &hdr);
         if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {
-            summarize_into(&mut p, repo, &hdr, bytes, seg.as_ref(), t0)?;
+            summarize_into(&mut p, repo, bytes, seg.as_ref(), t0)?;
         }
         return Ok(p);
     }
@@ -431,7 +434,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
     if created {
         let mut p = done(Outcome::Archived, &hdr);
         if summarized {
-            summarize_into(&mut p, repo, &hdr, bytes, seg.as_ref(), t0)?;
+            summarize_into(&mut p, repo, bytes, seg.as_ref(), t0)?;
         }
         return Ok(p);
     }
@@ -447,30 +450,29 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
 fn summarize_into(
     p: &mut Pushed,
     repo: &Repo,
-    hdr: &Header,
     bytes: &[u8],
     seg: Option<&SegInfo>,
     t0: Instant,
 ) -> Result<()> {
     let cpu = crate::sys::cpu_seconds();
-    p.summary = write_summary(repo, &p.name, &hdr.blake3, bytes, seg)?;
+    write_summary(repo, p, bytes, seg)?;
     p.cpu_seconds = crate::sys::cpu_seconds();
     p.summary_cpu_seconds = p.cpu_seconds - cpu;
     p.seconds = t0.elapsed().as_secs_f64();
     Ok(())
 }
 
-/// Summarizes an archived segment (its bytes as read) and stores the summary; says what
-/// it holds. The segment is durable already: an error here fails the push, and
+/// Summarizes an archived segment (its bytes as read), stores the summary, and says in
+/// `p` what it holds (and, in its warnings, a record that cannot be decoded). The segment is durable already: an error here fails the push, and
 /// PostgreSQL's retry (AlreadyArchived) writes the summary then.
 pub(super) fn write_summary(
     repo: &Repo,
-    name: &str,
-    blake3: &[u8; 32],
+    p: &mut Pushed,
     bytes: &[u8],
     seg: Option<&SegInfo>,
-) -> Result<Option<String>> {
-    let Some(s) = seg else { return Ok(None) };
+) -> Result<()> {
+    let Some(s) = seg else { return Ok(()) };
+    let (name, blake3) = (&p.name, &p.blake3);
     let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
     let seg_size = bytes.len() as u64;
     let prev = summary::previous(repo, name, seg_size);
@@ -485,7 +487,8 @@ pub(super) fn write_summary(
     summary::store(repo, &sum).with_context(|| {
         format!("{name} is archived, but its block summary could not be stored")
     })?;
-    Ok(Some(if sum.usable() {
+    p.warnings.extend(sum.damage());
+    p.summary = Some(if sum.usable() {
         let blocks: u64 = sum.rels.values().map(|e| e.blocks.len()).sum();
         format!(
             "block summary: {blocks} blocks in {} relation forks, {} databases created or dropped",
@@ -497,7 +500,8 @@ pub(super) fn write_summary(
             "block summary stored, but it cannot be used for change tracking: {}",
             sum.note
         )
-    }))
+    });
+    Ok(())
 }
 
 fn read_header(p: &Path) -> Result<Header> {

@@ -330,7 +330,7 @@ pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pu
     let Opened { f, len, seg, .. } = open_checked(path)?;
     if len == p.raw_bytes {
         let bytes = map_if(true, &f, len, path)?.unwrap_or_else(|| unreachable!());
-        p.summary = write_summary(repo, &p.name, &p.blake3, &bytes, seg.as_ref())?;
+        write_summary(repo, &mut p, &bytes, seg.as_ref())?;
         p.seconds += t0.elapsed().as_secs_f64();
     }
     Ok(p)

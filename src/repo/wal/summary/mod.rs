@@ -107,6 +107,17 @@ impl Summary {
     pub fn usable(&self) -> bool {
         self.flags & UNUSABLE == 0
     }
+
+    /// What PostgreSQL's log must show when a record of this complete segment could not
+    /// be decoded: a recovery replaying it may stop there as if the WAL ended.
+    pub fn damage(&self) -> Option<String> {
+        (self.flags & UNDECODED != 0).then(|| {
+            format!(
+                "{} was archived as the server handed it over, but {}: a recovery that replays                  it stops there as if the WAL ended, unless PostgreSQL reads it; check the                  server's storage, and take a new full backup",
+                self.segment, self.note
+            )
+        })
+    }
 }
 
 /// The rules' output for one segment: entries in a Vec with an index, the last one
