@@ -124,6 +124,38 @@ fn async_archiving_loses_nothing_through_a_store_outage_a_killed_pusher_and_a_re
         pg.log()
     );
 
+    // A batch costs two requests a file (the segment, its summary) and a few for the
+    // batch: the pusher's lock held, three segments wait, then a drain by hand.
+    wait_empty(&spool, 60);
+    let t0 = Instant::now();
+    let lock = loop {
+        match pagevault::sys::lock_file(&spool.join("pusher.lock")).unwrap() {
+            Some(l) => break l,
+            None => assert!(t0.elapsed() < Duration::from_secs(60), "the pusher runs on"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for _ in 0..3 {
+        add(&pg, n + 1, n + 1000);
+        n += 1000;
+        pg.switch_and_wait();
+    }
+    assert_eq!(waiting(&spool), 3);
+    drop(lock);
+    let j = json(&[
+        "archive-push",
+        "--drain",
+        "--spool",
+        &spool.to_string_lossy(),
+        "--repo",
+        repo,
+        "--s3-endpoint",
+        &ep,
+    ]);
+    let requests = j["object_store"]["requests"].as_u64().unwrap();
+    assert_eq!(j["pushed"], 3, "{j}");
+    assert!((6..=12).contains(&requests), "{j}");
+
     // The store goes away: archiving goes on into the spool, the pusher fails and says so.
     m.kill();
     for _ in 0..4 {

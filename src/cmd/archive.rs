@@ -279,8 +279,12 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
         );
         return Ok(());
     }
+    let requests = match d.object_store.requests {
+        0 => String::new(),
+        n => format!(", {n} requests to the store"),
+    };
     println!(
-        "pagevault: pushed {} files ({} -> {}) from '{}' in {:.1} s, {} failed rounds; {} files wait",
+        "pagevault: pushed {} files ({} -> {}) from '{}' in {:.1} s{requests}, {} failed rounds; {} files wait",
         d.pushed,
         human(d.raw_bytes),
         human(d.stored_bytes),

@@ -89,6 +89,9 @@ pub struct Repo {
     immutable: Option<u64>,
     /// The records' versions and what pinning found (pin.rs).
     pins: pin::Pins,
+    /// The system identifier of the cluster whose WAL it archives, once read: it never
+    /// changes once written, so a pusher reads it once.
+    sysid: std::sync::OnceLock<u64>,
 }
 
 /// Writes `bytes` to `path` so that it is either absent or complete and durable. The
@@ -126,6 +129,11 @@ pub(crate) fn temp_repo() -> (tempfile::TempDir, Repo) {
 }
 
 impl Repo {
+    /// The archived WAL's system identifier once read or recorded (wal.rs).
+    pub(crate) fn known_sysid(&self) -> &std::sync::OnceLock<u64> {
+        &self.sysid
+    }
+
     /// Opens a repository, creating it when `create` and it does not exist yet.
     pub fn open(spec: &str, create: bool, options: &StoreOptions) -> Result<Repo> {
         if let Some(loc) = crate::device::object::parse(spec, options)? {
@@ -178,6 +186,7 @@ impl Repo {
             key: Default::default(),
             immutable: None,
             pins: Default::default(),
+            sysid: Default::default(),
         }
         .with_key(create)
     }
@@ -212,6 +221,7 @@ impl Repo {
             key: Default::default(),
             immutable: None,
             pins: Default::default(),
+            sysid: Default::default(),
         }
         .with_key(create)
     }

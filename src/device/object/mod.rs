@@ -125,6 +125,7 @@ where
 }
 
 mod build;
+mod count;
 mod retry;
 mod stripe;
 #[cfg(test)]
@@ -516,10 +517,10 @@ fn shared_store(kind: Kind, bucket: &str, o: &StoreOptions) -> Result<Arc<dyn Ob
     if let Some(s) = map.get(&key) {
         return Ok(s.clone());
     }
-    let s = match kind {
+    let s: Arc<dyn ObjectStore> = Arc::new(count::Counted(match kind {
         Kind::S3 => build_s3(bucket, o)?,
         Kind::Azure => build_azure(bucket)?,
-    };
+    }));
     map.insert(key, s.clone());
     Ok(s)
 }

@@ -13,13 +13,16 @@ pub(super) static BACKOFF_NS: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, PartialEq)]
 pub struct RetryStats {
+    /// Requests made (each page of a listing, each part of an upload).
+    pub requests: u64,
     pub retries: u64,
     pub backoff_seconds: f64,
 }
 
-/// Requests retried so far in this process, and the time spent backing off.
+/// Requests made and retried so far in this process, and the time spent backing off.
 pub fn retry_stats() -> RetryStats {
     RetryStats {
+        requests: super::count::REQUESTS.load(Relaxed),
         retries: RETRIES.load(Relaxed),
         backoff_seconds: BACKOFF_NS.load(Relaxed) as f64 / 1e9,
     }
@@ -29,6 +32,7 @@ impl RetryStats {
     /// What was retried since `before` was taken: one run's share of the process's.
     pub fn since(self, before: RetryStats) -> RetryStats {
         RetryStats {
+            requests: self.requests.saturating_sub(before.requests),
             retries: self.retries.saturating_sub(before.retries),
             backoff_seconds: (self.backoff_seconds - before.backoff_seconds).max(0.0),
         }

@@ -4,9 +4,10 @@
 //! nothing is ever dropped. It ends once the spool stayed empty for `linger`.
 
 use super::spool::{unix_now, Backlog, PusherState, Spool};
+use crate::repo::wal::check_still_plain;
 use crate::repo::wal::spooled::{mark_done, push_spooled, read_spooled_summary, SUM_SUFFIX};
 use crate::repo::Repo;
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -41,11 +42,14 @@ pub struct Drained {
     pub seconds: f64,
     /// What still waits (another pusher's, or files spooled as this one ended).
     pub left: Backlog,
+    /// Requests to an object store, and retries, while it ran.
+    pub object_store: crate::device::object::RetryStats,
 }
 
 /// Pushes the spool empty. `say` gets one line per event (the log).
 pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
     let t0 = Instant::now();
+    let before = crate::device::object::retry_stats();
     let spool = Spool::open(&o.spool)?;
     let mut out = Drained::default();
     let mut lock = spool.try_lock()?;
@@ -109,19 +113,27 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
             },
         };
         let batch = &waiting[..waiting.len().min(BATCH)];
-        let results = crate::par::map_index(batch.len(), o.process_max.max(1), |i| {
+        let sum_path = |name: &str| spool.ready().join(format!("{name}{SUM_SUFFIX}"));
+        let mut results = crate::par::map_index(batch.len(), o.process_max.max(1), |i| {
             let name = &batch[i].0;
-            let path = spool.ready().join(name);
-            let sum_path = spool.ready().join(format!("{name}{SUM_SUFFIX}"));
-            let sum = read_spooled_summary(&sum_path);
-            let p = push_spooled(r, &path, sum)?;
+            let sum = read_spooled_summary(&sum_path(name));
+            push_spooled(r, &spool.ready().join(name), sum)
+        });
+        // Once for the batch, before any spooled file goes: a plain repository is
+        // still plain.
+        if let Err(e) = check_still_plain(r, results.iter().flatten()) {
+            let e = format!("{e:#}");
+            results = results.into_iter().map(|_| Err(anyhow!("{e}"))).collect();
+        }
+        let results = results.into_iter().zip(batch).map(|(res, (name, _))| {
+            let p = res?;
             mark_done(&spool.ready(), name);
-            std::fs::remove_file(&path)?;
-            let _ = std::fs::remove_file(&sum_path);
+            std::fs::remove_file(spool.ready().join(name))?;
+            let _ = std::fs::remove_file(sum_path(name));
             Ok::<_, anyhow::Error>(p)
         });
         let mut failed = None;
-        for (res, (name, _)) in results.into_iter().zip(batch) {
+        for (res, (name, _)) in results.zip(batch) {
             match res {
                 Ok(p) => {
                     out.pushed += 1;
@@ -152,6 +164,7 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
     spool.set_state(&state);
     out.left = spool.backlog()?;
     out.seconds = t0.elapsed().as_secs_f64();
+    out.object_store = crate::device::object::retry_stats().since(before);
     Ok(out)
 }
 

@@ -302,20 +302,20 @@ pub fn missing_segments(
 /// The system identifier of the cluster whose WAL the repository archives, once a
 /// segment was pushed.
 pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
+    if let Some(&s) = repo.known_sysid().get() {
+        return Ok(Some(s));
+    }
     let rel = format!("wal/{SYSID_FILE}");
     let Some(b) = repo.store().get(&rel, SYSID_MAX)? else {
         return Ok(None);
     };
-    String::from_utf8_lossy(&b)
-        .trim()
-        .parse()
-        .map(Some)
-        .map_err(|_| {
-            anyhow!(
-                "'{}' is damaged: it should hold the cluster's system identifier",
-                repo.store().describe(&rel)
-            )
-        })
+    let s = String::from_utf8_lossy(&b).trim().parse().map_err(|_| {
+        anyhow!(
+            "'{}' is damaged: it should hold the cluster's system identifier",
+            repo.store().describe(&rel)
+        )
+    })?;
+    Ok(Some(*repo.known_sysid().get_or_init(|| s)))
 }
 
 mod get;
@@ -330,8 +330,8 @@ mod tests;
 use get::{damaged, decode_to};
 pub use get::{fetch, read_history, verify, NotArchived};
 use header::Header;
+pub use push::{check_still_plain, push, push_checked, push_with, Outcome, PlainCheck, Pushed};
 use push::{map_if, open_checked, read_full, scan, write_summary, CrcRead, Opened};
-pub use push::{push, push_with, Outcome, Pushed};
 pub use seal::{Envelope, WalKey};
 #[cfg(test)]
 pub(crate) use tests::testing;

@@ -34,6 +34,48 @@ pub struct Pushed {
     pub summary_cpu_seconds: f64,
     /// What PostgreSQL's log must show (a record that cannot be decoded).
     pub warnings: Vec<String>,
+    /// Stored plain, and the check that no keyed write made the repository encrypted
+    /// meanwhile is left to the caller ([`PlainCheck::Caller`]).
+    #[serde(skip)]
+    pub unchecked_plain: bool,
+}
+
+/// Who checks, after a plain file is stored, that a keyed write did not make the
+/// repository encrypted meanwhile (then the file goes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlainCheck {
+    /// Each push, at once: one more request per file.
+    Each,
+    /// The caller, once for a batch of pushes, before it lets go of their sources
+    /// ([`check_still_plain`]).
+    Caller,
+}
+
+/// The check [`PlainCheck::Caller`] leaves to the caller: when a keyed write made the
+/// repository encrypted while `pushed` were stored plain, they (and their summaries)
+/// are removed again and the error says so.
+pub fn check_still_plain<'a>(
+    repo: &Repo,
+    pushed: impl IntoIterator<Item = &'a Pushed>,
+) -> Result<()> {
+    let plain: Vec<&Pushed> = pushed.into_iter().filter(|p| p.unchecked_plain).collect();
+    if plain.is_empty() {
+        return Ok(());
+    }
+    let Err(e) = repo.check_still_plain() else {
+        return Ok(());
+    };
+    for p in plain {
+        if let Some(n) = parse_name(&p.name) {
+            let _ = repo
+                .store()
+                .delete(&format!("wal/{:08X}/{}.zst", n.tli, p.name));
+        }
+        if let Some(rel) = summary::summary_rel(&p.name) {
+            let _ = repo.store().delete(&rel);
+        }
+    }
+    Err(e)
 }
 
 fn as_hex<S: serde::Serializer>(b: &[u8; 32], s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -247,6 +289,7 @@ fn record_system_identifier(repo: &Repo, sysid: u64) -> Result<()> {
         .store()
         .put_new(&rel, format!("{sysid}\n").as_bytes())?
     {
+        let _ = repo.known_sysid().set(sysid);
         return Ok(());
     }
     // Another push recorded it first: it must be the same cluster.
@@ -346,6 +389,11 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
 /// [`push`]; without `summaries` a segment is archived alone (incrementals over its
 /// range then read every page).
 pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
+    push_checked(repo, src, summaries, PlainCheck::Each)
+}
+
+/// [`push_with`], the check of a plain push done by `check`.
+pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck) -> Result<Pushed> {
     let t0 = Instant::now();
     let Opened {
         name,
@@ -379,6 +427,7 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
         cpu_seconds: crate::sys::cpu_seconds(),
         summary_cpu_seconds: 0.0,
         warnings: vec![],
+        unchecked_plain: false,
     };
     let store = repo.store();
     let stage = std::env::temp_dir();
@@ -388,62 +437,52 @@ pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
     let map = map_if(summarized, &f, len, src)?;
     let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
     let mapped = map.as_deref();
-    // Pushed before (PostgreSQL retries after a crash): the same bytes are fine.
-    let have = with_archived(repo, &rel, &stage, |have| {
-        let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, mapped)?;
-        let out = compare_existing(have, &name, len, hash.as_bytes())?;
-        Ok((out, read_header(have)?))
-    })?;
-    if let Some((out, hdr)) = have {
-        if out == Outcome::Repaired {
-            use std::io::Seek;
-            repo.refuse_rewrite(&format!(
-                "the archived '{}' is damaged and is never replaced there; keep this segment elsewhere, and take a new full backup",
-                store.describe(&rel)
-            ))?;
-            f.rewind()?;
-            let dir = store.stage_dir(&rel)?;
-            let (tmp, _) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), None)?;
-            let tmp = sealed(tmp, &dir)?;
-            store.put_file(&rel, &tmp.path)?;
-        }
-        // A push retried after the segment was stored but before its summary was.
-        let mut p = done(out, &hdr);
-        if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {
-            summarize_into(&mut p, repo, bytes, seg.as_ref(), t0)?;
-        }
-        return Ok(p);
-    }
     // Compressed and checked in a durable temp file, then made the archived file only
-    // if the name is still free (local: in its final directory, then a link).
+    // if the name is still free (local: in its final directory, then a link). One
+    // request in the common case: what the archive holds is read only when the name is
+    // taken.
     let dir = store.stage_dir(&rel)?;
     let (tmp, hdr) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), mapped)?;
     let tmp = sealed(tmp, &dir)?;
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }
-    let created = store.put_new_file(&rel, &tmp.path)?;
-    drop(tmp);
-    // A first keyed write may have raced this plain push: then the file goes.
-    if created && master.is_none() {
-        if let Err(e) = repo.check_still_plain() {
-            let _ = store.delete(&rel);
-            return Err(e);
+    if store.put_new_file(&rel, &tmp.path)? {
+        drop(tmp);
+        // A first keyed write may have raced this plain push: then the file goes.
+        if master.is_none() && check == PlainCheck::Each {
+            if let Err(e) = repo.check_still_plain() {
+                let _ = store.delete(&rel);
+                return Err(e);
+            }
         }
-    }
-    if created {
         let mut p = done(Outcome::Archived, &hdr);
+        p.unchecked_plain = master.is_none() && check == PlainCheck::Caller;
         if summarized {
             summarize_into(&mut p, repo, bytes, seg.as_ref(), t0)?;
         }
         return Ok(p);
     }
-    // A concurrent push of the same name won the race.
+    // Pushed before (PostgreSQL retries after a crash), or by a concurrent push: the
+    // same bytes are fine.
     let out = with_archived(repo, &rel, &stage, |have| {
         compare_existing(have, &name, len, &hdr.blake3)
     })?
     .ok_or_else(|| anyhow!("'{}' vanished while being compared", store.describe(&rel)))?;
-    Ok(done(out, &hdr))
+    if out == Outcome::Repaired {
+        repo.refuse_rewrite(&format!(
+            "the archived '{}' is damaged and is never replaced there; keep this segment elsewhere, and take a new full backup",
+            store.describe(&rel)
+        ))?;
+        store.put_file(&rel, &tmp.path)?;
+    }
+    drop(tmp);
+    // A push retried after the segment was stored but before its summary was.
+    let mut p = done(out, &hdr);
+    if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {
+        summarize_into(&mut p, repo, bytes, seg.as_ref(), t0)?;
+    }
+    Ok(p)
 }
 
 /// [`write_summary`] for a pushed segment, its CPU time counted.

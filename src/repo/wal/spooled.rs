@@ -310,8 +310,9 @@ pub fn read_spooled_summary(p: &Path) -> Option<Summary> {
 /// Pushes a spooled file into the repository with the summary made when it was
 /// spooled: stored when it covers its segment's head and belongs to these bytes;
 /// otherwise summarized again from the repository's previous summary, as a push does.
+/// The caller runs [`check_still_plain`] on a batch before it removes spooled files.
 pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pushed> {
-    let mut p = push_with(repo, path, false)?;
+    let mut p = push_checked(repo, path, false, PlainCheck::Caller)?;
     let Some(s) = sum else { return Ok(p) };
     // A file archived just now has no summary yet; a retried one may have one.
     if p.outcome != Outcome::Archived && !summary::wanted(repo, &p.name, &p.blake3, p.raw_bytes) {

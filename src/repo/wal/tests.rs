@@ -618,3 +618,41 @@ fn a_spooled_file_is_known_by_its_source_identity_until_that_changes() {
     );
     assert!(spooled_copy.exists());
 }
+
+#[test]
+fn a_batch_pushed_plain_goes_when_a_keyed_write_made_the_repository_encrypted_meanwhile() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("pg_wal");
+    fs::create_dir(&wal).unwrap();
+    let put = |segno| {
+        let p = wal.join(segment_name_for(1, segno, SEG));
+        fs::write(&p, segment(1, segno, 77, 3)).unwrap();
+        p
+    };
+    let open = |name: &str| {
+        let spec = d.path().join(name);
+        Repo::open(spec.to_str().unwrap(), true, &Default::default()).unwrap()
+    };
+    // Left to the caller, the check passes while the repository stays plain.
+    let a = open("a");
+    let p = spooled::push_spooled(&a, &put(2), None).unwrap();
+    assert!(p.unchecked_plain);
+    check_still_plain(&a, [&p]).unwrap();
+    assert!(archived_path(&a, &p.name).unwrap().exists());
+    assert!(!push(&a, &put(3)).unwrap().unchecked_plain);
+    // A keyed handle makes an empty repository encrypted; a plain handle opened before
+    // still believes it plain, and what its batch stored goes again.
+    let b = open("b");
+    let k = keyed(&d.path().join("b"), 1);
+    k.key_for(
+        k.options().key.as_ref().unwrap(),
+        crate::format::seal::KeyUse::Seal,
+    )
+    .unwrap();
+    let p = spooled::push_spooled(&b, &put(4), None).unwrap();
+    let stored = archived_path(&b, &p.name).unwrap();
+    assert!(stored.exists());
+    let e = format!("{:#}", check_still_plain(&b, [&p]).unwrap_err());
+    assert!(e.contains("is encrypted") && e.contains("removed"), "{e}");
+    assert!(!stored.exists());
+}
