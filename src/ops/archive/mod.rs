@@ -185,7 +185,7 @@ pub fn push_async(
         .chain(std::iter::once(&got))
         .find_map(|s| s.summary.as_ref());
     if let Some(s) = newest_sum {
-        wal::spooled::write_durable(&sp.dir, spool::LAST_SUM, &s.encode())?;
+        wal::spooled::write_whole(&sp.dir, spool::LAST_SUM, &s.encode())?;
     }
     let pusher = match sp.try_lock()? {
         None => Pusher::Running,

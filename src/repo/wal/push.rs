@@ -2,6 +2,7 @@
 //! and never over an archived one.
 
 use super::*;
+use crate::repo::Store;
 
 /// What happened to a pushed file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -213,44 +214,111 @@ pub(super) fn scan(
     Ok(h.finalize())
 }
 
-/// Compresses the source into a durable temp file in `dir`; returns it and its header.
-fn write_temp(
-    dir: &Path,
-    f: &mut File,
-    src: &Path,
+/// A compressed file ready to store: a durable temp file beside its final place (a
+/// local repository), or bytes in memory (an object store: no temp file, no fsync).
+enum Staged {
+    File(Temp),
+    Bytes(Vec<u8>),
+}
+
+impl Staged {
+    fn put_new(&self, store: &dyn Store, rel: &str) -> Result<bool> {
+        match self {
+            Staged::File(t) => store.put_new_file(rel, &t.path),
+            Staged::Bytes(b) => store.put_new(rel, b),
+        }
+    }
+
+    fn put(&self, store: &dyn Store, rel: &str) -> Result<()> {
+        match self {
+            Staged::File(t) => store.put_file(rel, &t.path),
+            Staged::Bytes(b) => store.put(rel, b),
+        }
+    }
+}
+
+/// The file being pushed, opened and checked.
+struct Input<'a> {
+    f: &'a mut File,
+    src: &'a Path,
     len: u64,
-    n: &WalName,
-    seg: Option<&SegInfo>,
-    mapped: Option<&[u8]>,
-) -> Result<(Temp, Header)> {
-    let name = src.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    let (tmp, mut out) = temp_beside(dir, name)?;
-    let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
-    out.write_all(&[0u8; HDR_LEN]).map_err(werr)?;
-    let cw = CrcWrite {
+    n: &'a WalName,
+    seg: Option<&'a SegInfo>,
+    /// Its bytes, mapped (a segment to summarize).
+    mapped: Option<&'a [u8]>,
+}
+
+/// Compresses the source behind a header (zeros, filled in by the caller) into `out`;
+/// returns `out` and the header.
+fn compress<W: Write>(
+    out: W,
+    i: &mut Input,
+    werr: &dyn Fn(io::Error) -> anyhow::Error,
+) -> Result<(W, Header)> {
+    let name = i
+        .src
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let mut cw = CrcWrite {
         inner: out,
         crc: 0,
         n: 0,
     };
+    cw.inner.write_all(&[0u8; HDR_LEN]).map_err(werr)?;
     let mut enc = zstd::stream::write::Encoder::new(cw, ZSTD_LEVEL).map_err(werr)?;
     enc.include_checksum(true).map_err(werr)?;
     enc.include_contentsize(true).map_err(werr)?;
-    enc.set_pledged_src_size(Some(len)).map_err(werr)?;
-    let hash = scan(f, src, len, n, seg, Some(&mut enc), mapped)?;
+    enc.set_pledged_src_size(Some(i.len)).map_err(werr)?;
+    let hash = scan(i.f, i.src, i.len, i.n, i.seg, Some(&mut enc), i.mapped)?;
     let cw = enc.finish().map_err(werr)?;
     let hdr = Header {
-        kind: n.kind,
+        kind: i.n.kind,
         name: name.to_string(),
-        raw: len,
+        raw: i.len,
         stored: cw.n,
         blake3: *hash.as_bytes(),
-        sysid: seg.map_or(0, |s| s.sysid),
+        sysid: i.seg.map_or(0, |s| s.sysid),
         crc: cw.crc,
     };
-    let out = cw.inner;
+    Ok((cw.inner, hdr))
+}
+
+/// Compresses the source, sealed with `master` when given, for `rel` of `store`.
+fn stage(
+    store: &dyn Store,
+    rel: &str,
+    master: Option<&WalKey>,
+    i: &mut Input,
+) -> Result<(Staged, Header)> {
+    let object = rel.rsplit('/').next().unwrap_or(rel);
+    if store.local_path(rel).is_none() {
+        let werr = |e: io::Error| anyhow!("cannot compress '{}': {e}", i.src.display());
+        let cap = (i.len / 2).min(64 << 20) as usize;
+        let (mut b, hdr) = compress(Vec::with_capacity(cap), i, &werr)?;
+        b[..HDR_LEN].copy_from_slice(&hdr.encode());
+        let b = match master {
+            Some(m) => seal::seal_bytes(m, object, &b),
+            None => b,
+        };
+        return Ok((Staged::Bytes(b), hdr));
+    }
+    let dir = store.stage_dir(rel)?;
+    let name = i
+        .src
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let (tmp, out) = temp_beside(&dir, name)?;
+    let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
+    let (out, hdr) = compress(out, i, &werr)?;
     out.write_all_at(&hdr.encode(), 0).map_err(werr)?;
     out.sync_all().map_err(werr)?;
-    Ok((tmp, hdr))
+    let tmp = match master {
+        Some(m) => seal::seal_file(m, object, &tmp.path, &dir)?,
+        None => tmp,
+    };
+    Ok((Staged::File(tmp), hdr))
 }
 
 /// Refuses a segment of another cluster. Returns true when the repository has no
@@ -408,13 +476,6 @@ pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck)
     };
     // An encrypted repository seals every file; a plain push into one is refused.
     let master = repo.wal_master(true)?;
-    let object = format!("{name}.zst");
-    let sealed = |tmp: Temp, dir: &Path| -> Result<Temp> {
-        match &master {
-            Some(m) => seal::seal_file(m, &object, &tmp.path, dir),
-            None => Ok(tmp),
-        }
-    };
     let rel = format!("wal/{:08X}/{name}.zst", n.tli);
     let done = |outcome, hdr: &Header| Pushed {
         name: name.clone(),
@@ -430,7 +491,7 @@ pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck)
         unchecked_plain: false,
     };
     let store = repo.store();
-    let stage = std::env::temp_dir();
+    let scratch = std::env::temp_dir();
     // A complete segment gets a block summary: its bytes are mapped, and the hash, the
     // compressor and the summary all read that one copy.
     let summarized = summaries && n.kind == Kind::Segment;
@@ -441,14 +502,20 @@ pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck)
     // if the name is still free (local: in its final directory, then a link). One
     // request in the common case: what the archive holds is read only when the name is
     // taken.
-    let dir = store.stage_dir(&rel)?;
-    let (tmp, hdr) = write_temp(&dir, &mut f, src, len, &n, seg.as_ref(), mapped)?;
-    let tmp = sealed(tmp, &dir)?;
+    let mut input = Input {
+        f: &mut f,
+        src,
+        len,
+        n: &n,
+        seg: seg.as_ref(),
+        mapped,
+    };
+    let (staged, hdr) = stage(store, &rel, master.as_ref(), &mut input)?;
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }
-    if store.put_new_file(&rel, &tmp.path)? {
-        drop(tmp);
+    if staged.put_new(store, &rel)? {
+        drop(staged);
         // A first keyed write may have raced this plain push: then the file goes.
         if master.is_none() && check == PlainCheck::Each {
             if let Err(e) = repo.check_still_plain() {
@@ -465,7 +532,7 @@ pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck)
     }
     // Pushed before (PostgreSQL retries after a crash), or by a concurrent push: the
     // same bytes are fine.
-    let out = with_archived(repo, &rel, &stage, |have| {
+    let out = with_archived(repo, &rel, &scratch, |have| {
         compare_existing(have, &name, len, &hdr.blake3)
     })?
     .ok_or_else(|| anyhow!("'{}' vanished while being compared", store.describe(&rel)))?;
@@ -474,9 +541,9 @@ pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck)
             "the archived '{}' is damaged and is never replaced there; keep this segment elsewhere, and take a new full backup",
             store.describe(&rel)
         ))?;
-        store.put_file(&rel, &tmp.path)?;
+        staged.put(store, &rel)?;
     }
-    drop(tmp);
+    drop(staged);
     // A push retried after the segment was stored but before its summary was.
     let mut p = done(out, &hdr);
     if summarized && summary::wanted(repo, &name, &hdr.blake3, len) {

@@ -68,9 +68,10 @@ pub fn mark_done(dir: &Path, name: &str) {
 
 /// Copies WAL file `src` into directory `dir` as `dir/NAME`, every page checked and
 /// hashed, with its block summary as `dir/NAME.sum` (summarized with `prev`, the
-/// previous segment's, when given). Durable when this returns: the summary first, the
-/// file last, then the directory synced. A file already there with other bytes is
-/// refused, never replaced.
+/// previous segment's, when given). Durable when this returns: the summary first
+/// (unsynced: one lost to a crash is made again from the file), the file synced and
+/// put in place last, then the directory synced. A file already there with other
+/// bytes is refused, never replaced.
 pub fn spool_copy(
     src: &Path,
     dir: &Path,
@@ -245,7 +246,7 @@ fn commit(c: Copied, dir: &Path, prev: Option<&Summary>) -> Result<Spooled> {
                 major,
                 prev,
             );
-            write_durable(dir, &format!("{}{SUM_SUFFIX}", c.name), &sum.encode())?;
+            write_whole(dir, &format!("{}{SUM_SUFFIX}", c.name), &sum.encode())?;
             Some(sum)
         }
         _ => None,
@@ -288,11 +289,12 @@ fn spooled_hash(p: &Path) -> Result<Option<blake3::Hash>> {
     Ok(Some(h.finalize()))
 }
 
-/// Writes `bytes` as `dir/name` through a synced temp file and a rename.
-pub fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` as `dir/name` through a temp file and a rename, unsynced: for what
+/// its reader checks (CRC32C) and can do without after a crash (a summary is made
+/// again from its segment), so an archive_command waits on one fsync fewer.
+pub fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let (tmp, mut f) = temp_beside(dir, name)?;
     f.write_all(bytes)
-        .and_then(|_| f.sync_all())
         .with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
     let fin = dir.join(name);
     fs::rename(&tmp.path, &fin).with_context(|| format!("cannot create '{}'", fin.display()))
