@@ -330,8 +330,9 @@ mod tests;
 use get::{damaged, decode_to};
 pub use get::{fetch, read_history, verify, NotArchived};
 use header::Header;
-pub use push::{check_still_plain, push, push_checked, push_with, Outcome, PlainCheck, Pushed};
+pub use push::{check_still_plain, push, push_with, Outcome, PlainCheck, Pushed};
 use push::{map_if, open_checked, read_full, scan, write_summary, CrcRead, Opened};
+use push::{push_how, How};
 pub use seal::{Envelope, WalKey};
 #[cfg(test)]
 pub(crate) use tests::testing;

@@ -516,11 +516,27 @@ pub fn push(repo: &Repo, src: &Path) -> Result<Pushed> {
 /// [`push`]; without `summaries` a segment is archived alone (incrementals over its
 /// range then read every page).
 pub fn push_with(repo: &Repo, src: &Path, summaries: bool) -> Result<Pushed> {
-    push_checked(repo, src, summaries, PlainCheck::Each)
+    let how = How {
+        summaries,
+        check: PlainCheck::Each,
+        blake3: None,
+    };
+    push_how(repo, src, &how)
 }
 
-/// [`push_with`], the check of a plain push done by `check`.
-pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck) -> Result<Pushed> {
+/// How a file is pushed.
+pub(super) struct How {
+    /// A complete segment gets its block summary.
+    pub summaries: bool,
+    pub check: PlainCheck,
+    /// The BLAKE3 the file had when it was copied (into a spool): other bytes now are
+    /// damage, refused before anything is stored.
+    pub blake3: Option<[u8; 32]>,
+}
+
+/// [`push_with`], as `how` says.
+pub(super) fn push_how(repo: &Repo, src: &Path, how: &How) -> Result<Pushed> {
+    let (summaries, check) = (how.summaries, how.check);
     let t0 = Instant::now();
     let Opened {
         name,
@@ -570,6 +586,16 @@ pub fn push_checked(repo: &Repo, src: &Path, summaries: bool, check: PlainCheck)
         mapped,
     };
     let (staged, hdr) = stage(store, &rel, master.as_ref(), &mut input)?;
+    if let Some(was) = how.blake3.filter(|b| b != &hdr.blake3) {
+        bail!(
+            "'{}' changed since it was copied there (BLAKE3 {} then, {} now): damaged on this \
+             disk, it is not archived and stays; if PostgreSQL's pg_wal still holds {name}, copy \
+             that over it, else remove it and take a new full backup (the WAL has a gap there)",
+            src.display(),
+            &hex::encode(was)[..16],
+            &hex::encode(hdr.blake3)[..16]
+        );
+    }
     if new_sysid {
         record_system_identifier(repo, seg.map_or(0, |s| s.sysid))?;
     }

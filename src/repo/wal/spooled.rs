@@ -314,7 +314,17 @@ pub fn read_spooled_summary(p: &Path) -> Option<Summary> {
 /// otherwise summarized again from the repository's previous summary, as a push does.
 /// The caller runs [`check_still_plain`] on a batch before it removes spooled files.
 pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pushed> {
-    let mut p = push_checked(repo, path, false, PlainCheck::Caller)?;
+    // The summary made at spooling names the bytes spooled: a file that differs now was
+    // damaged in the spool and is refused.
+    let name = path.file_name().and_then(|n| n.to_str());
+    let how = How {
+        summaries: false,
+        check: PlainCheck::Caller,
+        blake3: (sum.as_ref())
+            .filter(|s| Some(s.segment.as_str()) == name)
+            .map(|s| s.segment_blake3),
+    };
+    let mut p = push_how(repo, path, &how)?;
     let Some(s) = sum else { return Ok(p) };
     // A file archived just now has no summary yet; a retried one may have one.
     if p.outcome != Outcome::Archived && !summary::wanted(repo, &p.name, &p.blake3, p.raw_bytes) {

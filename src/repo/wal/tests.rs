@@ -656,3 +656,30 @@ fn a_batch_pushed_plain_goes_when_a_keyed_write_made_the_repository_encrypted_me
     assert!(e.contains("is encrypted") && e.contains("removed"), "{e}");
     assert!(!stored.exists());
 }
+
+#[test]
+fn a_spooled_file_damaged_after_it_was_spooled_is_refused_and_stays() {
+    let (d, r) = repo();
+    let wal = d.path().join("pg_wal");
+    let spool = d.path().join("spool");
+    fs::create_dir(&wal).unwrap();
+    fs::create_dir(&spool).unwrap();
+    let name = segment_name_for(1, 3, SEG);
+    fs::write(wal.join(&name), segment(1, 3, 77, 700)).unwrap();
+    spooled::spool_copy(&wal.join(&name), &spool, None, true).unwrap();
+    let copy = spool.join(&name);
+    let sum = || spooled::read_spooled_summary(&spool.join(format!("{name}.sum")));
+    assert!(sum().is_some());
+    // One byte of record data in page 2 (its page header intact).
+    let mut b = fs::read(&copy).unwrap();
+    b[2 * 8192 + 100] ^= 1;
+    fs::write(&copy, &b).unwrap();
+    let e = format!("{:#}", spooled::push_spooled(&r, &copy, sum()).unwrap_err());
+    assert!(e.contains("changed since it was copied"), "{e}");
+    assert!(!archived_path(&r, &name).unwrap().exists());
+    assert!(copy.exists());
+    // Put right from pg_wal, it is archived.
+    fs::copy(wal.join(&name), &copy).unwrap();
+    let p = spooled::push_spooled(&r, &copy, sum()).unwrap();
+    assert_eq!(p.outcome, Outcome::Archived);
+}
