@@ -162,10 +162,14 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
                 });
                 break;
             }
-            let objects: Vec<String> = [wal::archived_rel(n), wal::summary::summary_rel(n)]
-                .into_iter()
-                .flatten()
-                .collect();
+            let objects: Vec<String> = [
+                wal::archived_rel(n),
+                wal::summary::summary_rel(n),
+                wal::damaged::marker_rel(n),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             if let Some(u) = repo.locked_until(&objects, clock)? {
                 wal_locked_until = Some(rfc3339(u));
                 break;
@@ -206,6 +210,14 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
         }
         for (n, _) in &wal {
             wal::remove_archived(&repo, n)?;
+        }
+        // A marker left by an expire interrupted after its segment went.
+        if let Some(from) = &p.wal_from {
+            for n in wal::damaged::names(&repo)? {
+                if wal_expired(&n, from) {
+                    wal::damaged::remove(&repo, &n)?;
+                }
+            }
         }
     }
     // A drill of a set no longer held proves nothing about what can be restored.

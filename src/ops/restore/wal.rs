@@ -3,7 +3,7 @@
 use super::RestoreOptions;
 use crate::pg;
 use crate::pg::facts::PgFacts;
-use crate::repo::{walchain, CatalogEntry, Repo};
+use crate::repo::{wal, walchain, CatalogEntry, Repo};
 use crate::source::Extra;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
@@ -38,6 +38,17 @@ pub(super) fn check_wal_chain(
         seg_size,
     };
     let chain = walchain::plan(repo, &from, end, o.timeline.and_then(|t| t.id(tli)))?;
+    // Recovery stops at a damaged segment: said, not refused (the WAL before it replays).
+    let damaged = match chain.files.is_empty() {
+        true => vec![],
+        false => {
+            let on: std::collections::HashSet<&str> =
+                chain.files.iter().map(String::as_str).collect();
+            (wal::damaged::list(repo)?.into_iter())
+                .filter(|d| on.contains(d.segment.as_str()))
+                .collect()
+        }
+    };
     let verified = match o.no_verify_wal {
         true => None,
         false => {
@@ -49,7 +60,11 @@ pub(super) fn check_wal_chain(
             Some(walchain::verify(repo, &chain, threads)?)
         }
     };
-    Ok(Some(WalCheck { chain, verified }))
+    Ok(Some(WalCheck {
+        chain,
+        verified,
+        damaged,
+    }))
 }
 
 /// The log chain a restore checked.
@@ -57,6 +72,8 @@ pub(super) struct WalCheck {
     chain: walchain::WalChain,
     /// How long reading and checking every file took (None: `no_verify_wal`).
     verified: Option<Duration>,
+    /// Segments of the chain marked damaged when archived, in WAL order.
+    damaged: Vec<wal::damaged::Damaged>,
 }
 
 impl WalCheck {
@@ -80,8 +97,23 @@ impl WalCheck {
         )
     }
 
+    /// One sentence per damaged segment the chain passes: recovery stops at the first.
+    pub(super) fn warnings(&self) -> Vec<String> {
+        (self.damaged.iter())
+            .map(|d| {
+                format!(
+                    "archived WAL segment {} could not be decoded when pushed ({}): recovery will \
+                     stop there as if the WAL ended, and reach no point past it; check the \
+                     server's storage, and take a new full backup",
+                    d.segment, d.note
+                )
+            })
+            .collect()
+    }
+
     pub(super) fn json(&self) -> serde_json::Value {
         let mut j = self.chain.json();
+        j["damaged"] = json!(self.damaged);
         j["verified"] = json!(self.verified.is_some());
         j["verify_seconds"] = json!(self.verified.map(|d| d.as_secs_f64()));
         j
