@@ -118,10 +118,10 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
             false => push(p, &r, false),
         }
     }
-    assert_eq!(markers(&repo), [bad_after.clone()]);
+    assert_eq!(markers(&repo), [bad_after.as_str()]);
 
     let st = json(&["status", "--repo", &r]);
-    assert_eq!(damaged_names(&st["damaged_wal"]), [bad_after.clone()]);
+    assert_eq!(damaged_names(&st["damaged_wal"]), [bad_after.as_str()]);
     let note = st["damaged_wal"][0]["note"].as_str().unwrap();
     assert!(
         !note.is_empty() && !note.contains("cannot be read"),
@@ -164,7 +164,7 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
 
     let v = json(&["verify", "--repo", &r]);
     assert_eq!(v["valid"], true, "{v}");
-    assert_eq!(damaged_names(&v["damaged_wal"]), [bad_after.clone()]);
+    assert_eq!(damaged_names(&v["damaged_wal"]), [bad_after.as_str()]);
     assert_eq!(v["damaged_wal"][0]["position"], "after", "{v}");
     let text = ok(&["verify", "--repo", &r]);
     assert!(
@@ -180,7 +180,7 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
         .find(|w| w.contains(&bad_after))
         .unwrap_or_else(|| panic!("no warning names {bad_after}: {rr}"));
     assert!(warned.contains("recovery will stop there"), "{warned}");
-    assert_eq!(damaged_names(&rr["wal"]["damaged"]), [bad_after.clone()]);
+    assert_eq!(damaged_names(&rr["wal"]["damaged"]), [bad_after.as_str()]);
     assert!(target.join("PG_VERSION").exists());
     fs::remove_dir_all(&target).unwrap();
 
@@ -254,7 +254,7 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
     let st = json(&["status", "--repo", s3]);
     assert_eq!(
         damaged_names(&st["damaged_wal"]),
-        [bad_after.clone()],
+        [bad_after.as_str()],
         "{st}"
     );
     assert!(
