@@ -275,7 +275,7 @@ pub fn print_verify(r: &VerifyReport, json: bool) {
     }
     for d in &r.damaged_wal {
         let (word, what) = match d.position {
-            Position::Inside => ("Finding", "the set needs it to be consistent: a recovery from the set stops there before it is"),
+            Position::Inside => ("Finding", "the set needs it to be consistent: a recovery from the set stops there before it is consistent"),
             Position::After => ("Warning", "it lies past the set's stop: point-in-time recovery from the set stops there"),
             Position::Before => continue,
         };
