@@ -273,12 +273,12 @@ pub fn sealed_head(b: &[u8]) -> bool {
     Envelope::of(b) == Some(Envelope::Seal)
 }
 
-/// Removes one archived file (retention), its block summary, then its damage marker.
+/// Removes one archived file (retention), and its block summary; its damage marker, if
+/// listed, goes after it (`damaged::remove`).
 pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
     let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
     repo.store().delete(&rel)?;
-    summary::remove(repo, name)?;
-    damaged::remove(repo, name)
+    summary::remove(repo, name)
 }
 
 /// The segments of `timeline` from the one holding `start_lsn` to the one holding
