@@ -270,6 +270,28 @@ mod tests {
         let got = list(&repo).unwrap();
         let d = got.iter().find(|d| d.segment == other).unwrap();
         assert!(d.note.contains("cannot be read"), "{}", d.note);
+        // key rotate rewraps markers with the rest (a renamed one stops it, as a
+        // renamed segment does): they open under the new key.
+        std::fs::remove_file(root.join(DIR).join(other)).unwrap();
+        let (old, new) = (
+            crate::crypt::Master::new([9; 32]),
+            crate::crypt::Master::new([4; 32]),
+        );
+        super::super::rekey(&repo, &old, &new).unwrap();
+        let k = crate::repo::RepoKey {
+            key_id: new.id,
+            kdf: crate::crypt::Kdf::Raw,
+            mode: crate::format::seal::KeyUse::Seal,
+        };
+        repo.set_key(k, None, &new).unwrap();
+        let o = crate::device::object::StoreOptions {
+            key: Some(crate::crypt::KeySource::key([4; 32], "new key")),
+            ..Default::default()
+        };
+        let rotated = Repo::open(root.to_str().unwrap(), false, &o).unwrap();
+        let got = list(&rotated).unwrap();
+        let d = got.iter().find(|d| d.segment == name).unwrap();
+        assert!(d.note.ends_with("CRC"), "{}", d.note);
     }
 
     #[test]
