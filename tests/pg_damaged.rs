@@ -214,6 +214,17 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
     };
     assert_eq!(pos(&bad_inside), Some("inside".into()), "{v}");
     assert_eq!(pos(&bad_after), Some("after".into()), "{v}");
+    // A restore of the set warns of both, the set's own first.
+    let rr = json(&["restore", "--repo", &r, "--to", &s(&target)]);
+    let d = &rr["wal"]["damaged"];
+    assert_eq!(damaged_names(d), [bad_inside.as_str(), bad_after.as_str()]);
+    assert_eq!(
+        (d[0]["set_needs_it"].clone(), d[1]["set_needs_it"].clone()),
+        (true.into(), false.into())
+    );
+    let w = rr["warnings"].to_string();
+    assert!(w.contains("before the set is consistent"), "{w}");
+    fs::remove_dir_all(&target).unwrap();
 
     // 3. A later full: expire of everything before it removes the damaged segments
     // and their markers together.
