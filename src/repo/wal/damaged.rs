@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 /// Where the markers live.
 pub const DIR: &str = "wal/damaged";
 /// A stored marker's plain body: a segment name, a note of at most NOTE_MAX bytes
-/// and a BLAKE3, as JSON.
-const BODY_MAX: u64 = 4096;
+/// (JSON escapes make at most 6 of each) and a BLAKE3, as JSON.
+const BODY_MAX: u64 = 8192;
 const NOTE_MAX: usize = 1024;
 /// Markers whose note is read; past this many, the rest are listed without it.
 const READ_MAX: usize = 100;
@@ -231,6 +231,14 @@ mod tests {
         assert_eq!(got[0].note, "the record at 0/2000060 fails its CRC");
         assert_eq!(got[1].segment, b);
         assert!(got[1].note.contains("cannot be read") && got[1].note.contains(a));
+        // The longest note, all escapes, still fits its bound.
+        let c = "000000010000000000000009";
+        let mut long = damaged_summary(c);
+        long.note = "\u{1}".repeat(4 * NOTE_MAX);
+        write(&repo, &long).unwrap();
+        let got = list(&repo).unwrap();
+        assert_eq!(got[2].note, "\u{1}".repeat(NOTE_MAX));
+        remove(&repo, c).unwrap();
         remove(&repo, a).unwrap();
         remove(&repo, "../x").unwrap();
         assert_eq!(names(&repo).unwrap(), [b]);
