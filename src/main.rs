@@ -84,7 +84,7 @@ enum Command {
     Restore(cmd::restore::RestoreArgs),
     /// Check a backup set as restore would, without writing anything (RESTORE VERIFYONLY).
     #[command(
-        after_help = "Examples:\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault verify --repo /backup/repo --json\n  pagevault verify --stanza main --set 1dcbcac392ec4823a7223de3303f3b99\n\nA set recorded in a versioned bucket (Object Lock) is read at the versions its backup wrote: a stripe, or a base's catalog record, overwritten or deleted since is a finding, named, and verify exits 1 though the set reads intact (`overwritten`, `records_overwritten` in --json)."
+        after_help = "Examples:\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault verify --repo /backup/repo --json\n  pagevault verify --stanza main --set 1dcbcac392ec4823a7223de3303f3b99\n\nA set recorded in a versioned bucket (Object Lock) is read at the versions its backup wrote: a stripe, or a base's catalog record, overwritten or deleted since is a finding, named, and verify exits 1 though the set reads intact (`overwritten`, `records_overwritten` in --json).\n\nWith --repo, archived WAL segments whose records could not be decoded when pushed are listed (`damaged_wal`): one between the set's start and stop segments makes the set invalid (exit 1, named), since recovery cannot make it consistent; one after it is a warning (point-in-time recovery stops there)."
     )]
     Verify(cmd::restore::VerifyArgs),
     /// Show what a backup set is (RESTORE HEADERONLY).
@@ -110,7 +110,7 @@ enum Command {
     History(cmd::history::HistoryArgs),
     /// How fresh a repository's backups and WAL are: text, --json, --prometheus, or a Nagios check (--warn-age, --crit-age).
     #[command(
-        after_help = "Examples:\n  pagevault status --repo /backup/repo\n  pagevault status --stanza main --json\n  pagevault status --repo /backup/repo --prometheus > /var/lib/node_exporter/pagevault.prom\n  pagevault status --repo /backup/repo --warn-age 26h --crit-age 2d   # Nagios: exit 0, 1, 2\n  pagevault status --repo s3://bucket/repo --spool /var/spool/pagevault"
+        after_help = "Examples:\n  pagevault status --repo /backup/repo\n  pagevault status --stanza main --json\n  pagevault status --repo /backup/repo --prometheus > /var/lib/node_exporter/pagevault.prom\n  pagevault status --repo /backup/repo --warn-age 26h --crit-age 2d   # Nagios: exit 0, 1, 2\n  pagevault status --repo s3://bucket/repo --spool /var/spool/pagevault\n\nAn archived WAL segment whose records could not be decoded when archive-push stored it (a bad record CRC: damaged in the server's storage) is named on a WARNING line (`damaged_wal` in --json, pagevault_damaged_wal_segments): a recovery replaying it stops there, so point-in-time recovery cannot pass it; check the server's storage and take a new full backup."
     )]
     Status(cmd::status::StatusArgs),
     /// Retention: remove old sets and WAL, keeping what --keep-full, --keep-within and --keep-daily/weekly/monthly name.

@@ -471,6 +471,20 @@ fn corrupt_and_foreign_segments_are_refused() {
         );
         let j: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(j["warnings"].as_array().map(Vec::len), Some(1), "{j}");
+        // Marked for status, check, verify and restore (both modes store the summary;
+        // the async pusher once it took the file).
+        let t0 = Instant::now();
+        loop {
+            // The repository is made by the first file pushed into it.
+            let st = run(&["status", "--repo", &other, "--json"]);
+            let j: serde_json::Value = serde_json::from_str(&st.stdout).unwrap_or_default();
+            if j["damaged_wal"][0]["segment"] == name2.as_str() {
+                break;
+            }
+            let shown = format!("{}{}", st.stdout, st.stderr);
+            assert!(t0.elapsed() < Duration::from_secs(30), "{mode:?}: {shown}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     // The good copies archive, and the repository records the cluster.

@@ -16,7 +16,9 @@ holds), archive_command (archive_mode on, pushing into this repository), wal-arc
 (a forced WAL switch reaches the repository through the server's own
 archive_command), repository-writable (a probe object written, read back, removed),
 restore_command (the one a restore writes, run as the data directory's owner on that
-segment), free-space. Exit 0 when none failed (warnings allowed), 1 otherwise; each
+segment), wal-intact (no archived segment marked damaged: one whose records could
+not be decoded when archive-push stored it stops a recovery there), free-space.
+Exit 0 when none failed (warnings allowed), 1 otherwise; each
 failure names its fix.
 
 Examples:

@@ -7,6 +7,7 @@ use crate::device::object::StoreOptions;
 use crate::engine::stats::Progress;
 use crate::ops::restore::{self, RestoreOptions, RestoreReport};
 use crate::ops::verify::{self, ReadOptions, VerifyOptions, VerifyReport};
+use crate::repo::wal::damaged::Position;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -237,13 +238,25 @@ pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
         if !r.records_overwritten.is_empty() {
             names.push("catalog records (above)");
         }
-        anyhow::bail!(
-            "set {}: overwritten or deleted after the backup: {} (the versions the backup wrote are intact and were read; find who wrote the newer ones, and remove them with the store's own tools)",
-            r.set_id,
-            names.join(", ")
-        );
+        let inside = damaged_inside(&r);
+        let mut why = vec![];
+        if !names.is_empty() {
+            why.push(format!("overwritten or deleted after the backup: {} (the versions the backup wrote are intact and were read; find who wrote the newer ones, and remove them with the store's own tools)", names.join(", ")));
+        }
+        if !inside.is_empty() {
+            why.push(format!("archived WAL segment(s) {} it needs to be consistent could not be decoded when pushed: a recovery from it stops there before the set is consistent; check the server's storage, and take a new full backup", inside.join(", ")));
+        }
+        anyhow::bail!("set {}: {}", r.set_id, why.join("; "));
     }
     Ok(())
+}
+
+/// The damaged segments inside the WAL the verified set needs.
+fn damaged_inside(r: &VerifyReport) -> Vec<String> {
+    (r.damaged_wal.iter())
+        .filter(|d| d.position == Position::Inside)
+        .map(|d| super::shown(&d.segment))
+        .collect()
 }
 
 pub fn print_verify(r: &VerifyReport, json: bool) {
@@ -260,9 +273,23 @@ pub fn print_verify(r: &VerifyReport, json: bool) {
     for w in &r.records_overwritten {
         println!("Finding: {w}.");
     }
-    match r.valid {
-        true => println!("The backup set on file 1 is valid."),
-        false => println!("The backup set on file 1 reads intact at the versions its backup wrote, but its stripes' names now hold other data."),
+    for d in &r.damaged_wal {
+        let (word, what) = match d.position {
+            Position::Inside => ("Finding", "the set needs it to be consistent: a recovery from the set stops there before it is consistent"),
+            Position::After => ("Warning", "it lies past the set's stop: point-in-time recovery from the set stops there"),
+            Position::Before => continue,
+        };
+        println!(
+            "{word}: archived WAL segment {} could not be decoded when pushed ({}); {what}; check the server's storage, and take a new full backup.",
+            super::shown(&d.segment),
+            super::shown(&d.note)
+        );
+    }
+    let damaged = !damaged_inside(r).is_empty();
+    match (r.valid, damaged) {
+        (true, _) => println!("The backup set on file 1 is valid."),
+        (false, true) => println!("The backup set on file 1 reads intact, but the WAL it needs to be consistent is damaged in the archive."),
+        (false, false) => println!("The backup set on file 1 reads intact at the versions its backup wrote, but its stripes' names now hold other data."),
     }
     if let Some(n) = r.repo_sets_checked {
         println!("All {n} sets of the repository are encrypted or signed with its key.");

@@ -135,6 +135,7 @@ fn print_text(r: &StatusReport) {
     for id in &r.damaged_sets {
         println!("damaged set       {}", super::shown(id));
     }
+    print_damaged_wal(&r.damaged_wal);
     for b in &r.running {
         println!(
             "running           {} {} {:.1}% ({} of {}), since {}, pid {} on {}",
@@ -182,6 +183,33 @@ fn print_text(r: &StatusReport) {
         ),
         None => println!("last drill        none"),
     }
+}
+
+/// Segments shown by name in text; `--json` lists them all.
+const DAMAGED_SHOWN: usize = 10;
+
+fn print_damaged_wal(d: &[crate::repo::wal::damaged::Damaged]) {
+    if d.is_empty() {
+        return;
+    }
+    for x in d.iter().take(DAMAGED_SHOWN) {
+        println!(
+            "WARNING: damaged WAL {}: {}",
+            super::shown(&x.segment),
+            super::shown(&x.note)
+        );
+    }
+    if d.len() > DAMAGED_SHOWN {
+        println!(
+            "WARNING: and {} more damaged WAL segments (status --json lists them all)",
+            d.len() - DAMAGED_SHOWN
+        );
+    }
+    println!(
+        "WARNING: a recovery replaying a damaged segment stops there as if the WAL ended: \
+         point-in-time recovery cannot pass it; check the server's storage, and take a new \
+         full backup"
+    );
 }
 
 fn ago(secs: f64) -> String {
@@ -239,6 +267,11 @@ fn prometheus(r: &StatusReport) -> String {
         "wal_segments",
         "Archived WAL segments.",
         vec![(String::new(), r.wal_files as f64)],
+    );
+    metric(
+        "damaged_wal_segments",
+        "Archived WAL segments whose records could not be decoded: recovery stops at each.",
+        vec![(String::new(), r.damaged_wal.len() as f64)],
     );
     if let Some(a) = r.newest_wal_age_seconds {
         metric(

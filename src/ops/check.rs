@@ -2,9 +2,9 @@
 //! needed: the repository opens and takes a write, the key loads and is the
 //! repository's, the server is one pagevault backs up and the cluster the repository
 //! holds, its archive_command brings a switched WAL segment into the repository, the
-//! restore_command a restore would write fetches it as the server's user, and how much
-//! room is left. Every check runs (one failing does not hide the next), each failure
-//! names its fix.
+//! restore_command a restore would write fetches it as the server's user, no archived
+//! segment is marked damaged, and how much room is left. Every check runs (one failing
+//! does not hide the next), each failure names its fix.
 
 use crate::format::manifest::BackupType;
 use crate::repo::{wal, Repo};
@@ -133,6 +133,7 @@ pub fn check(o: &CheckOptions) -> Result<CheckReport> {
     let segment = switch_check(&mut c, o, repo.as_ref(), server.as_mut(), archiving);
     writable_check(&mut c, repo.as_ref());
     restore_command_check(&mut c, repo.as_ref(), server.as_ref(), segment);
+    intact_check(&mut c, repo.as_ref());
     space_check(&mut c, repo.as_ref());
     Ok(CheckReport {
         command: "check",
@@ -519,6 +520,44 @@ fn restore_command_check(
         Ok(()) => c.ok(NAME, format!("{command} fetched {name} as {who}")),
         Err(e) => c.fail(NAME, format!("{e:#}"), format!("make the repository and the key file readable by {who}: a key file owned by that user, mode 0600")),
     }
+}
+
+/// No archived segment is marked damaged (one listing of `wal/damaged/`).
+fn intact_check(c: &mut Checks, repo: Option<&Repo>) {
+    const NAME: &str = "wal-intact";
+    const SHOWN: usize = 10;
+    let Some(repo) = repo else {
+        c.skip(NAME, "the repository does not open");
+        return;
+    };
+    let damaged = match wal::damaged::list(repo) {
+        Ok(d) => d,
+        Err(e) => {
+            return c.fail(
+                NAME,
+                format!("cannot list the damaged segments: {e:#}"),
+                "check that this user can list the repository's wal/damaged/".into(),
+            )
+        }
+    };
+    if damaged.is_empty() {
+        return c.ok(NAME, "no archived WAL segment is marked damaged".into());
+    }
+    let mut named: Vec<String> = (damaged.iter().take(SHOWN))
+        .map(|d| format!("{} ({})", d.segment, d.note))
+        .collect();
+    if damaged.len() > SHOWN {
+        named.push(format!("and {} more", damaged.len() - SHOWN));
+    }
+    c.fail(
+        NAME,
+        format!(
+            "{} archived WAL segment(s) could not be decoded when pushed: {}",
+            damaged.len(),
+            named.join("; ")
+        ),
+        "check the server's storage (the segment was damaged there), and take a new full backup: a recovery replaying a damaged segment stops there as if the WAL ended, so point-in-time recovery cannot pass it".into(),
+    );
 }
 
 fn space_check(c: &mut Checks, repo: Option<&Repo>) {

@@ -1,8 +1,8 @@
 //! `status`: what a repository holds and how fresh it is, for a DBA and for monitoring:
 //! the age of the newest full, differential and incremental set and of the newest
-//! archived WAL segment, the recovery window, damaged sets, the repository's size and,
-//! with a source, how far archiving lags behind the server; backups running now and
-//! their percent complete.
+//! archived WAL segment, the recovery window, damaged sets and archived segments, the
+//! repository's size and, with a source, how far archiving lags behind the server;
+//! backups running now and their percent complete.
 
 use super::expire::plan::window_start;
 use crate::format::manifest::BackupType;
@@ -52,6 +52,9 @@ pub struct StatusReport {
     pub wal_files: usize,
     pub newest_wal: Option<String>,
     pub newest_wal_age_seconds: Option<f64>,
+    /// Archived segments whose records could not be decoded when pushed: a recovery
+    /// replaying one stops there (`wal/damaged/`).
+    pub damaged_wal: Vec<wal::damaged::Damaged>,
     /// The oldest point a restore can reach to any later point (the end of the oldest
     /// full set that is not damaged and whose WAL the archive holds from its start on,
     /// as `expire` keeps it) and the newest (the newest archived WAL segment's storing, else the
@@ -200,6 +203,10 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         .collect();
     let held: std::collections::HashSet<&str> = segments.iter().map(String::as_str).collect();
     let newest_wal = segments.last().cloned();
+    // A marker whose segment is gone (an expire interrupted) says nothing any more.
+    let damaged_wal: Vec<_> = (wal::damaged::list(&repo)?.into_iter())
+        .filter(|d| held.contains(d.segment.as_str()))
+        .collect();
     let wal_at = match &newest_wal {
         Some(n) => wal::archived_at(&repo, n)?.map(DateTime::<Utc>::from),
         None => None,
@@ -232,6 +239,7 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         wal_files: segments.len(),
         newest_wal,
         newest_wal_age_seconds: wal_at.map(|t| age(now, t)),
+        damaged_wal,
         recovery_window_start: oldest_full.map(|t| t.to_rfc3339()),
         recovery_window_end: wal_at.or(newest_any).map(|t| t.to_rfc3339()),
         repository_bytes,

@@ -8,6 +8,7 @@ use crate::engine::stats::{Progress, WaitStats};
 use crate::format::manifest::{Checksum, EntryKind, IdIndex, Manifest, SourceKind};
 use crate::format::ContentHash;
 use crate::pg::{self, facts::PgFacts};
+use crate::repo::wal::{self, damaged::Position};
 use crate::repo::{chain, CatalogEntry, Repo};
 use crate::set::read::{self as set, OpenSet};
 use crate::units::mb_per_sec;
@@ -71,9 +72,43 @@ pub struct VerifyReport {
     /// Catalog records overwritten or deleted since a later record named their
     /// version (read at that version): a finding too.
     pub records_overwritten: Vec<String>,
+    /// `--repo`: archived segments marked damaged, each with where it lies against the
+    /// WAL the set needs to be consistent; one `inside` makes the set invalid.
+    pub damaged_wal: Vec<DamagedWal>,
     /// For the text summary.
     #[serde(skip)]
     pub pages: u64,
+}
+
+/// A damaged archived segment, as verify reports it.
+#[derive(Debug, Serialize)]
+pub struct DamagedWal {
+    pub segment: String,
+    pub note: String,
+    pub position: Position,
+}
+
+/// The repository's damaged segments against set `m`'s WAL (its start to its stop
+/// segment); every one `before` for a set of no PostgreSQL WAL.
+fn damaged_wal(repo: &Repo, m: &Manifest) -> Result<Vec<DamagedWal>> {
+    let facts = PgFacts::from_extra(&m.extra).ok().flatten();
+    let range = facts.map(|f| {
+        let seg = f.wal_segment_size;
+        let stop = f.stop.as_ref().map_or(f.start_lsn, |s| s.lsn);
+        (f.timeline, f.start_lsn / seg, stop / seg, seg)
+    });
+    Ok((wal::damaged::list(repo)?.into_iter())
+        .map(|d| DamagedWal {
+            position: match range {
+                Some((tli, first, last, seg)) => {
+                    wal::damaged::position(&d.segment, tli, first, last, seg)
+                }
+                None => Position::Before,
+            },
+            segment: d.segment,
+            note: d.note,
+        })
+        .collect())
 }
 
 pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
@@ -98,6 +133,10 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
     }
     let m = &set.manifest;
     check_source_facts(m)?;
+    let damaged = match &repo {
+        Some((repo, _)) => damaged_wal(repo, m)?,
+        None => vec![],
+    };
     let params = engine_params(&o.read, &set);
     let ids = regular_files(m);
     let progress = Arc::new(Progress::default());
@@ -117,7 +156,10 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         command: "verify",
         // The set read intact at its pinned versions; a stripe's name now holding
         // something else is a finding all the same.
-        valid: set.overwritten.is_empty() && notes.is_empty(),
+        valid: set.overwritten.is_empty()
+            && notes.is_empty()
+            && !damaged.iter().any(|d| d.position == Position::Inside),
+        damaged_wal: damaged,
         overwritten: set.overwritten.clone(),
         records_overwritten: notes,
         set_id: m.set_id.clone(),

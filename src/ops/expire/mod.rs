@@ -13,6 +13,7 @@ use crate::repo::{CatalogEntry, Lock, Repo};
 use anyhow::{bail, Result};
 pub use plan::{plan, Decision, Plan, Rules};
 use serde::Serialize;
+use std::collections::HashSet;
 
 /// What `expire` is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -113,6 +114,11 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
             .collect(),
         None => vec![],
     };
+    // Damaged segments' markers, from one listing: each goes after its segment.
+    let marked: HashSet<String> = match &p.wal_from {
+        Some(_) => wal::damaged::names(&repo)?.into_iter().collect(),
+        None => HashSet::new(),
+    };
     let (mut expired_sets, mut expired) = (expired_sets, p.expire.clone());
     let mut locked = vec![];
     let mut wal = wal;
@@ -162,8 +168,10 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
                 });
                 break;
             }
+            let marker = marked.contains(n).then(|| wal::damaged::marker_rel(n));
             let objects: Vec<String> = [wal::archived_rel(n), wal::summary::summary_rel(n)]
                 .into_iter()
+                .chain(marker.flatten().into_iter().map(Some))
                 .flatten()
                 .collect();
             if let Some(u) = repo.locked_until(&objects, clock)? {
@@ -171,7 +179,12 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
                 break;
             }
             if !o.dry_run {
-                if let Err(e) = wal::remove_archived(&repo, n) {
+                let removed =
+                    wal::remove_archived(&repo, n).and_then(|()| match marked.contains(n) {
+                        true => wal::damaged::remove(&repo, n),
+                        false => Ok(()),
+                    });
+                if let Err(e) = removed {
                     wal_refused = Some(format!("{e:#}"));
                     break;
                 }
@@ -206,6 +219,12 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
         }
         for (n, _) in &wal {
             wal::remove_archived(&repo, n)?;
+        }
+        // Markers after their segments; also one an expire interrupted between the two left.
+        if let Some(from) = &p.wal_from {
+            for n in marked.iter().filter(|n| wal_expired(n, from)) {
+                wal::damaged::remove(&repo, n)?;
+            }
         }
     }
     // A drill of a set no longer held proves nothing about what can be restored.

@@ -250,6 +250,12 @@ fn an_immutable_repository_keeps_what_its_retention_and_its_held_sets_need() {
         repo.store().put_new(&rel, b"x").unwrap();
         age(&rel);
     }
+    // Segments 1 and 4 were archived damaged: their markers go with them.
+    let marker = |seg: u32| format!("wal/damaged/0000000100000000000000{seg:02}");
+    for seg in [1, 4] {
+        repo.store().put_new(&marker(seg), b"{}").unwrap();
+        age(&marker(seg));
+    }
     let (f1, f2) = ("1".repeat(32), "2".repeat(32));
     for (id, h, wal) in [(&f1, 1, 3), (&f2, 3, 6)] {
         let mut e = set(
@@ -289,6 +295,8 @@ fn an_immutable_repository_keeps_what_its_retention_and_its_held_sets_need() {
         .store()
         .exists("wal/00000001/000000010000000000000003.zst")
         .unwrap());
+    assert!(!repo.store().exists(&marker(1)).unwrap());
+    assert!(repo.store().exists(&marker(4)).unwrap());
     // Once the set's objects are past it too, the set and its WAL go.
     age(&format!("sets/{f1}/1.pv"));
     age(&format!("catalog/{f1}.json"));
@@ -296,6 +304,7 @@ fn an_immutable_repository_keeps_what_its_retention_and_its_held_sets_need() {
     assert_eq!(r.expired, std::slice::from_ref(&f1), "{r:?}");
     assert_eq!((r.wal_expired.len(), r.wal_locked), (3, 0), "{r:?}");
     assert_eq!(repo.catalog().unwrap().len(), 1);
+    assert!(!repo.store().exists(&marker(4)).unwrap());
 }
 
 #[test]

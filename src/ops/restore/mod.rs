@@ -441,6 +441,7 @@ fn restore_with(
         overwritten: overwritten.clone(),
         warnings: (overwritten.iter().map(|w| w.message.clone()))
             .chain(sets.repo.iter().flat_map(crate::repo::Repo::record_notes))
+            .chain(wal_check.iter().flat_map(WalCheck::warnings))
             .collect(),
         database: full.source.database.clone(),
     };

@@ -3,7 +3,8 @@
 use super::RestoreOptions;
 use crate::pg;
 use crate::pg::facts::PgFacts;
-use crate::repo::{walchain, CatalogEntry, Repo};
+use crate::repo::wal::damaged::Position;
+use crate::repo::{wal, walchain, CatalogEntry, Repo};
 use crate::source::Extra;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
@@ -38,6 +39,17 @@ pub(super) fn check_wal_chain(
         seg_size,
     };
     let chain = walchain::plan(repo, &from, end, o.timeline.and_then(|t| t.id(tli)))?;
+    // Recovery stops at a damaged segment: said, not refused (the WAL before it replays).
+    let start = entry.start_lsn.as_deref().and_then(pg::parse_lsn);
+    let own = |n: &str| {
+        let (first, last) = (start.unwrap_or(stop) / seg_size, stop / seg_size);
+        wal::damaged::position(n, tli, first, last, seg_size) == Position::Inside
+    };
+    let on: std::collections::HashSet<&str> = chain.files.iter().map(String::as_str).collect();
+    let damaged = (wal::damaged::list(repo)?.into_iter())
+        .filter(|d| on.contains(d.segment.as_str()) || own(&d.segment))
+        .map(|d| (own(&d.segment), d))
+        .collect();
     let verified = match o.no_verify_wal {
         true => None,
         false => {
@@ -49,7 +61,11 @@ pub(super) fn check_wal_chain(
             Some(walchain::verify(repo, &chain, threads)?)
         }
     };
-    Ok(Some(WalCheck { chain, verified }))
+    Ok(Some(WalCheck {
+        chain,
+        verified,
+        damaged,
+    }))
 }
 
 /// The log chain a restore checked.
@@ -57,6 +73,9 @@ pub(super) struct WalCheck {
     chain: walchain::WalChain,
     /// How long reading and checking every file took (None: `no_verify_wal`).
     verified: Option<Duration>,
+    /// Segments marked damaged when archived, in WAL order: of the chain, or (true)
+    /// of the set's own WAL, start to stop.
+    damaged: Vec<(bool, wal::damaged::Damaged)>,
 }
 
 impl WalCheck {
@@ -80,8 +99,34 @@ impl WalCheck {
         )
     }
 
+    /// One sentence per damaged segment the chain passes: recovery stops at the first.
+    pub(super) fn warnings(&self) -> Vec<String> {
+        (self.damaged.iter())
+            .map(|(own, d)| {
+                let what = match own {
+                    true => {
+                        "the set needs it to be consistent: recovery may stop there before \
+                             the set is consistent, and the server then refuses to start"
+                    }
+                    false => {
+                        "recovery will stop there as if the WAL ended, and reach no point \
+                              past it"
+                    }
+                };
+                format!(
+                    "archived WAL segment {} could not be decoded when pushed ({}): {what}; \
+                     check the server's storage, and take a new full backup",
+                    d.segment, d.note
+                )
+            })
+            .collect()
+    }
+
     pub(super) fn json(&self) -> serde_json::Value {
         let mut j = self.chain.json();
+        j["damaged"] = json!((self.damaged.iter())
+            .map(|(own, d)| json!({"segment": d.segment, "note": d.note, "set_needs_it": own}))
+            .collect::<Vec<_>>());
         j["verified"] = json!(self.verified.is_some());
         j["verify_seconds"] = json!(self.verified.map(|d| d.as_secs_f64()));
         j

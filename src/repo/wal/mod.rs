@@ -6,6 +6,7 @@
 //! REPO/wal/TTTTTTTT/NAME.zst             one archived file: a segment (NAME = 24 hex digits), a
 //!                                        NAME.partial, TTTTTTTT.history or NAME.XXXXXXXX.backup
 //! REPO/wal/TTTTTTTT/NAME.sum             the block summary of segment NAME (summary.rs; docs/FORMAT.md)
+//! REPO/wal/damaged/NAME                  segment NAME was archived with records that cannot be decoded (damaged.rs)
 //! REPO/wal/TTTTTTTT/.NAME.PID.N.tmp      a push in progress (never read; removed when it ends)
 //! ```
 //!
@@ -220,9 +221,10 @@ pub fn all_archived(repo: &Repo) -> Result<Vec<(String, u64)>> {
     Ok(out)
 }
 
-/// `key rotate`: every sealed or signed archived file and summary of a repository on a
-/// filesystem rewrapped from `old` to `new`; returns (rewritten, already new). A
-/// signed repository's plain files (archived before its signing) are left as they are.
+/// `key rotate`: every sealed or signed archived file, summary and damage marker of a
+/// repository on a filesystem rewrapped from `old` to `new`; returns (rewritten, already
+/// new). A signed repository's plain files (archived before its signing) are left as
+/// they are.
 pub fn rekey(
     repo: &Repo,
     old: &crate::crypt::Master,
@@ -245,7 +247,8 @@ pub fn rekey(
             .strip_suffix(".zst")
             .or_else(|| file.strip_suffix(".sum"));
         let ours = stem.and_then(parse_name).map(|n| format!("{:08X}", n.tli));
-        if ours.as_deref() != Some(dir) {
+        let marker = dir == "damaged" && damaged::segment_of(file).is_some();
+        if ours.as_deref() != Some(dir) && !marker {
             continue;
         }
         let rel = format!("wal/{rel}");
@@ -270,7 +273,8 @@ pub fn sealed_head(b: &[u8]) -> bool {
     Envelope::of(b) == Some(Envelope::Seal)
 }
 
-/// Removes one archived file (retention), and its block summary.
+/// Removes one archived file (retention), and its block summary; its damage marker, if
+/// listed, goes after it (`damaged::remove`).
 pub fn remove_archived(repo: &Repo, name: &str) -> Result<()> {
     let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
     repo.store().delete(&rel)?;
@@ -318,6 +322,7 @@ pub fn system_identifier(repo: &Repo) -> Result<Option<u64>> {
     Ok(Some(*repo.known_sysid().get_or_init(|| s)))
 }
 
+pub mod damaged;
 mod get;
 mod header;
 mod push;

@@ -113,7 +113,9 @@ impl Summary {
     pub fn damage(&self) -> Option<String> {
         (self.flags & UNDECODED != 0).then(|| {
             format!(
-                "{} was archived as the server handed it over, but {}: a recovery that replays                  it stops there as if the WAL ended, unless PostgreSQL reads it; check the                  server's storage, and take a new full backup",
+                "{} was archived as the server handed it over, but {}: a recovery that replays \
+                 it stops there as if the WAL ended, unless PostgreSQL reads it; check the \
+                 server's storage, and take a new full backup",
                 self.segment, self.note
             )
         })
@@ -408,8 +410,10 @@ pub(super) fn previous(repo: &Repo, name: &str, seg_size: u64) -> Option<Summary
     (parent != tli).then(|| read(parent)).flatten()
 }
 
-/// Writes the summary of a segment just archived (or found archived without one).
+/// Writes the summary of a segment just archived (or found archived without one);
+/// a damaged segment's marker first, so no reader sees an UNDECODED summary without it.
 pub(super) fn store(repo: &Repo, s: &Summary) -> Result<()> {
+    super::damaged::write(repo, s)?;
     let rel = summary_rel(&s.segment).expect("a segment name");
     let bytes = match repo.wal_master(false)? {
         Some(m) => super::seal::seal_bytes(&m, object_of(&rel), &s.encode()),

@@ -174,3 +174,15 @@ fn minimal_wal_and_unknown_releases_are_unusable() {
     let old = summarize("000000010000000000000002", [0; 32], &segs[0], BLK, 13, None);
     assert!(!old.usable() && old.note.contains("PostgreSQL 13"));
 }
+
+#[test]
+fn the_damage_warning_reads_as_one_sentence() {
+    let segs = segments(&[heap(100, &[1])], 2, 1);
+    let mut s = summary_of(&segs, 0, None);
+    assert!(s.damage().is_none());
+    s.flags |= UNDECODED;
+    s.note = "the record at 0/2000060 fails its CRC".into();
+    let w = s.damage().unwrap();
+    assert!(!w.contains("  "), "{w}");
+    assert!(w.contains(&s.segment) && w.contains(&s.note), "{w}");
+}
