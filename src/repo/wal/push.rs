@@ -53,8 +53,8 @@ pub enum PlainCheck {
 }
 
 /// The check [`PlainCheck::Caller`] leaves to the caller: when a keyed write made the
-/// repository encrypted while `pushed` were stored plain, they (and their summaries)
-/// are removed again and the error says so.
+/// repository encrypted while `pushed` were stored plain, they (their summaries and
+/// damage markers) are removed again and the error says so.
 pub fn check_still_plain<'a>(
     repo: &Repo,
     pushed: impl IntoIterator<Item = &'a Pushed>,
@@ -75,6 +75,7 @@ pub fn check_still_plain<'a>(
         if let Some(rel) = summary::summary_rel(&p.name) {
             let _ = repo.store().delete(&rel);
         }
+        let _ = super::damaged::remove(repo, &p.name);
     }
     Err(e)
 }
