@@ -26,6 +26,13 @@ use std::path::{Path, PathBuf};
 pub const READY: &str = "ready";
 pub const LAST_SUM: &str = "last.sum";
 const LOCK: &str = "pusher.lock";
+/// A stored file's name once out of the listing, until removed: `.NAME.pushed`.
+const PUSHED_SUFFIX: &str = ".pushed";
+
+/// The name stored file `name` takes before it is removed.
+pub fn pushed_name(name: &str) -> String {
+    format!(".{name}{PUSHED_SUFFIX}")
+}
 const STATE: &str = "pusher.json";
 pub const LOG: &str = "pusher.log";
 /// pusher.json is a few hundred bytes; more is damage.
@@ -122,6 +129,24 @@ impl Spool {
     /// Summaries and source identities whose WAL file is gone (a pusher stopped between
     /// the removals), and identities of stored files PostgreSQL has not asked for in
     /// [`DONE_KEEP`].
+    /// Files the pusher stored and took out of the listing ([`pushed_name`]) but did not
+    /// remove (it was killed): to remove.
+    pub fn pushed_leftovers(&self) -> Vec<PathBuf> {
+        let Ok(rd) = fs::read_dir(self.ready()) else {
+            return vec![];
+        };
+        rd.filter_map(|e| e.ok())
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_str().unwrap_or_default();
+                (n.strip_prefix('.'))
+                    .and_then(|n| n.strip_suffix(PUSHED_SUFFIX))
+                    .is_some_and(|stem| parse_name(stem).is_some())
+            })
+            .map(|e| e.path())
+            .collect()
+    }
+
     pub fn orphan_summaries(&self) -> Vec<PathBuf> {
         use crate::repo::wal::spooled::{DONE_SUFFIX, SRC_SUFFIX, SUM_SUFFIX};
         let ready = self.ready();
