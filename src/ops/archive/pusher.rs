@@ -4,8 +4,11 @@
 //! nothing is ever dropped. It ends once the spool stayed empty for `linger`.
 
 use super::spool::{pushed_name, unix_now, Backlog, PusherState, Spool};
+use crate::pg::{parse_name, Kind};
 use crate::repo::wal::check_still_plain;
-use crate::repo::wal::spooled::{mark_done, push_spooled, read_spooled_summary, SUM_SUFFIX};
+use crate::repo::wal::spooled::{
+    mark_done, push_spooled, read_spooled_summary, retire, SUM_SUFFIX,
+};
 use crate::repo::Repo;
 use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
@@ -202,8 +205,12 @@ impl Unlinker {
         }
     }
 
-    /// Takes `dir/name` out of the spool at once; its bytes go later.
+    /// Takes `dir/name` out of the spool at once: into the pool of segments to write
+    /// over, or its bytes go later.
     fn remove(&self, dir: &Path, name: &str) -> std::io::Result<()> {
+        if parse_name(name).is_some_and(|n| n.kind == Kind::Segment) && retire(dir, name)? {
+            return Ok(());
+        }
         let gone = dir.join(pushed_name(name));
         std::fs::rename(dir.join(name), &gone)?;
         self.send(gone);
@@ -261,27 +268,58 @@ fn fail(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::repo::wal::spooled::{spool_copy, POOL};
+
+    fn seg(n: u64) -> String {
+        format!("0000000100000000{n:08X}")
+    }
 
     #[test]
-    fn a_stored_file_leaves_the_listing_at_once_and_a_left_one_is_swept() {
+    fn a_stored_file_leaves_the_listing_at_once_into_the_pool_or_removed() {
         let d = tempfile::tempdir().unwrap();
         let spool = Spool::open(d.path()).unwrap();
         let ready = spool.ready();
-        let (a, b) = ("000000010000000000000003", "000000010000000000000004");
-        for n in [a, b, "notwal"] {
-            std::fs::write(ready.join(n), b"x").unwrap();
-        }
+        let pool = ready.join(POOL);
         let u = Unlinker::start();
-        u.remove(&ready, a).unwrap();
-        let names: Vec<String> = spool.waiting().unwrap().into_iter().map(|w| w.0).collect();
-        assert_eq!(names, [b]);
+        // Eight go into the pool to be written over; the ninth and a history file go.
+        for i in 1..=9 {
+            std::fs::write(ready.join(seg(i)), b"x").unwrap();
+            u.remove(&ready, &seg(i)).unwrap();
+        }
+        std::fs::write(ready.join("00000002.history"), b"1\t0/1\tx\n").unwrap();
+        u.remove(&ready, "00000002.history").unwrap();
+        assert!(spool.waiting().unwrap().is_empty());
         drop(u);
-        assert!(!ready.join(pushed_name(a)).exists());
+        assert_eq!(std::fs::read_dir(&pool).unwrap().count(), 8);
+        assert!(!ready.join(pushed_name(&seg(9))).exists());
+        assert!(!ready.join(pushed_name("00000002.history")).exists());
         // A pusher killed between the rename and the unlink leaves the file hidden; only
         // such names are swept.
-        std::fs::rename(ready.join(b), ready.join(pushed_name(b))).unwrap();
+        std::fs::write(ready.join(pushed_name(&seg(10))), b"x").unwrap();
         std::fs::write(ready.join(".notwal.pushed"), b"x").unwrap();
-        assert_eq!(spool.pushed_leftovers(), [ready.join(pushed_name(b))]);
-        assert!(spool.waiting().unwrap().is_empty());
+        assert_eq!(
+            spool.pushed_leftovers(),
+            [ready.join(pushed_name(&seg(10)))]
+        );
+    }
+
+    #[test]
+    fn a_segment_spooled_over_a_longer_recycled_file_holds_its_own_bytes() {
+        use crate::repo::wal::testing::{segment, SEG};
+        let d = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&d.path().join("spool")).unwrap();
+        let ready = spool.ready();
+        std::fs::create_dir(ready.join(POOL)).unwrap();
+        std::fs::write(
+            ready.join(POOL).join(seg(1)),
+            vec![7u8; SEG as usize + 4096],
+        )
+        .unwrap();
+        let src = d.path().join(seg(3));
+        let bytes = segment(1, 3, 77, 5);
+        std::fs::write(&src, &bytes).unwrap();
+        spool_copy(&src, &ready, None, true).unwrap();
+        assert_eq!(std::fs::read(ready.join(seg(3))).unwrap(), bytes);
+        assert_eq!(std::fs::read_dir(ready.join(POOL)).unwrap().count(), 0);
     }
 }

@@ -193,7 +193,10 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
             None => {}
         }
     }
-    let (tmp, mut out) = temp_beside(dir, &name)?;
+    let (tmp, mut out) = match n.kind {
+        Kind::Segment => recycled_beside(dir, &name)?,
+        _ => temp_beside(dir, &name)?,
+    };
     let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
     let hash = {
         let mut w = io::BufWriter::with_capacity(CHUNK, &mut out);
@@ -211,6 +214,8 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
         w.flush().map_err(werr)?;
         h
     };
+    // A recycled file may have been longer.
+    out.set_len(len).map_err(werr)?;
     // The disk starts now; the fsync at commit waits only for what is left.
     crate::sys::start_writeback(&out, 0, 0);
     // Kept only when the file did not change while it was read.
@@ -225,6 +230,57 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
         seg,
         id,
     }))
+}
+
+/// The pool of stored segments kept in a spool directory to be written over, as
+/// PostgreSQL recycles its own: a new copy then allocates no blocks, and a stored one is
+/// not unlinked (on a file system mounted with `discard`, about 20 ms for 16 MiB).
+pub const POOL: &str = ".free";
+/// Segments the pool holds at most (the rest are removed).
+const POOL_MAX: usize = 8;
+
+/// Moves stored file `dir/name` into the pool; false when the pool is full (the caller
+/// removes it).
+pub fn retire(dir: &Path, name: &str) -> io::Result<bool> {
+    let pool = dir.join(POOL);
+    let held = match fs::read_dir(&pool) {
+        Ok(rd) => rd.count(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir(&pool).or_else(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => Ok(()),
+                _ => Err(e),
+            })?;
+            0
+        }
+        Err(e) => return Err(e),
+    };
+    if held >= POOL_MAX {
+        return Ok(false);
+    }
+    fs::rename(dir.join(name), pool.join(name))?;
+    Ok(true)
+}
+
+/// A temp file for `name` in `dir`: a segment from the pool, to be written over, when
+/// there is one; else a new file.
+fn recycled_beside(dir: &Path, name: &str) -> Result<(Temp, File)> {
+    let pool = dir.join(POOL);
+    let Ok(rd) = fs::read_dir(&pool) else {
+        return temp_beside(dir, name);
+    };
+    for e in rd.flatten() {
+        let (tmp, f) = temp_beside(dir, name)?;
+        drop(f);
+        // Another spooler may take it first: then the next one.
+        if fs::rename(e.path(), &tmp.path).is_ok() {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(&tmp.path)
+                .with_context(|| format!("cannot open '{}'", tmp.path.display()))?;
+            return Ok((tmp, f));
+        }
+    }
+    temp_beside(dir, name)
 }
 
 /// Summarizes a copied file (continuing `prev` when it is the segment before), writes
