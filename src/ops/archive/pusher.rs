@@ -321,5 +321,18 @@ mod tests {
         spool_copy(&src, &ready, None, true).unwrap();
         assert_eq!(std::fs::read(ready.join(seg(3))).unwrap(), bytes);
         assert_eq!(std::fs::read_dir(ready.join(POOL)).unwrap().count(), 0);
+        // A link planted in the pool is never written through.
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, ready.join(POOL).join(seg(1))).unwrap();
+        let src = d.path().join(seg(4));
+        std::fs::write(&src, segment(1, 4, 77, 5)).unwrap();
+        spool_copy(&src, &ready, None, true).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(
+            std::fs::read(ready.join(seg(4))).unwrap(),
+            segment(1, 4, 77, 5)
+        );
+        assert_eq!(std::fs::read_dir(ready.join(POOL)).unwrap().count(), 0);
     }
 }

@@ -273,11 +273,10 @@ fn recycled_beside(dir: &Path, name: &str) -> Result<(Temp, File)> {
         drop(f);
         // Another spooler may take it first: then the next one.
         if fs::rename(e.path(), &tmp.path).is_ok() {
-            let f = fs::OpenOptions::new()
-                .write(true)
-                .open(&tmp.path)
-                .with_context(|| format!("cannot open '{}'", tmp.path.display()))?;
-            return Ok((tmp, f));
+            // A regular file only, never through a link (anything else goes with `tmp`).
+            if let Ok(f) = crate::sys::open_regular_rw(&tmp.path) {
+                return Ok((tmp, f));
+            }
         }
     }
     temp_beside(dir, name)
