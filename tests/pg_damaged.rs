@@ -64,6 +64,28 @@ fn markers(repo: &Path) -> Vec<String> {
     }
 }
 
+/// `check --json`'s exit code and its wal-intact item.
+fn wal_intact(url: &str, repo: &str) -> (i32, serde_json::Value) {
+    let args = [
+        "check",
+        "--source",
+        url,
+        "--repo",
+        repo,
+        "--timeout",
+        "5",
+        "--json",
+    ];
+    let c = run(&args);
+    let j: serde_json::Value =
+        serde_json::from_str(&c.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", c.stdout, c.stderr));
+    let item = (j["checks"].as_array().unwrap().iter())
+        .find(|k| k["name"] == "wal-intact")
+        .unwrap_or_else(|| panic!("no wal-intact item: {j}"))
+        .clone();
+    (c.code, item)
+}
+
 fn damaged_names(v: &serde_json::Value) -> Vec<String> {
     v.as_array()
         .unwrap()
@@ -140,21 +162,8 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
         "{prom}"
     );
 
-    let c = run(&[
-        "check",
-        "--source",
-        &url,
-        "--repo",
-        &r,
-        "--timeout",
-        "5",
-        "--json",
-    ]);
-    assert_eq!(c.code, 1, "{}{}", c.stdout, c.stderr);
-    let c: serde_json::Value = serde_json::from_str(&c.stdout).unwrap();
-    let item = (c["checks"].as_array().unwrap().iter())
-        .find(|k| k["name"] == "wal-intact")
-        .unwrap_or_else(|| panic!("no wal-intact item: {c}"));
+    let (code, item) = wal_intact(&url, &r);
+    assert_eq!(code, 1, "{item}");
     assert_eq!(item["status"], "fail", "{item}");
     assert!(
         item["detail"].as_str().unwrap().contains(&bad_after),
@@ -243,20 +252,7 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
     assert!(markers(&repo).is_empty(), "{:?}", markers(&repo));
     let st = json(&["status", "--repo", &r]);
     assert!(damaged_names(&st["damaged_wal"]).is_empty(), "{st}");
-    let c = run(&[
-        "check",
-        "--source",
-        &url,
-        "--repo",
-        &r,
-        "--timeout",
-        "5",
-        "--json",
-    ]);
-    let c: serde_json::Value = serde_json::from_str(&c.stdout).unwrap();
-    let item = (c["checks"].as_array().unwrap().iter())
-        .find(|k| k["name"] == "wal-intact")
-        .unwrap();
+    let (_, item) = wal_intact(&url, &r);
     assert_eq!(item["status"], "ok", "{item}");
 
     // 4. On an object store: the marker is found by one listing of the prefix.

@@ -176,10 +176,11 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
     Ok(out)
 }
 
-/// Removes pushed files off the pusher's path (on a file system mounted with
-/// `discard`, unlinking a 16 MiB file takes about 20 ms): each is first renamed out of
-/// the spool's listing, and its bytes go on a thread of their own. A file a killed
-/// pusher left so is removed by the next ([`Spool::pushed_leftovers`]).
+/// Takes stored files out of the spool off the pusher's path: a segment into the pool
+/// of files to write over while it has room ([`retire`]); any other file is renamed
+/// out of the listing and unlinked on a thread of its own (on a file system mounted
+/// with `discard`, about 20 ms for 16 MiB). A file a killed pusher left so is removed
+/// by the next ([`Spool::pushed_leftovers`]).
 struct Unlinker {
     tx: Option<mpsc::Sender<PathBuf>>,
     thread: Option<std::thread::JoinHandle<()>>,

@@ -169,11 +169,14 @@ pub fn expire(o: &ExpireOptions) -> Result<ExpireReport> {
                 break;
             }
             let marker = marked.contains(n).then(|| wal::damaged::marker_rel(n));
-            let objects: Vec<String> = [wal::archived_rel(n), wal::summary::summary_rel(n)]
-                .into_iter()
-                .chain(marker.flatten().into_iter().map(Some))
-                .flatten()
-                .collect();
+            let objects: Vec<String> = [
+                wal::archived_rel(n),
+                wal::summary::summary_rel(n),
+                marker.flatten(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             if let Some(u) = repo.locked_until(&objects, clock)? {
                 wal_locked_until = Some(rfc3339(u));
                 break;

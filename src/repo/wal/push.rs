@@ -67,12 +67,8 @@ pub fn check_still_plain<'a>(
         return Ok(());
     };
     for p in plain {
-        if let Some(n) = parse_name(&p.name) {
-            let _ = repo
-                .store()
-                .delete(&format!("wal/{:08X}/{}.zst", n.tli, p.name));
-        }
-        if let Some(rel) = summary::summary_rel(&p.name) {
+        let rels = [archived_rel(&p.name), summary::summary_rel(&p.name)];
+        for rel in rels.into_iter().flatten() {
             let _ = repo.store().delete(&rel);
         }
         let _ = super::damaged::remove(repo, &p.name);
@@ -240,6 +236,8 @@ impl Staged {
 
 /// The file being pushed, opened and checked.
 struct Input<'a> {
+    /// Its file name (checked: a WAL file's).
+    name: &'a str,
     f: &'a mut File,
     src: &'a Path,
     len: u64,
@@ -249,6 +247,21 @@ struct Input<'a> {
     mapped: Option<&'a [u8]>,
 }
 
+impl Input<'_> {
+    /// The archived file's header for these bytes, `stored` compressed with `crc`.
+    fn header(&self, hash: &blake3::Hash, stored: u64, crc: u32) -> Header {
+        Header {
+            kind: self.n.kind,
+            name: self.name.to_string(),
+            raw: self.len,
+            stored,
+            blake3: *hash.as_bytes(),
+            sysid: self.seg.map_or(0, |s| s.sysid),
+            crc,
+        }
+    }
+}
+
 /// Compresses the source behind a header (zeros, filled in by the caller) into `out`;
 /// returns `out` and the header.
 fn compress<W: Write>(
@@ -256,11 +269,6 @@ fn compress<W: Write>(
     i: &mut Input,
     werr: &dyn Fn(io::Error) -> anyhow::Error,
 ) -> Result<(W, Header)> {
-    let name = i
-        .src
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
     let mut cw = CrcWrite {
         inner: out,
         crc: 0,
@@ -273,15 +281,7 @@ fn compress<W: Write>(
     enc.set_pledged_src_size(Some(i.len)).map_err(werr)?;
     let hash = scan(i.f, i.src, i.len, i.n, i.seg, Some(&mut enc), i.mapped)?;
     let cw = enc.finish().map_err(werr)?;
-    let hdr = Header {
-        kind: i.n.kind,
-        name: name.to_string(),
-        raw: i.len,
-        stored: cw.n,
-        blake3: *hash.as_bytes(),
-        sysid: i.seg.map_or(0, |s| s.sysid),
-        crc: cw.crc,
-    };
+    let hdr = i.header(&hash, cw.n, cw.crc);
     Ok((cw.inner, hdr))
 }
 
@@ -301,20 +301,7 @@ fn compress_whole(
     c.include_checksum(true).map_err(werr)?;
     c.include_contentsize(true).map_err(werr)?;
     let body = c.compress(m).map_err(werr)?;
-    let name = i
-        .src
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    let hdr = Header {
-        kind: i.n.kind,
-        name: name.to_string(),
-        raw: i.len,
-        stored: body.len() as u64,
-        blake3: *hash.as_bytes(),
-        sysid: i.seg.map_or(0, |s| s.sysid),
-        crc: crc32c::crc32c(&body),
-    };
+    let hdr = i.header(&hash, body.len() as u64, crc32c::crc32c(&body));
     Ok((hdr, body))
 }
 
@@ -351,12 +338,7 @@ fn stage(
         return Ok((Staged::Bytes(b), hdr));
     }
     let dir = store.stage_dir(rel)?;
-    let name = i
-        .src
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    let (tmp, mut out) = temp_beside(&dir, name)?;
+    let (tmp, mut out) = temp_beside(&dir, i.name)?;
     let werr = |e: io::Error| anyhow!("cannot write '{}': {e}", tmp.path.display());
     let hdr = match whole {
         Some(m) => {
@@ -552,7 +534,7 @@ pub(super) fn push_how(repo: &Repo, src: &Path, how: &How) -> Result<Pushed> {
     };
     // An encrypted repository seals every file; a plain push into one is refused.
     let master = repo.wal_master(true)?;
-    let rel = format!("wal/{:08X}/{name}.zst", n.tli);
+    let rel = archived_rel(&name).expect("a WAL file's name");
     let done = |outcome, hdr: &Header| Pushed {
         name: name.clone(),
         outcome,
@@ -579,6 +561,7 @@ pub(super) fn push_how(repo: &Repo, src: &Path, how: &How) -> Result<Pushed> {
     // request in the common case: what the archive holds is read only when the name is
     // taken.
     let mut input = Input {
+        name: &name,
         f: &mut f,
         src,
         len,
@@ -655,8 +638,9 @@ fn summarize_into(
 }
 
 /// Summarizes an archived segment (its bytes as read), stores the summary, and says in
-/// `p` what it holds (and, in its warnings, a record that cannot be decoded). The segment is durable already: an error here fails the push, and
-/// PostgreSQL's retry (AlreadyArchived) writes the summary then.
+/// `p` what it holds (and, in its warnings, a record that cannot be decoded). The
+/// segment is durable already: an error here fails the push, and PostgreSQL's retry
+/// (AlreadyArchived) writes the summary then.
 pub(super) fn write_summary(
     repo: &Repo,
     p: &mut Pushed,
@@ -759,6 +743,7 @@ mod tests {
         let mut stage_with = |mapped: Option<&[u8]>| {
             f.rewind().unwrap();
             let mut i = Input {
+                name: &name,
                 f: &mut f,
                 src: &src,
                 len,
