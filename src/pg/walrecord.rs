@@ -142,6 +142,67 @@ pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
     Ok(out)
 }
 
+/// Completes `c` with the `rem` bytes that continue it at the start of `seg` and passes
+/// the record to `f`; returns where it ends, or None when it runs on past the segment
+/// (`buf` then holds its bytes so far).
+#[allow(clippy::too_many_arguments)]
+fn complete(
+    seg: &[u8],
+    blcksz: usize,
+    c: &Carry,
+    rem: u64,
+    compressed: u8,
+    blocks: &mut Vec<BlockRef>,
+    buf: &mut Vec<u8>,
+    f: &mut impl FnMut(&RecordView),
+) -> Result<Option<u64>, String> {
+    buf.clear();
+    buf.extend_from_slice(&c.bytes);
+    let Some(next) = gather(seg, blcksz, LONG_PHD as u64, rem, buf) else {
+        return Ok(None);
+    };
+    let (view, main) = decode_record(buf, c.lsn, compressed, blocks)
+        .map_err(|m| format!("the record at {}: {m}", super::format_lsn(c.lsn)))?;
+    f(&view.with(blocks, &buf[main]));
+    Ok(Some(next))
+}
+
+/// Only the record `carry` (the previous segment's unfinished one) continued at the start
+/// of `seg`, passed to `f`, as [`walk_segment`] with that carry sees it first: true when
+/// `seg` continues that record and it ends in `seg`, false when it does not continue it
+/// or the record runs on past `seg`.
+pub fn continued_record(
+    seg: &[u8],
+    blcksz: usize,
+    carry: &Carry,
+    mut f: impl FnMut(&RecordView),
+) -> Result<bool, String> {
+    if seg.len() < LONG_PHD || blcksz < LONG_PHD || !seg.len().is_multiple_of(blcksz) {
+        return Err("not a whole segment of WAL pages".into());
+    }
+    let info = get_u16(seg, 2);
+    let rem = get_u32(seg, 16) as u64;
+    if info & XLP_LONG_HEADER == 0
+        || info & XLP_FIRST_IS_CONTRECORD == 0
+        || carry.total as u64 != carry.bytes.len() as u64 + rem
+    {
+        return Ok(false);
+    }
+    let compressed = compressed_bits(get_u16(seg, 0));
+    let (mut blocks, mut buf) = (Vec::new(), Vec::new());
+    let done = complete(
+        seg,
+        blcksz,
+        carry,
+        rem,
+        compressed,
+        &mut blocks,
+        &mut buf,
+        &mut f,
+    )?;
+    Ok(done.is_some())
+}
+
 /// Calls `f` for every record that ends in `seg`: with `carry` (the previous segment's
 /// unfinished record), also the one continued at its start. The record still unfinished at
 /// the end is returned as a carry when its bytes so far are at most `carry_max`. Errors
@@ -178,16 +239,17 @@ pub fn walk_segment(
         match fits {
             Some(c) => {
                 walk.head = Head::Continued;
-                buf.extend_from_slice(&c.bytes);
-                match gather(seg, blcksz, pos, rem, &mut buf) {
-                    Some(next) => {
-                        let (view, main) = decode_record(&buf, c.lsn, compressed, &mut blocks)
-                            .map_err(|m| {
-                                format!("the record at {}: {m}", super::format_lsn(c.lsn))
-                            })?;
-                        f(&view.with(&blocks, &buf[main]));
-                        pos = maxalign(next);
-                    }
+                match complete(
+                    seg,
+                    blcksz,
+                    c,
+                    rem,
+                    compressed,
+                    &mut blocks,
+                    &mut buf,
+                    &mut f,
+                )? {
+                    Some(next) => pos = maxalign(next),
                     None => {
                         // The record runs on past this segment too.
                         walk.unfinished_at = Some(c.lsn);

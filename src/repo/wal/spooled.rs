@@ -120,11 +120,12 @@ pub fn spool_many(
 struct Copied {
     name: String,
     len: u64,
-    hash: blake3::Hash,
     tmp: Temp,
     out: File,
     map: Option<memmap2::Mmap>,
     seg: Option<SegInfo>,
+    /// Its block summary, made without the previous segment's: completed at commit.
+    alone: Option<Summary>,
     /// The source's identity, unchanged over the copy.
     id: Option<String>,
 }
@@ -220,14 +221,26 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
     crate::sys::start_writeback(&out, 0, 0);
     // Kept only when the file did not change while it was read.
     let id = id.filter(|i| identity(&f).as_ref() == Some(i));
+    // Summarized here, on the copying threads; only the head waits for the previous one.
+    let alone = match (&map, &seg) {
+        (Some(bytes), Some(s)) => Some(summary::summarize(
+            &name,
+            *hash.as_bytes(),
+            bytes,
+            s.blcksz as usize,
+            crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major),
+            None,
+        )),
+        _ => None,
+    };
     Ok(Staged::New(Copied {
         name,
         len,
-        hash,
         tmp,
         out,
         map,
         seg,
+        alone,
         id,
     }))
 }
@@ -288,19 +301,14 @@ fn commit(c: Copied, dir: &Path, prev: Option<&Summary>) -> Result<Spooled> {
     c.out
         .sync_all()
         .with_context(|| format!("cannot write '{}'", c.tmp.path.display()))?;
-    let summary = match (&c.map, &c.seg) {
-        (Some(bytes), Some(s)) => {
-            let major = crate::pg::version_of_wal_magic(s.magic).map_or(0, |v| v.major);
+    let summary = match (&c.map, &c.seg, c.alone) {
+        (Some(bytes), Some(s), Some(alone)) => {
             let prev =
                 prev.filter(|p| previous_name(&c.name, c.len).as_deref() == Some(&p.segment));
-            let sum = summary::summarize(
-                &c.name,
-                *c.hash.as_bytes(),
-                bytes,
-                s.blcksz as usize,
-                major,
-                prev,
-            );
+            let sum = match prev {
+                Some(p) => summary::continue_from(alone, bytes, s.blcksz as usize, p),
+                None => alone,
+            };
             write_whole(dir, &format!("{}{SUM_SUFFIX}", c.name), &sum.encode())?;
             Some(sum)
         }

@@ -8,7 +8,7 @@
 //! not covered and the summary says so.
 
 use super::*;
-use crate::pg::walrecord::{walk_segment, Carry, Head, RelFile};
+use crate::pg::walrecord::{continued_record, walk_segment, Carry, Head, RelFile};
 use crate::pg::walsummary::{self, Changes};
 use roaring::RoaringBitmap;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -268,6 +268,61 @@ pub fn summarize(
     }
     s.databases = b.databases;
     s.rels = b.entries.into_iter().collect();
+    s
+}
+
+/// Completes `s`, the summary of `seg` made without its previous segment's (as the
+/// segments of a batch are summarized at once), with `prev`, that one: the same summary
+/// as [`summarize`] with `prev` gives. The record continued from `prev` is merged in;
+/// where a merge could differ from a walk in order (a limit or wal_level in that record,
+/// wal_level=minimal before it, anything not decoded), the segment is summarized again.
+pub fn continue_from(s: Summary, seg: &[u8], blcksz: usize, prev: &Summary) -> Summary {
+    let again = |s: &Summary| {
+        summarize(
+            &s.segment,
+            s.segment_blake3,
+            seg,
+            blcksz,
+            s.major,
+            Some(prev),
+        )
+    };
+    if prev.flags & END_MINIMAL != 0 {
+        return again(&s);
+    }
+    // The head is covered already, or nothing can cover it: the walk is the same.
+    let Some(carry) = prev.carry.as_ref().filter(|_| s.flags & HEAD_SKIPPED != 0) else {
+        return s;
+    };
+    if s.flags & !(HEAD_SKIPPED | CARRY_LOST) != 0 {
+        return again(&s);
+    }
+    let mut h = Builder::default();
+    let mut failed = false;
+    let done = continued_record(seg, blcksz, carry, |r| {
+        failed |= walsummary::summarize(s.major, r, &mut h).is_err();
+    });
+    if done != Ok(true)
+        || failed
+        || h.minimal_seen
+        || h.entries.iter().any(|(_, e)| e.limit.is_some())
+    {
+        return again(&s);
+    }
+    let mut s = s;
+    // The record came first: what a later limit cut off is forgotten.
+    for (k, e) in h.entries {
+        let t = s.rels.entry(k).or_default();
+        let mut add = e.blocks;
+        if let Some(l) = t.limit {
+            add.remove_range(l..);
+        }
+        t.blocks |= add;
+    }
+    s.databases.extend(h.databases);
+    s.flags &= !HEAD_SKIPPED;
+    s.covered_from = s.seg_start;
+    s.note.clear();
     s
 }
 
