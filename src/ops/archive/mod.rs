@@ -158,9 +158,11 @@ pub fn push_async(
     let mut srcs = vec![o.path.clone()];
     srcs.extend(ahead.iter().cloned());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let spooling = sp.spooling();
     let mut results =
         wal::spooled::spool_many(&srcs, &sp.ready(), prev.as_ref(), !o.no_summaries, threads)
             .into_iter();
+    drop(spooling);
     let first = results.next().expect("one result per file");
     // Files spooled ahead are a bonus: one that failed is spooled when PostgreSQL asks.
     let ahead_done: Vec<wal::spooled::Spooled> = results.filter_map(|r| r.ok()).collect();

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 /// At most this many files per round: files spooled meanwhile join the next one.
 const BATCH: usize = 64;
 const BACKOFF_MAX: Duration = Duration::from_secs(16);
+/// The longest an upload waits for a call copying files into the spool.
+const YIELD_MAX: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 pub struct DrainOptions {
@@ -125,6 +127,7 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
         let mut results = crate::par::map_index(batch.len(), o.process_max.max(1), |i| {
             let name = &batch[i].0;
             let sum = read_spooled_summary(&sum_path(name));
+            spool.yield_to_spooling(YIELD_MAX);
             push_spooled(r, &spool.ready().join(name), sum)
         });
         // Once for the batch, before any spooled file goes: a plain repository is

@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 pub const READY: &str = "ready";
 pub const LAST_SUM: &str = "last.sum";
 const LOCK: &str = "pusher.lock";
+/// Locked by a call while it copies files in; the pusher's uploads wait for it.
+const SPOOLING: &str = "spooling.lock";
 /// A stored file's name once out of the listing, until removed: `.NAME.pushed`.
 const PUSHED_SUFFIX: &str = ".pushed";
 
@@ -182,6 +184,28 @@ impl Spool {
         crate::sys::lock_file(&p).with_context(|| format!("cannot lock '{}'", p.display()))
     }
 
+    /// Marks the spool as being written by this call until the file returned is dropped;
+    /// None when another call marks it (or no mark can be made: it is a hint only).
+    pub fn spooling(&self) -> Option<fs::File> {
+        crate::sys::lock_file(&self.dir.join(SPOOLING))
+            .ok()
+            .flatten()
+    }
+
+    /// Waits, `max` at most, while a call copies files in: PostgreSQL waits on that
+    /// call, an upload can wait, and on a busy host both compete for the cores (and the
+    /// store's, when it runs on them).
+    pub fn yield_to_spooling(&self, max: std::time::Duration) {
+        let until = std::time::Instant::now() + max;
+        while std::time::Instant::now() < until {
+            match crate::sys::lock_file(&self.dir.join(SPOOLING)) {
+                // Free (released again at once), or no mark to read.
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(2)),
+            }
+        }
+    }
+
     pub fn state(&self) -> Option<PusherState> {
         let f = crate::sys::open_regular(&self.dir.join(STATE)).ok()?;
         let mut b = vec![];
@@ -199,5 +223,41 @@ impl Spool {
         if fs::write(&tmp, body).is_ok() && fs::rename(&tmp, self.dir.join(STATE)).is_err() {
             let _ = fs::remove_file(&tmp);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn an_upload_waits_for_a_spooling_call_but_never_longer_than_asked() {
+        let d = tempfile::tempdir().unwrap();
+        let sp = Spool::open(d.path()).unwrap();
+        let t = Instant::now();
+        sp.yield_to_spooling(Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(1), "no call spools");
+        let mark = sp.spooling().expect("the first call marks the spool");
+        assert!(sp.spooling().is_none(), "a second call finds it marked");
+        let t = Instant::now();
+        sp.yield_to_spooling(Duration::from_millis(300));
+        assert!(t.elapsed() >= Duration::from_millis(300), "waited while marked");
+        // The call ends while an upload waits: the upload goes at once.
+        let waiter = std::thread::spawn({
+            let sp = Spool::open(d.path()).unwrap();
+            move || {
+                let t = Instant::now();
+                sp.yield_to_spooling(Duration::from_secs(30));
+                t.elapsed()
+            }
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        drop(mark);
+        let waited = waiter.join().unwrap();
+        assert!(
+            waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
     }
 }

@@ -142,15 +142,13 @@ pub fn stored(dir: &Path, name: &str) -> bool {
 
 /// `asked`: the file PostgreSQL hands over, whose call is the last to need its `.done`.
 fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Staged> {
-    let o = open_checked(src)?;
-    let map = map_if(summaries && o.n.kind == Kind::Segment, &o.f, o.len, src)?;
     let Opened {
         name,
         n,
         mut f,
         len,
         seg,
-    } = o;
+    } = open_checked(src)?;
     let fin = dir.join(&name);
     let id = identity(&f);
     let already = || {
@@ -173,6 +171,8 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
             return already();
         }
     }
+    // Mapped only to be read: most calls find their file spooled ahead.
+    let map = map_if(summaries && n.kind == Kind::Segment, &f, len, src)?;
     // Spooled before (a retried archive_command, or fetched ahead): the same bytes are fine.
     if fin.exists() {
         let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, map.as_deref())?;
