@@ -83,6 +83,12 @@ pub struct PushArgs {
     /// background pusher runs; by hand, after the repository was unreachable).
     #[arg(long, requires = "spool")]
     pub drain: bool,
+    /// With --drain: end with an error once pushes have failed for this long (30s, 5m,
+    /// 1h; 0s: at the first failed round), naming the file; what failed stays in the
+    /// spool, what could be pushed is. The background pusher retries for ever.
+    #[arg(long, value_name = "D", default_value = "5m",
+          value_parser = crate::ops::expire::plan::parse_duration)]
+    pub give_up: u64,
     /// The background pusher's --drain: ends at once when another pusher runs (by
     /// hand, --drain waits for it).
     #[arg(long, hide = true, requires = "drain")]
@@ -254,7 +260,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
             repo: a.repo.clone(),
             process_max: a.process_max as usize,
             linger: std::time::Duration::from_secs(2),
-            give_up: None,
+            give_up: (!a.pusher).then_some(std::time::Duration::from_secs(a.give_up)),
             wait_for_lock: (!a.pusher).then_some(std::time::Duration::from_secs(300)),
             store: store.clone(),
         },

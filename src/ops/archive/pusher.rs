@@ -308,6 +308,47 @@ mod tests {
     }
 
     #[test]
+    fn a_drain_that_gives_up_names_the_damaged_file_keeps_it_and_pushes_the_rest() {
+        use crate::repo::wal::testing::segment;
+        let d = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&d.path().join("spool")).unwrap();
+        let ready = spool.ready();
+        for n in 3..=4 {
+            let src = d.path().join(seg(n));
+            std::fs::write(&src, segment(1, n, 77, 5)).unwrap();
+            spool_copy(&src, &ready, None, true).unwrap();
+        }
+        // Damaged in the spool after it was spooled: refused at every round.
+        let copy = ready.join(seg(3));
+        let mut b = std::fs::read(&copy).unwrap();
+        b[8192 + 100] ^= 1;
+        std::fs::write(&copy, &b).unwrap();
+        let repo = d.path().join("repo");
+        let o = DrainOptions {
+            spool: spool.dir.clone(),
+            repo: repo.to_str().unwrap().to_string(),
+            process_max: 2,
+            linger: Duration::ZERO,
+            give_up: Some(Duration::ZERO),
+            wait_for_lock: None,
+            store: Default::default(),
+        };
+        let t = Instant::now();
+        let e = format!("{:#}", drain(&o, &mut |_| {}).unwrap_err());
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert!(e.contains(&seg(3)) && e.contains("1 files stay"), "{e}");
+        let left: Vec<_> = spool.waiting().unwrap().into_iter().map(|w| w.0).collect();
+        assert_eq!(left, [seg(3)]);
+        let r = Repo::open(repo.to_str().unwrap(), false, &Default::default()).unwrap();
+        let stored = |n| {
+            crate::repo::wal::archived_path(&r, &seg(n))
+                .unwrap()
+                .exists()
+        };
+        assert!(stored(4) && !stored(3));
+    }
+
+    #[test]
     fn a_segment_spooled_over_a_longer_recycled_file_holds_its_own_bytes() {
         use crate::repo::wal::testing::{segment, SEG};
         let d = tempfile::tempdir().unwrap();

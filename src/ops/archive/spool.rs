@@ -242,7 +242,10 @@ mod tests {
         assert!(sp.spooling().is_none(), "a second call finds it marked");
         let t = Instant::now();
         sp.yield_to_spooling(Duration::from_millis(300));
-        assert!(t.elapsed() >= Duration::from_millis(300), "waited while marked");
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "waited while marked"
+        );
         // The call ends while an upload waits: the upload goes at once.
         let waiter = std::thread::spawn({
             let sp = Spool::open(d.path()).unwrap();
