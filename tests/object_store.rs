@@ -165,6 +165,14 @@ fn archived_objects_over_their_kind_s_limit_are_refused() {
     let h = tmp.path().join("00000002.history");
     std::fs::write(&h, "1\t0/5000100\tno recovery target specified\n").unwrap();
     ok(&["archive-push", "--repo", &repo, &s(&h)]);
+    // Into the repository made by that push: the marker read once at the opening, the
+    // put, the marker read again (still plain).
+    let h4 = tmp.path().join("00000004.history");
+    std::fs::write(&h4, "1\t0/5000100\tx\n2\t0/6000100\ty\n").unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(&ok(&["archive-push", "--repo", &repo, &s(&h4), "--json"])).unwrap();
+    assert_eq!(j["outcome"], "archived", "{j}");
+    assert_eq!(j["object_store"]["requests"], 3, "{j}");
     let got = tmp.path().join("got");
     ok(&["archive-get", "--repo", &repo, "00000002.history", &s(&got)]);
     assert_eq!(std::fs::read(&got).unwrap(), std::fs::read(&h).unwrap());

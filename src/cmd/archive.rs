@@ -172,7 +172,10 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
     for w in &p.warnings {
         super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
     }
-    if super::printed_json(&p, a.json) {
+    if a.json {
+        let mut v = serde_json::to_value(&p)?;
+        v["object_store"] = super::retries_json();
+        super::print_json(&v);
         return Ok(());
     }
     match p.outcome {

@@ -37,6 +37,8 @@ pub struct RepoKey {
 }
 
 pub(super) const MARKER_HEAD: &str = "pagevault repository 1\n";
+/// A marker is a few lines; more is damage.
+pub(super) const MARKER_MAX: u64 = 1 << 16;
 /// The marker's second line: what the repository's key does.
 const MODE_SEAL: &str = "encryption aes-256-gcm";
 const MODE_SIGN: &str = "signing keyed-blake3";
@@ -243,13 +245,17 @@ impl Marker {
 impl Repo {
     /// The marker, parsed.
     fn read_marker(&self) -> Result<Marker> {
-        let text = self.store.get(MARKER, 1 << 16)?.ok_or_else(|| {
+        let text = self.store.get(MARKER, MARKER_MAX)?.ok_or_else(|| {
             anyhow!(
                 "'{}' is missing: the repository's marker was removed; restore it from a copy",
                 self.store.describe(MARKER)
             )
         })?;
-        Marker::parse(&text).map_err(|e| {
+        self.parse_marker(&text)
+    }
+
+    fn parse_marker(&self, text: &[u8]) -> Result<Marker> {
+        Marker::parse(text).map_err(|e| {
             anyhow!(
                 "'{}': {e}: the marker is damaged or forged",
                 self.store.describe(MARKER)
@@ -262,8 +268,12 @@ impl Repo {
     /// to a read (`write`, a backup or push, may make a plain repository keyed), and a
     /// marker written before markers were authenticated is authenticated by a write
     /// (when what the repository holds agrees with it) and refused to a read.
-    pub(super) fn with_key(mut self, write: bool) -> Result<Repo> {
-        let m = self.read_marker()?;
+    /// `read`: the marker's bytes when the opening read them already.
+    pub(super) fn with_key(mut self, write: bool, read: Option<Vec<u8>>) -> Result<Repo> {
+        let m = match read {
+            Some(text) => self.parse_marker(&text)?,
+            None => self.read_marker()?,
+        };
         self.immutable = m.immutable;
         if let Some(source) = &self.options.key {
             match &m.key {

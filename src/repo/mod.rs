@@ -188,12 +188,14 @@ impl Repo {
             pins: Default::default(),
             sysid: Default::default(),
         }
-        .with_key(create)
+        .with_key(create, None)
     }
 
     fn open_object(loc: Location, create: bool, options: &StoreOptions) -> Result<Repo> {
         let marker = loc.join(MARKER);
-        if !marker.exists()? {
+        // Read at once: one request where a look-up and a read were two.
+        let read = marker.get(marker::MARKER_MAX)?;
+        if read.is_none() {
             if !create {
                 bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", loc.describe());
             }
@@ -223,7 +225,7 @@ impl Repo {
             pins: Default::default(),
             sysid: Default::default(),
         }
-        .with_key(create)
+        .with_key(create, read)
     }
 
     /// The object-store options it was opened with.
