@@ -264,6 +264,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
             process_max: a.process_max as usize,
             linger: std::time::Duration::from_secs(2),
             give_up: (!a.pusher).then_some(std::time::Duration::from_secs(a.give_up)),
+            yield_below: a.spool_max / 2,
             wait_for_lock: (!a.pusher).then_some(std::time::Duration::from_secs(300)),
             store: store.clone(),
         },

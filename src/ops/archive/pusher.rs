@@ -34,6 +34,9 @@ pub struct DrainOptions {
     pub give_up: Option<Duration>,
     /// How long to wait for a running pusher to end; None: end at once.
     pub wait_for_lock: Option<Duration>,
+    /// Uploads wait for a push copying files into the spool while fewer bytes than
+    /// this wait ([`yields`]); 0: never.
+    pub yield_below: u64,
     pub store: crate::device::object::StoreOptions,
 }
 
@@ -123,11 +126,15 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
             },
         };
         let batch = &waiting[..waiting.len().min(BATCH)];
+        let backlog: u64 = waiting.iter().map(|(_, b)| b).sum();
+        let yielding = yields(o, backlog);
         let sum_path = |name: &str| spool.ready().join(format!("{name}{SUM_SUFFIX}"));
         let mut results = crate::par::map_index(batch.len(), o.process_max.max(1), |i| {
             let name = &batch[i].0;
             let sum = read_spooled_summary(&sum_path(name));
-            spool.yield_to_spooling(YIELD_MAX);
+            if yielding {
+                spool.yield_to_spooling(YIELD_MAX);
+            }
             push_spooled(r, &spool.ready().join(name), sum)
         });
         // Once for the batch, before any spooled file goes: a plain repository is
@@ -177,6 +184,16 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
     out.seconds = t0.elapsed().as_secs_f64();
     out.object_store = crate::device::object::retry_stats().since(before);
     Ok(out)
+}
+
+/// Whether uploads wait for a push copying files into the spool: only where they and
+/// the copies compete for the cores (fewer than the copying threads, the uploads and
+/// one for the server), and only while the pusher keeps up (`backlog` bytes under
+/// `yield_below`); otherwise the wait would only delay the repository.
+fn yields(o: &DrainOptions, backlog: u64) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let wanted = cores.min(4) + o.process_max + 1;
+    cores < wanted && backlog < o.yield_below
 }
 
 /// Takes stored files out of the spool off the pusher's path: a segment into the pool
@@ -308,6 +325,28 @@ mod tests {
     }
 
     #[test]
+    fn uploads_yield_only_on_few_cores_while_the_pusher_keeps_up() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let o = |process_max, yield_below| DrainOptions {
+            spool: PathBuf::new(),
+            repo: String::new(),
+            process_max,
+            linger: Duration::ZERO,
+            give_up: None,
+            wait_for_lock: None,
+            yield_below,
+            store: Default::default(),
+        };
+        let few = cores < cores.min(4) + 2 + 1;
+        assert_eq!(yields(&o(2, 2 << 30), 1 << 30), few);
+        // Behind (half the spool's limit waits), or never asked to: no wait.
+        assert!(!yields(&o(2, 2 << 30), 2 << 30));
+        assert!(!yields(&o(2, 0), 0));
+        // As many uploads as the host has cores: they compete with the copies.
+        assert!(yields(&o(cores, 2 << 30), 0));
+    }
+
+    #[test]
     fn a_drain_that_gives_up_names_the_damaged_file_keeps_it_and_pushes_the_rest() {
         use crate::repo::wal::testing::segment;
         let d = tempfile::tempdir().unwrap();
@@ -331,6 +370,7 @@ mod tests {
             linger: Duration::ZERO,
             give_up: Some(Duration::ZERO),
             wait_for_lock: None,
+            yield_below: 0,
             store: Default::default(),
         };
         let t = Instant::now();
