@@ -102,13 +102,23 @@ pub fn try_lock(f: &std::fs::File) -> io::Result<bool> {
 }
 
 /// Opens (creating it) the lock file `p` and takes its lock without waiting: None when
-/// another process holds it.
+/// another process holds it. A regular file only: a link planted there is not followed
+/// (nothing is created through it), a FIFO does not block.
 pub fn lock_file(p: &std::path::Path) -> io::Result<Option<std::fs::File>> {
+    use rustix::fs::OFlags;
+    use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
         .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "'{}' is not a regular file",
+            p.display()
+        )));
+    }
     Ok(try_lock(&f)?.then_some(f))
 }
 

@@ -142,6 +142,13 @@ pub fn decode_segment(seg: &[u8], blcksz: usize) -> Result<Decoded, String> {
     Ok(out)
 }
 
+fn whole_pages(seg: &[u8], blcksz: usize) -> Result<(), String> {
+    match seg.len() < LONG_PHD || blcksz < LONG_PHD || !seg.len().is_multiple_of(blcksz) {
+        true => Err("not a whole segment of WAL pages".into()),
+        false => Ok(()),
+    }
+}
+
 /// Completes `c` with the `rem` bytes that continue it at the start of `seg` and passes
 /// the record to `f`; returns where it ends, or None when it runs on past the segment
 /// (`buf` then holds its bytes so far).
@@ -177,9 +184,7 @@ pub fn continued_record(
     carry: &Carry,
     mut f: impl FnMut(&RecordView),
 ) -> Result<bool, String> {
-    if seg.len() < LONG_PHD || blcksz < LONG_PHD || !seg.len().is_multiple_of(blcksz) {
-        return Err("not a whole segment of WAL pages".into());
-    }
+    whole_pages(seg, blcksz)?;
     let info = get_u16(seg, 2);
     let rem = get_u32(seg, 16) as u64;
     if info & XLP_LONG_HEADER == 0
@@ -214,9 +219,7 @@ pub fn walk_segment(
     carry_max: usize,
     mut f: impl FnMut(&RecordView),
 ) -> Result<Walk, String> {
-    if seg.len() < LONG_PHD || blcksz < LONG_PHD || !seg.len().is_multiple_of(blcksz) {
-        return Err("not a whole segment of WAL pages".into());
-    }
+    whole_pages(seg, blcksz)?;
     let info = get_u16(seg, 2);
     if info & XLP_LONG_HEADER == 0 {
         return Err("the first page has no long header".into());

@@ -262,5 +262,12 @@ mod tests {
             waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
             "{waited:?}"
         );
+        // A link planted as the lock is never followed: no file is made through it.
+        let victim = d.path().join("victim");
+        fs::remove_file(d.path().join(SPOOLING)).unwrap();
+        std::os::unix::fs::symlink(&victim, d.path().join(SPOOLING)).unwrap();
+        assert!(sp.spooling().is_none() && !victim.exists());
+        sp.yield_to_spooling(Duration::from_secs(5));
+        assert!(!victim.exists());
     }
 }
