@@ -442,14 +442,20 @@ fn print_text(r: &BackupReport, verbose: bool) {
             live,
             sparse_files,
             listed_pages,
-        }) => println!(
-            "Changed pages from the block summaries of {segments} WAL segment(s){}: {listed_pages} page(s) listed in {sparse_files} relation file(s) read; files new since the base read whole.",
-            if *live {
-                " (the last one summarized from the server's pg_wal up to this backup's start)"
-            } else {
-                ""
+            vm_read_whole,
+        }) => {
+            println!(
+                "Changed pages from the block summaries of {segments} WAL segment(s){}: {listed_pages} page(s) listed in {sparse_files} relation file(s) read; files new since the base read whole.",
+                if *live {
+                    " (the last one summarized from the server's pg_wal up to this backup's start)"
+                } else {
+                    ""
+                }
+            );
+            if let Some(why) = vm_read_whole {
+                println!("Visibility maps read whole: {why}.");
             }
-        ),
+        }
         Some(ChangeMap::LsnScan { reason }) => println!(
             "Changed pages found by reading every page of the base's relation files (LSN scan): {reason}."
         ),

@@ -21,14 +21,29 @@ pub struct HistoryArgs {
 pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
     let repo = Repo::open(&a.repo, false, store)?;
     let sets = repo.catalog()?;
+    let stale = crate::repo::chain::stale_vm_sets(&sets);
+    let mut notes = repo.record_notes();
+    if !stale.is_empty() {
+        notes.push(format!(
+            "set(s) {}: {}",
+            stale.join(", "),
+            crate::repo::STALE_VM
+        ));
+    }
     if a.json {
         // A stable document (docs/PROGRAMS.md): fields are added, never renamed or
         // removed, without a new version.
-        let warnings = repo.record_notes();
-        print_json(&json!({ "version": 1, "sets": sets, "warnings": warnings }));
+        let sets: Vec<serde_json::Value> = (sets.iter())
+            .map(|e| {
+                let mut v = serde_json::to_value(e).unwrap_or_default();
+                v["visibility_map_may_be_stale"] = stale.contains(&e.set_id).into();
+                v
+            })
+            .collect();
+        print_json(&json!({ "version": 1, "sets": sets, "warnings": notes }));
         return Ok(());
     }
-    for w in repo.record_notes() {
+    for w in &notes {
         eprintln!("Warning: {w}.");
     }
     println!(

@@ -243,6 +243,12 @@ pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
         if !names.is_empty() {
             why.push(format!("overwritten or deleted after the backup: {} (the versions the backup wrote are intact and were read; find who wrote the newer ones, and remove them with the store's own tools)", names.join(", ")));
         }
+        let sums: Vec<String> = (r.summaries.iter())
+            .flat_map(|s| s.damaged.iter().map(|d| super::shown(&d.segment)))
+            .collect();
+        if !sums.is_empty() {
+            why.push(format!("the block summaries of archived WAL segment(s) {} are refused (above): the next differential or incremental reads every page; put back intact copies, or push those segments again", sums.join(", ")));
+        }
         if !inside.is_empty() {
             why.push(format!("archived WAL segment(s) {} it needs to be consistent could not be decoded when pushed: a recovery from it stops there before the set is consistent; check the server's storage, and take a new full backup", inside.join(", ")));
         }
@@ -285,9 +291,35 @@ pub fn print_verify(r: &VerifyReport, json: bool) {
             super::shown(&d.note)
         );
     }
+    let mut summary_damage = false;
+    if let Some(s) = &r.summaries {
+        for d in &s.damaged {
+            summary_damage = true;
+            println!(
+                "Finding: the block summary of archived WAL segment {} is refused: {}; the next differential or incremental reads every page instead; put back an intact copy, or push the segment again.",
+                super::shown(&d.segment),
+                super::shown(&d.error)
+            );
+        }
+        println!(
+            "Block summaries from the newest full set on: {} intact ({} made by older change rules), {} missing, {} refused.",
+            s.checked,
+            s.old_rules,
+            s.missing,
+            s.damaged.len()
+        );
+    }
+    if r.stale_visibility_map {
+        println!(
+            "Warning: set {}: {}.",
+            super::shown(&r.set_id),
+            crate::repo::STALE_VM
+        );
+    }
     let damaged = !damaged_inside(r).is_empty();
     match (r.valid, damaged) {
         (true, _) => println!("The backup set on file 1 is valid."),
+        (false, _) if summary_damage => println!("The backup set on file 1 reads intact, but block summaries of the repository are damaged."),
         (false, true) => println!("The backup set on file 1 reads intact, but the WAL it needs to be consistent is damaged in the archive."),
         (false, false) => println!("The backup set on file 1 reads intact at the versions its backup wrote, but its stripes' names now hold other data."),
     }

@@ -135,6 +135,14 @@ fn print_text(r: &StatusReport) {
     for id in &r.damaged_sets {
         println!("damaged set       {}", super::shown(id));
     }
+    if !r.stale_vm_sets.is_empty() {
+        let ids: Vec<String> = r.stale_vm_sets.iter().map(|i| super::shown(i)).collect();
+        println!(
+            "stale vis. map    set(s) {}: {}",
+            ids.join(", "),
+            crate::repo::STALE_VM
+        );
+    }
     print_damaged_wal(&r.damaged_wal);
     for b in &r.running {
         println!(
@@ -262,6 +270,11 @@ fn prometheus(r: &StatusReport) -> String {
         "damaged_sets",
         "Sets recorded as damaged.",
         vec![(String::new(), r.damaged_sets.len() as f64)],
+    );
+    metric(
+        "stale_visibility_map_sets",
+        "Sets whose restore may hold stale visibility maps: take a new full backup.",
+        vec![(String::new(), r.stale_vm_sets.len() as f64)],
     );
     metric(
         "wal_segments",

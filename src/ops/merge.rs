@@ -96,7 +96,11 @@ pub fn merge(
             full.set_id
         );
     }
-    let m = super::set_manifest(&repo, newest)?;
+    let mut m = super::set_manifest(&repo, newest)?;
+    // The new full holds the chain's visibility maps: as exact as its least exact set.
+    let rules = chain.links.iter().map(|l| l.rules()).min().unwrap_or(1);
+    m.extra
+        .insert(super::backup::CHANGE_RULES.to_string(), rules.into());
     // Room for what the newer sets hold, raw: the most the scratch copy takes.
     let need: u64 = chain.links[1..].iter().map(|l| l.raw_bytes).sum();
     let scratch = Scratch(make_scratch(o, need)?);
@@ -150,7 +154,8 @@ pub fn merge(
         // Restores to a time pick it as they would the newest merged set.
         data_finished: Some(newest.finished.clone()),
         name: Some(format!(
-            "merge of {} ({} sets, {} to {})",
+            "{}{} ({} sets, {} to {})",
+            crate::repo::MERGE_NAME,
             short(&full.set_id),
             names.len(),
             short(&full.set_id),

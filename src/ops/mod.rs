@@ -19,6 +19,29 @@ pub mod verify;
 
 use anyhow::Context;
 
+/// Whether a restore of set `m` may hold visibility-map pages older than its WAL made
+/// them ([`crate::repo::CatalogEntry::vm_may_be_stale`]): its manifest records change
+/// rules before [`crate::pg::walsummary::RULES`], or, written before the rules were
+/// recorded, it holds a visibility-map fork read page by page, or is a merge.
+pub(crate) fn vm_may_be_stale(m: &crate::format::manifest::Manifest) -> bool {
+    use crate::pg::page::{RelPath, VM_FORK};
+    if m.source.kind != crate::format::manifest::SourceKind::Postgres {
+        return false;
+    }
+    match m.extra.get(backup::CHANGE_RULES).map(|v| v.as_u64()) {
+        Some(Some(r)) => r < crate::pg::walsummary::RULES as u64,
+        // A value that is not a number is no record of exact rules.
+        Some(None) => true,
+        None => {
+            m.name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(crate::repo::MERGE_NAME))
+                || (m.files.iter())
+                    .any(|f| f.sparse && RelPath::parse(&f.path).is_some_and(|r| r.fork == VM_FORK))
+        }
+    }
+}
+
 /// The manifest of a set the catalog records (from its first stripe).
 pub(crate) fn set_manifest(
     repo: &crate::repo::Repo,

@@ -43,6 +43,9 @@ pub struct StatusReport {
     pub sets: usize,
     /// Sets recorded as damaged (`--continue-after-error`): they restore with errors.
     pub damaged_sets: Vec<String>,
+    /// Sets whose restore may hold stale visibility maps (taken with change-tracking
+    /// rules before 2, or built on such a set): take a new full backup.
+    pub stale_vm_sets: Vec<String>,
     pub newest_full: Option<Newest>,
     pub newest_diff: Option<Newest>,
     pub newest_incr: Option<Newest>,
@@ -231,6 +234,7 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
             .filter(|e| e.damaged)
             .map(|e| e.set_id.clone())
             .collect(),
+        stale_vm_sets: crate::repo::chain::stale_vm_sets(&catalog),
         newest_full_age_seconds: newest_full.as_ref().map(|n| n.age_seconds),
         newest_full,
         newest_diff: newest(Some(BackupType::Diff)),

@@ -75,9 +75,66 @@ pub struct VerifyReport {
     /// `--repo`: archived segments marked damaged, each with where it lies against the
     /// WAL the set needs to be consistent; one `inside` makes the set invalid.
     pub damaged_wal: Vec<DamagedWal>,
+    /// `--repo`: the block summaries the next differential or incremental would use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summaries: Option<SummaryCheck>,
+    /// A restore of the set (or of a set it is built on) may hold stale visibility maps.
+    pub stale_visibility_map: bool,
     /// For the text summary.
     #[serde(skip)]
     pub pages: u64,
+}
+
+/// The block summaries of the archived segments from the newest full set's start on
+/// (what a differential or incremental would read): each intact and of its segment, or
+/// named. A summary that is missing is no finding (the change map then reads every page).
+#[derive(Debug, Serialize, Default)]
+pub struct SummaryCheck {
+    pub checked: usize,
+    pub missing: usize,
+    /// Made with change rules older than today's: the next backup reads
+    /// visibility-map forks whole across them.
+    pub old_rules: usize,
+    /// Summaries present but refused, with why: a finding.
+    pub damaged: Vec<DamagedSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DamagedSummary {
+    pub segment: String,
+    pub error: String,
+}
+
+/// Reads every summary a differential or incremental of the repository's newest
+/// full PostgreSQL set would use.
+fn check_summaries(repo: &Repo, catalog: &[CatalogEntry]) -> Result<Option<SummaryCheck>> {
+    let full = (catalog.iter().rev()).find(|e| {
+        e.backup_type == crate::format::manifest::BackupType::Full
+            && !e.damaged
+            && e.source_kind == SourceKind::Postgres
+    });
+    let Some((tli, first)) = full.and_then(|f| Some((f.timeline?, f.start_wal.clone()?))) else {
+        return Ok(None);
+    };
+    let mut c = SummaryCheck::default();
+    for (name, _) in wal::all_archived(repo)? {
+        let seg = pg::parse_name(&name);
+        if !seg.is_some_and(|n| n.kind == pg::Kind::Segment && n.tli == tli) || name < first {
+            continue;
+        }
+        match wal::summary::read(repo, &name) {
+            Ok(Some(s)) => {
+                c.checked += 1;
+                c.old_rules += (s.rules < pg::walsummary::RULES) as usize;
+            }
+            Ok(None) => c.missing += 1,
+            Err(e) => c.damaged.push(DamagedSummary {
+                segment: name,
+                error: format!("{e:#}"),
+            }),
+        }
+    }
+    Ok(Some(c))
 }
 
 /// A damaged archived segment, as verify reports it.
@@ -137,6 +194,14 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         Some((repo, _)) => damaged_wal(repo, m)?,
         None => vec![],
     };
+    let summaries = match &repo {
+        Some((repo, catalog)) => check_summaries(repo, catalog)?,
+        None => None,
+    };
+    let stale_visibility_map = crate::ops::vm_may_be_stale(m)
+        || repo
+            .as_ref()
+            .is_some_and(|(_, catalog)| chain::stale_vm_sets(catalog).contains(&m.set_id));
     let params = engine_params(&o.read, &set);
     let ids = regular_files(m);
     let progress = Arc::new(Progress::default());
@@ -158,8 +223,11 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         // something else is a finding all the same.
         valid: set.overwritten.is_empty()
             && notes.is_empty()
-            && !damaged.iter().any(|d| d.position == Position::Inside),
+            && !damaged.iter().any(|d| d.position == Position::Inside)
+            && summaries.as_ref().is_none_or(|s| s.damaged.is_empty()),
         damaged_wal: damaged,
+        summaries,
+        stale_visibility_map,
         overwritten: set.overwritten.clone(),
         records_overwritten: notes,
         set_id: m.set_id.clone(),

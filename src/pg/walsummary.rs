@@ -14,6 +14,11 @@
 //!   tablespace named: every relation file of that (tablespace, database) is new or gone;
 //! - XLOG_PARAMETER_CHANGE, and on 17+ shutdown checkpoints, redo points and end of
 //!   recovery, state the wal_level: WAL written at `minimal` does not log every change.
+//!
+//! Beyond PostgreSQL's rules (rules 2, [`RULES`]): redo of a heap insert, update, delete
+//! or row lock clears visibility-map bits without a block reference to the map page
+//! before 17, so every main-fork block a heap record references also marks the map page
+//! covering it; a truncation that keeps part of a map page marks that page.
 
 use super::walpage::get_u32;
 use super::walrecord::{RecordView, RelFile};
@@ -37,6 +42,13 @@ const RM_XLOG: u8 = 0;
 const RM_XACT: u8 = 1;
 const RM_SMGR: u8 = 2;
 const RM_DBASE: u8 = 4;
+const RM_HEAP2: u8 = 9;
+const RM_HEAP: u8 = 10;
+
+/// The version of these rules a summary was made with. 1: PostgreSQL's rules alone
+/// (visibility-map pages cleared by heap records on 14-16 were not marked); 2: every heap
+/// main-fork block marks its map page too.
+pub const RULES: u32 = 2;
 
 const XLOG_CHECKPOINT_SHUTDOWN: u8 = 0x00;
 const XLOG_PARAMETER_CHANGE: u8 = 0x60;
@@ -129,6 +141,10 @@ pub fn summarize(major: u32, r: &RecordView, out: &mut impl Changes) -> Result<(
             if flags & SMGR_TRUNCATE_VM != 0 {
                 // The map keeps the pages that still cover a heap block (a partial last one too).
                 out.limit(file, VM_FORK, blkno.div_ceil(HEAPBLOCKS_PER_VM_PAGE));
+                // Redo clears the bits past the new end on that partial page.
+                if blkno % HEAPBLOCKS_PER_VM_PAGE != 0 {
+                    out.block(file, VM_FORK, vm_page_of(blkno));
+                }
             }
         }
         RM_XACT => {
@@ -174,12 +190,21 @@ pub fn summarize(major: u32, r: &RecordView, out: &mut impl Changes) -> Result<(
         }
         _ => {}
     }
+    let heap = matches!(r.rmid, RM_HEAP | RM_HEAP2);
     for b in r.blocks {
         if b.fork != FSM_FORK {
             out.block(b.file, b.fork, b.block);
         }
+        if heap && b.fork == MAIN_FORK {
+            out.block(b.file, VM_FORK, vm_page_of(b.block));
+        }
     }
     Ok(())
+}
+
+/// The visibility-map page holding heap block `block`'s bits.
+pub fn vm_page_of(block: u32) -> u32 {
+    block / HEAPBLOCKS_PER_VM_PAGE
 }
 
 /// The relations a commit or abort record drops (ParseCommitRecord, ParseAbortRecord):
@@ -277,8 +302,46 @@ mod tests {
             block,
             image: false,
         };
-        let got = run(17, 10, 0, &[], &[b(0, 7), b(1, 2), b(2, 0)]);
+        // A btree record (rmid 11): its blocks alone.
+        let got = run(17, 11, 0, &[], &[b(0, 7), b(1, 2), b(2, 0)]);
         assert_eq!(got, ["b 1663/5/16384 0 7", "b 1663/5/16384 2 0"]);
+    }
+
+    #[test]
+    fn heap_blocks_mark_their_visibility_map_page() {
+        let f = RelFile {
+            spc: 1663,
+            db: 5,
+            rel: 16384,
+        };
+        let b = |fork, block| BlockRef {
+            file: f,
+            fork,
+            block,
+            image: false,
+        };
+        // A 15 update: old and new heap page, no map reference; both map pages marked.
+        let got = run(15, RM_HEAP, 0x20, &[], &[b(0, 40000), b(0, 5)]);
+        assert_eq!(
+            got,
+            [
+                "b 1663/5/16384 0 40000",
+                "b 1663/5/16384 2 1",
+                "b 1663/5/16384 0 5",
+                "b 1663/5/16384 2 0"
+            ]
+        );
+        // heap2 (multi-insert, prune, visible) too; the map page's own reference stays.
+        let got = run(16, RM_HEAP2, 0x40, &[], &[b(2, 0), b(0, 32671)]);
+        assert_eq!(
+            got,
+            [
+                "b 1663/5/16384 2 0",
+                "b 1663/5/16384 0 32671",
+                "b 1663/5/16384 2 0"
+            ]
+        );
+        assert_eq!(vm_page_of(32672), 1);
     }
 
     #[test]
@@ -290,12 +353,20 @@ mod tests {
         // Truncate to 3 blocks: heap and VM flags (one map page covers 32672 heap
         // blocks); the FSM flag alone sets nothing.
         let t = words(&[3, 1663, 5, 16384, 0x1 | 0x2 | 0x4]);
+        // The partial map page kept is marked: redo clears its bits past the end.
         assert_eq!(
             run(15, RM_SMGR, 0x20, &t, &[]),
-            ["l 1663/5/16384 0 3", "l 1663/5/16384 2 1"]
+            [
+                "l 1663/5/16384 0 3",
+                "l 1663/5/16384 2 1",
+                "b 1663/5/16384 2 0"
+            ]
         );
         let t = words(&[32672 * 2 + 1, 1663, 5, 16384, 0x2]);
-        assert_eq!(run(15, RM_SMGR, 0x20, &t, &[]), ["l 1663/5/16384 2 3"]);
+        assert_eq!(
+            run(15, RM_SMGR, 0x20, &t, &[]),
+            ["l 1663/5/16384 2 3", "b 1663/5/16384 2 2"]
+        );
         let t = words(&[32672, 1663, 5, 16384, 0x2]);
         assert_eq!(run(15, RM_SMGR, 0x20, &t, &[]), ["l 1663/5/16384 2 1"]);
         let t = words(&[3, 1663, 5, 16384, 0x4]);

@@ -46,6 +46,40 @@ impl Chain {
     pub fn last(&self) -> &CatalogEntry {
         self.links.last().expect("a chain holds its full set")
     }
+
+    /// The links whose visibility maps may be stale ([`CatalogEntry::vm_may_be_stale`]):
+    /// the chain restores such maps when there is one.
+    pub fn stale_vm(&self) -> Vec<&str> {
+        (self.links.iter())
+            .filter(|l| l.vm_may_be_stale())
+            .map(|l| l.set_id.as_str())
+            .collect()
+    }
+}
+
+/// The sets of `catalog` whose restore may hold stale visibility maps: each that is so
+/// itself or has such a set among the bases it is built on.
+pub fn stale_vm_sets(catalog: &[CatalogEntry]) -> Vec<String> {
+    let by_id: std::collections::HashMap<&str, &CatalogEntry> =
+        catalog.iter().map(|e| (e.set_id.as_str(), e)).collect();
+    let stale = |start: &CatalogEntry| {
+        let mut e = start;
+        // A chain is a handful of links; the bound only guards a cycle of forged records.
+        for _ in 0..=catalog.len() {
+            if e.vm_may_be_stale() {
+                return true;
+            }
+            match e.base_set.as_deref().and_then(|b| by_id.get(b).copied()) {
+                Some(b) => e = b,
+                None => return false,
+            }
+        }
+        false
+    };
+    (catalog.iter())
+        .filter(|e| stale(e))
+        .map(|e| e.set_id.clone())
+        .collect()
 }
 
 /// A time as `--until` takes it (RFC 3339, or PostgreSQL's `2026-11-21 10:00:00+00`).
@@ -257,6 +291,7 @@ mod tests {
             stripes: vec!["sets/x/1.pv".into()],
             stripe_versions: vec![],
             base_version: None,
+            change_rules: None,
         }
     }
 
@@ -298,6 +333,48 @@ mod tests {
                 "0/A000100",
             ),
         ]
+    }
+
+    #[test]
+    fn sets_built_on_a_stale_map_are_named() {
+        let mut cat = with_incrs();
+        for e in cat.iter_mut() {
+            e.source_kind = crate::format::manifest::SourceKind::Postgres;
+            e.change_rules = Some(crate::pg::walsummary::RULES);
+        }
+        assert!(stale_vm_sets(&cat).is_empty());
+        // One incremental of the old rules: it and every set built on it.
+        let i = cat
+            .iter()
+            .position(|e| e.backup_type == BackupType::Incr)
+            .unwrap();
+        cat[i].change_rules = Some(1);
+        let stale = stale_vm_sets(&cat);
+        assert!(stale.contains(&cat[i].set_id), "{stale:?}");
+        for e in &cat {
+            let on_it = stale.contains(&e.set_id);
+            let mut b = Some(e);
+            let mut via = false;
+            while let Some(x) = b {
+                via |= x.set_id == cat[i].set_id;
+                b = x
+                    .base_set
+                    .as_deref()
+                    .and_then(|id| cat.iter().find(|c| c.set_id == id));
+            }
+            assert_eq!(on_it, via, "{}", e.set_id);
+        }
+        // A record from before rules were recorded: a diff, an incr or a merge counts.
+        let mut old = cat[0].clone();
+        old.change_rules = None;
+        assert!(!old.vm_may_be_stale(), "a full");
+        old.name = Some(format!("{}abc (2 sets)", crate::repo::MERGE_NAME));
+        assert!(old.vm_may_be_stale(), "a merged full");
+        old.name = None;
+        old.backup_type = BackupType::Diff;
+        assert!(old.vm_may_be_stale());
+        old.source_kind = crate::format::manifest::SourceKind::Files;
+        assert!(!old.vm_may_be_stale(), "not PostgreSQL");
     }
 
     fn ids(c: &Chain) -> Vec<String> {

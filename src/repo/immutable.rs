@@ -205,6 +205,7 @@ mod tests {
             stripes: vec![format!("sets/{id}/1.pv"), "/elsewhere/2.pv".into()],
             stripe_versions: vec![],
             base_version: None,
+            change_rules: None,
         }
     }
 

@@ -76,7 +76,51 @@ pub struct CatalogEntry {
     /// put over later is read at this version (repo/pin.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_version: Option<String>,
+    /// The version of the change-tracking rules that chose the set's pages
+    /// ([`crate::pg::walsummary::RULES`]); for a merged full, the oldest of its chain's.
+    /// None: recorded before it was (see [`CatalogEntry::vm_may_be_stale`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_rules: Option<u32>,
 }
+
+/// What history, status, verify and restore say of a set whose visibility maps may be
+/// stale.
+pub const STALE_VM: &str = "visibility map may be stale: take a new full backup";
+
+impl CatalogEntry {
+    /// Whether a restore of this set may hold visibility-map pages older than its WAL
+    /// made them: a PostgreSQL differential or incremental whose pages were chosen by
+    /// change-tracking rules before 2, or a full merged from such a chain. Records
+    /// written before the rules were recorded count as rules 1 when they are a
+    /// differential, an incremental or a merge.
+    pub fn vm_may_be_stale(&self) -> bool {
+        if self.source_kind != SourceKind::Postgres {
+            return false;
+        }
+        match self.change_rules {
+            Some(r) => r < crate::pg::walsummary::RULES,
+            None => {
+                self.backup_type != BackupType::Full
+                    || self
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(MERGE_NAME))
+            }
+        }
+    }
+
+    /// The change rules this set counts as (rules 1 for an old record that may be stale).
+    pub fn rules(&self) -> u32 {
+        match (self.change_rules, self.vm_may_be_stale()) {
+            (Some(r), _) => r,
+            (None, true) => 1,
+            (None, false) => crate::pg::walsummary::RULES,
+        }
+    }
+}
+
+/// How a merged full's name starts.
+pub const MERGE_NAME: &str = "merge of ";
 
 pub struct Repo {
     store: Box<dyn Store>,

@@ -46,6 +46,7 @@ pub fn check_restored_with(
     let mut r = Pg::adopt(target);
     r.wait_promoted();
     assert_eq!(rows(&r), want, "{}", r.log());
+    check_database(&r);
     also(&r);
     r.stop();
     let bin = bin_dir(15).join("pg_checksums");
@@ -562,6 +563,53 @@ pub fn assert_pgbench_consistent(pg: &Pg) {
         v.iter().all(|x| *x == v[0]),
         "pgbench tables disagree: {sums}"
     );
+}
+
+/// What PostgreSQL's own checkers say of a restored cluster, in every database that
+/// takes connections: pg_amcheck --heapallindexed is clean; pg_visibility's
+/// pg_check_visible and pg_check_frozen find nothing in any table (a visibility map
+/// that calls a page all-visible or all-frozen when it is not); and an index-only scan
+/// of every table with a btree index counts what a sequential scan counts.
+pub fn check_database(pg: &Pg) {
+    amcheck(pg);
+    let dbs = pg.sql(
+        "SELECT string_agg(datname, ' ' ORDER BY datname) FROM pg_database WHERE datallowconn",
+    );
+    for db in dbs.split_whitespace() {
+        let bad = visibility_findings(pg, db);
+        assert!(bad.is_empty(), "database {db}: {bad}\n{}", pg.log());
+    }
+}
+
+/// pg_check_visible / pg_check_frozen and index-only against sequential counts over
+/// every table of `db`: empty when all agree, else each finding (table, counts).
+pub fn visibility_findings(pg: &Pg, db: &str) -> String {
+    pg.sql_db(db, "CREATE EXTENSION IF NOT EXISTS pg_visibility");
+    let mut bad = pg.sql_db(
+        db,
+        "SELECT coalesce(string_agg(format('%s: %s tuple(s) on all-visible pages not visible, %s on all-frozen pages not frozen', oid::regclass, v, f), '; '), '') \
+         FROM (SELECT c.oid, (SELECT count(*) FROM pg_check_visible(c.oid)) v, (SELECT count(*) FROM pg_check_frozen(c.oid)) f \
+         FROM pg_class c WHERE c.relkind IN ('r', 'm', 't') AND c.relpersistence <> 't') x WHERE v > 0 OR f > 0",
+    );
+    // Only index-only scans allowed, then only sequential ones: each count planned anew.
+    let counts = pg.sql_db(
+        db,
+        "CREATE FUNCTION pg_temp.pv_counts() RETURNS text LANGUAGE plpgsql AS $f$ \
+         DECLARE r record; ios bigint; seq bigint; bad text := ''; BEGIN \
+           FOR r IN SELECT c.oid::regclass AS t FROM pg_class c WHERE c.relkind IN ('r', 'm') AND c.relpersistence <> 't' \
+             AND EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam \
+                         WHERE i.indrelid = c.oid AND am.amname = 'btree' AND i.indpred IS NULL AND i.indisvalid) LOOP \
+             PERFORM set_config('enable_seqscan', 'off', true); PERFORM set_config('enable_bitmapscan', 'off', true); \
+             PERFORM set_config('enable_indexscan', 'off', true); PERFORM set_config('enable_indexonlyscan', 'on', true); \
+             EXECUTE format('SELECT count(*) FROM %s', r.t) INTO ios; \
+             PERFORM set_config('enable_seqscan', 'on', true); PERFORM set_config('enable_indexonlyscan', 'off', true); \
+             EXECUTE format('SELECT count(*) FROM %s', r.t) INTO seq; \
+             IF ios <> seq THEN bad := bad || format('%s: an index-only scan counts %s rows, a sequential scan %s; ', r.t, ios, seq); END IF; \
+           END LOOP; RETURN bad; END $f$; \
+         SELECT pg_temp.pv_counts()",
+    );
+    bad.push_str(&counts);
+    bad
 }
 
 /// pg_amcheck --heapallindexed over every database: must be clean.

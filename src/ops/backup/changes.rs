@@ -7,8 +7,9 @@
 
 use crate::engine::backup::ReadFile;
 use crate::pg::facts::PgFacts;
-use crate::pg::page::{RelPath, FSM_FORK, INIT_FORK, MAIN_FORK, RELSEG_SIZE};
+use crate::pg::page::{RelPath, FSM_FORK, INIT_FORK, MAIN_FORK, RELSEG_SIZE, VM_FORK};
 use crate::pg::walrecord::RelFile;
+use crate::pg::walsummary;
 use crate::pg::{format_lsn, segment_name};
 use crate::repo::wal::summary::{self, BlockMap};
 use crate::repo::Repo;
@@ -32,6 +33,10 @@ pub enum ChangeMap {
         /// Relation files read page by page, and the pages listed for them.
         sparse_files: u64,
         listed_pages: u64,
+        /// Why visibility-map forks were read whole, when they were: a summary in the
+        /// range was made with older rules.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        vm_read_whole: Option<String>,
     },
     /// Every page read; `reason` says why the summaries could not be used.
     LsnScan { reason: String },
@@ -120,6 +125,13 @@ pub fn plan_pages(
         ));
     }
     let segments = now.start_lsn / seg - base.start_lsn / seg + 1;
+    let vm_read_whole = map.old_rules.as_ref().map(|name| {
+        format!(
+            "the block summary of {name} was made by rules {} (before visibility-map pages were \
+             marked for every heap change): visibility-map forks are read whole",
+            walsummary::RULES - 1
+        )
+    });
     let (mut sparse_files, mut listed_pages) = (0, 0);
     for f in plan.iter_mut() {
         let e = &entries[f.id as usize];
@@ -134,6 +146,7 @@ pub fn plan_pages(
         live: from_server,
         sparse_files,
         listed_pages,
+        vm_read_whole,
     }
 }
 
@@ -191,6 +204,9 @@ fn file_pages(map: &BlockMap, base: &Base, rel_path: &str, size: u64) -> Option<
         db: r.db,
         rel: r.rel,
     };
+    if r.fork == VM_FORK && map.old_rules.is_some() {
+        return None;
+    }
     let c = map.changed(file, r.fork);
     let mut pages = RoaringBitmap::new();
     if c.whole {
@@ -206,7 +222,7 @@ fn file_pages(map: &BlockMap, base: &Base, rel_path: &str, size: u64) -> Option<
         // Created or truncated since the base: every page from the limit on is new.
         pages.insert_range(limit.max(first) - first..blocks);
     }
-    debug_assert!(r.fork == MAIN_FORK || r.fork == crate::pg::page::VM_FORK);
+    debug_assert!(r.fork == MAIN_FORK || r.fork == VM_FORK);
     Some(pages)
 }
 
@@ -272,5 +288,29 @@ mod tests {
         // A database created or dropped: every page.
         map.databases.insert((1663, 5));
         assert_eq!(p(&map, "base/5/16384", 3 * 8192).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn visibility_maps_are_read_whole_across_a_summary_of_older_rules() {
+        let files: HashSet<String> = ["base/5/16384", "base/5/16384_vm"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let base = Base {
+            start_lsn: 0,
+            timeline: 1,
+            files: &files,
+        };
+        let mut map = BlockMap::new();
+        let vm = summary::RelFork {
+            file: rel(16384),
+            fork: VM_FORK,
+        };
+        map.rels.entry(vm).or_default().blocks.insert(0);
+        let got = file_pages(&map, &base, "base/5/16384_vm", 2 * 8192).unwrap();
+        assert_eq!(got.iter().collect::<Vec<_>>(), [0]);
+        map.old_rules = Some("000000010000000000000003".into());
+        assert_eq!(file_pages(&map, &base, "base/5/16384_vm", 2 * 8192), None);
+        assert!(file_pages(&map, &base, "base/5/16384", 2 * 8192).is_some());
     }
 }

@@ -35,6 +35,7 @@ pub mod running;
 pub use changes::ChangeMap;
 use dest::{destination, parse_source, same_cluster, Dest};
 use guard::guarding;
+pub use record::CHANGE_RULES;
 use record::*;
 pub use rules::*;
 
@@ -425,7 +426,13 @@ fn backup_set(
     let run = pipeline(&mut input, sinks, headers, &params, progress, &mut phases);
     watch.stopped();
     lap();
-    let (mut out, extra, problems) = run?;
+    let (mut out, mut extra, problems) = run?;
+    if input.info.kind == crate::format::manifest::SourceKind::Postgres {
+        // A merge's staged source brings its chain's rules; a backup reads with today's.
+        extra
+            .entry(record::CHANGE_RULES.to_string())
+            .or_insert(crate::pg::walsummary::RULES.into());
+    }
     let (manifest, text) = manifest(
         o, &set_hex, &dest, &mut input, &mut out, &params, extra, &problems, started,
     );

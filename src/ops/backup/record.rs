@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::format::manifest::SourceKind;
-use crate::pg::{self, facts::PgFacts};
+use crate::pg::{self, facts::PgFacts, walsummary};
 
 /// Records the committed set in its repository, or removes it: a set whose record
 /// cannot be written, whose plain write raced a first keyed one, or whose base an
@@ -272,8 +272,16 @@ pub(super) fn catalog_entry(
             true => committed.iter().map(|c| c.version.clone()).collect(),
             false => vec![],
         },
+        change_rules: (info.kind == SourceKind::Postgres).then(|| {
+            (manifest.extra.get(CHANGE_RULES))
+                .and_then(|v| v.as_u64())
+                .map_or(walsummary::RULES, |r| r as u32)
+        }),
     }
 }
+
+/// The manifest's record of the change rules that chose its pages.
+pub const CHANGE_RULES: &str = "change_rules";
 
 /// The HTML page (--report): the configuration, the summary and the timeline.
 pub(super) fn write_report(

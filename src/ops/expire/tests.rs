@@ -37,6 +37,7 @@ fn set(id: &str, ty: &str, base: Option<&str>, hours: i64, wal: &str) -> Catalog
         stripes: vec![],
         stripe_versions: vec![],
         base_version: None,
+        change_rules: None,
     }
 }
 
@@ -316,6 +317,7 @@ fn a_set_recorded_while_expire_ran_keeps_its_chain() {
         stripes: vec![format!("sets/{id}/1.pv")],
         stripe_versions: vec![],
         base_version: None,
+        change_rules: None,
         ..set(id, ty, base, h, wal)
     };
     let sets = vec![

@@ -442,6 +442,7 @@ fn restore_with(
         warnings: (overwritten.iter().map(|w| w.message.clone()))
             .chain(sets.repo.iter().flat_map(crate::repo::Repo::record_notes))
             .chain(wal_check.iter().flat_map(WalCheck::warnings))
+            .chain(stale_vm_warning(&sets))
             .collect(),
         database: full.source.database.clone(),
     };
@@ -451,6 +452,26 @@ fn restore_with(
         r.report = Some(path.clone());
     }
     Ok(r)
+}
+
+/// The chain's sets whose visibility maps may be stale, named once.
+fn stale_vm_warning(sets: &Sets) -> Option<String> {
+    let stale: Vec<&str> = (sets.links.iter())
+        .filter(|l| {
+            crate::ops::vm_may_be_stale(&l.set.manifest)
+                || l.entry.as_ref().is_some_and(|e| e.vm_may_be_stale())
+        })
+        .map(|l| l.set.manifest.set_id.as_str())
+        .collect();
+    (!stale.is_empty()).then(|| {
+        format!(
+            "set(s) {} of this restore: {} (index-only scans may return deleted or old \
+             rows; pg_visibility's pg_truncate_visibility_map on each table, then VACUUM, \
+             rebuilds the maps)",
+            stale.join(", "),
+            crate::repo::STALE_VM
+        )
+    })
 }
 
 /// What the restorer writes after the files, and the notes of the summary.

@@ -195,6 +195,7 @@ mod tests {
             segment: name.into(),
             segment_blake3: [3; 32],
             major: 15,
+            rules: crate::pg::walsummary::RULES,
             seg_start: 0,
             seg_end: 0,
             covered_from: 0,

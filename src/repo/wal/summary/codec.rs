@@ -53,7 +53,7 @@ impl Summary {
         let stored = zstd::bulk::compress(&body, ZSTD_LEVEL).expect("zstd compresses a buffer");
         let mut out = Vec::with_capacity(HDR + stored.len());
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(self.rules as u16).to_le_bytes());
         let name = self.segment.as_bytes();
         out.extend_from_slice(&(name.len() as u16).to_le_bytes());
         let mut padded = [0u8; NAME_MAX];
@@ -72,7 +72,7 @@ impl Summary {
     /// Parses a stored summary, every count and length bounded before it is used. The
     /// error says what is wrong and where (header field or body offset).
     pub fn decode(b: &[u8]) -> Result<Summary, String> {
-        let (segment, segment_blake3, body) = decode_header(b)?;
+        let (segment, segment_blake3, rules, body) = decode_header(b)?;
         let mut r = Reader { b: &body, at: 0 };
         let seg_start = r.u64()?;
         let seg_end = r.u64()?;
@@ -105,6 +105,7 @@ impl Summary {
             segment,
             segment_blake3,
             major,
+            rules,
             seg_start,
             seg_end,
             covered_from,
@@ -119,7 +120,7 @@ impl Summary {
 }
 
 /// The header's checks; returns the segment's name and BLAKE3 and the body.
-fn decode_header(b: &[u8]) -> Result<(String, [u8; 32], Vec<u8>), String> {
+fn decode_header(b: &[u8]) -> Result<(String, [u8; 32], u32, Vec<u8>), String> {
     if b.len() < HDR {
         return Err(format!(
             "it is {} bytes, shorter than its {HDR}-byte header",
@@ -133,7 +134,7 @@ fn decode_header(b: &[u8]) -> Result<(String, [u8; 32], Vec<u8>), String> {
         return Err("its header fails its CRC32C".into());
     }
     let ver = get_u16(b, 8);
-    if ver != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&ver) {
         return Err(format!(
             "it has format version {ver}, which this pagevault does not read"
         ));
@@ -164,7 +165,7 @@ fn decode_header(b: &[u8]) -> Result<(String, [u8; 32], Vec<u8>), String> {
     // Streamed: a header's length alone allocates nothing (a body may shrink 10,000
     // times: the carry of a record of zeros).
     let body = crate::format::zstd_exact(st, raw).map_err(|e| format!("its body: {e}"))?;
-    Ok((segment, segment_blake3, body))
+    Ok((segment, segment_blake3, ver as u32, body))
 }
 
 /// The relation forks of a body: sorted keys, each with its limit and block bitmap.

@@ -23,6 +23,9 @@ pub struct BlockMap {
     pub end: u64,
     /// Why the union cannot be trusted (an unusable summary, a gap), if so.
     pub gaps: Vec<String>,
+    /// The first summary made with rules older than [`walsummary::RULES`], if any: its
+    /// visibility-map marks are not complete, so map forks are read whole.
+    pub old_rules: Option<String>,
     added: usize,
     next_seg: u64,
 }
@@ -49,6 +52,9 @@ impl BlockMap {
         let head_only_first = self.added == 0 && s.flags & UNUSABLE == HEAD_SKIPPED;
         if !s.usable() && !head_only_first {
             self.gaps.push(format!("{}: {}", s.segment, s.note));
+        }
+        if s.rules < walsummary::RULES && self.old_rules.is_none() {
+            self.old_rules = Some(s.segment.clone());
         }
         self.added += 1;
         self.end = s.end;

@@ -29,7 +29,10 @@ pub const SUFFIX: &str = ".sum";
 pub const CARRY_MAX: usize = 64 << 20;
 
 const MAGIC: &[u8; 8] = b"PVWALSUM";
-const VERSION: u16 = 1;
+/// The stored form's version is the version of the rules that made it
+/// ([`walsummary::RULES`]): 1 and 2 share one layout.
+const VERSION: u16 = walsummary::RULES as u16;
+const OLDEST_VERSION: u16 = 1;
 const HDR: usize = 132;
 /// Bounds checked before anything is allocated.
 const BODY_MAX: u64 = 1 << 30;
@@ -85,6 +88,8 @@ pub struct Summary {
     /// BLAKE3 of the segment's bytes: a summary is refused for any other segment.
     pub segment_blake3: [u8; 32],
     pub major: u32,
+    /// The rules it was made with ([`walsummary::RULES`] for a new one).
+    pub rules: u32,
     /// LSNs of the segment's first byte and of the byte after its last.
     pub seg_start: u64,
     pub seg_end: u64,
@@ -184,6 +189,7 @@ pub fn summarize(
         segment: name.to_string(),
         segment_blake3: blake3,
         major,
+        rules: walsummary::RULES,
         seg_start,
         seg_end,
         covered_from: seg_start,
@@ -508,7 +514,8 @@ pub(super) fn wanted(repo: &Repo, name: &str, blake3: &[u8; 32], seg_size: u64) 
     }
     match read_unbound(repo, name) {
         Ok(Some((_, s))) if &s.segment_blake3 == blake3 => {
-            s.flags & HEAD_SKIPPED != 0 && previous(repo, name, seg_size).is_some()
+            s.rules < walsummary::RULES
+                || s.flags & HEAD_SKIPPED != 0 && previous(repo, name, seg_size).is_some()
         }
         _ => true,
     }
