@@ -200,7 +200,7 @@ fn summaries_and_sets_of_the_old_rules_read_maps_whole_and_are_named() {
         .cloned()
         .collect();
     assert!(
-        !vm.is_empty() && vm.iter().all(|f| f["sparse"] == false),
+        !vm.is_empty() && vm.iter().all(|f| f["sparse"] != true),
         "{vm:?}"
     );
     pg.switch_and_wait();
@@ -235,7 +235,7 @@ fn summaries_and_sets_of_the_old_rules_read_maps_whole_and_are_named() {
         "{w}"
     );
     assert!(!w.contains(full["set_id"].as_str().unwrap()), "{w}");
-    let st = json(&["status", "--repo", &repo, "--json"]);
+    let st = json(&["status", "--repo", &repo]);
     assert_eq!(
         st["stale_vm_sets"],
         serde_json::json!([id, next_id]),

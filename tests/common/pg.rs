@@ -292,6 +292,9 @@ impl Pg {
     /// Switches to a new WAL segment and waits until the one written so far is
     /// archived; returns its name.
     pub fn switch_and_wait(&self) -> String {
+        // One record first: at a segment's first byte with nothing written (17 after a
+        // backup's own switch), pg_switch_wal switches nothing.
+        self.sql("SELECT pg_logical_emit_message(false, 'pagevault-test', 'switch')");
         let seg = self.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
         self.sql("SELECT pg_switch_wal()");
         self.wait_archived(&seg);
