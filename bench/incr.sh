@@ -25,10 +25,15 @@
 # Every timed command starts with a cold page cache, every backup after a CHECKPOINT.
 # Prints one markdown table and the goals' ratios; keeps everything under WORK/results/.
 #
+# With PEERS=0 only pagevault runs, on the PostgreSQL of PG_BIN (14-18): the read cost of
+# an incremental on a release whose heap records do not name the visibility-map page
+# (14-16), e.g. PEERS=0 PG_BIN=/usr/lib/postgresql/15/bin SCALE=100 ROUNDS=3 REPS=1.
+#
 # Usage: bench/incr.sh [--work DIR] [--scale N] [--rounds N] [--reps N] [--no-build]
 # Environment: WORK_DIR, SCALE (400 = about 6 GB), ROUNDS (7), REPS (3), PG17 (bin/ of PostgreSQL 17,
 #              default /var/tmp/pagevault-tools/pg17/bin), PGBACKREST (a 2.5x binary with
 #              block incremental, default /var/tmp/pagevault-tools/bin/pgbackrest),
+#              PEERS (1; 0: pagevault alone), PG_BIN (the server's bin/ with PEERS=0),
 #              PAGEVAULT, NO_BUILD=1, QUIET_BUDGET
 set -euo pipefail
 {
@@ -38,16 +43,19 @@ source "$ROOT/bench/lib.sh"
 SCALE=${SCALE:-400}
 ROUNDS=${ROUNDS:-7}
 REPS=${REPS:-3}
-PG_BIN=${PG17:-/var/tmp/pagevault-tools/pg17/bin}
+PEERS=${PEERS:-1}
+if [ "$PEERS" = 1 ]; then PG_BIN=${PG17:-/var/tmp/pagevault-tools/pg17/bin}; else PG_BIN=${PG_BIN:-${PG17:-/var/tmp/pagevault-tools/pg17/bin}}; fi
 PGBR=${PGBACKREST:-/var/tmp/pagevault-tools/bin/pgbackrest}
+peers() { [ "$PEERS" = 1 ]; }
 parse_options --work=WORK --scale=SCALE --rounds=ROUNDS --reps=REPS --no-build=NO_BUILD=1 -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
 as_pg() { runuser -u postgres -- "$@"; }
 ensure_binary
 need_pkg jq jq
 need_pkg fio fio
-[ -x "$PG_BIN/pg_combinebackup" ] || die "no PostgreSQL 17 at $PG_BIN (scripts/setup.sh installs it)"
-[ -x "$PGBR" ] || die "no pgBackRest at $PGBR: build release/2.59.1 (meson setup build && ninja -C build) and copy build/src/pgbackrest there"
+[ -x "$PG_BIN/pg_ctl" ] || die "no PostgreSQL at $PG_BIN"
+! peers || [ -x "$PG_BIN/pg_combinebackup" ] || die "no PostgreSQL 17 at $PG_BIN (scripts/setup.sh installs it)"
+! peers || [ -x "$PGBR" ] || die "no pgBackRest at $PGBR: build release/2.59.1 (meson setup build && ninja -C build) and copy build/src/pgbackrest there"
 
 D=$WORK/incr
 RUNDIR=$WORK/results/incr-$(date +%Y%m%d-%H%M%S)
@@ -90,16 +98,22 @@ cat >> "$DATA/postgresql.conf" <<EOF
 shared_buffers = 1GB
 max_wal_size = 16GB
 checkpoint_timeout = 30min
-summarize_wal = on
 archive_mode = on
+EOF
+if peers; then
+    cat >> "$DATA/postgresql.conf" <<EOF
+summarize_wal = on
 archive_command = '$PV archive-push %p --repo $PVREPO && $PGBR --config=$D/pgbackrest.conf --stanza=bench archive-push %p'
 EOF
+else
+    echo "archive_command = '$PV archive-push %p --repo $PVREPO'" >> "$DATA/postgresql.conf"
+fi
 as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$D/server.log" -w -o "-p $PORT -c listen_addresses=127.0.0.1 -k $D/run" start >/dev/null
 "$PG_BIN/psql" -X -q -h 127.0.0.1 -p $PORT -U postgres -d postgres -c "CREATE DATABASE bench"
 log "pgbench -i -s $SCALE -F 90"
 "$PG_BIN/pgbench" -i -s "$SCALE" -F 90 -I dtGvp -q -h 127.0.0.1 -p $PORT -U postgres bench > "$D/load.log" 2>&1
 psql_db -c "VACUUM (FREEZE, ANALYZE)" -c "CREATE EXTENSION pageinspect" -c "CHECKPOINT"
-as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench stanza-create >/dev/null
+! peers || as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench stanza-create >/dev/null
 DB_BYTES=$(psql_db -c "SELECT pg_database_size('bench')")
 
 # The WAL of the load archived (both archivers) before anything is timed: pg_backup_stop
@@ -140,8 +154,8 @@ CHANGED=""
 log "waiting for the archive to take the load's WAL"
 wait_archived
 timed pagevault full 0 as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json
-timed pgbackrest full 0 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup
-timed pg17 full 0 as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/0" -c fast
+! peers || timed pgbackrest full 0 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup
+! peers || timed pg17 full 0 as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/0" -c fast
 BASE_LSN=$(psql_db -c "SELECT pg_current_wal_lsn()")
 # Pages of every table, index and visibility map of the database whose LSN is past
 # BASE_LSN (a psql variable): the blocks an ideal incremental reads.
@@ -155,6 +169,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     BASE_LSN=$(psql_db -c "SELECT pg_current_wal_lsn()")
     log "round $r: $CHANGED pages changed (tables, indexes, visibility maps)"
     timed pagevault incr "$r" as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --type incr --compress lz4 --json
+    peers || continue
     timed pgbackrest incr "$r" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=incr backup
     timed pg17 incr "$r" as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/$r" -c fast \
         --incremental="$PG17B/$((r - 1))/backup_manifest"
@@ -162,11 +177,13 @@ done
 CHANGED=""
 PV_FULL=$(jq -r '.set_id' "$RUNDIR/pagevault-full-0.out")
 PV_LAST=$(jq -r '.set_id' "$RUNDIR/pagevault-incr-$ROUNDS.out")
-BR_FULL=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[0].label')
-BR_LAST=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[-1].label')
+BR_FULL=none BR_LAST=none
+! peers || BR_FULL=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[0].label')
+! peers || BR_LAST=$(as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench info --output=json | jq -r '.[0].backup[-1].label')
 # More fulls, for the full column's median: the chains stay the ones named above.
 for ((k = 1; k < REPS; k++)); do
     timed pagevault full "$k" as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json
+    peers || continue
     timed pgbackrest full "$k" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup
     timed pg17 full "$k" as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p $PORT -U postgres -D "$PG17B/full-$k" -c fast
     rm -rf "$PG17B/full-$k"
@@ -182,6 +199,7 @@ for ((k = 1; k <= REPS; k++)); do
     timed pagevault restore-full "$k" "$PV" restore --repo "$PVREPO" --set "$PV_FULL" --to "$R" --owner postgres --json
     restore_dir
     timed pagevault restore "$k" "$PV" restore --repo "$PVREPO" --set "$PV_LAST" --to "$R" --owner postgres --json
+    if peers; then
     restore_dir
     timed pgbackrest restore-full "$k" as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --pg1-path="$R" --set="$BR_FULL" restore
     restore_dir
@@ -191,6 +209,7 @@ for ((k = 1; k <= REPS; k++)); do
     rm -rf "$R"
     timed pg17 restore "$k" as_pg "$PG_BIN/pg_combinebackup" -o "$R" "${chain[@]}"
     rm -rf "$R"
+    fi
     if "$PV" merge --help >/dev/null 2>&1; then
         timed pagevault merge "$k" as_pg "$PV" merge --repo "$PVREPO" --set "$PV_LAST" --json
     fi

@@ -4,7 +4,7 @@
 //! the bad inputs (credentials, bucket, damaged or missing stripe objects).
 
 mod common;
-use common::pg::{amcheck, give_to_postgres, postgres_dir, Pg};
+use common::pg::{check_database, give_to_postgres, postgres_dir, Pg};
 use common::stores::{shared, unique, Minio, AZ_KEY, S3_SECRET};
 use common::*;
 use pagevault::repo::wal::summary;
@@ -296,7 +296,7 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
         r.sql("SELECT sum(abalance) FROM pgbench_accounts WHERE aid <= 2000"),
         "6000"
     );
-    amcheck(&r);
+    check_database(&r);
     drop(r);
     let _ = std::fs::remove_dir_all(target.parent().unwrap());
 

@@ -3,7 +3,7 @@
 
 mod common;
 use common::pg::{
-    amcheck, assert_pgbench_consistent, give_to_postgres, pgbench, postgres_dir, push_cmd,
+    assert_pgbench_consistent, check_database, give_to_postgres, pgbench, postgres_dir, push_cmd,
     restore_for_postgres, Pg,
 };
 use common::*;
@@ -68,7 +68,7 @@ fn hot_backup_under_pgbench_restores_and_starts_consistent() {
         "restored {after} transactions, fewer than the {before} committed before the backup began"
     );
     assert_pgbench_consistent(&restored);
-    amcheck(&restored);
+    check_database(&restored);
     drop(restored);
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -383,7 +383,7 @@ fn tablespaces_are_read_on_their_own_volume_and_restored() {
         r.sql("SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'extra'"),
         s(&moved)
     );
-    amcheck(&r);
+    check_database(&r);
     drop(r);
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&ts_dir);
@@ -474,7 +474,7 @@ fn differential_holds_the_changed_pages_and_restores_as_a_chain() {
         "70000"
     );
     assert_eq!(r.sql("SELECT count(*) FROM pgbench_accounts"), "1000000");
-    amcheck(&r);
+    check_database(&r);
     drop(r);
     let _ = std::fs::remove_dir_all(target.parent().unwrap());
     let _ = std::fs::remove_dir_all(&repo);

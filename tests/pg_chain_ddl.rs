@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::pg::{amcheck, archiving_pgbench, check_restored_with, postgres_dir, restore_repo, Pg};
+use common::pg::{archiving_pgbench, check_restored_with, postgres_dir, restore_repo, Pg};
 use common::*;
 use serde_json::Value;
 
@@ -82,7 +82,7 @@ fn restore_and_check(repo: &str, ts_oid: &str, extra: &[&str], want: &str) -> Va
         if created == "t" {
             assert_eq!(u, "0", "an unlogged table comes back empty");
         }
-        amcheck(pg);
+        // pg_amcheck ran in check_restored_with, with pg_visibility and index-only counts.
     });
     let _ = std::fs::remove_dir_all(&ts);
     r
@@ -259,7 +259,7 @@ fn a_chain_across_a_promotion_restores() {
 
     let (target, r) = restore_repo(&repo, &[]);
     assert_eq!(chain_of(&r), ids, "{r}");
-    check_restored_with(&target, &want, pgbench_rows, amcheck);
+    check_restored_with(&target, &want, pgbench_rows, |_| {});
     drop(b);
     let _ = std::fs::remove_dir_all(std::path::Path::new(&repo).parent().unwrap());
 }

@@ -99,6 +99,7 @@ fn restore_rows(repo: &str, ep: &[&str], extra: &[&str]) -> (String, serde_json:
     let (target, j) = restore(repo, ep, extra);
     let r = Pg::adopt(&target);
     r.wait_promoted();
+    common::pg::check_database(&r);
     (rows(&r), j, r)
 }
 

@@ -92,7 +92,7 @@ fn postgres_18_archives_backs_up_and_restores() {
         r.sql("SELECT count(*) || ':' || max(id) FROM t"),
         "2000:2000"
     );
-    common::pg::amcheck(&r);
+    common::pg::check_database(&r);
     drop(r);
 
     // WAL of a release newer than pagevault knows: refused by name, nothing archived.
@@ -280,7 +280,7 @@ fn archives_backs_up_incrementally_and_restores(major: u32) {
         "21000:200"
     );
     assert_eq!(r.sql("SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE datname IN ('made', 'gone')"), "made");
-    common::pg::amcheck(&r);
+    common::pg::check_database(&r);
 }
 
 #[test]
@@ -395,5 +395,5 @@ fn a_full_and_an_incremental_from_a_standby_under_load_restore() {
     r.wait_promoted();
     assert_pgbench_consistent(&r);
     assert_eq!(r.sql("SELECT count(*) FROM pgbench_history"), want);
-    common::pg::amcheck(&r);
+    common::pg::check_database(&r);
 }
