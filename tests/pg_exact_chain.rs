@@ -241,6 +241,15 @@ fn summaries_and_sets_of_the_old_rules_read_maps_whole_and_are_named() {
         serde_json::json!([id, next_id]),
         "{st}"
     );
+    let prom = ok(&["status", "--repo", &repo, "--prometheus"]);
+    assert!(
+        prom.lines()
+            .any(|l| l.starts_with("pagevault_stale_visibility_map_sets{") && l.ends_with("} 2")),
+        "{prom}"
+    );
+    // The Nagios check warns while such a set is kept, though the backups are fresh.
+    let e = fails(&["status", "--repo", &repo, "--warn-age", "1w"], 1);
+    assert!(e.contains("WARNING") && e.contains("may be stale"), "{e}");
     let v = json(&["verify", "--repo", &repo]);
     assert_eq!(v["stale_visibility_map"], true, "{v}");
     let text = ok(&["verify", "--repo", &repo]);

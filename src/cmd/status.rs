@@ -32,7 +32,8 @@ pub struct StatusArgs {
     #[arg(long)]
     pub prometheus: bool,
     /// Nagios check: exit 1 (WARNING) when the newest backup of any type is older than
-    /// this (e.g. 26h, 2d, 1w, 90m, 3600s), or there is none.
+    /// this (e.g. 26h, 2d, 1w, 90m, 3600s), or there is none, or a set the repository
+    /// keeps may restore a stale visibility map.
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     pub warn_age: Option<f64>,
     /// Nagios check: exit 2 (CRITICAL) when the newest backup is older than this.
@@ -384,6 +385,18 @@ fn check_age(r: &StatusReport, warn: Option<f64>, crit: Option<f64>) -> Result<(
     let (code, word) = match (over(crit), over(warn)) {
         (true, _) => (2, "CRITICAL"),
         (false, true) => (1, "WARNING"),
+        // A set that restores a stale visibility map is a warning as long as it is kept.
+        _ if (warn.is_some() || crit.is_some()) && !r.stale_vm_sets.is_empty() => {
+            return Err(super::Exit {
+                code: 1,
+                error: anyhow::anyhow!(
+                    "WARNING: set(s) {}: {}",
+                    r.stale_vm_sets.join(", "),
+                    crate::repo::STALE_VM
+                ),
+            }
+            .into())
+        }
         _ => return Ok(()),
     };
     let what = age.map_or("no backup set".to_string(), |a| {
