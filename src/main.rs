@@ -124,7 +124,7 @@ enum Command {
         after_help = "Examples:\n  pagevault key rotate --repo /backup/repo --old-key-file /etc/pagevault/old.key --new-key-file /etc/pagevault/new.key"
     )]
     Key(cmd::key::KeyArgs),
-    /// Prove a restore works and measure it: restore into a scratch directory, replay the WAL, pg_amcheck, your SQL; RTO and RPO recorded.
+    /// Prove a restore works and measure it: restore into a scratch directory, replay the WAL, pg_amcheck, the visibility maps, your SQL; RTO and RPO recorded.
     Drill(cmd::drill::DrillArgs),
     /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
     Merge(cmd::merge::MergeArgs),

@@ -1,11 +1,13 @@
 //! `drill` (issue 41): a good repository's drill passes, reports its times and is
 //! what `status` shows; the source cluster's files are the same after it; a damaged or
 //! missing WAL segment and a damaged set fail the drill naming them; a drill of an S3
-//! repository passes.
+//! repository passes; a chain restored with a stale visibility map fails the
+//! `visibility` check naming the table; a drill of `--set S` reports S, and one to an
+//! `--until` time measures its RPO to that time.
 
 mod common;
 
-use common::pg::{postgres_dir, Pg};
+use common::pg::{postgres_dir, push_cmd, Pg, PgOptions};
 use common::stores::{shared, unique};
 use common::*;
 use std::collections::BTreeMap;
@@ -103,9 +105,18 @@ fn a_good_repository_drills_and_the_source_is_untouched() {
         "{j}"
     );
     assert_eq!(j["newest_wal"], segs[1].as_str(), "{j}");
-    for c in ["restore", "replay", "pg_amcheck", "sql"] {
+    for c in ["restore", "replay", "pg_amcheck", "visibility", "sql"] {
         assert_eq!(check(&j, c)["status"], "ok", "{j}");
     }
+    let names: Vec<&str> = (j["checks"].as_array().unwrap().iter())
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["restore", "replay", "pg_amcheck", "visibility", "sql"],
+        "{j}"
+    );
+    assert_eq!(j["rpo_to"], "newest_wal", "{j}");
     assert!(
         check(&j, "sql")["detail"]
             .as_str()
@@ -268,4 +279,128 @@ fn an_s3_repository_drills() {
     assert!(j["recorded"].as_str().unwrap().starts_with("s3://"), "{j}");
     let st = json(&["status", "--repo", &repo, ep[0], ep[1]]);
     assert_eq!(st["last_drill"]["outcome"], "ok", "{st}");
+}
+
+/// Rewrites every stored block summary of timeline 1 as if its records changed no
+/// visibility-map page (fork 2), still of rules 2: a backup trusting them keeps the
+/// older map. Returns the entries removed.
+fn forge_no_map_changes(repo: &Path) -> usize {
+    use pagevault::repo::wal::summary::Summary;
+    let mut removed = 0;
+    for e in fs::read_dir(repo.join("wal/00000001")).unwrap() {
+        let p = e.unwrap().path();
+        if !p.to_str().unwrap().ends_with(".sum") {
+            continue;
+        }
+        let mut sum = Summary::decode(&fs::read(&p).unwrap()).unwrap();
+        assert_eq!(sum.rules, 2, "{}", p.display());
+        let before = sum.rels.len();
+        sum.rels.retain(|k, _| k.fork != 2);
+        removed += before - sum.rels.len();
+        fs::write(&p, sum.encode()).unwrap();
+    }
+    removed
+}
+
+/// The newest drill record written in the repository.
+fn newest_record(repo: &Path) -> serde_json::Value {
+    let newest = (fs::read_dir(repo.join("drills")).unwrap())
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    serde_json::from_slice(&fs::read(newest).unwrap()).unwrap()
+}
+
+fn epoch_of(pg_time: &str) -> f64 {
+    let t = chrono::DateTime::parse_from_str(pg_time, "%Y-%m-%d %H:%M:%S%.f%#z")
+        .unwrap_or_else(|e| panic!("{pg_time}: {e}"));
+    t.timestamp_micros() as f64 / 1e6
+}
+
+#[test]
+fn a_stale_visibility_map_fails_the_drill_and_targets_are_reported() {
+    let dir = postgres_dir("drillvm");
+    let repo_dir = dir.join("repo");
+    let repo = s(&repo_dir);
+    let pg = Pg::start_with(&PgOptions {
+        checksums: true,
+        archive: Some(push_cmd(&repo)),
+        extra_conf: "autovacuum = off".into(),
+        ..PgOptions::default()
+    });
+    pg.pgbench_init(3);
+    pg.sql("VACUUM (FREEZE)");
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let full = json(&["backup", "--source", &url, "--repo", &repo])["set_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A transaction, then the targets a second after it, then the changes.
+    pg.sql("CREATE TABLE marker AS SELECT 1 AS x");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let until = pg.sql("SELECT clock_timestamp()::text");
+    let until_lsn = pg.sql("SELECT pg_current_wal_lsn()::text");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    pg.sql("UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid % 50 = 0");
+    pg.switch_and_wait();
+    assert!(forge_no_map_changes(&repo_dir) > 0);
+    let incr = json(&[
+        "backup", "--source", &url, "--repo", &repo, "--type", "incr",
+    ]);
+    assert_eq!(incr["change_map"]["method"], "summaries", "{incr}");
+    let incr = incr["set_id"].as_str().unwrap().to_string();
+
+    // The incremental kept the full's map: pages it calls all-visible hold the updated
+    // rows' old versions.
+    let r = drill_run_fails(&repo, &["--set", &incr, "--json"]);
+    let j: serde_json::Value =
+        serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", r.stdout, r.stderr));
+    assert!(
+        r.stderr.contains("the drill failed: visibility"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(j["set_id"], incr.as_str(), "{j}");
+    assert_eq!(check(&j, "replay")["status"], "ok", "{j}");
+    let v = check(&j, "visibility");
+    assert_eq!(v["status"], "fail", "{j}");
+    let d = v["detail"].as_str().unwrap();
+    assert!(
+        d.contains("postgres.public.pgbench_accounts: ")
+            && d.contains("tuple(s) on all-visible pages not visible")
+            && d.contains("an index-only scan counts"),
+        "{d}"
+    );
+    let rec = newest_record(&repo_dir);
+    assert_eq!(rec["set_id"], incr.as_str(), "{rec}");
+    assert_eq!(rec["failed"], serde_json::json!(["visibility"]), "{rec}");
+
+    // The full alone, the WAL replayed over it: the map is right; the text names the set.
+    let out = ok(&["drill", "--repo", &repo, "--set", &full]);
+    assert!(
+        out.contains(&format!(", set {full}: PASSED")) && out.contains("ok   visibility"),
+        "{out}"
+    );
+    assert_eq!(newest_record(&repo_dir)["set_id"], full.as_str());
+
+    // To a time: RPO is that time minus the last transaction replayed (the marker's).
+    let j = json(&["drill", "--repo", &repo, "--until", &until]);
+    assert_eq!(j["set_id"], full.as_str(), "{j}");
+    assert_eq!(check(&j, "visibility")["status"], "ok", "{j}");
+    assert_eq!(j["rpo_to"], "target_time", "{j}");
+    let reached = epoch_of(j["reached_time"].as_str().unwrap());
+    let want = epoch_of(&until) - reached;
+    let rpo = j["rpo_seconds"].as_f64().unwrap();
+    assert!(want >= 1.0 && (rpo - want).abs() < 0.01, "{want}: {j}");
+
+    // To an LSN: stopped before it; its time unknown, so no RPO.
+    let j = json(&["drill", "--repo", &repo, "--until-lsn", &until_lsn]);
+    assert_eq!(j["outcome"], "ok", "{j}");
+    assert!(j["rpo_seconds"].is_null() && j["rpo_to"].is_null(), "{j}");
+    let lsn = |t: &str| {
+        let (hi, lo) = t.split_once('/').unwrap();
+        u64::from_str_radix(hi, 16).unwrap() << 32 | u64::from_str_radix(lo, 16).unwrap()
+    };
+    let reached = lsn(j["reached_lsn"].as_str().unwrap());
+    assert!(reached <= lsn(&until_lsn), "{until_lsn}: {j}");
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pagevault drill --repo /backups/main\n  pagevault drill --repo s3://bk/main --s3-endpoint http://127.0.0.1:9000 --sql checks.sql --json\n  pagevault drill --repo /backups/main --until '2026-11-21 10:00:00+00' --scratch /mnt/scratch --keep\n\nA drill restores the newest chain (or --set, --until ...) into a scratch directory, starts PostgreSQL there on a free 127.0.0.1 port with archiving off, replays the archived WAL to its newest point (or the target), runs pg_amcheck over every database (amcheck installed in the copy where missing) and the checks of --sql, stops the server and removes the scratch. It reports restore and replay seconds, the point reached, its lag behind the newest archived WAL (RPO) and the whole time (RTO), and records the result in the repository (tagged with the key in an encrypted or signed repository, so a forged record shows as forged): `status` shows the last drill. A stripe overwritten after its backup is read at the version the backup wrote, and named in a warning. The source cluster is never touched. Exit 1 when any check failed."
+    after_help = "Examples:\n  pagevault drill --repo /backups/main\n  pagevault drill --repo s3://bk/main --s3-endpoint http://127.0.0.1:9000 --sql checks.sql --json\n  pagevault drill --repo /backups/main --until '2026-11-21 10:00:00+00' --scratch /mnt/scratch --keep\n\nA drill restores the newest chain (or --set, --until ...) into a scratch directory, starts PostgreSQL there on a free 127.0.0.1 port with archiving off, replays the archived WAL to its newest point (or the target), runs pg_amcheck over every database (amcheck installed in the copy where missing), checks the visibility maps (pg_visibility's pg_check_visible and pg_check_frozen over every table, and index-only against sequential counts; pg_visibility installed in the copy where missing, the check skipped where the server has none) and runs the checks of --sql, stops the server and removes the scratch. It reports the set restored (the newest of its chain, or --set), restore and replay seconds, the point reached, its lag (RPO) behind the newest archived WAL or the --until time (none with --until-lsn, --until-xid or --until-name, whose target has no time to measure to) and the whole time (RTO), and records the result in the repository (tagged with the key in an encrypted or signed repository, so a forged record shows as forged): `status` shows the last drill. A stripe overwritten after its backup is read at the version the backup wrote, and named in a warning. The source cluster is never touched. Exit 1 when any check failed."
 )]
 pub struct DrillArgs {
     /// The repository.
@@ -99,8 +99,11 @@ fn secs(s: Option<f64>) -> String {
 
 fn print_text(r: &DrillReport) {
     println!(
-        "Drill of {}: {}",
+        "Drill of {}{}: {}",
         super::shown(&r.repo),
+        r.set_id
+            .as_deref()
+            .map_or(String::new(), |s| format!(", set {}", super::shown(s))),
         if r.outcome == "ok" {
             "PASSED"
         } else {
@@ -124,8 +127,13 @@ fn print_text(r: &DrillReport) {
             println!("       {:<11} {}", "", super::shown(l));
         }
     }
+    let to = match r.rpo_to {
+        Some("target_time") => " (to the --until time)",
+        Some(_) => " (to the newest archived WAL)",
+        None => "",
+    };
     println!(
-        "restore {}, replay {}, RTO {:.1} s, RPO {}",
+        "restore {}, replay {}, RTO {:.1} s, RPO {}{to}",
         secs(r.restore_seconds),
         secs(r.replay_seconds),
         r.rto_seconds,

@@ -1,13 +1,15 @@
 //! `drill`: proves a repository restores, end to end, and measures how long that takes.
 //! The chain is restored into a scratch directory, PostgreSQL started there (archiving
 //! off, a free loopback port), the archived WAL replayed to its newest point (or the
-//! target given), pg_amcheck and the user's SQL run against the result, the server
-//! stopped and the scratch removed. Reports restore and replay seconds, the point
-//! reached and its lag behind the newest archived WAL (RPO), the whole time (RTO) and
-//! every check; the result is recorded in the repository for `status`.
+//! target given), pg_amcheck, the visibility-map check and the user's SQL run against
+//! the result, the server stopped and the scratch removed. Reports restore and replay
+//! seconds, the point reached and its lag behind the newest archived WAL or the target
+//! (RPO), the whole time (RTO) and every check; the result is recorded in the
+//! repository for `status`.
 
 pub mod record;
 mod server;
+mod visibility;
 
 use super::check::Outcome;
 use super::restore::{self, RestoreOptions, TimelineTarget};
@@ -63,6 +65,7 @@ pub struct DrillReport {
     /// "ok" or "failed".
     pub outcome: &'static str,
     pub started: String,
+    /// The set restored: the newest link of its chain (the one `--set` names).
     pub set_id: Option<String>,
     pub pg_major: Option<u32>,
     pub scratch: PathBuf,
@@ -72,9 +75,16 @@ pub struct DrillReport {
     pub replay_seconds: Option<f64>,
     /// From the start to the server's checks done: the recovery time measured.
     pub rto_seconds: f64,
-    /// The newest archived WAL segment's storing minus the time of the last
-    /// transaction replayed; None when either is unknown.
+    /// The lag of the point reached (the last transaction replayed) behind the point
+    /// asked: without a recovery target (or with --timeline only), the newest archived
+    /// segment's storing; with --until TIME, that time (recovery stops before it, so
+    /// never negative). With --until-lsn, --until-xid or --until-name the target has no
+    /// time the drill can read (it is in the record recovery stopped at, not replayed):
+    /// None, as when either time is unknown; a server that promoted did reach the target
+    /// (PostgreSQL 13 and later fail a recovery that ends before it).
     pub rpo_seconds: Option<f64>,
+    /// What `rpo_seconds` is measured to: "newest_wal" or "target_time"; None with it.
+    pub rpo_to: Option<&'static str>,
     pub reached_lsn: Option<String>,
     pub reached_time: Option<String>,
     pub newest_wal: Option<String>,
@@ -243,6 +253,7 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
         replay_seconds: None,
         rto_seconds: 0.0,
         rpo_seconds: None,
+        rpo_to: None,
         reached_lsn: None,
         reached_time: None,
         newest_wal: None,
@@ -258,7 +269,7 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
         r.checks
             .push(check("drill", Outcome::Fail, format!("{e:#}")));
     }
-    for name in ["restore", "replay", "pg_amcheck", "sql"] {
+    for name in ["restore", "replay", "pg_amcheck", "visibility", "sql"] {
         if !r.checks.iter().any(|c| c.name == name) {
             r.checks.push(check(
                 name,
@@ -339,11 +350,21 @@ fn run(
     match restore::restore(&ro, show) {
         Ok(rr) => {
             r.restore_seconds = Some(t.elapsed().as_secs_f64());
-            r.set_id = Some(rr.set_id.clone());
+            let newest = (rr.chain.last()).map_or(rr.set_id.clone(), |l| l.set_id.clone());
+            let chain = match rr.chain.len() {
+                0 | 1 => String::new(),
+                _ => format!(
+                    " (chain {})",
+                    (rr.chain.iter().map(|l| l.set_id.as_str()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
             let mut detail = format!(
-                "set {} restored: {} files, {} pages, every frame and file checksum verified",
-                rr.set_id, rr.files, rr.pages
+                "set {newest}{chain} restored: {} files, {} pages, every frame and file checksum verified",
+                rr.files, rr.pages
             );
+            r.set_id = Some(newest);
             for w in &rr.warnings {
                 detail.push_str(&format!("\n{w}"));
             }
@@ -383,6 +404,7 @@ fn run(
     let replay = replayed(o, repo, &srv, r)?;
     r.checks.push(replay);
     r.checks.push(amcheck(&srv));
+    r.checks.push(visibility::visibility(&srv));
     r.checks.push(match &o.sql {
         Some(f) => user_sql(&srv, f, &o.sql_db),
         None => check("sql", Outcome::Skip, "no --sql FILE given"),
@@ -395,8 +417,9 @@ fn epoch(t: std::time::SystemTime) -> f64 {
     DateTime::<Utc>::from(t).timestamp_millis() as f64 / 1000.0
 }
 
-/// The point replay reached, its lag behind the newest archived segment, and whether
-/// it reached that segment (when no recovery target stops it earlier).
+/// The point replay reached, its lag behind the newest archived segment or the target
+/// time (see `rpo_seconds`), and whether it reached that segment (when no recovery
+/// target stops it earlier).
 fn replayed(o: &DrillOptions, repo: &Repo, srv: &Server, r: &mut DrillReport) -> Result<Check> {
     let mut c = srv
         .connect("postgres")
@@ -422,7 +445,14 @@ fn replayed(o: &DrillOptions, repo: &Repo, srv: &Server, r: &mut DrillReport) ->
     };
     r.newest_wal = newest.clone();
     r.newest_wal_archived = archived.map(|t| DateTime::<Utc>::from(t).to_rfc3339());
-    r.rpo_seconds = archived.zip(at_epoch).map(|(a, x)| (epoch(a) - x).max(0.0));
+    let point_target = o.until_lsn.is_some() || o.until_xid.is_some() || o.until_name.is_some();
+    let (to, rpo) = match (&o.until, point_target) {
+        (Some(_), _) => ("target_time", target_time(&mut c).zip(at_epoch)),
+        (None, false) => ("newest_wal", archived.map(epoch).zip(at_epoch)),
+        (None, true) => ("", None),
+    };
+    r.rpo_seconds = rpo.map(|(t, x)| (t - x).max(0.0));
+    r.rpo_to = r.rpo_seconds.is_some().then_some(to);
     let point = format!(
         "replayed to {} ({})",
         lsn.as_deref().unwrap_or("an unknown LSN"),
@@ -455,6 +485,17 @@ fn replayed(o: &DrillOptions, repo: &Repo, srv: &Server, r: &mut DrillReport) ->
         }
     }
     Ok(check("replay", Outcome::Ok, point))
+}
+
+/// recovery_target_time as the server read it (in its own time zone), in epoch seconds.
+fn target_time(c: &mut postgres::Client) -> Option<f64> {
+    let row = c
+        .query_one(
+            "SELECT extract(epoch FROM nullif(current_setting('recovery_target_time', true), '')::timestamptz)::float8",
+            &[],
+        )
+        .ok()?;
+    row.get(0)
 }
 
 /// pg_amcheck over every database (heap and B-tree indexes); amcheck is installed
