@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod forge;
+pub mod pagemask;
 pub mod pg;
 pub mod stores;
 
