@@ -520,10 +520,11 @@ fn archive_get_prefetches_the_next_segments_checked_and_a_damaged_one_fails_as_i
     ];
     assert_eq!(prefetched(&ahead), want);
 
-    // A prefetched segment is handed over even once the archive lost it.
-    fs::remove_file(wal(&segs[1])).unwrap();
+    // A prefetched segment matching the archive's header is handed over (moved).
     let r = get(&segs[1], &dest, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("discarded"), "{}", r.stderr);
+    assert!(!ahead.join(&segs[1]).exists());
     assert_eq!(
         fs::read(&dest).unwrap(),
         fs::read(plain.join(&segs[1])).unwrap()
@@ -571,4 +572,125 @@ fn archive_get_prefetches_the_next_segments_checked_and_a_damaged_one_fails_as_i
         std::thread::sleep(Duration::from_millis(200));
         get(&next, &dest, &[]);
     }
+}
+
+/// The prefetch directory is used only when it is this user's and no one else may write
+/// it; even then a file in it is handed over only if it is a regular file whose bytes
+/// match the archive's header for its name (a forged segment or a planted link is
+/// discarded, and the segment fetched from the repository).
+#[test]
+fn archive_get_hands_over_nothing_planted_in_the_prefetch_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = postgres_dir("prefetch_planted");
+    let repo_dir = dir.join("repo");
+    let repo = s(&repo_dir);
+    let pg = Pg::start(true, Some(&common::pg::push_cmd(&repo)));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    let mut segs = vec![];
+    for i in 0..3 {
+        add(&pg, 1001 + i * 1000, 2000 + i * 1000);
+        segs.push(pg.switch_and_wait());
+    }
+    drop(pg);
+    let out = dir.join("out");
+    fs::create_dir(&out).unwrap();
+    let get = |name: &str, dest: &Path, ahead: &Path| {
+        let (d, a) = (s(dest), s(ahead));
+        run(&[
+            "archive-get",
+            name,
+            &d,
+            "--repo",
+            &repo,
+            "--prefetch",
+            "1",
+            "--prefetch-dir",
+            &a,
+        ])
+    };
+    let genuine = out.join("genuine");
+    let r = run(&["archive-get", &segs[0], &s(&genuine), "--repo", &repo]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let want = fs::read(&genuine).unwrap();
+    let mut forged = want.clone();
+    forged[want.len() / 2] ^= 0x5A;
+    let private = |name: &str| {
+        let d = dir.join(name);
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    };
+
+    // (a) Another user's directory, or one anyone may write: refused, naming the path,
+    // its owner and mode and the fix; the segment comes from the repository.
+    let nobody: u32 = String::from_utf8(
+        Command::new("id")
+            .args(["-u", "nobody"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    let theirs = private("theirs");
+    fs::write(theirs.join(&segs[0]), &forged).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(nobody), None).unwrap();
+    let open = private("open");
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(open.join(&segs[0]), &forged).unwrap();
+    for (d, says) in [
+        (&theirs, format!("uid {nobody} (nobody) with mode 0700")),
+        (&open, "with mode 0777".to_string()),
+    ] {
+        let dest = out.join("a");
+        let r = get(&segs[0], &dest, d);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(fs::read(&dest).unwrap(), want, "{}", r.stderr);
+        for w in [s(d).as_str(), &says, "chmod 700", "chown", "refused"] {
+            assert!(r.stderr.contains(w), "no '{w}' in: {}", r.stderr);
+        }
+        // Left as it is, and no fetcher writes there.
+        assert_eq!(fs::read(d.join(&segs[0])).unwrap(), forged);
+        assert!(!d.join("fetcher.log").exists());
+    }
+
+    // (b) A forged segment in a private directory: discarded with a warning, and the
+    // archive's bytes delivered.
+    let mine = private("mine");
+    fs::write(mine.join(&segs[0]), &forged).unwrap();
+    let dest = out.join("b");
+    let r = get(&segs[0], &dest, &mine);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(fs::read(&dest).unwrap(), want, "{}", r.stderr);
+    for w in ["WARNING", "discarded", "BLAKE3", &segs[0]] {
+        assert!(r.stderr.contains(w), "no '{w}' in: {}", r.stderr);
+    }
+    assert!(!mine.join(&segs[0]).exists());
+
+    // (c) A link planted under a segment's name is not followed (nor moved into place):
+    // what it points to stays, and the archive's bytes are delivered.
+    let linked = private("linked");
+    let target = out.join("target");
+    fs::write(&target, &forged).unwrap();
+    std::os::unix::fs::symlink(&target, linked.join(&segs[0])).unwrap();
+    let dest = out.join("c");
+    let r = get(&segs[0], &dest, &linked);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        fs::symlink_metadata(&dest).unwrap().is_file(),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(fs::read(&dest).unwrap(), want, "{}", r.stderr);
+    assert!(r.stderr.contains("symbolic link"), "{}", r.stderr);
+    assert_eq!(fs::read(&target).unwrap(), forged);
+    assert!(fs::symlink_metadata(linked.join(&segs[0])).is_err());
+    // The directory itself a link: refused.
+    let via = dir.join("via");
+    std::os::unix::fs::symlink(&mine, &via).unwrap();
+    let r = get(&segs[0], &out.join("d"), &via);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("is a symbolic link"), "{}", r.stderr);
 }

@@ -308,7 +308,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
 
 /// Starts this archive-get again in the background as the prefetch fetcher.
 fn start_fetcher(dir: &Path, seg_size: u64) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
+    archive::prefetch::make(dir)?;
     spawn_self(
         &dir.join(archive::prefetch::LOG),
         archive::prefetch::LOG_MAX,
@@ -357,6 +357,8 @@ pub fn get_status(e: &anyhow::Error) -> u8 {
 pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
     let o = a.options(store);
     if let Some(seg_size) = a.fetch_ahead {
+        // The segments it fetches readable and writable by this user only.
+        crate::sys::private_umask(false);
         let f = archive::prefetch::fetch_ahead(&archive::prefetch::FetchOptions {
             dir: o.prefetch_dir,
             repo: o.repo,

@@ -67,10 +67,8 @@ pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
 /// the next ones when no fetcher runs and some are missing.
 pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Result<Got> {
     let is_seg = crate::pg::parse_name(&o.name).is_some_and(|n| n.kind == crate::pg::Kind::Segment);
-    let direct = || -> Result<u64> {
-        let repo = Repo::open(&o.repo, false, &o.store)?;
-        wal::fetch(&repo, &o.name, &o.dest)
-    };
+    let repo = Repo::open(&o.repo, false, &o.store)?;
+    let direct = || wal::fetch(&repo, &o.name, &o.dest);
     if o.prefetch == 0 || !is_seg {
         return direct().map(|bytes| Got {
             bytes,
@@ -79,7 +77,27 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
         });
     }
     let dir = &o.prefetch_dir;
-    let prefetched = prefetch::take(dir, &o.name, &o.dest)?;
+    // A directory someone else could write is not used (nor made use of by a fetcher).
+    let checked = match prefetch::Dir::open(dir) {
+        Ok(d) => d,
+        Err(e) => {
+            let bytes = direct()?;
+            return Ok(Got {
+                bytes,
+                prefetched: false,
+                warning: Some(format!("WAL prefetch is off: {e:#}")),
+            });
+        }
+    };
+    let mut warnings = vec![];
+    let prefetched = match checked.as_ref().map(|d| d.take(&repo, &o.name, &o.dest)) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            warnings.push(format!("{e:#}; fetched from the repository instead"));
+            false
+        }
+        None => false,
+    };
     let bytes = match prefetched {
         true => std::fs::metadata(&o.dest)?.len(),
         false => direct().inspect_err(|e| {
@@ -89,21 +107,20 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
             }
         })?,
     };
-    let mut warning = None;
     let win = prefetch::window(&o.name, bytes, o.prefetch);
     prefetch::set_wanted(dir, &o.name);
     if !prefetch::running(dir) {
         prefetch::clean(dir, &o.name, &win, false);
         if !prefetch::missing(dir, &win).is_empty() {
             if let Err(e) = start(dir, bytes) {
-                warning = Some(format!("WAL prefetch could not start: {e:#}"));
+                warnings.push(format!("WAL prefetch could not start: {e:#}"));
             }
         }
     }
     Ok(Got {
         bytes,
         prefetched,
-        warning,
+        warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
     })
 }
 

@@ -1,7 +1,9 @@
 //! WAL prefetch for `archive-get`: while PostgreSQL replays one segment, a background
 //! fetcher brings the next ones into a local directory, several at once, each checked
 //! exactly as archive-get checks a file (header, CRC32C, size, BLAKE3, envelope) before
-//! it is renamed into place. archive-get hands a prefetched segment over with a rename.
+//! it is renamed into place. archive-get hands a prefetched segment over with a rename,
+//! only from a directory of its own user that no one else may write (`Dir`), and only a
+//! regular file whose size and BLAKE3 match the archive's header for its name.
 //!
 //! ```text
 //! DIR/NAME            a segment fetched and checked, waiting for PostgreSQL to ask for it
@@ -15,9 +17,13 @@
 
 use crate::pg::{parse_name, parse_segment_name, segment_name_for, Kind};
 use crate::repo::{wal, Repo};
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 use serde::Serialize;
 use std::fs;
+use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_DIR: &str = "pagevault-prefetch";
@@ -39,21 +45,172 @@ pub fn window(name: &str, seg_size: u64, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Hands a prefetched `name` over as `dest` (a rename, or a copy across file systems).
-/// False when it is not there. A recorded fetch error is dropped: the caller fetches
-/// the file itself.
-pub fn take(dir: &Path, name: &str, dest: &Path) -> Result<bool> {
-    let _ = fs::remove_file(dir.join(format!("{name}{ERROR}")));
-    let p = dir.join(name);
-    if !p.is_file() {
-        return Ok(false);
+/// The prefetch directory, opened once and checked: a directory (not a link) of the
+/// effective user that no one else may write. Files are taken from it by name relative
+/// to that handle, never through a link.
+pub struct Dir {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+impl Dir {
+    /// Opens `path`; None when it does not exist. Anything else than a directory of
+    /// this user, writable by no one else, is refused, naming what it is and the fix.
+    pub fn open(path: &Path) -> Result<Option<Dir>> {
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                let st = rustix::fs::lstat(path)
+                    .with_context(|| format!("cannot inspect '{}'", path.display()))?;
+                let what = match FileType::from_raw_mode(st.st_mode) {
+                    FileType::Symlink => "a symbolic link",
+                    _ => "not a directory",
+                };
+                bail!(
+                    "prefetch directory '{}' is refused: it is {what} (owner {}, mode {:04o}); \
+                     remove it: archive-get makes the directory",
+                    path.display(),
+                    owner(st.st_uid),
+                    st.st_mode & 0o7777
+                );
+            }
+            Err(e) => {
+                return Err(io::Error::from(e))
+                    .with_context(|| format!("cannot open '{}'", path.display()))
+            }
+        };
+        let st = rustix::fs::fstat(&fd)?;
+        let me = rustix::process::geteuid().as_raw();
+        if st.st_uid != me || st.st_mode & 0o022 != 0 {
+            let user = crate::sys::user_by_uid(me).map_or(me.to_string(), |(n, _)| n);
+            bail!(
+                "prefetch directory '{p}' is refused: it is owned by {} with mode {:04o}, but must \
+                 be owned by {} and writable by no one else (another user could plant WAL in it): \
+                 chown {user} '{p}' && chmod 700 '{p}', or remove it: archive-get makes it",
+                owner(st.st_uid),
+                st.st_mode & 0o7777,
+                owner(me),
+                p = path.display(),
+            );
+        }
+        Ok(Some(Dir {
+            path: path.to_path_buf(),
+            fd,
+        }))
     }
-    if fs::rename(&p, dest).is_err() {
-        fs::copy(&p, dest)
-            .with_context(|| format!("cannot copy '{}' to '{}'", p.display(), dest.display()))?;
-        let _ = fs::remove_file(&p);
+
+    /// Hands a prefetched `name` over as `dest` (a rename, or a copy across file
+    /// systems) once its bytes match the archive's header for it (size and BLAKE3).
+    /// False when it is not there. A recorded fetch error is dropped: the caller fetches
+    /// the file itself. An error means the file was not handed over and is gone: the
+    /// caller fetches it from the repository.
+    pub fn take(&self, repo: &Repo, name: &str, dest: &Path) -> Result<bool> {
+        let _ = rustix::fs::unlinkat(&self.fd, format!("{name}{ERROR}"), AtFlags::empty());
+        let p = self.path.join(name);
+        let discard = |why: String| -> Result<bool> {
+            let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+            bail!("prefetched '{}' is discarded: {why}", p.display())
+        };
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&self.fd, name, flags | OFlags::NOCTTY, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(false),
+            Err(Errno::LOOP) => return discard("it is a symbolic link".into()),
+            Err(e) => return discard(format!("it cannot be opened ({e})")),
+        };
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return discard("it is not a regular file".into());
+        }
+        let me = rustix::process::geteuid().as_raw();
+        if st.st_uid != me || st.st_mode & 0o022 != 0 || st.st_nlink != 1 {
+            return discard(format!(
+                "it is owned by {} with mode {:04o} and {} links, not a file only this user wrote",
+                owner(st.st_uid),
+                st.st_mode & 0o7777,
+                st.st_nlink
+            ));
+        }
+        let mut f = fs::File::from(fd);
+        let mut h = blake3::Hasher::new();
+        let len =
+            io::copy(&mut f, &mut h).with_context(|| format!("cannot read '{}'", p.display()))?;
+        let got = *h.finalize().as_bytes();
+        match wal::archived_digest(repo, name) {
+            Ok(Some((raw, b3))) if raw == len && b3 == got => {}
+            Ok(Some((raw, b3))) => {
+                return discard(format!(
+                    "it is {len} bytes with BLAKE3 {}, but the archive's {name} is {raw} bytes with BLAKE3 {}",
+                    &hex::encode(got)[..16],
+                    &hex::encode(b3)[..16]
+                ))
+            }
+            Ok(None) => return discard(format!("the archive does not hold {name}")),
+            Err(e) => return discard(format!("{e:#}")),
+        }
+        match rustix::fs::renameat(&self.fd, name, rustix::fs::CWD, dest) {
+            Ok(()) => {
+                // Only this user writes the directory; still, what was renamed must be
+                // the file checked.
+                let d = rustix::fs::lstat(dest)?;
+                if (d.st_dev, d.st_ino) != (st.st_dev, st.st_ino) {
+                    let _ = fs::remove_file(dest);
+                    bail!(
+                        "prefetched '{}' changed while it was handed over",
+                        p.display()
+                    );
+                }
+            }
+            Err(Errno::XDEV) => {
+                copy_to(&mut f, dest)?;
+                let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+            }
+            Err(e) => {
+                return Err(io::Error::from(e)).with_context(|| {
+                    format!("cannot move '{}' to '{}'", p.display(), dest.display())
+                })
+            }
+        }
+        Ok(true)
     }
-    Ok(true)
+}
+
+/// Copies the checked file `f` to `dest` through a temp file beside it.
+fn copy_to(f: &mut fs::File, dest: &Path) -> Result<()> {
+    use std::io::Seek;
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let file = dest.file_name().and_then(|n| n.to_str()).unwrap_or("wal");
+    let (tmp, mut out) = crate::repo::store::temp_beside(dir, file)?;
+    f.rewind()?;
+    io::copy(f, &mut out).with_context(|| format!("cannot write '{}'", tmp.path.display()))?;
+    drop(out);
+    fs::rename(&tmp.path, dest).with_context(|| format!("cannot create '{}'", dest.display()))?;
+    Ok(())
+}
+
+/// A uid and its user name, for messages.
+fn owner(uid: u32) -> String {
+    match crate::sys::user_by_uid(uid) {
+        Some((n, _)) => format!("uid {uid} ({n})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// Makes the prefetch directory (private to this user) when it is not there, and
+/// opens it checked.
+pub fn make(path: &Path) -> Result<Dir> {
+    use std::os::unix::fs::DirBuilderExt;
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create '{}'", path.display())),
+    }
+    Dir::open(path)?.ok_or_else(|| anyhow!("'{}' was removed as it was made", path.display()))
 }
 
 /// Removes what no longer serves (call it while no fetcher runs): segments and errors
@@ -152,7 +309,7 @@ pub struct Fetched {
 pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
     use std::time::{Duration, Instant};
     let mut out = Fetched::default();
-    fs::create_dir_all(&o.dir).with_context(|| format!("cannot create '{}'", o.dir.display()))?;
+    make(&o.dir)?;
     let Some(_lock) = lock(&o.dir)? else {
         return Ok(out);
     };

@@ -202,3 +202,36 @@ pub fn verify(repo: &Repo, name: &str) -> Result<u64> {
         None => bail!("{name} is not in the WAL archive of '{}'", repo.describe()),
     }
 }
+
+/// The raw size and BLAKE3 the archive's header gives for `name`, read with one ranged
+/// read of the object's head (authenticated in a keyed repository, as fetch opens it).
+/// None when the archive does not hold it.
+pub fn archived_digest(repo: &Repo, name: &str) -> Result<Option<(u64, [u8; 32])>> {
+    let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
+    let url = repo.store().describe(&rel);
+    let refused = |m: &str| anyhow!("archived WAL file '{url}' cannot be checked against: {m}");
+    let master = repo.wal_master(false)?;
+    let want = match master {
+        Some(_) => seal::HEAD_FETCH,
+        None => HDR_LEN as u64,
+    };
+    let Some(head) = repo.store().get_head(&rel, want)? else {
+        return Ok(None);
+    };
+    let object = rel.rsplit('/').next().unwrap_or(&rel);
+    let head = match (&master, Envelope::of(&head)) {
+        (Some(k), Some(_)) => {
+            seal::open_head(k, object, &head, HDR_LEN).map_err(|m| refused(&m))?
+        }
+        (None, None) => head,
+        (Some(_), None) => return Err(refused("it is not protected, but its repository is")),
+        (None, Some(e)) => {
+            return Err(refused(&format!("it is {}, and no key opens it", e.word())))
+        }
+    };
+    let hdr = Header::decode(&head).map_err(|m| refused(&m))?;
+    if hdr.name != name {
+        return Err(refused(&format!("it holds {}, not {name}", hdr.name)));
+    }
+    Ok(Some((hdr.raw, hdr.blake3)))
+}
