@@ -3,7 +3,9 @@
 //! missing WAL segment and a damaged set fail the drill naming them; a drill of an S3
 //! repository passes; a chain restored with a stale visibility map fails the
 //! `visibility` check naming the table; a drill of `--set S` reports S, and one to an
-//! `--until` time measures its RPO to that time.
+//! `--until` time measures its RPO to that time. The set's own commands and libraries
+//! never run in a drill, a set of another cluster is refused, and so is a scratch
+//! others can write or a link planted in it.
 
 mod common;
 
@@ -403,4 +405,161 @@ fn a_stale_visibility_map_fails_the_drill_and_targets_are_reported() {
     };
     let reached = lsn(j["reached_lsn"].as_str().unwrap());
     assert!(reached <= lsn(&until_lsn), "{until_lsn}: {j}");
+}
+
+#[test]
+fn a_sets_own_commands_and_libraries_never_run_in_a_drill() {
+    let dir = postgres_dir("drillconf");
+    let repo = s(&dir.join("repo"));
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    // Harmless on the source, a primary: it neither recovers nor restarts here.
+    let (touched, cleaned) = (dir.join("touched"), dir.join("cleaned"));
+    for set in [
+        format!("recovery_end_command = 'touch {}'", s(&touched)),
+        format!("archive_cleanup_command = 'touch {}'", s(&cleaned)),
+        "shared_preload_libraries = 'nonexistent'".into(),
+        "work_mem = '7MB'".into(),
+    ] {
+        pg.sql(&format!("ALTER SYSTEM SET {set}"));
+    }
+    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");
+    insert(&pg, 1, 100);
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    ok(&["backup", "--source", &url, "--repo", &repo]);
+    insert(&pg, 101, 200);
+    pg.switch_and_wait();
+    let sql = dir.join("checks.sql");
+    fs::write(
+        &sql,
+        "SELECT 'work_mem=' || current_setting('work_mem');\n\
+         SELECT 'libraries=[' || current_setting('shared_preload_libraries') || ']';\n",
+    )
+    .unwrap();
+    let scratch = dir.join("scratch");
+    let j = json(&[
+        "drill",
+        "--repo",
+        &repo,
+        "--sql",
+        &s(&sql),
+        "--scratch",
+        &s(&scratch),
+        "--keep",
+    ]);
+    assert_eq!(j["outcome"], "ok", "{j}");
+    assert!(!touched.exists() && !cleaned.exists(), "{j}");
+    let out = check(&j, "sql")["detail"].as_str().unwrap();
+    assert!(
+        out.contains("work_mem=7MB") && out.contains("libraries=[]"),
+        "{j}"
+    );
+    // The set's own files are kept aside; the server read the drill's.
+    let aside = fs::read_to_string(scratch.join("set-config/postgresql.auto.conf")).unwrap();
+    assert!(aside.contains("recovery_end_command"), "{aside}");
+    let conf = fs::read_to_string(scratch.join("data/postgresql.conf")).unwrap();
+    let auto = fs::read_to_string(scratch.join("data/postgresql.auto.conf")).unwrap();
+    assert!(conf.contains("work_mem = '7MB'"), "{conf}");
+    for text in [&conf, &auto] {
+        assert!(
+            !text.contains("touch") && !text.contains("nonexistent") && !text.contains("\nport"),
+            "{text}"
+        );
+    }
+    assert!(auto.contains("restore_command = "), "{auto}");
+    fs::remove_dir_all(&scratch).unwrap();
+}
+
+#[test]
+fn a_set_of_another_cluster_is_refused_naming_both() {
+    let dir = postgres_dir("drillforeign");
+    let repo_dir = dir.join("repo");
+    let repo = s(&repo_dir);
+    let (pg, _) = archiving(&repo, &[]);
+    let other_dir = dir.join("other");
+    let other = Pg::start(true, Some(&push_cmd(&other_dir)));
+    let url = format!("{}?pgdata={}", other.url(), s(&other.data));
+    let set = json(&["backup", "--source", &url, "--repo", &s(&other_dir)])["set_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Its set and record copied in: the newest chain of the repository.
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(other_dir.join("sets").join(&set))
+        .arg(repo_dir.join("sets"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let rec = format!("catalog/{set}.json");
+    fs::copy(other_dir.join(&rec), repo_dir.join(&rec)).unwrap();
+    let ids = |p: &Pg| p.sql("SELECT system_identifier FROM pg_control_system()");
+    let (ours, theirs) = (ids(&pg), ids(&other));
+    assert_ne!(ours, theirs);
+
+    let r = drill_run_fails(&repo, &["--json"]);
+    let j: serde_json::Value =
+        serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", r.stdout, r.stderr));
+    let c = check(&j, "restore");
+    assert_eq!(c["status"], "fail", "{j}");
+    let d = c["detail"].as_str().unwrap();
+    assert!(
+        d.contains(&format!("set {set} is of cluster {theirs}"))
+            && d.contains(&format!("WAL is of cluster {ours}")),
+        "{d}"
+    );
+    assert_eq!(check(&j, "replay")["status"], "skip", "{j}");
+    assert!(!Path::new(j["scratch"].as_str().unwrap()).exists(), "{j}");
+}
+
+#[test]
+fn a_scratch_others_can_write_or_a_link_planted_in_it_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = postgres_dir("drillscratch");
+    let repo = s(&dir.join("repo"));
+    let (_pg, _) = archiving(&repo, &[]);
+    let mode = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+
+    let open = dir.join("open");
+    fs::create_dir(&open).unwrap();
+    mode(&open, 0o777);
+    let e = drill_fails(&repo, &["--scratch", &s(&open)]);
+    assert!(e.contains("mode 0777") && e.contains("chmod 700"), "{e}");
+    let theirs = dir.join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    mode(&theirs, 0o700);
+    let chown = std::process::Command::new("chown")
+        .arg("nobody")
+        .arg(&theirs)
+        .status();
+    assert!(chown.unwrap().success());
+    let e = drill_fails(&repo, &["--scratch", &s(&theirs)]);
+    assert!(e.contains("owned by uid 65534"), "{e}");
+    let link = dir.join("link");
+    let mine = dir.join("mine");
+    fs::create_dir(&mine).unwrap();
+    mode(&mine, 0o700);
+    std::os::unix::fs::symlink(&mine, &link).unwrap();
+    let e = drill_fails(&repo, &["--scratch", &s(&link)]);
+    assert!(e.contains("is a link"), "{e}");
+
+    // A link planted where the drill writes its pg_hba while the set restores.
+    let victim = dir.join("victim");
+    fs::write(&victim, "mine\n").unwrap();
+    let scratch = dir.join("scratch");
+    let planter = {
+        let (scratch, victim) = (scratch.clone(), victim.clone());
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            while !scratch.join("data").exists() && t.elapsed().as_secs() < 120 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            std::os::unix::fs::symlink(&victim, scratch.join("drill_hba.conf")).unwrap();
+        })
+    };
+    let e = drill_fails(&repo, &["--scratch", &s(&scratch)]);
+    planter.join().unwrap();
+    assert!(e.contains("drill_hba.conf"), "{e}");
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "mine\n");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(&victim).unwrap().uid(), 0);
 }

@@ -13,6 +13,9 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+/// The line before the recovery settings a restore appends to postgresql.auto.conf.
+pub(crate) const RESTORE_MARK: &str = "# Added by pagevault restore";
+
 /// Files the restore writes by name in the data directory.
 const OWN_FILES: &[&str] = &[
     "backup_label",
@@ -304,7 +307,7 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
         std::fs::create_dir_all(target.join(d))?;
     }
     if rec.restore_command.is_some() || rec.target.is_some() || rec.timeline.is_some() {
-        let mut conf = String::from("\n# Added by pagevault restore\n");
+        let mut conf = format!("\n{RESTORE_MARK}\n");
         if let Some(cmd) = &rec.restore_command {
             conf.push_str(&format!("restore_command = {}\n", conf_quote(cmd)));
         }
@@ -356,7 +359,7 @@ fn read_own(p: &Path) -> Result<String> {
 
 /// A string value for postgresql.conf: in single quotes, with the quote doubled and
 /// the backslash, newline and carriage return escaped as its parser reads them.
-fn conf_quote(s: &str) -> String {
+pub(crate) fn conf_quote(s: &str) -> String {
     let mut out = String::from("'");
     for c in s.chars() {
         match c {

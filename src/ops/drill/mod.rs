@@ -7,6 +7,7 @@
 //! (RPO), the whole time (RTO) and every check; the result is recorded in the
 //! repository for `status`.
 
+mod config;
 pub mod record;
 mod server;
 mod visibility;
@@ -117,7 +118,8 @@ impl Scratch {
     fn prepare(given: Option<&Path>, ids: Option<(u32, u32)>) -> Result<Scratch> {
         use std::os::unix::fs::DirBuilderExt;
         let (dir, made) = match given {
-            Some(d) if d.exists() => {
+            Some(d) if std::fs::symlink_metadata(d).is_ok() => {
+                check_given(d)?;
                 let mut entries = std::fs::read_dir(d).with_context(|| {
                     format!("--scratch '{}' is not a readable directory", d.display())
                 })?;
@@ -142,7 +144,7 @@ impl Scratch {
                 .with_context(|| format!("cannot create scratch directory '{}'", dir.display()))?;
         }
         if let Some((uid, gid)) = ids {
-            std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
+            std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
                 .with_context(|| format!("cannot give '{}' to uid {uid}", dir.display()))?;
         }
         // The server's socket path must fit in sun_path.
@@ -181,6 +183,28 @@ impl Scratch {
             }
         }
     }
+}
+
+/// A --scratch given that exists must be a directory (not a link) of root or the
+/// running user that group and others cannot write.
+fn check_given(d: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(d)
+        .with_context(|| format!("cannot read --scratch '{}'", d.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    let (uid, mode) = (m.uid(), m.mode() & 0o7777);
+    if !m.is_dir() || (uid != 0 && uid != me) || mode & 0o022 != 0 {
+        bail!(
+            "--scratch '{}' is {}, owned by uid {uid}, mode {mode:04o}: a drill writes only into a directory (not a link) of root or of the user running it (uid {me}) that group and others cannot write; give a new path (the drill makes it), or `chown {me} DIR; chmod 700 DIR`",
+            d.display(),
+            match (m.is_dir(), m.file_type().is_symlink()) {
+                (true, _) => "a directory",
+                (_, true) => "a link",
+                _ => "not a directory",
+            }
+        );
+    }
+    Ok(())
 }
 
 fn check(name: &'static str, status: Outcome, detail: impl Into<String>) -> Check {
@@ -344,6 +368,7 @@ fn run(
         timeline: o.timeline,
         owner: owner.map(str::to_string),
         tablespace_map: o.tablespace_map.clone(),
+        same_cluster: true,
         ..RestoreOptions::default()
     };
     let t = Instant::now();
@@ -393,6 +418,24 @@ fn run(
     })?;
     r.pg_major = Some(major);
     let bin = pg::bin::server_bin(major, o.pg_bin.as_deref())?;
+    same_cluster(repo, &data)?;
+    let ids = owner.map(crate::target::lookup_user).transpose()?;
+    let command = restore::restore_command(repo);
+    let line = format!(
+        "restore_command = {}",
+        crate::source::postgres_restore::conf_quote(&command)
+    );
+    let kept = config::confine(scratch, ids, &line)?;
+    if let Some(c) = r.checks.iter_mut().find(|c| c.name == "restore") {
+        c.detail.push_str(&format!(
+            "\nthe set's configuration moved to '{}'; kept of it: {}",
+            scratch.join(config::ASIDE).display(),
+            match kept.is_empty() {
+                true => "nothing".to_string(),
+                false => kept.join(", "),
+            }
+        ));
+    }
     let t = Instant::now();
     let mut srv = Server::start(&bin, &data, scratch, port, owner, &o.db_user)?;
     if let Err(e) = srv.wait_promoted(o.timeout) {
@@ -410,6 +453,29 @@ fn run(
         None => check("sql", Outcome::Skip, "no --sql FILE given"),
     });
     srv.stop()?;
+    Ok(())
+}
+
+/// The restored cluster (its pg_control) must be the one whose WAL the repository
+/// archives: refused before the server starts, naming both.
+fn same_cluster(repo: &Repo, data: &Path) -> Result<()> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let Some(wal_id) = wal::system_identifier(repo)? else {
+        return Ok(());
+    };
+    let p = data.join("global/pg_control");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(crate::sys::O_NOFOLLOW)
+        .open(&p)
+        .with_context(|| format!("cannot read '{}'", p.display()))?;
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, 0)
+        .with_context(|| format!("cannot read '{}'", p.display()))?;
+    let id = u64::from_le_bytes(b);
+    if id != wal_id {
+        bail!("the restored cluster is cluster {id} (its pg_control), but the repository's archived WAL is of cluster {wal_id}: a set of another cluster is never started as this repository's");
+    }
     Ok(())
 }
 

@@ -1,10 +1,11 @@
 //! The drill's scratch server: the restored cluster started on a free loopback port
 //! with archiving off and logical replication workers off (a copy must never write to
 //! the archive or consume a publisher's changes), its own pg_hba (trust on its socket
-//! only, in the private scratch directory), watched until recovery ends, then stopped.
+//! only, in the private scratch directory) and configuration (`config`), watched until
+//! recovery ends, then stopped.
 
 use anyhow::{anyhow, bail, Context, Result};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -86,25 +87,21 @@ impl Server {
             bail!("port {port} on 127.0.0.1 is in use: give another with --port");
         }
         let ids = owner.map(crate::target::lookup_user).transpose()?;
-        // The server's own files, the owner's (private, as the umask made them).
-        let write = |p: &Path, text: &str| -> Result<()> {
-            std::fs::write(p, text).with_context(|| format!("cannot write '{}'", p.display()))?;
-            if let Some((uid, gid)) = ids {
-                std::os::unix::fs::chown(p, Some(uid), Some(gid))
-                    .with_context(|| format!("cannot give '{}' to uid {uid}", p.display()))?;
-            }
-            Ok(())
+        // The server's own files, the owner's, made new (never through a link).
+        let top = super::config::open_dir(scratch)?;
+        let write = |name: &str, text: &str, ids| -> Result<std::fs::File> {
+            let mut f = super::config::create_at(&top, name, ids)
+                .and_then(|mut f| f.write_all(text.as_bytes()).map(|_| f))
+                .with_context(|| format!("cannot write '{}'", scratch.join(name).display()))?;
+            f.flush()?;
+            Ok(f)
         };
         let hba = scratch.join("drill_hba.conf");
-        write(&hba, "local all all trust\n")?;
-        // A cluster whose configuration lives elsewhere (Debian's /etc/postgresql).
-        let conf = data.join("postgresql.conf");
-        if !conf.exists() {
-            write(&conf, "")?;
-        }
+        write("drill_hba.conf", "local all all trust\n", ids)?;
+        let ident = scratch.join("drill_ident.conf");
+        write("drill_ident.conf", "", ids)?;
         let log = scratch.join("server.log");
-        let out = std::fs::File::create(&log)
-            .with_context(|| format!("cannot create '{}'", log.display()))?;
+        let out = write("server.log", "", None)?;
         let mut c = as_owner(owner, &bin.join("postgres"));
         c.arg("-D").arg(data);
         let socket = scratch.display().to_string();
@@ -113,12 +110,19 @@ impl Server {
             ("listen_addresses", "127.0.0.1"),
             ("unix_socket_directories", &socket),
             ("hba_file", hba.to_str().unwrap_or_default()),
+            ("ident_file", ident.to_str().unwrap_or_default()),
             ("archive_mode", "off"),
             ("recovery_target_action", "promote"),
             ("max_logical_replication_workers", "0"),
             ("primary_conninfo", ""),
             ("ssl", "off"),
             ("logging_collector", "off"),
+            // Never the set's, whatever a configuration file says.
+            ("shared_preload_libraries", ""),
+            ("session_preload_libraries", ""),
+            ("local_preload_libraries", ""),
+            ("recovery_end_command", ""),
+            ("archive_cleanup_command", ""),
         ] {
             c.arg("-c").arg(format!("{k}={v}"));
         }

@@ -62,6 +62,9 @@ pub struct RestoreOptions {
     /// Only the set's files, for a merge to read back: no log chain check, recovery
     /// settings, owner or sync.
     pub stage_only: bool,
+    /// Refuse a chain not of the cluster whose WAL the repository archives (or, with
+    /// no WAL archived, whose other sets it holds), before anything is written.
+    pub same_cluster: bool,
 }
 
 /// `--target-action`: PostgreSQL's recovery_target_action.
@@ -313,6 +316,9 @@ fn restore_with(
 ) -> Result<RestoreReport> {
     let retries = retry_stats();
     let sets = open_sets(o)?;
+    if o.same_cluster {
+        check_same_cluster(&sets)?;
+    }
     let overwritten: Vec<_> = (sets.links.iter())
         .flat_map(|l| l.set.overwritten.iter().cloned())
         .collect();
@@ -521,6 +527,43 @@ fn finish(
         ));
     }
     Ok(notes)
+}
+
+/// The chain's cluster (its manifests' facts) must be the repository's: the one its
+/// archived WAL is of, or with none archived, the one its other sets are of.
+fn check_same_cluster(sets: &Sets) -> Result<()> {
+    let Some(repo) = &sets.repo else {
+        return Ok(());
+    };
+    let m = &sets.newest().set.manifest;
+    let Ok(Some(facts)) = crate::pg::facts::PgFacts::from_extra(&m.extra) else {
+        return Ok(());
+    };
+    let id = &facts.system_identifier;
+    let refuse = |theirs: &str, what: &str| {
+        anyhow!(
+            "set {} is of cluster {id}, but {what} is of cluster {theirs}: a set of another cluster is never restored as this repository's; remove it from the repository (or name a set of cluster {theirs} with --set)",
+            m.set_id
+        )
+    };
+    if let Some(w) = crate::repo::wal::system_identifier(repo)? {
+        return match w.to_string() == *id {
+            true => Ok(()),
+            false => Err(refuse(&w.to_string(), "the repository's archived WAL")),
+        };
+    }
+    let chain: Vec<&str> = (sets.links.iter())
+        .map(|l| &*l.set.manifest.set_id)
+        .collect();
+    for e in repo.catalog()? {
+        match &e.system_identifier {
+            Some(s) if s != id && !chain.contains(&&*e.set_id) => {
+                return Err(refuse(s, &format!("the repository's set {}", e.set_id)))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The `restore_command` a restored cluster fetches its WAL with: `archive-get` from
