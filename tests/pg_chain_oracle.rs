@@ -455,32 +455,6 @@ fn backup(url: &str, repo: &str, ty: &str) -> Value {
     json(&["backup", "--source", url, "--repo", repo, "--type", ty])
 }
 
-/// Drops the visibility-map entries (fork 2) of every block summary `repo` holds.
-fn strip_vm_marks(repo: &str) -> usize {
-    use pagevault::repo::wal::summary::Summary;
-    let mut n = 0;
-    for d in std::fs::read_dir(Path::new(repo).join("wal")).unwrap() {
-        let d = d.unwrap().path();
-        if !d.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&d).unwrap() {
-            let f = f.unwrap().path();
-            if f.extension().is_none_or(|e| e != "sum") {
-                continue;
-            }
-            let mut sum = Summary::decode(&std::fs::read(&f).unwrap()).unwrap();
-            let before = sum.rels.len();
-            sum.rels.retain(|k, _| k.fork != 2);
-            if sum.rels.len() != before {
-                std::fs::write(&f, sum.encode()).unwrap();
-                n += before - sum.rels.len();
-            }
-        }
-    }
-    n
-}
-
 /// Restores the chain's set and the full, both to `lsn`; starts each until it promotes,
 /// stops it, and compares them; the chain's copy then passes the database checks.
 /// Returns the pages compared and those equal only once masked.
@@ -559,7 +533,7 @@ fn oracle_on(major: u32, rounds: u32, seed: u64, strip: bool) {
         let (db, rels) = relations(&pg);
         pg.switch_and_wait();
         if strip && ty != "full" {
-            strip_vm_marks(&chain_repo);
+            common::summaries::strip_vm_marks(Path::new(&chain_repo));
         }
         let set = backup(&url, &chain_repo, ty);
         if ty != "full" {

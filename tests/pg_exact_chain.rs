@@ -148,29 +148,12 @@ fn a_merged_full_and_a_delta_restore_hold_the_source_map() {
     restored_right(&repo, 15, &want, &["--set", &merged]);
 }
 
-/// The stored summaries of `repo`, rewritten as the old rules wrote them (version 1),
-/// their visibility-map marks dropped: what a repository of the code before issue 51
-/// holds.
+/// The stored summaries of `repo` labelled as the old rules labelled them (rules 1).
 fn age_summaries(repo: &str) -> usize {
-    let mut n = 0;
-    for d in std::fs::read_dir(Path::new(repo).join("wal")).unwrap() {
-        let d = d.unwrap().path();
-        if !d.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&d).unwrap() {
-            let f = f.unwrap().path();
-            if f.extension().is_some_and(|e| e == "sum") {
-                let mut b = std::fs::read(&f).unwrap();
-                b[8..10].copy_from_slice(&1u16.to_le_bytes());
-                let c = crc32c::crc32c(&b[..128]);
-                b[128..132].copy_from_slice(&c.to_le_bytes());
-                std::fs::write(&f, b).unwrap();
-                n += 1;
-            }
-        }
-    }
-    n
+    common::summaries::rewrite(Path::new(repo), |s| {
+        s.rules = 1;
+        true
+    })
 }
 
 #[test]

@@ -5,6 +5,7 @@ pub mod forge;
 pub mod pagemask;
 pub mod pg;
 pub mod stores;
+pub mod summaries;
 
 /// Removes the scratch directories (`TMP/PREFIX-PID-...`) of test runs that ended over an
 /// hour ago (a failed run's stay a while for a look). The shared servers are statics,
