@@ -1,8 +1,8 @@
 //! The repository lock (`locks/retention.json`): taken by `expire` and `merge` so that
 //! two of them never remove or fold the same sets at once. Made create-only, it names
-//! its holder (command, pid, host, time); a lock whose holder died on this host, or
-//! older than `STALE_SECONDS`, is taken over by a compare and swap, so two takers never
-//! both win. Released when dropped.
+//! its holder (command, pid, host, time); a lock whose holder died on this host, older
+//! than `STALE_SECONDS` or dated more than `SKEW_SECONDS` ahead, is taken over by a
+//! compare and swap, so two takers never both win. Released when dropped.
 
 use super::Repo;
 use crate::fault::transient;
@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 const REL: &str = "locks/retention.json";
 /// A lock this old is stale whoever holds it (a run on another host that died).
 pub const STALE_SECONDS: i64 = 6 * 3600;
+/// A lock dated further ahead than this is stale: no clock between hosts is that far
+/// off, and a date in the future would otherwise never grow old.
+pub const SKEW_SECONDS: i64 = 300;
 /// A lock is a few hundred bytes; anything larger is not one.
 const MAX: u64 = 4 << 10;
 
@@ -94,7 +97,7 @@ impl Repo {
             None => "another run".to_string(),
         };
         transient(format!(
-            "repository '{}' is locked by {who}: expire and merge run one at a time; run again once it is done (a lock whose holder died on this host, or older than {} hours, is taken over; else remove '{}')",
+            "repository '{}' is locked by {who}: expire and merge run one at a time; run again once it is done (a lock whose holder died on this host, older than {} hours or dated in the future, is taken over; else remove '{}')",
             self.describe(),
             STALE_SECONDS / 3600,
             self.store.describe(REL)
@@ -102,13 +105,15 @@ impl Repo {
     }
 }
 
-/// Whether a lock is stale: unreadable, its holder gone from this host, or too old.
+/// Whether a lock is stale: unreadable, its holder gone from this host, too old, or
+/// dated in the future beyond clock skew.
 fn stale(h: Option<&Holder>, now: DateTime<Utc>) -> bool {
     let Some(h) = h else {
         return true;
     };
     let old = DateTime::parse_from_rfc3339(&h.since).map_or(true, |t| {
-        (now - t.with_timezone(&Utc)).num_seconds() > STALE_SECONDS
+        let age = (now - t.with_timezone(&Utc)).num_seconds();
+        !(-SKEW_SECONDS..=STALE_SECONDS).contains(&age)
     });
     old || (h.host == crate::sys::hostname() && !crate::sys::process_alive(h.pid))
 }
@@ -160,5 +165,15 @@ mod tests {
         assert!(!stale(Some(&other), Utc::now()));
         other.since = (Utc::now() - chrono::Duration::seconds(STALE_SECONDS + 1)).to_rfc3339();
         assert!(stale(Some(&other), Utc::now()));
+        // Dated in the future: within clock skew it holds; beyond, it never would age.
+        other.since = (Utc::now() + chrono::Duration::seconds(60)).to_rfc3339();
+        assert!(!stale(Some(&other), Utc::now()));
+        other.since = (Utc::now() + chrono::Duration::days(365)).to_rfc3339();
+        assert!(stale(Some(&other), Utc::now()));
+        // Planted so, it no longer blocks expire and merge for ever.
+        repo.store()
+            .put(REL, &serde_json::to_vec(&other).unwrap())
+            .unwrap();
+        drop(repo.lock("expire").unwrap());
     }
 }
