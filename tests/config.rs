@@ -441,3 +441,61 @@ fn postgres_archives_backs_up_and_restores_through_a_stanza() {
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     check_restored(&target, "1000", |p| p.sql("SELECT count(*) FROM t"));
 }
+
+#[test]
+fn show_config_never_prints_a_password_and_files_never_hold_one() {
+    let secret = "s3cr3t";
+    let urls = [
+        "postgres://u:s3cr3t@h/db",
+        "postgres://u:ab/s3cr3t@h/db",
+        "postgres://u:a?s3cr3t@h/db",
+        "postgres://u@h/db?sslmode=require&password=s3cr3t",
+        "postgres://u@h/db?pass%77ord=s3cr3t&pgdata=/d",
+    ];
+    for url in urls {
+        // From the command line and from PAGEVAULT_SOURCE.
+        let cli = run(&[
+            "backup",
+            "--source",
+            url,
+            "--to",
+            "NUL",
+            "--show-config",
+            "--json",
+        ]);
+        let env = run_env(
+            &["backup", "--to", "NUL", "--show-config", "--json"],
+            &[("PAGEVAULT_SOURCE", url)],
+        );
+        for r in [cli, env] {
+            assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+            assert!(
+                !r.stdout.contains(secret) && !r.stderr.contains(secret),
+                "{url}: {}",
+                r.stdout
+            );
+            assert!(r.stdout.contains("***"), "{url}: {}", r.stdout);
+        }
+        // Never in a configuration file, however it is spelled.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(
+            &dir.path().join("pv.toml"),
+            &format!("[stanza.main]\nsource = \"{url}\"\nrepo = \"/bk\"\n"),
+        );
+        let r = run(&[
+            "backup",
+            "--config",
+            &cfg,
+            "--stanza",
+            "main",
+            "--show-config",
+            "--json",
+        ]);
+        assert_eq!(r.code, 2, "{url}: {}\n{}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains("holds a password") && !r.stderr.contains(secret),
+            "{}",
+            r.stderr
+        );
+    }
+}

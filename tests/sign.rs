@@ -118,7 +118,8 @@ fn signed_sets_round_trip_in_every_codec_and_name_their_key() {
 /// A single-stripe signed set of one file of 4 MiB of incompressible data: four
 /// frames of the same stored length.
 fn four_frames(dir: &Path, key: &str, name: &str) -> String {
-    let src = dir.join("src4");
+    // A source of its own: a second set's write of the same file would move its mtime.
+    let src = dir.join(format!("src-{name}"));
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("data"), bytes(7, 4 << 20, false)).unwrap();
     let set = s(&dir.join(name));
@@ -290,7 +291,7 @@ fn forged_frames_and_manifests_of_a_signed_set_are_refused() {
     fs::write(&set, &pristine).unwrap();
     ok(&["verify", "--from", &set, "--key-file", &key]);
     ok(&["restore", "--from", &set, "--to", &outs, "--key-file", &key]);
-    assert_same_tree(&dir.path().join("src4"), &out);
+    assert_same_tree(&dir.path().join("src-f.pv"), &out);
 }
 
 /// A signed stripe made a plain (version 2) set that a reader of plain sets takes

@@ -69,32 +69,85 @@ pub fn section(stanza: Option<&str>) -> String {
     stanza.map_or("the top level".to_string(), |s| format!("[stanza.{s}]"))
 }
 
-/// A postgres URL's password hidden (`postgres://u:***@h/db`).
+/// `v` with the password of a postgres URL in it hidden: the one of its user info and
+/// every `password` query parameter (the text is otherwise kept).
 pub fn redacted(v: &str) -> String {
-    match url_password(v) {
-        Some((at, colon)) => format!("{}:***{}", &v[..colon], &v[at..]),
-        None => v.to_string(),
+    let Some(u) = url_parts(v) else {
+        return v.to_string();
+    };
+    let mut out = String::with_capacity(v.len());
+    let mut at = 0;
+    for r in u.secrets {
+        out.push_str(&v[at..r.start]);
+        out.push_str("***");
+        at = r.end;
     }
+    out.push_str(&v[at..]);
+    out
 }
 
-/// The byte offsets of the `@` and of the `:` before a password in a postgres URL.
-fn url_password(v: &str) -> Option<(usize, usize)> {
+/// A postgres URL's secrets, as the driver reads it: the user info runs to the first
+/// `@` after the scheme (a password may hold `/` or `?`), and query keys are
+/// percent-decoded (`pass%77ord=` is `password=`).
+struct UrlParts {
+    /// Byte ranges of `v` holding a password.
+    secrets: Vec<std::ops::Range<usize>>,
+}
+
+fn url_parts(v: &str) -> Option<UrlParts> {
     let rest = v
         .strip_prefix("postgres://")
         .or_else(|| v.strip_prefix("postgresql://"))?;
     let start = v.len() - rest.len();
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let at = rest[..auth_end].rfind('@')?;
-    let colon = rest[..at].find(':')?;
-    Some((start + at, start + colon))
+    let mut secrets = vec![];
+    let mut after_auth = start;
+    if let Some(at) = rest.find('@') {
+        if let Some(colon) = rest[..at].find(':') {
+            secrets.push(start + colon + 1..start + at);
+        }
+        after_auth = start + at + 1;
+    }
+    if let Some(q) = v[after_auth..].find('?') {
+        let mut pos = after_auth + q + 1;
+        for param in v[after_auth + q + 1..].split('&') {
+            if let Some(eq) = param.find('=') {
+                if percent_decoded(&param[..eq]).eq_ignore_ascii_case("password") {
+                    secrets.push(pos + eq + 1..pos + param.len());
+                }
+            }
+            pos += param.len() + 1;
+        }
+    }
+    Some(UrlParts { secrets })
+}
+
+/// `%XX` sequences decoded (others kept as they are).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).and_then(|&c| hex(c)),
+            b.get(i + 2).and_then(|&c| hex(c)),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn url_has_password(v: &str) -> bool {
-    url_password(v).is_some()
-        || ((v.starts_with("postgres://") || v.starts_with("postgresql://"))
-            && v.split(['?', '&'])
-                .skip(1)
-                .any(|p| p.starts_with("password=")))
+    url_parts(v).is_some_and(|u| !u.secrets.is_empty())
 }
 
 impl ConfigFile {
@@ -439,6 +492,21 @@ mod tests {
         assert!(!url_has_password("postgres://u@h/db?pgdata=/a:b@c"));
         assert!(!url_has_password("postgres://postgres@/postgres"));
         assert_eq!(redacted("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+        // As the driver reads them: a password holding '/' or '?', a key spelled with
+        // percent escapes, a password parameter among others.
+        assert!(url_has_password("postgres://u:ab/cd@h"));
+        assert_eq!(redacted("postgres://u:ab/cd@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redacted("postgres://u:a?b@h/db"), "postgres://u:***@h/db");
+        assert!(url_has_password("postgres://u@h/db?pass%77ord=x"));
+        assert_eq!(
+            redacted("postgres://u@h/db?sslmode=require&pass%77ord=secret&pgdata=/d"),
+            "postgres://u@h/db?sslmode=require&pass%77ord=***&pgdata=/d"
+        );
+        assert_eq!(
+            redacted("postgresql://u@h/db?password=x"),
+            "postgresql://u@h/db?password=***"
+        );
+        assert_eq!(redacted("/backup/repo"), "/backup/repo");
         assert_eq!(distance("compres", "compress"), 1);
     }
 
