@@ -275,6 +275,20 @@ mod tests {
         v.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
+    /// A reference to block `block` of fork `fork` of relation 1663/5/16384.
+    fn b(fork: u8, block: u32) -> BlockRef {
+        BlockRef {
+            file: RelFile {
+                spc: 1663,
+                db: 5,
+                rel: 16384,
+            },
+            fork,
+            block,
+            image: false,
+        }
+    }
+
     fn run(major: u32, rmid: u8, info: u8, data: &[u8], blocks: &[BlockRef]) -> Vec<String> {
         let r = RecordView {
             lsn: 0x1000,
@@ -291,17 +305,6 @@ mod tests {
 
     #[test]
     fn blocks_but_not_the_fsm() {
-        let f = RelFile {
-            spc: 1663,
-            db: 5,
-            rel: 16384,
-        };
-        let b = |fork, block| BlockRef {
-            file: f,
-            fork,
-            block,
-            image: false,
-        };
         // A btree record (rmid 11): its blocks alone.
         let got = run(17, 11, 0, &[], &[b(0, 7), b(1, 2), b(2, 0)]);
         assert_eq!(got, ["b 1663/5/16384 0 7", "b 1663/5/16384 2 0"]);
@@ -309,17 +312,6 @@ mod tests {
 
     #[test]
     fn heap_blocks_mark_their_visibility_map_page() {
-        let f = RelFile {
-            spc: 1663,
-            db: 5,
-            rel: 16384,
-        };
-        let b = |fork, block| BlockRef {
-            file: f,
-            fork,
-            block,
-            image: false,
-        };
         // A 15 update: old and new heap page, no map reference; both map pages marked.
         let got = run(15, RM_HEAP, 0x20, &[], &[b(0, 40000), b(0, 5)]);
         assert_eq!(

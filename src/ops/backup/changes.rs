@@ -231,12 +231,13 @@ mod tests {
     use super::*;
     use crate::repo::wal::summary::testing::rel;
 
+    fn paths(p: &[&str]) -> HashSet<String> {
+        p.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn pages_follow_marks_limits_and_databases() {
-        let files: HashSet<String> = ["base/5/16384", "base/5/16384.1", "base/5/16384_fsm"]
-            .into_iter()
-            .map(String::from)
-            .collect();
+        let files = paths(&["base/5/16384", "base/5/16384.1", "base/5/16384_fsm"]);
         let base = Base {
             start_lsn: 0,
             timeline: 1,
@@ -292,10 +293,7 @@ mod tests {
 
     #[test]
     fn visibility_maps_are_read_whole_across_a_summary_of_older_rules() {
-        let files: HashSet<String> = ["base/5/16384", "base/5/16384_vm"]
-            .into_iter()
-            .map(String::from)
-            .collect();
+        let files = paths(&["base/5/16384", "base/5/16384_vm"]);
         let base = Base {
             start_lsn: 0,
             timeline: 1,
