@@ -14,6 +14,7 @@ pub mod interrupt;
 pub mod ops;
 pub mod par;
 pub mod pg;
+pub mod private_dir;
 pub mod repo;
 pub mod report;
 pub mod set;

@@ -29,6 +29,32 @@ pub fn open_regular_rw(path: &Path) -> io::Result<std::fs::File> {
     open_checked(path, OFlags::RDWR | OFlags::NOFOLLOW)
 }
 
+/// As `open_regular`, not following a link in the last component (a file of a
+/// checked directory: see `private_dir`).
+pub fn open_regular_nofollow(path: &Path) -> io::Result<std::fs::File> {
+    use rustix::fs::OFlags;
+    open_checked(path, OFlags::RDONLY | OFlags::NOFOLLOW)
+}
+
+/// Writes `bytes` as file `path` (made, or emptied first), never through a link in the
+/// last component nor into anything but a regular file.
+pub fn write_nofollow(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use std::io::Write;
+    let flags =
+        OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(0o600))?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("'{}' is not a regular file", path.display()),
+        ));
+    }
+    let mut f = std::fs::File::from(fd);
+    f.set_len(0)?;
+    f.write_all(bytes)
+}
+
 fn open_checked(path: &Path, flags: rustix::fs::OFlags) -> io::Result<std::fs::File> {
     use rustix::fs::{FileType, Mode, OFlags};
     let fd = rustix::fs::open(

@@ -376,3 +376,55 @@ fn a_process_holding_a_key_is_not_dumpable() {
     assert_eq!(owner_while_listing(&plain, &[]), 65534);
     assert_eq!(owner_while_listing(&sealed, &["--key-file", &key]), 0);
 }
+
+/// Every file of the spool, the prefetch directory and the drill's scratch is opened
+/// through `private_dir` (checked directory, relative opens, no link followed): the
+/// modules that use them hold no path-based write, make or listing of their own, outside
+/// their tests. A line that must stay says why with `// confined: REASON` on it or on the
+/// line above.
+#[test]
+fn the_private_directories_are_opened_only_through_their_rule() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = [
+        "ops/archive/mod.rs",
+        "ops/archive/spool.rs",
+        "ops/archive/prefetch.rs",
+        "ops/archive/pusher.rs",
+        "repo/wal/spooled.rs",
+        "cmd/archive.rs",
+        "ops/drill/mod.rs",
+        "ops/drill/config.rs",
+        "ops/drill/server.rs",
+    ];
+    let stray = [
+        "fs::write(",
+        "File::create(",
+        "OpenOptions::new()",
+        "create_dir_all(",
+        "create_dir(",
+        "DirBuilder::new()",
+        "fs::read_dir(",
+        "lock_file(",
+        "fs::copy(",
+    ];
+    let mut found = vec![];
+    for f in files {
+        let text = fs::read_to_string(root.join(f)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            let said = |l: &str| l.contains("// confined:");
+            let marked = said(line) || i > 0 && said(lines[i - 1]);
+            if stray.iter().any(|s| line.contains(s)) && !marked {
+                found.push(format!("src/{f}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "open these through private_dir::PrivateDir:\n{}",
+        found.join("\n")
+    );
+}

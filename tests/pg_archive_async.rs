@@ -19,6 +19,13 @@ fn rows(pg: &Pg) -> String {
     pg.sql("SELECT count(*) || '/' || sum(g) FROM t")
 }
 
+/// pagevault run as postgres, whose spool it is (as root it is refused), with `--json`.
+fn json_as_postgres(args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    serde_json::from_str(&common::pg::as_postgres(bin(), &a)).expect("valid JSON")
+}
+
 /// WAL files waiting in the spool (not their summaries and source identities).
 fn waiting(spool: &Path) -> usize {
     fs::read_dir(spool.join("ready")).map_or(0, |d| {
@@ -143,7 +150,7 @@ fn async_archiving_loses_nothing_through_a_store_outage_a_killed_pusher_and_a_re
     }
     assert_eq!(waiting(&spool), 3);
     drop(lock);
-    let j = json(&[
+    let j = json_as_postgres(&[
         "archive-push",
         "--drain",
         "--spool",
@@ -426,12 +433,18 @@ fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository
         "--repo",
         &repo,
     ];
-    let out = ok(&drain);
+    let out = common::pg::as_postgres(bin(), &drain);
     assert!(
         out.contains("pushed 0 files") && out.contains("0 files wait"),
         "{out}"
     );
-    let j = json(&drain);
+    // Root may not write into the spool of postgres: refused, naming the owner and the fix.
+    let r = run(&drain);
+    assert_ne!(r.code, 0);
+    for w in ["spool", "is refused", "(postgres)", "chown"] {
+        assert!(r.stderr.contains(w), "no '{w}' in: {}", r.stderr);
+    }
+    let j = json_as_postgres(&drain);
     assert_eq!(
         (j["ran"].clone(), j["pushed"].clone()),
         (true.into(), 0.into()),
@@ -473,11 +486,13 @@ fn archive_get_prefetches_the_next_segments_checked_and_a_damaged_one_fails_as_i
     // What each segment restores to, fetched without prefetch.
     let plain = dir.join("plain");
     fs::create_dir(&plain).unwrap();
+    // As PostgreSQL runs it: as postgres, in its directories.
     let get = |name: &str, dest: &Path, extra: &[&str]| {
         let d = s(dest);
         let mut a = vec!["archive-get", name, &d, "--repo", &repo];
         a.extend_from_slice(extra);
-        run(&a)
+        common::pg::give_to_postgres(&dir);
+        common::pg::run_as_postgres(&a)
     };
     for n in &segs[..4] {
         assert_eq!(get(n, &plain.join(n), &["--prefetch", "0"]).code, 0);
@@ -614,8 +629,11 @@ fn archive_get_hands_over_nothing_planted_in_the_prefetch_directory() {
     let want = fs::read(&genuine).unwrap();
     let mut forged = want.clone();
     forged[want.len() / 2] ^= 0x5A;
+    // Run as root here: the directories under one of root's (those above a prefetch
+    // directory are checked too).
+    let base = tempfile::tempdir().unwrap();
     let private = |name: &str| {
-        let d = dir.join(name);
+        let d = base.path().join(name);
         fs::create_dir(&d).unwrap();
         fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
         d
@@ -693,4 +711,135 @@ fn archive_get_hands_over_nothing_planted_in_the_prefetch_directory() {
     let r = get(&segs[0], &out.join("d"), &via);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("is a symbolic link"), "{}", r.stderr);
+}
+
+/// pagevault as postgres, whatever its exit: (code, stderr).
+fn try_as_postgres(args: &[&str]) -> (i32, String) {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--", bin()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), err)
+}
+
+/// The async spool is used only when it is a directory of the archiving user that no one
+/// else may write, and nothing in it is reached through a link: a spool another user
+/// made or opened wide, a `ready/` that is a link to pg_wal, a WAL file planted as a
+/// link, and a `pusher.log` planted as a link are each refused (the file stays with
+/// PostgreSQL, which retries) or not followed.
+#[test]
+fn async_archiving_refuses_a_spool_another_user_could_write_and_follows_no_link() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let dir = postgres_dir("spool_trust");
+    let pg = Pg::start(true, None);
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    // Two complete segments, copied out of pg_wal (a stand-in pg_wal of postgres's).
+    let wal = dir.join("wal");
+    fs::create_dir(&wal).unwrap();
+    let mut segs = vec![];
+    for _ in 0..2 {
+        pg.sql("SELECT pg_logical_emit_message(false, 'pagevault-test', 'x')");
+        let seg = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
+        pg.sql("SELECT pg_switch_wal()");
+        fs::copy(pg.data.join("pg_wal").join(&seg), wal.join(&seg)).unwrap();
+        segs.push(seg);
+    }
+    common::pg::give_to_postgres(&dir);
+    let repo = s(&dir.join("repo"));
+    let push = |seg: &str, spool: &Path| {
+        try_as_postgres(&[
+            "archive-push",
+            &s(&wal.join(seg)),
+            "--repo",
+            &repo,
+            "--async",
+            "--spool",
+            &s(spool),
+            "--look-ahead",
+            "0",
+        ])
+    };
+    let nobody: u32 = String::from_utf8(
+        Command::new("id")
+            .args(["-u", "nobody"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    let mkdir = |name: &str, mode: u32, uid: Option<u32>| {
+        let d = dir.join(name);
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(mode)).unwrap();
+        let pg_uid = fs::metadata(&dir).unwrap().uid();
+        std::os::unix::fs::chown(&d, Some(uid.unwrap_or(pg_uid)), None).unwrap();
+        d
+    };
+    use std::os::unix::fs::MetadataExt;
+
+    // Another user's spool, and one anyone may write (with a planted history file).
+    let theirs = mkdir("theirs", 0o755, Some(nobody));
+    let open = mkdir("open", 0o777, None);
+    fs::create_dir(open.join("ready")).unwrap();
+    fs::set_permissions(open.join("ready"), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(
+        open.join("ready/00000002.history"),
+        "1\t0/3000000\tforged\n",
+    )
+    .unwrap();
+    for (d, says) in [
+        (&theirs, format!("uid {nobody} (nobody) with mode 0755")),
+        (&open, "with mode 0777".to_string()),
+    ] {
+        let (code, err) = push(&segs[0], d);
+        assert_ne!(code, 0, "{err}");
+        for w in [s(d).as_str(), &says, "is refused", "chown", "chmod 700"] {
+            assert!(err.contains(w), "no '{w}' in: {err}");
+        }
+    }
+    assert!(!dir.join("repo").join("wal").exists(), "nothing was pushed");
+    assert!(!open.join("pusher.log").exists());
+
+    // ready/ a link to pg_wal: refused, pg_wal untouched.
+    let linked = mkdir("linked", 0o700, None);
+    symlink(&wal, linked.join("ready")).unwrap();
+    let (code, err) = push(&segs[0], &linked);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(wal.join(&segs[0]).is_file() && wal.join(&segs[1]).is_file());
+
+    // In postgres's own spool: a WAL file planted as a link is not taken as spooled
+    // (PostgreSQL keeps the segment and retries), and a pusher.log planted as a link is
+    // not written through.
+    let mine = mkdir("mine", 0o700, None);
+    let ready = mkdir("mine/ready", 0o700, None);
+    symlink(wal.join(&segs[0]), ready.join(&segs[0])).unwrap();
+    let victim = dir.join("postgresql.auto.conf");
+    fs::write(&victim, "keep\n").unwrap();
+    symlink(&victim, mine.join("pusher.log")).unwrap();
+    let (code, err) = push(&segs[0], &mine);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+    fs::remove_file(ready.join(&segs[0])).unwrap();
+    for seg in &segs {
+        let (code, err) = push(seg, &mine);
+        assert_eq!(code, 0, "{err}");
+    }
+    wait_empty(&mine, 60);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "keep\n");
+    assert!(fs::symlink_metadata(mine.join("pusher.log"))
+        .unwrap()
+        .is_file());
+    for seg in &segs {
+        let dest = dir.join(format!("got-{seg}"));
+        let r = run(&["archive-get", seg, &s(&dest), "--repo", &repo]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(fs::read(&dest).unwrap(), fs::read(wal.join(seg)).unwrap());
+    }
 }

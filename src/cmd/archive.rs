@@ -241,10 +241,9 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
 }
 
 /// Starts this archive-push again in the background with `--drain --pusher`.
-fn start_pusher(spool: &Path) -> Result<u32> {
+fn start_pusher(spool: &archive::spool::Spool) -> Result<u32> {
     spawn_self(
-        &spool.join(archive::spool::LOG),
-        archive::spool::LOG_MAX,
+        spool.log()?,
         &["--drain".to_string(), "--pusher".to_string()],
     )
     .context("cannot start the pusher")
@@ -308,28 +307,15 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
 
 /// Starts this archive-get again in the background as the prefetch fetcher.
 fn start_fetcher(dir: &Path, seg_size: u64) -> Result<()> {
-    archive::prefetch::make(dir)?;
-    spawn_self(
-        &dir.join(archive::prefetch::LOG),
-        archive::prefetch::LOG_MAX,
-        &["--fetch-ahead".to_string(), seg_size.to_string()],
-    )
-    .map(|_| ())
+    let log = archive::prefetch::make(dir)?.log()?;
+    spawn_self(log, &["--fetch-ahead".to_string(), seg_size.to_string()]).map(|_| ())
 }
 
 /// Starts `pagevault` again with this command's arguments and `extra`, in the
 /// background: in its own process group (PostgreSQL's signals to its archiver or
-/// startup process stop it not), its output appended to `log` (cut back past `max`).
-fn spawn_self(log: &Path, max: u64, extra: &[String]) -> Result<u32> {
+/// startup process stop it not), its output appended to `out`.
+fn spawn_self(out: std::fs::File, extra: &[String]) -> Result<u32> {
     use std::process::{Command, Stdio};
-    if std::fs::metadata(log).is_ok_and(|m| m.len() > max) {
-        let _ = std::fs::remove_file(log);
-    }
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .with_context(|| format!("cannot open the log '{}'", log.display()))?;
     let exe = std::env::current_exe().context("cannot find pagevault's own binary")?;
     let child = Command::new(exe)
         .args(std::env::args_os().skip(1))

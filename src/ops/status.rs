@@ -151,14 +151,11 @@ pub struct SpoolStatus {
 
 fn spool_status(dir: &std::path::Path) -> Result<SpoolStatus> {
     use super::archive::spool::{unix_now, Spool};
-    if !dir.join(super::archive::spool::READY).is_dir() {
+    let Some(sp) = Spool::inspect(dir)? else {
         anyhow::bail!(
             "'{}' is not a spool of archive-push --async (it has no ready/ directory)",
             dir.display()
         );
-    }
-    let sp = Spool {
-        dir: dir.to_path_buf(),
     };
     let b = sp.backlog()?;
     let st = sp.state().unwrap_or_default();

@@ -140,6 +140,17 @@ pub fn as_postgres(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// pagevault run as the postgres user (as PostgreSQL runs it), whatever its exit.
+pub fn run_as_postgres(args: &[&str]) -> super::Run {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--", super::bin()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runuser");
+    super::Run::of(&out)
+}
+
 /// A fresh directory the postgres user owns.
 pub fn postgres_dir(name: &str) -> PathBuf {
     static SWEPT: std::sync::Once = std::sync::Once::new();

@@ -8,7 +8,7 @@ pub mod spool;
 
 use crate::format::seal::KeyUse;
 use crate::repo::{wal, Repo};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -103,15 +103,25 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
         false => direct().inspect_err(|e| {
             // The end of the archive: nothing ahead serves any more.
             if e.downcast_ref::<wal::NotArchived>().is_some() {
-                prefetch::clean(dir, &o.name, &[], true);
+                if let Some(d) = &checked {
+                    d.clean(&o.name, &[], true);
+                }
             }
         })?,
     };
     let win = prefetch::window(&o.name, bytes, o.prefetch);
-    prefetch::set_wanted(dir, &o.name);
-    if !prefetch::running(dir) {
-        prefetch::clean(dir, &o.name, &win, false);
-        if !prefetch::missing(dir, &win).is_empty() {
+    if let Some(d) = &checked {
+        d.set_wanted(&o.name);
+    }
+    if !checked.as_ref().is_some_and(|d| d.running()) {
+        let missing = match &checked {
+            Some(d) => {
+                d.clean(&o.name, &win, false);
+                d.missing(&win)
+            }
+            None => win.clone(),
+        };
+        if !missing.is_empty() {
             if let Err(e) = start(dir, bytes) {
                 warnings.push(format!("WAL prefetch could not start: {e:#}"));
             }
@@ -166,11 +176,11 @@ pub struct AsyncPushed {
 /// this returns; `start` starts a pusher when none runs, and returns its pid.
 pub fn push_async(
     o: &AsyncOptions,
-    start: impl FnOnce(&Path) -> Result<u32>,
+    start: impl FnOnce(&spool::Spool) -> Result<u32>,
 ) -> Result<AsyncPushed> {
     let t0 = std::time::Instant::now();
     let sp = spool::Spool::open(&o.spool)?;
-    let prev = wal::spooled::read_spooled_summary(&sp.dir.join(spool::LAST_SUM));
+    let prev = sp.last_summary();
     let ahead = ready_after(&o.path, &sp.ready(), o.look_ahead);
     let mut srcs = vec![o.path.clone()];
     srcs.extend(ahead.iter().cloned());
@@ -199,20 +209,23 @@ pub fn push_async(
             false => e,
         }
     })?;
-    crate::repo::store::sync_dir(&sp.ready())?;
+    (sp.ready_dir().sync()).with_context(|| format!("cannot sync '{}'", sp.ready().display()))?;
     let newest_sum = (ahead_done.iter().rev())
         .chain(std::iter::once(&got))
         .find_map(|s| s.summary.as_ref());
     if let Some(s) = newest_sum {
-        wal::spooled::write_whole(&sp.dir, spool::LAST_SUM, &s.encode())?;
+        (sp.top().replace(spool::LAST_SUM, &s.encode())).with_context(|| {
+            format!(
+                "cannot write '{}'",
+                sp.top().join(spool::LAST_SUM).display()
+            )
+        })?;
     }
     let pusher = match sp.try_lock()? {
         None => Pusher::Running,
         Some(lock) => {
             drop(lock);
-            Pusher::Started {
-                pid: start(&sp.dir)?,
-            }
+            Pusher::Started { pid: start(&sp)? }
         }
     };
     let backlog = sp.backlog()?;
@@ -262,6 +275,7 @@ fn ready_after(path: &Path, ready_dir: &Path, n: usize) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|f| f.to_str())) else {
         return vec![];
     };
+    // confined: PostgreSQL's archive_status, read only
     let Ok(rd) = std::fs::read_dir(dir.join("archive_status")) else {
         return vec![];
     };

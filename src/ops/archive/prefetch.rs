@@ -16,8 +16,9 @@
 //! ```
 
 use crate::pg::{parse_name, parse_segment_name, segment_name_for, Kind};
+use crate::private_dir::{owner, PrivateDir};
 use crate::repo::{wal, Repo};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use serde::Serialize;
@@ -45,60 +46,40 @@ pub fn window(name: &str, seg_size: u64, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// The prefetch directory, opened once and checked: a directory (not a link) of the
-/// effective user that no one else may write. Files are taken from it by name relative
-/// to that handle, never through a link.
+/// The prefetch directory, opened once and checked by the rule of [`PrivateDir`]: a
+/// directory (not a link) of the effective user that no one else may write. Files are
+/// taken from it by name relative to that handle, never through a link.
 pub struct Dir {
     path: PathBuf,
     fd: OwnedFd,
+    dir: PrivateDir,
 }
+
+const WHAT: &str = "prefetch directory";
 
 impl Dir {
     /// Opens `path`; None when it does not exist. Anything else than a directory of
     /// this user, writable by no one else, is refused, naming what it is and the fix.
     pub fn open(path: &Path) -> Result<Option<Dir>> {
-        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(Errno::LOOP | Errno::NOTDIR) => {
-                let st = rustix::fs::lstat(path)
-                    .with_context(|| format!("cannot inspect '{}'", path.display()))?;
-                let what = match FileType::from_raw_mode(st.st_mode) {
-                    FileType::Symlink => "a symbolic link",
-                    _ => "not a directory",
-                };
-                bail!(
-                    "prefetch directory '{}' is refused: it is {what} (owner {}, mode {:04o}); \
-                     remove it: archive-get makes the directory",
-                    path.display(),
-                    owner(st.st_uid),
-                    st.st_mode & 0o7777
-                );
-            }
-            Err(e) => {
-                return Err(io::Error::from(e))
-                    .with_context(|| format!("cannot open '{}'", path.display()))
-            }
+        let Some(dir) = PrivateDir::open(path, WHAT)? else {
+            return Ok(None);
         };
-        let st = rustix::fs::fstat(&fd)?;
-        let me = rustix::process::geteuid().as_raw();
-        if st.st_uid != me || st.st_mode & 0o022 != 0 {
-            let user = crate::sys::user_by_uid(me).map_or(me.to_string(), |(n, _)| n);
-            bail!(
-                "prefetch directory '{p}' is refused: it is owned by {} with mode {:04o}, but must \
-                 be owned by {} and writable by no one else (another user could plant WAL in it): \
-                 chown {user} '{p}' && chmod 700 '{p}', or remove it: archive-get makes it",
-                owner(st.st_uid),
-                st.st_mode & 0o7777,
-                owner(me),
-                p = path.display(),
-            );
-        }
         Ok(Some(Dir {
-            path: path.to_path_buf(),
-            fd,
+            path: dir.path().to_path_buf(),
+            fd: rustix::io::dup(dir.fd())?,
+            dir,
         }))
+    }
+
+    /// Its real path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens the fetcher's log to append (cut back to nothing past [`LOG_MAX`]).
+    pub fn log(&self) -> Result<fs::File> {
+        (self.dir.append(LOG, LOG_MAX))
+            .with_context(|| format!("cannot open the log '{}'", self.dir.join(LOG).display()))
     }
 
     /// Hands a prefetched `name` over as `dest` (a rename, or a copy across file
@@ -193,90 +174,78 @@ fn copy_to(f: &mut fs::File, dest: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A uid and its user name, for messages.
-fn owner(uid: u32) -> String {
-    match crate::sys::user_by_uid(uid) {
-        Some((n, _)) => format!("uid {uid} ({n})"),
-        None => format!("uid {uid}"),
-    }
-}
-
 /// Makes the prefetch directory (private to this user) when it is not there, and
 /// opens it checked.
 pub fn make(path: &Path) -> Result<Dir> {
-    use std::os::unix::fs::DirBuilderExt;
-    match fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot create '{}'", path.display())),
-    }
-    Dir::open(path)?.ok_or_else(|| anyhow!("'{}' was removed as it was made", path.display()))
+    let dir = PrivateDir::make(path, WHAT)?;
+    Ok(Dir {
+        path: dir.path().to_path_buf(),
+        fd: rustix::io::dup(dir.fd())?,
+        dir,
+    })
 }
 
-/// Removes what no longer serves (call it while no fetcher runs): segments and errors
-/// before `name` or on another timeline, outside the window `keep`. Everything, with
-/// `all` (the end of the archive).
-pub fn clean(dir: &Path, name: &str, keep: &[String], all: bool) {
-    let Ok(rd) = fs::read_dir(dir) else { return };
-    for e in rd.filter_map(|e| e.ok()) {
-        let f = e.file_name().to_string_lossy().into_owned();
-        let stem = f.strip_suffix(ERROR).unwrap_or(&f);
-        let stale = match parse_name(stem) {
-            Some(n) if n.kind == Kind::Segment => {
-                all || (stem < name || stem[..8] != name[..8]) && !keep.iter().any(|k| k == stem)
+impl Dir {
+    /// Removes what no longer serves (call it while no fetcher runs): segments and
+    /// errors before `name` or on another timeline, outside the window `keep`.
+    /// Everything, with `all` (the end of the archive).
+    pub fn clean(&self, name: &str, keep: &[String], all: bool) {
+        for e in self.dir.files().unwrap_or_default() {
+            let f = e.name;
+            let stem = f.strip_suffix(ERROR).unwrap_or(&f);
+            let stale = match parse_name(stem) {
+                Some(n) if n.kind == Kind::Segment => {
+                    all || (stem < name || stem[..8] != name[..8])
+                        && !keep.iter().any(|k| k == stem)
+                }
+                // A killed fetcher's temp file: only once prefetch ends.
+                _ => all && f.starts_with('.') && f.ends_with(".tmp"),
+            };
+            if stale {
+                let _ = self.dir.remove(&f);
             }
-            // A killed fetcher's temp file: only once prefetch ends.
-            _ => all && f.starts_with('.') && f.ends_with(".tmp"),
-        };
-        if stale {
-            let _ = fs::remove_file(e.path());
+        }
+        if all {
+            for f in [LOG, LOCK, WANTED] {
+                let _ = self.dir.remove(f);
+            }
+            let _ = fs::remove_dir(&self.path);
         }
     }
-    if all {
-        let _ = fs::remove_file(dir.join(LOG));
-        let _ = fs::remove_file(dir.join(LOCK));
-        let _ = fs::remove_file(dir.join(WANTED));
-        let _ = fs::remove_dir(dir);
+
+    /// The names of the window neither fetched nor failed yet.
+    pub fn missing(&self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| !self.dir.has_file(n) && !self.dir.has(&format!("{n}{ERROR}")))
+            .cloned()
+            .collect()
     }
-}
 
-/// The names of the window neither fetched nor failed yet.
-pub fn missing(dir: &Path, names: &[String]) -> Vec<String> {
-    names
-        .iter()
-        .filter(|n| !dir.join(n).is_file() && !dir.join(format!("{n}{ERROR}")).exists())
-        .cloned()
-        .collect()
-}
-
-/// Whether a fetcher runs (holds the lock).
-pub fn running(dir: &Path) -> bool {
-    lock(dir).is_ok_and(|l| l.is_none())
-}
-
-fn lock(dir: &Path) -> Result<Option<fs::File>> {
-    let p = dir.join(LOCK);
-    crate::sys::lock_file(&p).with_context(|| format!("cannot lock '{}'", p.display()))
-}
-
-/// Records the segment PostgreSQL asked for last (informational for the fetcher: not
-/// synced).
-pub fn set_wanted(dir: &Path, name: &str) {
-    let tmp = dir.join(format!(".{WANTED}.{}.tmp", std::process::id()));
-    if fs::write(&tmp, format!("{name}\n")).is_ok() && fs::rename(&tmp, dir.join(WANTED)).is_err() {
-        let _ = fs::remove_file(&tmp);
+    /// Whether a fetcher runs (holds the lock).
+    pub fn running(&self) -> bool {
+        self.lock().is_ok_and(|l| l.is_none())
     }
-}
 
-fn wanted(dir: &Path) -> Option<String> {
-    use std::io::Read;
-    let f = crate::sys::open_regular(&dir.join(WANTED)).ok()?;
-    let mut s = String::new();
-    f.take(64).read_to_string(&mut s).ok()?;
-    let s = s.trim();
-    parse_name(s)
-        .is_some_and(|n| n.kind == Kind::Segment)
-        .then(|| s.to_string())
+    fn lock(&self) -> Result<Option<fs::File>> {
+        (self.dir.lock(LOCK))
+            .with_context(|| format!("cannot lock '{}'", self.dir.join(LOCK).display()))
+    }
+
+    /// Records the segment PostgreSQL asked for last (informational for the fetcher:
+    /// not synced).
+    pub fn set_wanted(&self, name: &str) {
+        let _ = self.dir.replace(WANTED, format!("{name}\n").as_bytes());
+    }
+
+    fn wanted(&self) -> Option<String> {
+        let b = self.dir.read(WANTED, 64)?;
+        let s = String::from_utf8(b).ok()?;
+        let s = s.trim();
+        parse_name(s)
+            .is_some_and(|n| n.kind == Kind::Segment)
+            .then(|| s.to_string())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -309,8 +278,8 @@ pub struct Fetched {
 pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
     use std::time::{Duration, Instant};
     let mut out = Fetched::default();
-    make(&o.dir)?;
-    let Some(_lock) = lock(&o.dir)? else {
+    let dir = make(&o.dir)?;
+    let Some(_lock) = dir.lock()? else {
         return Ok(out);
     };
     out.ran = true;
@@ -320,7 +289,7 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
     // Names found absent, and when: asked again after a second (a standby's archive grows).
     let mut absent: std::collections::HashMap<String, Instant> = Default::default();
     loop {
-        if let Some(w) = wanted(&o.dir) {
+        if let Some(w) = dir.wanted() {
             if w != asked {
                 asked = w;
                 since = Instant::now();
@@ -332,7 +301,7 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
         }
         absent.retain(|_, t| t.elapsed() < Duration::from_secs(1));
         let win = window(&asked, o.seg_size, o.window);
-        let names: Vec<String> = missing(&o.dir, &win)
+        let names: Vec<String> = (dir.missing(&win))
             .into_iter()
             .filter(|n| !absent.contains_key(n))
             .collect();
@@ -341,7 +310,7 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
             continue;
         }
         let got = crate::par::map_index(names.len(), THREADS.min(names.len()), |i| {
-            wal::fetch(&repo, &names[i], &o.dir.join(&names[i]))
+            wal::fetch(&repo, &names[i], &dir.path.join(&names[i]))
         });
         for (r, name) in got.into_iter().zip(&names) {
             match r {
@@ -355,7 +324,8 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
                 }
                 Err(e) => {
                     out.failed += 1;
-                    let _ = fs::write(o.dir.join(format!("{name}{ERROR}")), format!("{e:#}\n"));
+                    let why = format!("{e:#}\n");
+                    let _ = dir.dir.replace(&format!("{name}{ERROR}"), why.as_bytes());
                 }
             }
         }

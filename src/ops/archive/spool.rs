@@ -18,6 +18,7 @@
 //! push of what the repository holds already is a no-op.
 
 use crate::pg::parse_name;
+use crate::private_dir::PrivateDir;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -44,9 +45,17 @@ const DONE_KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
 /// The log is cut back to nothing past this size when a pusher starts.
 pub const LOG_MAX: u64 = 16 << 20;
 
+/// The spool, checked by the rule of [`PrivateDir`]: its directory and `ready/` of this
+/// user (or root), writable by no one else, nothing in them reached through a link.
 pub struct Spool {
+    /// Its real path.
     pub dir: PathBuf,
+    top: PrivateDir,
+    ready: PrivateDir,
 }
+
+const WHAT: &str = "the spool";
+const WHAT_READY: &str = "the spool's ready directory";
 
 /// What waits in the spool.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -80,40 +89,59 @@ pub fn unix_now() -> u64 {
 }
 
 impl Spool {
-    /// The spool at `dir`, its directories made (private, as every file this process makes).
+    /// The spool at `dir`, its directories made (private, as every file this process
+    /// makes) and checked.
     pub fn open(dir: &Path) -> Result<Spool> {
-        let ready = dir.join(READY);
-        fs::create_dir_all(&ready)
-            .with_context(|| format!("cannot create the spool directory '{}'", ready.display()))?;
+        let top = PrivateDir::make(dir, WHAT)?;
+        let ready = top.sub(READY, WHAT_READY, true)?.expect("made");
+        // The pool of segments to write over, when there is one.
+        ready.sub(crate::repo::wal::spooled::POOL, "the spool's pool", false)?;
         Ok(Spool {
-            dir: dir.to_path_buf(),
+            dir: top.path().to_path_buf(),
+            top,
+            ready,
         })
     }
 
+    /// The spool at `dir`, only to read its backlog and state (`status`, which may run
+    /// as another user): None when it has no `ready/`.
+    pub fn inspect(dir: &Path) -> Result<Option<Spool>> {
+        let Some(top) = PrivateDir::inspect(dir, WHAT)? else {
+            return Ok(None);
+        };
+        let Some(ready) = PrivateDir::inspect(&dir.join(READY), WHAT_READY)? else {
+            return Ok(None);
+        };
+        Ok(Some(Spool {
+            dir: dir.to_path_buf(),
+            top,
+            ready,
+        }))
+    }
+
     pub fn ready(&self) -> PathBuf {
-        self.dir.join(READY)
+        self.ready.path().to_path_buf()
+    }
+
+    /// The spool's directory, opened.
+    pub fn top(&self) -> &PrivateDir {
+        &self.top
+    }
+
+    /// Its `ready/`, opened.
+    pub fn ready_dir(&self) -> &PrivateDir {
+        &self.ready
     }
 
     /// The WAL files waiting, sorted (a timeline's history file before its segments),
     /// with their sizes. Temp files, summaries and anything not named as WAL are skipped.
     pub fn waiting(&self) -> Result<Vec<(String, u64)>> {
-        let ready = self.ready();
-        let mut out = vec![];
-        let rd = fs::read_dir(&ready)
-            .with_context(|| format!("cannot list the spool '{}'", ready.display()))?;
-        for e in rd {
-            let e = e.with_context(|| format!("cannot list the spool '{}'", ready.display()))?;
-            let Some(name) = e.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
-            if parse_name(&name).is_none() {
-                continue;
-            }
-            match e.metadata() {
-                Ok(m) if m.is_file() => out.push((name, m.len())),
-                _ => {}
-            }
-        }
+        let mut out: Vec<(String, u64)> = (self.ready.files())
+            .with_context(|| format!("cannot list the spool '{}'", self.ready.path().display()))?
+            .into_iter()
+            .filter(|e| parse_name(&e.name).is_some())
+            .map(|e| (e.name, e.len))
+            .collect();
         out.sort();
         Ok(out)
     }
@@ -134,62 +162,47 @@ impl Spool {
     /// Files the pusher stored and took out of the listing ([`pushed_name`]) but did not
     /// remove (it was killed): to remove.
     pub fn pushed_leftovers(&self) -> Vec<PathBuf> {
-        let Ok(rd) = fs::read_dir(self.ready()) else {
-            return vec![];
-        };
-        rd.filter_map(|e| e.ok())
+        let files = self.ready.files().unwrap_or_default();
+        files
+            .into_iter()
             .filter(|e| {
-                let n = e.file_name();
-                let n = n.to_str().unwrap_or_default();
-                (n.strip_prefix('.'))
+                (e.name.strip_prefix('.'))
                     .and_then(|n| n.strip_suffix(PUSHED_SUFFIX))
                     .is_some_and(|stem| parse_name(stem).is_some())
             })
-            .map(|e| e.path())
+            .map(|e| self.ready.join(&e.name))
             .collect()
     }
 
     pub fn orphan_summaries(&self) -> Vec<PathBuf> {
         use crate::repo::wal::spooled::{DONE_SUFFIX, SRC_SUFFIX, SUM_SUFFIX};
-        let ready = self.ready();
-        let Ok(rd) = fs::read_dir(&ready) else {
-            return vec![];
-        };
-        let old = |e: &fs::DirEntry| {
-            e.metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > DONE_KEEP)
-        };
-        rd.filter_map(|e| e.ok())
+        let files = self.ready.files().unwrap_or_default();
+        files
+            .into_iter()
             .filter_map(|e| {
-                let n = e.file_name().to_str()?.to_string();
                 let orphan = match [SUM_SUFFIX, SRC_SUFFIX, DONE_SUFFIX]
                     .into_iter()
-                    .find_map(|s| Some((s, n.strip_suffix(s)?)))?
+                    .find_map(|s| Some((s, e.name.strip_suffix(s)?)))?
                 {
                     (_, stem) if parse_name(stem).is_none() => false,
-                    (DONE_SUFFIX, _) => old(&e),
-                    (_, stem) => !ready.join(stem).exists(),
+                    (DONE_SUFFIX, _) => e.age_secs > DONE_KEEP.as_secs(),
+                    (_, stem) => !self.ready.has(stem),
                 };
-                orphan.then(|| e.path())
+                orphan.then(|| self.ready.join(&e.name))
             })
             .collect()
     }
 
     /// The pusher's lock, taken without waiting; None when a pusher holds it.
     pub fn try_lock(&self) -> Result<Option<fs::File>> {
-        let p = self.dir.join(LOCK);
-        crate::sys::lock_file(&p).with_context(|| format!("cannot lock '{}'", p.display()))
+        (self.top.lock(LOCK))
+            .with_context(|| format!("cannot lock '{}'", self.top.join(LOCK).display()))
     }
 
     /// Marks the spool as being written by this call until the file returned is dropped;
     /// None when another call marks it (or no mark can be made: it is a hint only).
     pub fn spooling(&self) -> Option<fs::File> {
-        crate::sys::lock_file(&self.dir.join(SPOOLING))
-            .ok()
-            .flatten()
+        self.top.lock(SPOOLING).ok().flatten()
     }
 
     /// Waits, `max` at most, while a call copies files in: PostgreSQL waits on that
@@ -198,7 +211,7 @@ impl Spool {
     pub fn yield_to_spooling(&self, max: std::time::Duration) {
         let until = std::time::Instant::now() + max;
         while std::time::Instant::now() < until {
-            match crate::sys::lock_file(&self.dir.join(SPOOLING)) {
+            match self.top.lock(SPOOLING) {
                 // Free (released again at once), or no mark to read.
                 Ok(Some(_)) | Err(_) => return,
                 Ok(None) => std::thread::sleep(std::time::Duration::from_millis(2)),
@@ -207,22 +220,27 @@ impl Spool {
     }
 
     pub fn state(&self) -> Option<PusherState> {
-        let f = crate::sys::open_regular(&self.dir.join(STATE)).ok()?;
-        let mut b = vec![];
-        use std::io::Read;
-        f.take(STATE_MAX).read_to_end(&mut b).ok()?;
-        serde_json::from_slice(&b).ok()
+        serde_json::from_slice(&self.top.read(STATE, STATE_MAX)?).ok()
     }
 
     /// Writes the pusher's state (informational: not synced).
     pub fn set_state(&self, s: &PusherState) {
-        let tmp = self
-            .dir
-            .join(format!(".{STATE}.{}.tmp", std::process::id()));
         let body = serde_json::to_vec_pretty(s).unwrap_or_default();
-        if fs::write(&tmp, body).is_ok() && fs::rename(&tmp, self.dir.join(STATE)).is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
+        let _ = self.top.replace(STATE, &body);
+    }
+
+    /// The last spooled segment's summary, when there is one.
+    pub fn last_summary(&self) -> Option<crate::repo::wal::summary::Summary> {
+        let b = self
+            .top
+            .read(LAST_SUM, crate::repo::wal::summary::FILE_MAX)?;
+        crate::repo::wal::summary::Summary::decode(&b).ok()
+    }
+
+    /// Opens the pusher's log to append (cut back to nothing past [`LOG_MAX`]).
+    pub fn log(&self) -> Result<fs::File> {
+        (self.top.append(LOG, LOG_MAX))
+            .with_context(|| format!("cannot open the log '{}'", self.top.join(LOG).display()))
     }
 }
 

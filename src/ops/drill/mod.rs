@@ -16,8 +16,9 @@ use super::check::Outcome;
 use super::restore::{self, RestoreOptions, TimelineTarget};
 use super::verify::{ReadOptions, Show};
 use crate::pg::{self, Kind};
+use crate::private_dir::PrivateDir;
 use crate::repo::{wal, Repo};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use server::Server;
@@ -116,33 +117,30 @@ struct Scratch {
 
 impl Scratch {
     fn prepare(given: Option<&Path>, ids: Option<(u32, u32)>) -> Result<Scratch> {
-        use std::os::unix::fs::DirBuilderExt;
         let (dir, made) = match given {
             Some(d) if std::fs::symlink_metadata(d).is_ok() => {
-                check_given(d)?;
-                let mut entries = std::fs::read_dir(d).with_context(|| {
-                    format!("--scratch '{}' is not a readable directory", d.display())
-                })?;
-                if entries.next().is_some() {
+                let pd = PrivateDir::open(d, "--scratch")?
+                    .ok_or_else(|| anyhow!("--scratch '{}' went away", d.display()))?;
+                let empty = (pd.is_empty())
+                    .with_context(|| format!("--scratch '{}' cannot be listed", d.display()))?;
+                if !empty {
                     bail!(
                         "--scratch '{}' is not empty: a drill restores only into an empty or new directory (never over a data directory)",
                         d.display()
                     );
                 }
-                (d.to_path_buf(), false)
+                (pd, false)
             }
-            Some(d) => (d.to_path_buf(), true),
+            Some(d) => (PrivateDir::make(d, "the drill's scratch")?, true),
             None => (
-                std::env::temp_dir().join(format!("pagevault-drill-{}", uuid::Uuid::new_v4())),
+                PrivateDir::make(
+                    &std::env::temp_dir().join(format!("pagevault-drill-{}", uuid::Uuid::new_v4())),
+                    "the drill's scratch",
+                )?,
                 true,
             ),
         };
-        if made {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&dir)
-                .with_context(|| format!("cannot create scratch directory '{}'", dir.display()))?;
-        }
+        let dir = dir.path().to_path_buf();
         if let Some((uid, gid)) = ids {
             std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
                 .with_context(|| format!("cannot give '{}' to uid {uid}", dir.display()))?;
@@ -160,6 +158,7 @@ impl Scratch {
     fn remove(&self) -> Result<()> {
         let once = || match self.made {
             true => std::fs::remove_dir_all(&self.dir),
+            // confined: the drill's own scratch emptied (unlinks; no link is followed)
             false => std::fs::read_dir(&self.dir)?.try_for_each(|e| {
                 let p = e?.path();
                 match p.is_dir() && !p.is_symlink() {
@@ -183,28 +182,6 @@ impl Scratch {
             }
         }
     }
-}
-
-/// A --scratch given that exists must be a directory (not a link) of root or the
-/// running user that group and others cannot write.
-fn check_given(d: &Path) -> Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::symlink_metadata(d)
-        .with_context(|| format!("cannot read --scratch '{}'", d.display()))?;
-    let me = rustix::process::geteuid().as_raw();
-    let (uid, mode) = (m.uid(), m.mode() & 0o7777);
-    if !m.is_dir() || (uid != 0 && uid != me) || mode & 0o022 != 0 {
-        bail!(
-            "--scratch '{}' is {}, owned by uid {uid}, mode {mode:04o}: a drill writes only into a directory (not a link) of root or of the user running it (uid {me}) that group and others cannot write; give a new path (the drill makes it), or `chown {me} DIR; chmod 700 DIR`",
-            d.display(),
-            match (m.is_dir(), m.file_type().is_symlink()) {
-                (true, _) => "a directory",
-                (_, true) => "a link",
-                _ => "not a directory",
-            }
-        );
-    }
-    Ok(())
 }
 
 fn check(name: &'static str, status: Outcome, detail: impl Into<String>) -> Check {
@@ -464,7 +441,7 @@ fn same_cluster(repo: &Repo, data: &Path) -> Result<()> {
         return Ok(());
     };
     let p = data.join("global/pg_control");
-    let f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new() // confined: a read, not through a link
         .read(true)
         .custom_flags(crate::sys::O_NOFOLLOW)
         .open(&p)

@@ -52,7 +52,7 @@ pub fn identity_of(p: &Path) -> Option<String> {
 
 /// Whether `dir/NAME{suffix}` records identity `id`.
 fn same_identity(dir: &Path, name: &str, suffix: &str, id: &str) -> bool {
-    let Ok(f) = crate::sys::open_regular(&dir.join(format!("{name}{suffix}"))) else {
+    let Ok(f) = crate::sys::open_regular_nofollow(&dir.join(format!("{name}{suffix}"))) else {
         return false;
     };
     let mut b = String::new();
@@ -137,7 +137,29 @@ enum Staged {
 
 /// Whether the pusher stored `dir/NAME` already (its identity kept as `NAME.done`).
 pub fn stored(dir: &Path, name: &str) -> bool {
-    dir.join(format!("{name}{DONE_SUFFIX}")).exists()
+    is_file(&dir.join(format!("{name}{DONE_SUFFIX}")))
+}
+
+/// A regular file at `p` (a link is not followed).
+fn is_file(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+}
+
+/// Anything at `p` that is not a regular file: refused, naming it (the spool holds only
+/// files this user wrote).
+fn not_regular(p: &Path) -> Result<()> {
+    match fs::symlink_metadata(p) {
+        Ok(m) if !m.is_file() => bail!(
+            "'{}' in the spool is not a regular file ({}): refused; remove it",
+            p.display(),
+            if m.is_symlink() {
+                "a symbolic link"
+            } else {
+                "not a file"
+            }
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// `asked`: the file PostgreSQL hands over, whose call is the last to need its `.done`.
@@ -150,6 +172,7 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
         seg,
     } = open_checked(src)?;
     let fin = dir.join(&name);
+    not_regular(&fin)?;
     let id = identity(&f);
     let already = || {
         Ok(Staged::Already(Spooled {
@@ -161,7 +184,7 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
     };
     // Copied from this very file, unchanged since: spooled, or stored by the pusher.
     if let Some(id) = &id {
-        if fin.exists() && same_identity(dir, &name, SRC_SUFFIX, id) {
+        if is_file(&fin) && same_identity(dir, &name, SRC_SUFFIX, id) {
             return already();
         }
         if same_identity(dir, &name, DONE_SUFFIX, id) {
@@ -174,7 +197,7 @@ fn copy_in(src: &Path, dir: &Path, summaries: bool, asked: bool) -> Result<Stage
     // Mapped only to be read: most calls find their file spooled ahead.
     let map = map_if(summaries && n.kind == Kind::Segment, &f, len, src)?;
     // Spooled before (a retried archive_command, or fetched ahead): the same bytes are fine.
-    if fin.exists() {
+    if is_file(&fin) {
         let hash = scan(&mut f, src, len, &n, seg.as_ref(), None, map.as_deref())?;
         let have = match read_spooled_summary(&dir.join(format!("{name}{SUM_SUFFIX}"))) {
             Some(s) if s.segment == name => Some(blake3::Hash::from(s.segment_blake3)),
@@ -319,7 +342,7 @@ fn commit(c: Copied, dir: &Path, prev: Option<&Summary>) -> Result<Spooled> {
     let src = dir.join(format!("{}{SRC_SUFFIX}", c.name));
     match &c.id {
         Some(id) => {
-            let _ = fs::write(&src, id);
+            let _ = crate::sys::write_nofollow(&src, id.as_bytes());
         }
         None => {
             let _ = fs::remove_file(&src);
@@ -342,7 +365,7 @@ fn previous_name(name: &str, seg_size: u64) -> Option<String> {
 
 /// BLAKE3 of a spooled file, or None when there is none.
 fn spooled_hash(p: &Path) -> Result<Option<blake3::Hash>> {
-    let mut f = match crate::sys::open_regular(p) {
+    let mut f = match crate::sys::open_regular_nofollow(p) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(anyhow!("cannot open '{}': {e}", p.display())),
@@ -366,7 +389,7 @@ pub fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
 /// Reads a spooled summary, bounded; None when absent or unreadable (the push then
 /// summarizes again).
 pub fn read_spooled_summary(p: &Path) -> Option<Summary> {
-    let f = crate::sys::open_regular(p).ok()?;
+    let f = crate::sys::open_regular_nofollow(p).ok()?;
     let mut b = vec![];
     f.take(summary::FILE_MAX).read_to_end(&mut b).ok()?;
     Summary::decode(&b).ok()
@@ -377,6 +400,7 @@ pub fn read_spooled_summary(p: &Path) -> Option<Summary> {
 /// otherwise summarized again from the repository's previous summary, as a push does.
 /// The caller runs [`check_still_plain`] on a batch before it removes spooled files.
 pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pushed> {
+    not_regular(path)?;
     // The summary made at spooling names the bytes spooled: a file that differs now was
     // damaged in the spool and is refused.
     let name = path.file_name().and_then(|n| n.to_str());
