@@ -240,16 +240,36 @@ fn main() -> ExitCode {
     );
     let getting = matches!(cli.command, Command::ArchiveGet(_));
     quiet_on_closed_stdout();
-    let key =
-        pagevault::crypt::load::key_source(cli.key_file.as_deref(), cli.passphrase_file.as_deref())
-            .and_then(|k| {
-                // No core dump, ptrace or /proc/PID/mem of the user may hold the key.
-                if k.is_some() {
-                    pagevault::sys::not_dumpable()
-                        .context("cannot make the process not dumpable")?;
-                }
-                Ok(k)
-            });
+    // The server a restore, drill or check is for reads the key through restore_command:
+    // a key file of its user is accepted too.
+    let uid_of = |u: &str| pagevault::target::lookup_user(u).ok().map(|(uid, _)| uid);
+    let server = match &cli.command {
+        Command::Restore(a) => a.owner.as_deref().and_then(uid_of),
+        Command::Sql(a) => a.owner.as_deref().and_then(uid_of),
+        Command::Drill(a) if pagevault::sys::is_root() => {
+            uid_of(a.owner.as_deref().unwrap_or("postgres"))
+        }
+        Command::Check(a) => {
+            use std::os::unix::fs::MetadataExt;
+            let (_, pgdata) = pagevault::source::postgres::connect::split_pgdata(&a.source);
+            pgdata
+                .and_then(|d| std::fs::metadata(d).ok())
+                .map(|m| m.uid())
+        }
+        _ => None,
+    };
+    let key = pagevault::crypt::load::key_source(
+        cli.key_file.as_deref(),
+        cli.passphrase_file.as_deref(),
+        server,
+    )
+    .and_then(|k| {
+        // No core dump, ptrace or /proc/PID/mem of the user may hold the key.
+        if k.is_some() {
+            pagevault::sys::not_dumpable().context("cannot make the process not dumpable")?;
+        }
+        Ok(k)
+    });
     let store = key.map(|key| device::object::StoreOptions {
         s3_endpoint: cli.s3_endpoint.clone(),
         key,

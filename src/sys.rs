@@ -432,6 +432,23 @@ pub fn user_by_uid(uid: u32) -> Option<(String, std::path::PathBuf)> {
     ))
 }
 
+/// Whether a file owned by `uid` may configure this process or hold its key: one of
+/// root or of the effective user (as OpenSSH requires); another user could otherwise
+/// choose where this process writes or swap its key.
+pub fn trusted_owner(uid: u32) -> bool {
+    uid == 0 || uid == rustix::process::geteuid().as_raw()
+}
+
+/// User `uid` as people read it: its name, else `uid N`.
+pub fn user_name(uid: u32) -> String {
+    user_by_uid(uid).map_or(format!("uid {uid}"), |(n, _)| n)
+}
+
+/// The effective user as people read it.
+pub fn effective_user_name() -> String {
+    user_name(rustix::process::geteuid().as_raw())
+}
+
 /// Signals and their dispositions (`interrupt`).
 pub mod signal {
     pub const INT: i32 = libc::SIGINT;

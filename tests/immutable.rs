@@ -268,15 +268,18 @@ fn postgres_backups_archiving_restore_and_drill_in_an_immutable_signed_repositor
     let m = minio();
     let dir = postgres_dir("immutable");
     let key = key_file(&dir, "k", 41, false);
-    // archive_command runs as the server's user.
-    give_to_postgres(std::path::Path::new(&key));
+    // archive_command runs as the server's user, with its own copy; so do check, drill
+    // and restore --owner postgres (whose restore_command reads it).
+    let pg_key = key_file(&dir, "pk", 41, false);
+    give_to_postgres(std::path::Path::new(&pg_key));
     let repo = format!("s3://{BUCKET}/pg");
     let kf = ["--key-file", key.as_str()];
+    let pk = ["--key-file", pg_key.as_str()];
     let mut init = vec!["init", "--repo", &repo, "--immutable", "--retain", "1d"];
     init.extend(["--sign", kf[0], kf[1]]);
     assert!(ok(&init).contains("signed"));
     let push = format!(
-        "{} archive-push %p --repo {repo} --key-file {key} --s3-endpoint {}",
+        "{} archive-push %p --repo {repo} --key-file {pg_key} --s3-endpoint {}",
         bin(),
         m.endpoint()
     );
@@ -318,7 +321,7 @@ fn postgres_backups_archiving_restore_and_drill_in_an_immutable_signed_repositor
 
     // check's probe object is written once and left to the retention.
     let r = run(&[
-        "check", "--source", &url, "--repo", &repo, kf[0], kf[1], "--json",
+        "check", "--source", &url, "--repo", &repo, pk[0], pk[1], "--json",
     ]);
     let c: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let probe = c["checks"]
@@ -337,7 +340,7 @@ fn postgres_backups_archiving_restore_and_drill_in_an_immutable_signed_repositor
     );
     // A drill restores the chain, replays the archived WAL and records its result as
     // a new object.
-    let j = json(&["drill", "--repo", &repo, kf[0], kf[1]]);
+    let j = json(&["drill", "--repo", &repo, pk[0], pk[1]]);
     assert_eq!(j["outcome"], "ok", "{j}");
     // Its record is tagged with the key: status shows it passed.
     let st = json(&["status", "--repo", &repo, kf[0], kf[1]]);
@@ -358,7 +361,7 @@ fn postgres_backups_archiving_restore_and_drill_in_an_immutable_signed_repositor
     let mut r = vec![
         "restore", "--repo", &repo, "--to", &t, "--owner", "postgres",
     ];
-    r.extend(kf);
+    r.extend(pk);
     ok(&r);
     let restored = Pg::adopt(&target);
     restored.wait_promoted();

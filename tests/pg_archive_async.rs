@@ -843,3 +843,41 @@ fn async_archiving_refuses_a_spool_another_user_could_write_and_follows_no_link(
         assert_eq!(fs::read(&dest).unwrap(), fs::read(wal.join(seg)).unwrap());
     }
 }
+
+/// `--async --sign` into a new repository: the pusher makes it signed, as a push
+/// without `--async` would, and stores every WAL file signed, not sealed (issue 52,
+/// item 9a).
+#[test]
+fn an_async_signed_push_makes_a_new_repository_signed() {
+    let dir = postgres_dir("async-sign");
+    let (_, key) = common::pg::keys_for_postgres(&dir, &bytes(9, 32, false));
+    let repo = dir.join("repo");
+    let spool = dir.join("spool");
+    let _stop = StopPusher(spool.clone());
+    let push = format!(
+        "{} archive-push %p --repo {} --async --spool {} --sign --key-file {key}",
+        bin(),
+        repo.display(),
+        spool.display()
+    );
+    let pg = Pg::start(true, Some(&push));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    pg.switch_and_wait();
+    wait_empty(&spool, 60);
+    let marker = fs::read_to_string(repo.join("pagevault.repo")).unwrap();
+    assert!(marker.contains("signing keyed-blake3"), "{marker}");
+    let mut signed = 0;
+    for t in fs::read_dir(repo.join("wal")).unwrap() {
+        let t = t.unwrap().path();
+        if !t.is_dir() || t.ends_with("damaged") {
+            continue;
+        }
+        for f in fs::read_dir(&t).unwrap() {
+            let f = f.unwrap().path();
+            let b = fs::read(&f).unwrap();
+            assert!(b.starts_with(b"PVWALSIG"), "{} is not signed", f.display());
+            signed += 1;
+        }
+    }
+    assert!(signed >= 2, "{signed} archived files");
+}

@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::pg::{check_restored, give_to_postgres, postgres_dir, push_cmd, restore_repo, Pg};
+use common::pg::{check_restored, keys_for_postgres, postgres_dir, push_cmd, restore_repo, Pg};
 use common::*;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 
 fn rows(pg: &Pg) -> String {
     pg.sql(
@@ -20,13 +19,12 @@ fn rows(pg: &Pg) -> String {
 #[test]
 fn an_encrypted_repository_backs_up_archives_and_recovers() {
     let dir = postgres_dir("crypt");
-    let key = dir.join("key");
-    fs::write(&key, b"q83vEjRWeJASNFZ4kBI0VniQEjRWeJASNFZ4kBI0Vng=\n").unwrap();
-    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
-    give_to_postgres(&key);
-    let key = s(&key);
+    let (key, pg_key) = keys_for_postgres(&dir, b"q83vEjRWeJASNFZ4kBI0VniQEjRWeJASNFZ4kBI0Vng=\n");
     let repo = s(&dir.join("repo"));
-    let pg = Pg::start(true, Some(&format!("{} --key-file {key}", push_cmd(&repo))));
+    let pg = Pg::start(
+        true,
+        Some(&format!("{} --key-file {pg_key}", push_cmd(&repo))),
+    );
     pg.pgbench_init(3);
     let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
     let full = json(&[
@@ -87,7 +85,7 @@ fn an_encrypted_repository_backs_up_archives_and_recovers() {
         "{e}"
     );
 
-    let (target, r) = restore_repo(&repo, &["--key-file", &key]);
+    let (target, r) = restore_repo(&repo, &["--key-file", &pg_key]);
     let ids: Vec<&str> = (r["chain"].as_array().unwrap().iter())
         .map(|l| l["set_id"].as_str().unwrap())
         .collect();
@@ -119,7 +117,7 @@ fn an_encrypted_repository_backs_up_archives_and_recovers() {
         &key,
     ]);
     assert_eq!(h["sets"][0]["format_version"], 3, "{h}");
-    let (target, r) = restore_repo(&repo, &["--key-file", &key]);
+    let (target, r) = restore_repo(&repo, &["--key-file", &pg_key]);
     assert_eq!(r["chain"].as_array().unwrap().len(), 1, "{r}");
     assert_eq!(r["chain"][0]["set_id"], merged.as_str());
     check_restored(&target, &want, rows);

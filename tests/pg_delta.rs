@@ -87,7 +87,24 @@ fn a_delta_restore_rewrites_only_what_changed_and_starts_like_a_fresh_one() {
     let e = fails(&delta, 1);
     assert!(e.contains("running PostgreSQL server"), "{e}");
     assert!(data.join(&added).exists());
+    let sysid = pg.sql("SELECT system_identifier FROM pg_control_system()");
     pg.stop();
+
+    // Another cluster's directory (another system identifier in its pg_control) is
+    // refused, naming both, untouched; --force lifts that refusal (issue 52, item 9b).
+    let control = data.join("global/pg_control");
+    let mut c = std::fs::read(&control).unwrap();
+    let other = sysid.parse::<u64>().unwrap() ^ 1;
+    c[..8].copy_from_slice(&other.to_le_bytes());
+    std::fs::write(&control, &c).unwrap();
+    let e = fails(&delta, 1);
+    let other_s = other.to_string();
+    for w in [sysid.as_str(), &other_s, &to, "another cluster", "--force"] {
+        assert!(e.contains(w), "{w}: {e}");
+    }
+    assert_eq!(std::fs::read(&control).unwrap(), c);
+    assert!(data.join(&added).exists());
+    let delta = [&delta[..], &["--force"]].concat();
 
     // Links planted in the data directory: a relation file and a directory pointing out.
     let outside = postgres_dir("outside");

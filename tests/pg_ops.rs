@@ -210,6 +210,7 @@ fn check_on_object_stores_with_a_key() {
             "--s3-endpoint",
             &endpoint,
         ];
+        // Root's backup reads root's copy (a key file of another user is refused).
         ok(&[
             "backup",
             "--source",
@@ -217,7 +218,7 @@ fn check_on_object_stores_with_a_key() {
             "--repo",
             &repo,
             "--key-file",
-            &key,
+            &s(&root_copy),
             "--s3-endpoint",
             &endpoint,
         ]);

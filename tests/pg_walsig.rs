@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::pg::{check_restored, give_to_postgres, postgres_dir, push_cmd, restore_repo, Pg};
+use common::pg::{
+    check_restored, give_to_postgres, keys_for_postgres, postgres_dir, push_cmd, restore_repo, Pg,
+};
 use common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -37,11 +39,7 @@ fn archived(repo: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
     let dir = postgres_dir("walsig");
-    let key = dir.join("key");
-    fs::write(&key, b"q83vEjRWeJASNFZ4kBI0VniQEjRWeJASNFZ4kBI0Vng=\n").unwrap();
-    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
-    give_to_postgres(&key);
-    let key = s(&key);
+    let (key, pg_key) = keys_for_postgres(&dir, b"q83vEjRWeJASNFZ4kBI0VniQEjRWeJASNFZ4kBI0Vng=\n");
     let repo_dir = dir.join("repo");
     let repo = s(&repo_dir);
     // The first push signs the new repository (`--sign`: a key alone would encrypt it).
@@ -49,7 +47,7 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
     give_to_postgres(&repo_dir);
     let pg = Pg::start(
         true,
-        Some(&format!("{} --key-file {key} --sign", push_cmd(&repo))),
+        Some(&format!("{} --key-file {pg_key} --sign", push_cmd(&repo))),
     );
     pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 20000) g");
     // Archived before any backup: the push made the repository signed.
@@ -88,7 +86,7 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
     }
 
     // Restored with the key, recovering through archive-get with the key.
-    let (target, _) = restore_repo(&repo, &["--key-file", &key]);
+    let (target, _) = restore_repo(&repo, &["--key-file", &pg_key]);
     let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
     assert!(
         conf.contains("archive-get") && conf.contains("--key-file"),
@@ -111,7 +109,7 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
         &key,
     ]);
     assert_eq!(v["valid"], true, "{v}");
-    let (target, r) = restore_repo(&repo, &["--key-file", &key]);
+    let (target, r) = restore_repo(&repo, &["--key-file", &pg_key]);
     assert_eq!(r["chain"].as_array().unwrap().len(), 1, "{r}");
     check_restored(&target, &want, rows);
 

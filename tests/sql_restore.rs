@@ -218,3 +218,36 @@ fn sql_json_prints_the_report_of_what_it_ran() {
     );
     assert!(e.contains("one statement per run (2 given)"), "{e}");
 }
+
+/// BACKUP TO DISK over a file that is not a pagevault stripe: refused, naming it, and
+/// the file kept, unless WITH FORMAT; INIT alone keeps the refusal; a stripe is
+/// written over as before (issue 52, item 9c).
+#[test]
+fn backup_to_disk_refuses_a_foreign_file_without_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    make_db(&db);
+    let source = format!("sqlite:{}", s(&db));
+    let (a, b) = (s(&dir.path().join("a.pv")), s(&dir.path().join("b.pv")));
+    std::fs::write(&b, b"quarterly report\n").unwrap();
+    let backup = |with: &str| {
+        let stmt = format!("BACKUP DATABASE [app] TO DISK = '{a}', DISK = '{b}' {with}");
+        run(&["sql", "--source", &source, &stmt])
+    };
+    for with in ["", "WITH INIT"] {
+        let r = backup(with);
+        assert_eq!(r.code, 1, "{with}: {}", r.stderr);
+        for w in [b.as_str(), "not a pagevault stripe", "WITH FORMAT"] {
+            assert!(r.stderr.contains(w), "{w}: {}", r.stderr);
+        }
+        assert_eq!(std::fs::read(&b).unwrap(), b"quarterly report\n");
+        assert!(!std::path::Path::new(&a).exists());
+    }
+    let r = backup("WITH FORMAT");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Both are stripes now: written over without FORMAT.
+    let r = backup("WITH INIT");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = backup("");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}

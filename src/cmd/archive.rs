@@ -160,6 +160,10 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
         .clone()
         .expect("clap requires a path without --drain");
     if a.asynchronous {
+        // The pusher signs with the key: refused here, not after spooling.
+        if a.sign && store.key.is_none() {
+            anyhow::bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+        }
         return run_push_async(&a, path);
     }
     let p = archive::push(&archive::PushOptions {
@@ -265,6 +269,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
             give_up: (!a.pusher).then_some(std::time::Duration::from_secs(a.give_up)),
             yield_below: a.spool_max / 2,
             wait_for_lock: (!a.pusher).then_some(std::time::Duration::from_secs(300)),
+            sign: a.sign,
             store: store.clone(),
         },
         &mut |line| {

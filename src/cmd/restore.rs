@@ -66,9 +66,15 @@ pub struct RestoreArgs {
     pub replace: bool,
     /// Restore over what the target holds (a stopped server's data directory), writing
     /// only what differs from the set: matching files kept, relation files compared by
-    /// chunk, files the set does not hold removed. Refuses a running server's directory.
+    /// chunk, files the set does not hold removed. Refuses a running server's directory,
+    /// and one of another cluster (without --force).
     #[arg(long)]
     pub delta: bool,
+    /// With --delta: restore over a data directory of another cluster (another system
+    /// identifier in its global/pg_control), which is refused without it. Lifts that
+    /// refusal only.
+    #[arg(long, requires = "delta")]
+    pub force: bool,
     #[command(flatten)]
     pub target: TargetArgs,
     /// PostgreSQL: what the server does at the recovery target (recovery_target_action):
@@ -129,6 +135,7 @@ impl RestoreArgs {
             to: self.to.clone(),
             replace: self.replace,
             delta: self.delta,
+            force: self.force,
             until: self.target.until.clone(),
             until_lsn: self.target.until_lsn.clone(),
             until_xid: self.target.until_xid.clone(),

@@ -1,7 +1,8 @@
 //! The master key's source from the command line and the environment: `--key-file` or
 //! `PAGEVAULT_KEY_FILE` (32 raw bytes, or their base64 as `openssl rand -base64 32`
 //! writes it), `--passphrase-file` (its first line) or `PAGEVAULT_PASSPHRASE`. A key or
-//! passphrase file that group or others may read is refused.
+//! passphrase file that group or others may read, or that another user than root or
+//! the effective one owns (it could swap the key), is refused.
 
 use super::{KeySource, KEY_LEN};
 use anyhow::{bail, Context, Result};
@@ -27,24 +28,27 @@ pub fn key_in_env() -> bool {
 }
 
 /// The key the options or, without them, the environment name; None when neither does.
+/// `server`: the uid a restored server runs as (`--owner`), whose `restore_command`
+/// reads the same file: a file of that user is accepted too.
 pub fn key_source(
     key_file: Option<&Path>,
     passphrase_file: Option<&Path>,
+    server: Option<u32>,
 ) -> Result<Option<KeySource>> {
     if key_file.is_some() && passphrase_file.is_some() {
         bail!("give either --key-file or --passphrase-file, not both");
     }
     if let Some(f) = key_file {
-        return read_key_file(f).map(Some);
+        return key_file_of(f, server).map(Some);
     }
     if let Some(f) = passphrase_file {
-        return read_passphrase_file(f).map(Some);
+        return passphrase_file_of(f, server).map(Some);
     }
     let env_key = std::env::var_os(KEY_FILE_ENV).filter(|v| !v.is_empty());
     let env_phrase = std::env::var_os(PASSPHRASE_ENV).filter(|v| !v.is_empty());
     match (env_key, env_phrase) {
         (Some(_), Some(_)) => bail!("both {KEY_FILE_ENV} and {PASSPHRASE_ENV} are set: set one"),
-        (Some(f), None) => read_key_file(Path::new(&f)).map(Some),
+        (Some(f), None) => key_file_of(Path::new(&f), server).map(Some),
         (None, Some(p)) => {
             use std::os::unix::ffi::OsStrExt;
             Ok(Some(KeySource::passphrase(
@@ -59,15 +63,26 @@ pub fn key_source(
 /// At most this much is read of a key or passphrase file.
 const FILE_MAX: u64 = 4096;
 
-fn read_private(path: &Path, what: &str) -> Result<Zeroizing<Vec<u8>>> {
+/// Reads a key or passphrase file: private to its owner, who is root, the effective
+/// user or `server`.
+fn read_private(path: &Path, what: &str, server: Option<u32>) -> Result<Zeroizing<Vec<u8>>> {
     let f = crate::sys::open_regular(path)
         .with_context(|| format!("cannot open {what} '{}'", path.display()))?;
     let meta = f.metadata()?;
+    let mode = meta.mode() & 0o7777;
     if meta.mode() & 0o077 != 0 {
         bail!(
-            "{what} '{}' may be read by group or others (mode {:04o}): chmod 600 it",
+            "{what} '{}' may be read by group or others (mode {mode:04o}): chmod 600 it",
             path.display(),
-            meta.mode() & 0o7777
+        );
+    }
+    let uid = meta.uid();
+    if !crate::sys::trusted_owner(uid) && server != Some(uid) {
+        let owner = crate::sys::user_name(uid);
+        bail!(
+            "{what} '{p}' is owned by {owner} (uid {uid}, mode {mode:04o}), not by root or by the user running pagevault ({me}): its owner could swap the key; chown root '{p}', or run as {owner}",
+            p = path.display(),
+            me = crate::sys::effective_user_name(),
         );
     }
     let mut out = Zeroizing::new(Vec::new());
@@ -83,7 +98,11 @@ fn read_private(path: &Path, what: &str) -> Result<Zeroizing<Vec<u8>>> {
 
 /// A key file: exactly 32 bytes, or base64 of 32 bytes with trailing white space.
 pub fn read_key_file(path: &Path) -> Result<KeySource> {
-    let bytes = read_private(path, "key file")?;
+    key_file_of(path, None)
+}
+
+fn key_file_of(path: &Path, server: Option<u32>) -> Result<KeySource> {
+    let bytes = read_private(path, "key file", server)?;
     let origin = format!("key file '{}'", path.display());
     Ok(KeySource::key(parse_key(&bytes).with_context(|| origin.clone())?, &origin).from_file(path))
 }
@@ -109,7 +128,11 @@ fn parse_key(bytes: &[u8]) -> Result<[u8; KEY_LEN]> {
 
 /// A passphrase file: its first line, without the line end.
 pub fn read_passphrase_file(path: &Path) -> Result<KeySource> {
-    let bytes = read_private(path, "passphrase file")?;
+    passphrase_file_of(path, None)
+}
+
+fn passphrase_file_of(path: &Path, server: Option<u32>) -> Result<KeySource> {
+    let bytes = read_private(path, "passphrase file", server)?;
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.is_empty() {
@@ -156,6 +179,42 @@ mod tests {
             read_passphrase_file(&p).unwrap(),
             KeySource::passphrase(b"secret words".to_vec(), "x")
         );
-        assert!(key_source(Some(&raw), Some(&p)).is_err());
+        assert!(key_source(Some(&raw), Some(&p), None).is_err());
+    }
+
+    #[test]
+    fn key_files_of_another_user_are_refused() {
+        if !crate::sys::is_root() {
+            eprintln!("skipped: only root gives a file to another user");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let key = write(d.path(), "key", &[7u8; 32], 0o600);
+        let phrase = write(d.path(), "phrase", b"secret words\n", 0o600);
+        for f in [&key, &phrase] {
+            std::os::unix::fs::chown(f, Some(4242), Some(4242)).unwrap();
+        }
+        for e in [
+            read_key_file(&key).unwrap_err(),
+            read_passphrase_file(&phrase).unwrap_err(),
+            key_source(Some(&key), None, Some(4243)).unwrap_err(),
+        ] {
+            let e = format!("{e:#}");
+            for w in [
+                "is owned by uid 4242",
+                "0600",
+                "chown root",
+                "run as uid 4242",
+            ] {
+                assert!(e.contains(w), "{w}: {e}");
+            }
+        }
+        // The restored server's user (--owner) reads it through restore_command.
+        assert!(key_source(Some(&key), None, Some(4242)).is_ok());
+        assert!(key_source(None, Some(&phrase), Some(4242)).is_ok());
+        for f in [&key, &phrase] {
+            std::os::unix::fs::chown(f, Some(0), Some(0)).unwrap();
+        }
+        assert!(read_key_file(&key).is_ok() && read_passphrase_file(&phrase).is_ok());
     }
 }

@@ -19,6 +19,15 @@ pub use walname::*;
 /// postmaster's pid.
 pub const POSTMASTER_PID: &str = "postmaster.pid";
 
+/// A data directory's control file.
+pub const PG_CONTROL: &str = "global/pg_control";
+
+/// The cluster's system identifier in its control file: ControlFileData's first field,
+/// 8 bytes in the machine's order (little-endian here).
+pub fn control_system_identifier(control: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(control.get(..8)?.try_into().ok()?))
+}
+
 /// The pid a `postmaster.pid` names (its first line), if it names one.
 pub fn postmaster_pid(text: &str) -> Option<i32> {
     let pid = text.lines().next()?.trim().parse::<i32>().ok()?;

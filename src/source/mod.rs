@@ -202,8 +202,9 @@ pub trait Restorer {
         Ok(())
     }
     /// A delta restore's target, which holds something: refused unless it is what the
-    /// set restores (PostgreSQL: a data directory).
-    fn check_delta_target(&self, _to: &Path) -> Result<()> {
+    /// set restores (PostgreSQL: a data directory of the set's cluster, or any with
+    /// `force`). `extra`: the set's source facts.
+    fn check_delta_target(&self, _to: &Path, _extra: &Extra, _force: bool) -> Result<()> {
         Ok(())
     }
     /// Settles where the set's paths go, from its source facts.

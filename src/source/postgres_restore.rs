@@ -47,6 +47,15 @@ impl PgRestorer {
     }
 }
 
+/// The system identifier in control file `p`; None when it is absent or unreadable (a
+/// delta restore rewrites it then).
+fn read_system_identifier(p: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    crate::sys::open_regular(p).ok()?.read_exact(&mut b).ok()?;
+    crate::pg::control_system_identifier(&b)
+}
+
 impl Restorer for PgRestorer {
     fn recovers(&self) -> bool {
         true
@@ -56,13 +65,32 @@ impl Restorer for PgRestorer {
         check_not_running(to)
     }
 
-    fn check_delta_target(&self, to: &Path) -> Result<()> {
+    fn check_delta_target(&self, to: &Path, extra: &Extra, force: bool) -> Result<()> {
         let holds = fs::read_dir(to).is_ok_and(|mut d| d.next().is_some());
         let version = fs::symlink_metadata(to.join("PG_VERSION")).is_ok_and(|m| m.is_file());
         if holds && !version {
             bail!(
                 "--delta: '{}' holds files but no PG_VERSION: it is not a PostgreSQL data directory (restore into an empty directory, or use --replace to delete what it holds)",
                 to.display()
+            );
+        }
+        // Another cluster's directory would be re-seeded as this set's without a word.
+        let Some(set) = PgFacts::from_extra(extra)
+            .ok()
+            .flatten()
+            .and_then(|f| f.system_identifier.parse::<u64>().ok())
+        else {
+            return Ok(());
+        };
+        let control = to.join(crate::pg::PG_CONTROL);
+        let Some(there) = read_system_identifier(&control) else {
+            return Ok(());
+        };
+        if there != set && !force {
+            bail!(
+                "--delta: '{}' is a data directory of another cluster: its {} says system identifier {there}, the set's is {set}; a delta restore would turn it into this set's cluster. Restore into an empty directory (or --replace it), or give --force if that is what you mean; nothing was written",
+                to.display(),
+                crate::pg::PG_CONTROL
             );
         }
         Ok(())

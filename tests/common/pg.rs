@@ -520,6 +520,20 @@ pub fn give_to_postgres(p: &Path) {
         .unwrap();
 }
 
+/// Key file `text` twice in `dir`: root's (`key`, for the commands root runs) and the
+/// postgres user's (`pg-key`, for archive_command and a restore `--owner postgres`):
+/// a key file is read only when root, the running user or the restored server's owns it.
+pub fn keys_for_postgres(dir: &Path, text: &[u8]) -> (String, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let (key, pg_key) = (dir.join("key"), dir.join("pg-key"));
+    for k in [&key, &pg_key] {
+        std::fs::write(k, text).unwrap();
+        std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    give_to_postgres(&pg_key);
+    (key.display().to_string(), pg_key.display().to_string())
+}
+
 /// A pgbench command against `pg`, its own version's (add its options).
 pub fn pgbench(pg: &Pg, args: &[&str]) -> Command {
     let mut c = Command::new(pg.bin.join("pgbench"));

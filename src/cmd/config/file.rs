@@ -2,8 +2,8 @@
 //! options at the top level for every stanza, `[stanza.NAME]` tables of options (and
 //! `[stanza.NAME.COMMAND]` tables of one command's), and
 //! `credentials-env` tables naming the variables that hold a store's credentials. Refused
-//! whole, naming the file, line and key: writable by group or others, an unknown key, a
-//! secret written inline.
+//! whole, naming the file, line and key: writable by group or others, owned by another
+//! user than root or the running one, an unknown key, a secret written inline.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -166,12 +166,24 @@ impl ConfigFile {
         let shown = path.display();
         let f = crate::sys::open_regular(path)
             .with_context(|| format!("cannot open the configuration file '{shown}'"))?;
-        let mode = f.metadata()?.mode();
+        let meta = f.metadata()?;
+        let mode = meta.mode();
         if mode & 0o022 != 0 {
             bail!(
                 "the configuration file '{shown}' may be written by group or others (mode {:04o}): \
                  anyone who can edit it chooses where backups go and which key they use; chmod go-w it",
                 mode & 0o7777
+            );
+        }
+        // As OpenSSH: root's or the running user's, or its owner chooses for them.
+        let uid = meta.uid();
+        if !crate::sys::trusted_owner(uid) {
+            let owner = crate::sys::user_name(uid);
+            bail!(
+                "the configuration file '{shown}' is owned by {owner} (uid {uid}, mode {:04o}), not by root or by the user running pagevault ({}): \
+                 its owner chooses the repository, where this user writes and which key it uses; chown root '{shown}', or run as {owner}",
+                mode & 0o7777,
+                crate::sys::effective_user_name(),
             );
         }
         let mut text = String::new();
@@ -508,6 +520,35 @@ mod tests {
         );
         assert_eq!(redacted("/backup/repo"), "/backup/repo");
         assert_eq!(distance("compres", "compress"), 1);
+    }
+
+    #[test]
+    fn files_of_another_user_are_refused() {
+        if !crate::sys::is_root() {
+            eprintln!("skipped: only root gives a file to another user");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pagevault.toml");
+        std::fs::write(&p, "").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(ConfigFile::load(&p, &Known::default()).is_ok());
+        std::os::unix::fs::chown(&p, Some(4242), Some(4242)).unwrap();
+        let e = format!(
+            "{:#}",
+            ConfigFile::load(&p, &Known::default()).err().unwrap()
+        );
+        let file = format!("'{}'", p.display());
+        for w in [
+            &file,
+            "owned by uid 4242",
+            "0644",
+            "chown root",
+            "run as uid 4242",
+        ] {
+            assert!(e.contains(w), "{w}: {e}");
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@ mod restore;
   pagevault sql \"RESTORE DATABASE [app] FROM DISK = '/bk/a.pv', DISK = '/bk/b.pv' WITH MOVE 'app.db' TO '/restore/app.db', REPLACE, STATS = 10\"
   pagevault sql --owner postgres \"RESTORE DATABASE [main] FROM URL = '/backups/main' WITH MOVE 'data' TO '/pg/data', STOPAT = '2026-11-27 10:00:00+00'\"
 
+BACKUP DATABASE ... TO DISK = 'file' refuses a file that exists and is not a pagevault stripe (an empty one aside) unless WITH FORMAT is given; INIT keeps that refusal, as SQL Server's INIT keeps the media it finds.
+
 RESTORE DATABASE runs `pagevault restore`: FROM DISK names a set's stripes, FROM URL a repository (a directory, s3:// or azure://) whose newest chain is restored, or the chain that reaches STOPAT (PostgreSQL's recovery_target_time). MOVE 'logical' TO 'path' says where: the logical name 'data', the database's name (HEADERONLY's DatabaseName) or the statement's name moves the whole set to the directory TO; a SQLite set's file (as FILELISTONLY lists it) to TO, its directory or the file in it; a PostgreSQL tablespace 'pg_tblspc/OID' to its own directory (restore --tablespace-map). REPLACE restores over what the directory holds (--replace); without it a non-empty directory is refused. STATS = N prints \"N percent processed.\" lines. With STOPAT, RECOVERY (the default) opens the server for writes at the target; NORECOVERY shuts it down there, ready to replay on to a later target (recovery_target_action = 'shutdown'); STANDBY [= 'file'] pauses there, open for reads, until SELECT pg_wal_replay_resume() (recovery_target_action = 'pause'; no undo file is needed). An encrypted or signed set is read with the key given by --key-file or --passphrase-file, as for every command.")]
 pub struct SqlArgs {
     /// The source the statements act on (BACKUP): files:PATH, sqlite:PATH or postgres://...
@@ -87,6 +89,7 @@ fn run_backup(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
         ..Show::default()
     };
     let mut unsupported = vec![];
+    let mut format = false;
     for (name, v) in p.options()? {
         match name.as_str() {
             "STATS" => {
@@ -116,13 +119,18 @@ fn run_backup(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
                 _ => bail!("NAME needs a quoted text"),
             },
             "DIFFERENTIAL" => bail!("DIFFERENTIAL backups are not supported by this build yet"),
+            // As SQL Server's: new media over whatever the file holds.
+            "FORMAT" => format = true,
             // Always true here: every set is new, checksummed and self-describing.
-            "INIT" | "FORMAT" | "SKIP" | "CHECKSUM" | "NOREWIND" | "NOUNLOAD" => {}
+            "INIT" | "SKIP" | "CHECKSUM" | "NOREWIND" | "NOUNLOAD" => {}
             other => unsupported.push(other.to_string()),
         }
     }
     if !unsupported.is_empty() {
         bail!("unsupported WITH option(s): {} (supported: STATS, COMPRESSION, NO_COMPRESSION, BUFFERCOUNT, MAXTRANSFERSIZE, BLOCKSIZE, COPY_ONLY, NAME, INIT, FORMAT, SKIP, CHECKSUM)", unsupported.join(", "));
+    }
+    if !format {
+        refuse_foreign_files(&b.to)?;
     }
     if show.stats.is_none() {
         show.stats = Some(100);
@@ -130,6 +138,26 @@ fn run_backup(p: &mut P, a: &SqlArgs, store: &StoreOptions) -> Result<()> {
     let progress = Arc::new(Progress::default());
     let r = ops::backup(&b, &progress, &mut show.watch(&progress))?;
     show.print(&r)
+}
+
+/// A DISK file that exists and is not a pagevault stripe is never overwritten without
+/// WITH FORMAT (as SQL Server refuses media it did not write; INIT keeps the media).
+fn refuse_foreign_files(to: &[String]) -> Result<()> {
+    use crate::format::media::MEDIA_MAGIC;
+    use std::io::Read;
+    let local = |d: &&String| !d.eq_ignore_ascii_case("nul") && !d.contains("://");
+    for d in to.iter().filter(local) {
+        let Ok(f) = crate::sys::open_regular(std::path::Path::new(d)) else {
+            continue;
+        };
+        let mut magic = Vec::with_capacity(MEDIA_MAGIC.len());
+        f.take(MEDIA_MAGIC.len() as u64).read_to_end(&mut magic)?;
+        // An empty file holds nothing to lose.
+        if !magic.is_empty() && magic != MEDIA_MAGIC {
+            bail!("TO DISK = '{d}': the file exists and is not a pagevault stripe; BACKUP would overwrite it. Name another file, remove it, or add WITH FORMAT to overwrite it");
+        }
+    }
+    Ok(())
 }
 
 /// MAXTRANSFERSIZE and BLOCKSIZE: bytes, checked by the backup's own rule.

@@ -53,11 +53,22 @@ pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
     if o.sign && o.store.key.is_none() {
         bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
     }
-    let repo = Repo::open(&o.repo, true, &o.store)?;
-    if let (true, Some(source), None) = (o.sign, &o.store.key, repo.protection()) {
+    let repo = open_for_push(&o.repo, o.sign, &o.store)?;
+    wal::push_with(&repo, &o.path, !o.no_summaries)
+}
+
+/// The repository a push writes: with `sign` and a key, a new or plain one is made
+/// signed first (a key alone would make it encrypted).
+pub(crate) fn open_for_push(
+    spec: &str,
+    sign: bool,
+    store: &crate::device::object::StoreOptions,
+) -> Result<Repo> {
+    let repo = Repo::open(spec, true, store)?;
+    if let (true, Some(source), None) = (sign, &store.key, repo.protection()) {
         repo.key_for(source, KeyUse::Sign)?;
     }
-    wal::push_with(&repo, &o.path, !o.no_summaries)
+    Ok(repo)
 }
 
 /// Restores one file, every byte checked; complete at `dest` or not there at all.

@@ -37,6 +37,8 @@ pub struct DrainOptions {
     /// Uploads wait for a push copying files into the spool while fewer bytes than
     /// this wait ([`yields`]); 0: never.
     pub yield_below: u64,
+    /// `--sign`: a new or plain repository is made signed, not encrypted, by the key.
+    pub sign: bool,
     pub store: crate::device::object::StoreOptions,
 }
 
@@ -57,6 +59,9 @@ pub struct Drained {
 
 /// Pushes the spool empty. `say` gets one line per event (the log).
 pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
+    if o.sign && o.store.key.is_none() {
+        bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+    }
     let t0 = Instant::now();
     let before = crate::device::object::retry_stats();
     let spool = Spool::open(&o.spool)?;
@@ -116,7 +121,7 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
         idle = Instant::now();
         let r = match &repo {
             Some(r) => r,
-            None => match Repo::open(&o.repo, true, &o.store) {
+            None => match super::open_for_push(&o.repo, o.sign, &o.store) {
                 Ok(r) => repo.insert(r),
                 Err(e) => {
                     let e = format!("cannot open the repository: {e:#}");
@@ -335,6 +340,7 @@ mod tests {
             give_up: None,
             wait_for_lock: None,
             yield_below,
+            sign: false,
             store: Default::default(),
         };
         let few = cores < cores.min(4) + 2 + 1;
@@ -371,6 +377,7 @@ mod tests {
             give_up: Some(Duration::ZERO),
             wait_for_lock: None,
             yield_below: 0,
+            sign: false,
             store: Default::default(),
         };
         let t = Instant::now();

@@ -440,7 +440,7 @@ fn same_cluster(repo: &Repo, data: &Path) -> Result<()> {
     let Some(wal_id) = wal::system_identifier(repo)? else {
         return Ok(());
     };
-    let p = data.join("global/pg_control");
+    let p = data.join(crate::pg::PG_CONTROL);
     let f = std::fs::OpenOptions::new() // confined: a read, not through a link
         .read(true)
         .custom_flags(crate::sys::O_NOFOLLOW)
@@ -449,7 +449,7 @@ fn same_cluster(repo: &Repo, data: &Path) -> Result<()> {
     let mut b = [0u8; 8];
     f.read_exact_at(&mut b, 0)
         .with_context(|| format!("cannot read '{}'", p.display()))?;
-    let id = u64::from_le_bytes(b);
+    let id = crate::pg::control_system_identifier(&b).unwrap_or_default();
     if id != wal_id {
         bail!("the restored cluster is cluster {id} (its pg_control), but the repository's archived WAL is of cluster {wal_id}: a set of another cluster is never started as this repository's");
     }

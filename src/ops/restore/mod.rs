@@ -40,6 +40,8 @@ pub struct RestoreOptions {
     pub replace: bool,
     /// Restore over what the target holds, writing only what differs from the set.
     pub delta: bool,
+    /// `--delta` over a data directory of another cluster (PostgreSQL).
+    pub force: bool,
     /// Recovery targets (PostgreSQL): time, LSN, transaction id, restore point.
     pub until: Option<String>,
     pub until_lsn: Option<String>,
@@ -282,7 +284,8 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
     }
     restorer.check_target(&o.to)?;
     if o.delta {
-        restorer.check_delta_target(&o.to)?;
+        let extra = &sets.newest().set.manifest.extra;
+        restorer.check_delta_target(&o.to, extra, o.force)?;
     }
     // The newest set's entries are the ones laid out.
     restorer.check_entries(&sets.newest().set.manifest)?;
