@@ -447,10 +447,12 @@ fn an_encrypted_repository_refuses_plain_writes_and_other_keys() {
     // The marker's mode changed by someone without the key: keyed writes and reads
     // refuse it, and nothing is stored.
     let marker_path = dir.path().join("repo/pagevault.repo");
+    // As markers were before they were authenticated: no tag, no repository id.
     let untag = |m: &str| -> String {
-        (m.lines().filter(|l| !l.starts_with("mac ")))
-            .map(|l| format!("{l}\n"))
-            .collect()
+        (m.lines()
+            .filter(|l| !l.starts_with("mac ") && !l.starts_with("repository-id ")))
+        .map(|l| format!("{l}\n"))
+        .collect()
     };
     let swapped = marker.replace("encryption aes-256-gcm", "signing keyed-blake3");
     let backup_with = |k: &str| {
@@ -488,14 +490,26 @@ fn an_encrypted_repository_refuses_plain_writes_and_other_keys() {
             .count(),
         1
     );
-    // The genuine marker without its tag: refused to a read, authenticated by a keyed
-    // write or by `key rotate` to the same key.
+    // The genuine marker without its tag: refused to a read; a keyed write refuses
+    // it too, since it names a repository id (only tagged markers do: a forger could
+    // name another repository's); `key rotate` to the same key authenticates it.
+    let no_tag: String = (marker.lines().filter(|l| !l.starts_with("mac ")))
+        .map(|l| format!("{l}\n"))
+        .collect();
     for authenticate in [false, true] {
-        fs::write(&marker_path, untag(&marker)).unwrap();
+        fs::write(&marker_path, &no_tag).unwrap();
         let e = fails(&["verify", "--repo", &repo, "--key-file", &key], 1);
         assert!(e.contains("is not authenticated"), "{e}");
         match authenticate {
-            false => assert_eq!(backup_with(&key).code, 0),
+            false => {
+                let r = backup_with(&key);
+                assert!(
+                    r.code == 1 && r.stderr.contains("names a repository id"),
+                    "{}",
+                    r.stderr
+                );
+                fs::write(&marker_path, &marker).unwrap();
+            }
             true => {
                 ok(&[
                     "key",

@@ -286,6 +286,9 @@ pub fn print_verify(r: &VerifyReport, json: bool) {
     for w in &r.records_overwritten {
         println!("Finding: {w}.");
     }
+    for st in &r.outside_repository {
+        println!("Note: stripe '{st}' lies outside the repository: its catalog record names it there (a backup with --to, or a forged record).");
+    }
     for d in &r.damaged_wal {
         let (word, what) = match d.position {
             Position::Inside => ("Finding", "the set needs it to be consistent: a recovery from the set stops there before it is consistent"),

@@ -54,15 +54,17 @@ pub(crate) fn set_manifest(
     let pin = set.stripe_versions.first().and_then(|v| v.as_deref());
     let m = crate::set::read::open_any(&repo.stripe_path(first), pin, repo.options())
         .with_context(|| format!("cannot read set {}", set.set_id))?;
-    authenticated_in(repo, &m)?;
+    authenticated_in(repo, set, &m)?;
     Ok(m)
 }
 
 /// An encrypted repository holds encrypted sets only, a signed one signed or encrypted
 /// sets: any other is forged (or put there by hand, or, in a signed repository, older
-/// than its signing), and is refused even when no key was given.
+/// than its signing), and is refused even when no key was given. Each must be this
+/// repository's set (`bound_in`).
 pub(crate) fn authenticated_in(
     repo: &crate::repo::Repo,
+    e: &crate::repo::CatalogEntry,
     m: &crate::format::manifest::Manifest,
 ) -> anyhow::Result<()> {
     use crate::format::seal::KeyUse;
@@ -84,8 +86,52 @@ pub(crate) fn authenticated_in(
                 repo.describe(),
             )
         }
-        _ => Ok(()),
+        _ => anyhow::Ok(()),
+    }?;
+    bound_in(repo, e, m)
+}
+
+/// A keyed repository's set records the repository's id (under its tag or seal), or,
+/// written before ids, lies inside it: a record naming another repository's set, or a
+/// stripe elsewhere, is refused even when the key is the same. A plain repository's
+/// writer can forge any set there, so it only hears where a stripe lies (verify).
+fn bound_in(
+    repo: &crate::repo::Repo,
+    e: &crate::repo::CatalogEntry,
+    m: &crate::format::manifest::Manifest,
+) -> anyhow::Result<()> {
+    if repo.protection().is_none() {
+        return Ok(());
     }
+    let why = "another repository's set, named by a copied or forged catalog record";
+    let fix = format!(
+        "move the record (catalog/{}.json) out of catalog/",
+        e.set_id
+    );
+    match m.extra.get(backup::REPOSITORY) {
+        Some(v) => {
+            let theirs = v.as_str().filter(|s| crate::repo::is_repo_id(s));
+            if theirs.is_none() || theirs != repo.id().as_deref() {
+                anyhow::bail!(
+                    "set {} in repository '{}' belongs to repository {} ({why}); {fix}",
+                    e.set_id,
+                    repo.describe(),
+                    theirs.map_or_else(|| format!("'{v}' (not an id)"), str::to_string),
+                );
+            }
+        }
+        None => {
+            if let Some(st) = e.stripes.iter().find(|s| !repo.inside(s)) {
+                anyhow::bail!(
+                    "set {} in repository '{}' records no repository and its stripe '{}' lies outside the repository ({why}); {fix} (a set written with --to before repositories had ids reads with --from)",
+                    e.set_id,
+                    repo.describe(),
+                    repo.stripe_path(st),
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The time ages are measured from: `PAGEVAULT_NOW` (RFC 3339, e.g.

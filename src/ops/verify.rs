@@ -80,6 +80,10 @@ pub struct VerifyReport {
     pub summaries: Option<SummaryCheck>,
     /// A restore of the set (or of a set it is built on) may hold stale visibility maps.
     pub stale_visibility_map: bool,
+    /// `--repo`: the set's stripes its record names outside the repository (written
+    /// with `--to`, or a forged record's: a plain repository cannot tell).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outside_repository: Vec<String>,
     /// For the text summary.
     #[serde(skip)]
     pub pages: u64,
@@ -175,19 +179,25 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         Some((repo, catalog)) => every_set_authenticated(repo, catalog)?,
         None => None,
     };
-    let set = match &repo {
+    let (set, outside) = match &repo {
         Some((repo, catalog)) => {
             let e = match &o.read.set {
                 Some(id) => chain::find(catalog, id),
                 None => chain::newest(catalog),
             };
-            open_recorded(repo, e.map_err(|e| with_history_hint(e, repo))?)?
+            let e = e.map_err(|e| with_history_hint(e, repo))?;
+            let set = open_recorded(repo, e)?;
+            crate::ops::authenticated_in(repo, e, &set.manifest)?;
+            // Where a record sends a read out of the repository is said (a plain
+            // repository's record may name any stripe).
+            let outside = (e.stripes.iter())
+                .filter(|s| !repo.inside(s))
+                .map(|s| repo.stripe_path(s))
+                .collect();
+            (set, outside)
         }
-        None => set::open(&o.read.from, &o.read.store)?,
+        None => (set::open(&o.read.from, &o.read.store)?, vec![]),
     };
-    if let Some((repo, _)) = &repo {
-        crate::ops::authenticated_in(repo, &set.manifest)?;
-    }
     let m = &set.manifest;
     check_source_facts(m)?;
     let damaged = match &repo {
@@ -228,6 +238,7 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         damaged_wal: damaged,
         summaries,
         stale_visibility_map,
+        outside_repository: outside,
         overwritten: set.overwritten.clone(),
         records_overwritten: notes,
         set_id: m.set_id.clone(),

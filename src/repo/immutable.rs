@@ -41,7 +41,7 @@ impl Repo {
                     kdf,
                     mode,
                 };
-                k.marker_tagged_of(retain, None, &master)
+                k.marker_tagged_of(retain, Some(&super::marker::new_repo_id()), None, &master)
             }
             None => format!("{MARKER_HEAD}{}", immutable_line(retain)),
         };

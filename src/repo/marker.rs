@@ -42,6 +42,26 @@ pub(super) const MARKER_MAX: u64 = 1 << 16;
 /// The marker's second line: what the repository's key does.
 const MODE_SEAL: &str = "encryption aes-256-gcm";
 const MODE_SIGN: &str = "signing keyed-blake3";
+/// A keyed marker's line naming the repository: a random id, under the marker's tag,
+/// that every set written into it records (its manifest's `extra.repository`), so a
+/// record naming another repository's set is refused even when the key is the same.
+const ID_LINE: &str = "repository-id";
+/// A repository id's length, bytes (32 hex digits in the marker and manifests).
+pub const REPO_ID_LEN: usize = 16;
+
+/// A new random repository id, as text.
+pub(super) fn new_repo_id() -> String {
+    use rand::RngCore;
+    let mut id = [0u8; REPO_ID_LEN];
+    rand::rngs::OsRng.fill_bytes(&mut id);
+    hex::encode(id)
+}
+
+/// Whether `id` is a repository id as markers write them: 32 lowercase hex digits.
+pub fn is_repo_id(id: &str) -> bool {
+    id.len() == 2 * REPO_ID_LEN && id.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// The line after the first of an immutable repository's marker, with the seconds its
 /// store keeps every object (expire removes nothing younger).
 const IMMUTABLE: &str = "immutable retain";
@@ -89,12 +109,18 @@ impl RepoKey {
     /// The marker's text: the first line, then the encryption lines (and, while `key
     /// rotate` runs, the key it rotates to).
     #[cfg(test)]
-    fn marker(&self, rotating: Option<&RepoKey>) -> String {
-        self.marker_of(None, rotating)
+    fn marker(&self, id: Option<&str>, rotating: Option<&RepoKey>) -> String {
+        self.marker_of(None, id, rotating)
     }
 
-    /// The marker's text, with an immutable repository's line after the first.
-    fn marker_of(&self, retain: Option<u64>, rotating: Option<&RepoKey>) -> String {
+    /// The marker's text, with an immutable repository's line after the first and
+    /// the repository's id (None: a marker from before ids) after the derivation.
+    fn marker_of(
+        &self,
+        retain: Option<u64>,
+        id: Option<&str>,
+        rotating: Option<&RepoKey>,
+    ) -> String {
         let mode = match self.mode {
             KeyUse::Seal => MODE_SEAL,
             KeyUse::Sign => MODE_SIGN,
@@ -105,6 +131,9 @@ impl RepoKey {
             hex::encode(self.key_id),
             kdf_text(&self.kdf)
         );
+        if let Some(id) = id {
+            m += &format!("{ID_LINE} {id}\n");
+        }
         if let Some(r) = rotating {
             m += &format!(
                 "rotating-to {} {}\n",
@@ -117,18 +146,19 @@ impl RepoKey {
 
     /// The marker's text authenticated by `master` (this key's): a last line `mac`
     /// with the tag of every byte before it.
-    fn marker_tagged(&self, rotating: Option<&RepoKey>, master: &Master) -> String {
-        self.marker_tagged_of(None, rotating, master)
+    fn marker_tagged(&self, id: &str, rotating: Option<&RepoKey>, master: &Master) -> String {
+        self.marker_tagged_of(None, Some(id), rotating, master)
     }
 
     /// As `marker_tagged`, with an immutable repository's line.
     pub(super) fn marker_tagged_of(
         &self,
         retain: Option<u64>,
+        id: Option<&str>,
         rotating: Option<&RepoKey>,
         master: &Master,
     ) -> String {
-        let text = self.marker_of(retain, rotating);
+        let text = self.marker_of(retain, id, rotating);
         let tag = master.marker_tag(text.as_bytes());
         format!("{text}{MAC_LINE}{}\n", hex::encode(tag))
     }
@@ -148,6 +178,8 @@ struct Marker {
     /// An immutable repository's retention, seconds.
     immutable: Option<u64>,
     key: Option<RepoKey>,
+    /// A keyed repository's id (None in markers written before ids).
+    id: Option<String>,
     rotating: Option<RepoKey>,
     tag: Option<(usize, Vec<u8>)>,
 }
@@ -171,6 +203,7 @@ impl Marker {
             text: bytes.to_vec(),
             immutable: None,
             key: None,
+            id: None,
             rotating: None,
             tag: None,
         };
@@ -215,6 +248,13 @@ impl Marker {
             mode,
         });
         let mut line = lines.next();
+        if let Some(id) = line.and_then(|(_, l)| l.strip_prefix(ID_LINE)?.strip_prefix(' ')) {
+            if !is_repo_id(id) {
+                return Err("a bad 'repository-id' line".into());
+            }
+            m.id = Some(id.to_string());
+            line = lines.next();
+        }
         if let Some(r) = line.and_then(|(_, l)| l.strip_prefix("rotating-to ")) {
             let w: Vec<&str> = r.split(' ').collect();
             let (id, kdf) = w.split_first().ok_or("an empty 'rotating-to' line")?;
@@ -275,11 +315,13 @@ impl Repo {
             None => self.read_marker()?,
         };
         self.immutable = m.immutable;
+        // Without a key the id is not authenticated, but no keyed set reads then.
+        let mut id = m.id.clone();
         if let Some(source) = &self.options.key {
             match &m.key {
                 Some(k) => {
                     let master = self.check_key(k, source)?;
-                    self.authenticate(&m, k, &master, write)?;
+                    id = self.authenticate(&m, k, &master, write)?;
                 }
                 None if !write => bail!(
                     "repository '{}' is neither encrypted nor signed (its marker names no key), and a key was given ({}): a keyed repository's marker is authenticated by its key, so this marker is forged or the repository is plain; read a plain repository without a key",
@@ -290,15 +332,30 @@ impl Repo {
             }
         }
         *self.key.lock().unwrap() = m.key;
+        *self.id.lock().unwrap() = id;
         Ok(self)
     }
 
     /// Checks the marker's tag under `master` (of key `k`, the marker's); a marker
-    /// without one is authenticated now by a write, refused to a read.
-    fn authenticate(&self, m: &Marker, k: &RepoKey, master: &Master, write: bool) -> Result<()> {
+    /// without one is authenticated now by a write, refused to a read. A write gives
+    /// a tagged marker without an id one. Returns the repository's id.
+    fn authenticate(
+        &self,
+        m: &Marker,
+        k: &RepoKey,
+        master: &Master,
+        write: bool,
+    ) -> Result<Option<String>> {
         let what = self.store.describe(MARKER);
         match &m.tag {
-            Some((covered, tag)) if master.marker_ok(&m.text[..*covered], tag) => Ok(()),
+            Some((covered, tag)) if master.marker_ok(&m.text[..*covered], tag) => {
+                match &m.id {
+                    None if write && m.rotating.is_none() && m.immutable.is_none() => {
+                        self.rewrite_marker(m, k, master)
+                    }
+                    id => Ok(id.clone()),
+                }
+            }
             Some(_) => bail!(
                 "'{what}' is damaged or forged: its tag does not match its text under key id {} (the repository's key): restore the marker from a copy, or recreate it with `pagevault key rotate` from the key it names",
                 show_id(&k.key_id)
@@ -314,8 +371,14 @@ impl Repo {
     /// Authenticates a marker written before markers were (format 1 without its
     /// `mac` line), if what the repository holds agrees with the mode it names: a
     /// forged mode is never taken up.
-    fn authenticate_old(&self, m: &Marker, k: &RepoKey, master: &Master) -> Result<()> {
+    fn authenticate_old(&self, m: &Marker, k: &RepoKey, master: &Master) -> Result<Option<String>> {
         let what = self.store.describe(MARKER);
+        if m.id.is_some() {
+            bail!(
+                "'{what}' is not authenticated, and names a repository id, which only tagged markers do: it is forged, or lost its tag; restore the marker from a copy, or, if every line of it is right, authenticate it with `pagevault key rotate --repo {} --old-key-file K --new-key-file K` (the same key)",
+                self.describe()
+            );
+        }
         if m.rotating.is_some() {
             bail!(
                 "'{what}' is not authenticated and records a key rotation left halfway: run `pagevault key rotate` again with the same keys to finish it"
@@ -343,9 +406,16 @@ impl Repo {
         if m.immutable.is_some() {
             bail!("'{what}' is not authenticated, and an immutable repository's marker is tagged when it is made: it is forged");
         }
-        let text = k.marker_tagged(None, master);
+        self.rewrite_marker(m, k, master)
+    }
+
+    /// Rewrites marker `m` (of key `k`, no rotation under way) tagged by `master` with
+    /// a new repository id, by a compare and swap; returns the id now recorded.
+    fn rewrite_marker(&self, m: &Marker, k: &RepoKey, master: &Master) -> Result<Option<String>> {
+        let id = new_repo_id();
+        let text = k.marker_tagged(&id, None, master);
         if self.store.replace_if(MARKER, &m.text, text.as_bytes())? {
-            return Ok(());
+            return Ok(Some(id));
         }
         // Another write with the key got there first.
         let now = self.read_marker()?;
@@ -356,6 +426,11 @@ impl Repo {
                 self.describe()
             ),
         }
+    }
+
+    /// The repository's id, from its marker (None: plain, or keyed before ids).
+    pub fn id(&self) -> Option<String> {
+        self.id.lock().unwrap().clone()
     }
 
     /// An encrypted or signed repository's master key, when one was given (checked to
@@ -452,7 +527,8 @@ impl Repo {
             kdf,
             mode: asked,
         };
-        let mine = k.marker_tagged(None, &master);
+        let id = new_repo_id();
+        let mine = k.marker_tagged(&id, None, &master);
         // A compare and swap from the plain marker: two first writers with keys never
         // both win, and the one that loses takes the winner's key, if it is its own.
         let was = self.read_marker()?;
@@ -479,11 +555,13 @@ impl Repo {
                 );
             };
             let master = self.check_key(&theirs, source)?;
-            self.authenticate(&now, &theirs, &master, true)?;
+            let id = self.authenticate(&now, &theirs, &master, true)?;
             *self.key.lock().unwrap() = Some(theirs);
+            *self.id.lock().unwrap() = id;
             return Ok(theirs);
         }
         *self.key.lock().unwrap() = Some(k);
+        *self.id.lock().unwrap() = Some(id);
         Ok(k)
     }
 
@@ -541,11 +619,12 @@ impl Repo {
     /// repository became encrypted or signed while it ran (a first keyed write raced
     /// it), so it is refused as it would have been a moment later.
     pub fn check_still_plain(&self) -> Result<()> {
-        let now = self.read_marker()?.key;
-        if now.is_none() {
+        let m = self.read_marker()?;
+        if m.key.is_none() {
             return Ok(());
         }
-        *self.key.lock().unwrap() = now;
+        *self.key.lock().unwrap() = m.key;
+        *self.id.lock().unwrap() = m.id;
         match self.refuse_plain() {
             Err(e) => bail!(
                 "{e} (it became so while this write ran, and what the write stored was removed)"
@@ -629,18 +708,24 @@ impl Repo {
             );
         }
         match m.tag {
-            Some(_) => self.authenticate(&m, &k, master, false),
+            Some(_) => self.authenticate(&m, &k, master, false).map(|_| ()),
             None => Ok(()),
         }
     }
 
     /// Records the repository's key (and the key a rotation goes to, while it runs),
-    /// the marker authenticated by `master`, that key's.
+    /// the marker authenticated by `master`, that key's. The repository keeps its id
+    /// (the marker's as read now: a write may have given it one); a marker without
+    /// one gets one.
     pub fn set_key(&self, key: RepoKey, rotating: Option<&RepoKey>, master: &Master) -> Result<()> {
         self.refuse_rewrite("its key cannot be rotated (its marker and key blocks are never rewritten); copy its sets into a new repository to change the key")?;
+        let id = (self.read_marker().ok().and_then(|m| m.id))
+            .or_else(|| self.id())
+            .unwrap_or_else(new_repo_id);
         self.store
-            .put(MARKER, key.marker_tagged(rotating, master).as_bytes())?;
+            .put(MARKER, key.marker_tagged(&id, rotating, master).as_bytes())?;
         *self.key.lock().unwrap() = Some(key);
+        *self.id.lock().unwrap() = Some(id);
         Ok(())
     }
 }
@@ -648,6 +733,8 @@ impl Repo {
 #[cfg(test)]
 mod marker_tests {
     use super::*;
+
+    const ID: &str = "00112233445566778899aabbccddeeff";
 
     fn key(mode: KeyUse) -> (RepoKey, Master) {
         let master = Master::new([5; 32]);
@@ -667,20 +754,21 @@ mod marker_tests {
             ..k
         };
         for rotating in [None, Some(&other)] {
-            let text = k.marker_tagged(rotating, &master);
+            let text = k.marker_tagged(ID, rotating, &master);
             let m = Marker::parse(text.as_bytes()).unwrap();
             assert_eq!((m.key, m.rotating), (Some(k), rotating.copied()));
+            assert_eq!(m.id.as_deref(), Some(ID));
             let (covered, tag) = m.tag.clone().unwrap();
-            assert_eq!(&text[..covered], k.marker(rotating));
+            assert_eq!(&text[..covered], k.marker(Some(ID), rotating));
             assert!(master.marker_ok(&m.text[..covered], &tag));
             // Any other text, or another key, does not carry that tag.
-            let swapped = k.marker(rotating).replace(MODE_SIGN, MODE_SEAL);
+            let swapped = k.marker(Some(ID), rotating).replace(MODE_SIGN, MODE_SEAL);
             assert!(!master.marker_ok(swapped.as_bytes(), &tag));
             assert!(!Master::new([6; 32]).marker_ok(&m.text[..covered], &tag));
         }
         // Untagged (as written before markers were tagged) and plain.
-        let m = Marker::parse(k.marker(None).as_bytes()).unwrap();
-        assert!(m.key.is_some() && m.tag.is_none());
+        let m = Marker::parse(k.marker(None, None).as_bytes()).unwrap();
+        assert!(m.key.is_some() && m.tag.is_none() && m.id.is_none());
         let m = Marker::parse(MARKER_HEAD.as_bytes()).unwrap();
         assert!(m.key.is_none() && m.tag.is_none());
     }
@@ -691,7 +779,7 @@ mod marker_tests {
         let m = Marker::parse(plain.as_bytes()).unwrap();
         assert_eq!((m.immutable, m.key), (Some(86400), None));
         let (k, master) = key(KeyUse::Sign);
-        let text = k.marker_tagged_of(Some(60), None, &master);
+        let text = k.marker_tagged_of(Some(60), Some(ID), None, &master);
         let m = Marker::parse(text.as_bytes()).unwrap();
         assert_eq!((m.immutable, m.key), (Some(60), Some(k)));
         let (covered, tag) = m.tag.unwrap();
@@ -709,7 +797,7 @@ mod marker_tests {
             format!("{MARKER_HEAD}immutable retain x\n"),
             format!("{MARKER_HEAD}immutable retain {}\n", RETAIN_MAX + 1),
             format!("{MARKER_HEAD}immutable\n"),
-            k.marker_tagged(None, &master)
+            k.marker_tagged(ID, None, &master)
                 .replace("kdf raw\n", "kdf raw\nimmutable retain 5\n"),
         ] {
             assert!(Marker::parse(bad.as_bytes()).is_err(), "{bad:?}");
@@ -719,7 +807,7 @@ mod marker_tests {
     #[test]
     fn a_marker_out_of_order_or_with_more_lines_is_refused() {
         let (k, master) = key(KeyUse::Seal);
-        let text = k.marker_tagged(None, &master);
+        let text = k.marker_tagged(ID, None, &master);
         let bad = [
             format!("{text}extra\n"),
             text.trim_end().to_string(),
@@ -728,9 +816,118 @@ mod marker_tests {
             text.replacen("mac ", "mac 00", 1),
             format!("{}\n{text}", MODE_SEAL),
             String::new(),
+            text.replacen(ID, "0123", 1),
+            text.replacen(ID, &ID.to_uppercase(), 1),
+            // The id after the rotation line, or twice.
+            k.marker_tagged(ID, Some(&k), &master)
+                .replacen(&format!("repository-id {ID}\n"), "", 1)
+                .replacen("mac ", &format!("repository-id {ID}\nmac "), 1),
+            text.replacen("kdf raw\n", &format!("kdf raw\nrepository-id {ID}\n"), 1),
         ];
         for b in bad {
             assert!(Marker::parse(b.as_bytes()).is_err(), "{b:?}");
         }
+    }
+
+    #[test]
+    fn the_repository_id_is_covered_by_the_tag() {
+        let (k, master) = key(KeyUse::Sign);
+        let text = k.marker_tagged(ID, None, &master);
+        assert!(text.contains(&format!("\nrepository-id {ID}\nmac ")));
+        let other = "ffeeddccbbaa99887766554433221100";
+        // Another id (or none) under the same tag: the tag fails.
+        for forged in [
+            text.replacen(ID, other, 1),
+            text.replacen(&format!("repository-id {ID}\n"), "", 1),
+        ] {
+            let f = Marker::parse(forged.as_bytes()).unwrap();
+            let (covered, tag) = f.tag.unwrap();
+            assert!(!master.marker_ok(&f.text[..covered], &tag), "{forged}");
+        }
+        // Ids are random and well formed.
+        let (a, b) = (new_repo_id(), new_repo_id());
+        assert!(is_repo_id(&a) && is_repo_id(&b) && a != b);
+        assert!(!is_repo_id("../x") && !is_repo_id(&ID.to_uppercase()));
+    }
+
+    /// A keyed repository opened by path with key `seed`, as a write or a read.
+    fn open_keyed(path: &Path, seed: u8, write: bool) -> Result<Repo> {
+        let options = crate::device::object::StoreOptions {
+            key: Some(KeySource::key([seed; 32], "test key")),
+            ..Default::default()
+        };
+        Repo::open(path.to_str().unwrap(), write, &options)
+    }
+
+    #[test]
+    fn a_keyed_repository_gets_an_id_and_an_older_tagged_marker_gets_one_on_a_write() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        let source = KeySource::key([5; 32], "test key");
+        let mut ids = vec![];
+        for p in [&a, &b] {
+            let r = open_keyed(p, 5, true).unwrap();
+            assert_eq!(r.id(), None, "plain so far");
+            r.key_for(&source, KeyUse::Sign).unwrap();
+            let id = r.id().expect("an id with the key");
+            assert_eq!(open_keyed(p, 5, false).unwrap().id(), Some(id.clone()));
+            ids.push(id);
+        }
+        assert_ne!(ids[0], ids[1], "each repository its own");
+        // A tagged marker from before ids: a read takes it as it is, a write gives it
+        // an id under the tag.
+        let (k, master) = key(KeyUse::Sign);
+        let old = k.marker_tagged_of(None, None, None, &master);
+        std::fs::write(a.join(MARKER), &old).unwrap();
+        assert_eq!(open_keyed(&a, 5, false).unwrap().id(), None);
+        assert_eq!(std::fs::read_to_string(a.join(MARKER)).unwrap(), old);
+        let id = open_keyed(&a, 5, true).unwrap().id().expect("given one");
+        assert!(is_repo_id(&id) && id != ids[0]);
+        let now = std::fs::read_to_string(a.join(MARKER)).unwrap();
+        assert_eq!(now, k.marker_tagged(&id, None, &master));
+        assert_eq!(open_keyed(&a, 5, false).unwrap().id(), Some(id.clone()));
+        // The id changed under the tag: refused.
+        std::fs::write(a.join(MARKER), now.replacen(&id, &ids[1], 1)).unwrap();
+        let e = open_keyed(&a, 5, false).err().unwrap().to_string();
+        assert!(e.contains("damaged or forged"), "{e}");
+        // A marker from before tags (no id) is tagged with a new id by a write.
+        std::fs::write(b.join(MARKER), key(KeyUse::Seal).0.marker(None, None)).unwrap();
+        let id_b = open_keyed(&b, 5, true).unwrap().id().expect("given one");
+        assert!(is_repo_id(&id_b) && id_b != ids[1]);
+        assert_eq!(
+            std::fs::read_to_string(b.join(MARKER)).unwrap(),
+            key(KeyUse::Seal).0.marker_tagged(&id_b, None, &master)
+        );
+        // An untagged marker naming an id is no marker from before tags.
+        std::fs::write(a.join(MARKER), k.marker(Some(&id), None)).unwrap();
+        let e = open_keyed(&a, 5, true).err().unwrap().to_string();
+        assert!(
+            e.contains("names a repository id") && e.contains("forged"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn key_rotate_keeps_the_id_and_gives_one_to_a_marker_without() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        let r = open_keyed(&a, 5, true).unwrap();
+        let (k, master) = key(KeyUse::Seal);
+        r.key_for(&KeySource::key([5; 32], "test key"), KeyUse::Seal)
+            .unwrap();
+        let id = r.id().unwrap();
+        let new = Master::new([6; 32]);
+        let k2 = RepoKey {
+            key_id: new.id,
+            ..k
+        };
+        r.set_key(k, Some(&k2), &master).unwrap();
+        r.set_key(k2, None, &new).unwrap();
+        assert_eq!(open_keyed(&a, 6, false).unwrap().id(), Some(id));
+        std::fs::write(a.join(MARKER), k2.marker_tagged_of(None, None, None, &new)).unwrap();
+        let r = open_keyed(&a, 6, false).unwrap();
+        assert_eq!(r.id(), None);
+        r.set_key(k2, None, &new).unwrap();
+        assert!(open_keyed(&a, 6, false).unwrap().id().is_some());
     }
 }

@@ -29,7 +29,7 @@ use crate::device::object::{Location, StoreOptions};
 pub use immutable::Lock;
 pub use lock::RepoLock;
 use marker::MARKER_HEAD;
-pub use marker::{RepoKey, RETAIN_MAX};
+pub use marker::{is_repo_id, RepoKey, RETAIN_MAX};
 pub use store::{create_dir, inherit_owner};
 use store::{DirStore, ObjectStore, Store};
 
@@ -128,6 +128,9 @@ pub struct Repo {
     options: StoreOptions,
     /// An encrypted or signed repository's key id and derivation, from its marker.
     key: std::sync::Mutex<Option<RepoKey>>,
+    /// A keyed repository's id, from its marker: every set written into it records
+    /// it, and a set recording another is refused.
+    id: std::sync::Mutex<Option<String>>,
     /// An immutable repository's retention in seconds, from its marker: nothing in it
     /// is overwritten, and expire removes nothing younger.
     immutable: Option<u64>,
@@ -228,6 +231,7 @@ impl Repo {
             store: Box::new(DirStore::new(root)),
             options: options.clone(),
             key: Default::default(),
+            id: Default::default(),
             immutable: None,
             pins: Default::default(),
             sysid: Default::default(),
@@ -265,6 +269,7 @@ impl Repo {
             store: Box::new(ObjectStore::new(loc)),
             options: options.clone(),
             key: Default::default(),
+            id: Default::default(),
             immutable: None,
             pins: Default::default(),
             sysid: Default::default(),
@@ -366,6 +371,20 @@ impl Repo {
             return recorded.to_string();
         }
         self.store.describe(recorded)
+    }
+
+    /// Whether a recorded stripe location lies inside the repository: a relative path
+    /// of plain names (no `..`), or an absolute path or URL under the repository.
+    pub fn inside(&self, recorded: &str) -> bool {
+        let rel = match recorded.contains("://") || Path::new(recorded).is_absolute() {
+            true => match self.store.relative(recorded) {
+                Some(r) => r,
+                None => return false,
+            },
+            false => recorded.to_string(),
+        };
+        !rel.is_empty()
+            && (Path::new(&rel).components()).all(|c| matches!(c, std::path::Component::Normal(_)))
     }
 
     /// The device specs of a recorded set's stripes, and the version each is pinned to.
@@ -541,5 +560,35 @@ mod own_stripe_tests {
         }
         assert!(!is_set_id("../../etc"));
         assert!(!is_set_id("0123456789ABCDEF0123456789ABCDEF"));
+    }
+
+    #[test]
+    fn a_stripe_is_inside_only_under_the_repository() {
+        let (d, r) = temp_repo();
+        let root = d.path().join("r");
+        let id = "0123456789abcdef0123456789abcdef";
+        for ok in [
+            format!("sets/{id}/1.pv"),
+            format!("sets/{id}/./2.pv"),
+            root.join(format!("sets/{id}/1.pv")).display().to_string(),
+        ] {
+            assert!(r.inside(&ok), "{ok}");
+        }
+        for out in [
+            format!("../b/sets/{id}/1.pv"),
+            format!("sets/{id}/../../../b/1.pv"),
+            d.path()
+                .join(format!("b/sets/{id}/1.pv"))
+                .display()
+                .to_string(),
+            root.join(format!("../b/sets/{id}/1.pv"))
+                .display()
+                .to_string(),
+            format!("s3://bucket/b/sets/{id}/1.pv"),
+            format!("file://{}", root.join("x").display()),
+            String::new(),
+        ] {
+            assert!(!r.inside(&out), "{out}");
+        }
     }
 }

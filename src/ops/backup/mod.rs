@@ -35,8 +35,8 @@ pub mod running;
 pub use changes::ChangeMap;
 use dest::{destination, parse_source, same_cluster, Dest};
 use guard::guarding;
-pub use record::CHANGE_RULES;
 use record::*;
+pub use record::{CHANGE_RULES, REPOSITORY};
 pub use rules::*;
 
 /// What a backup does; `Default` is the command line's defaults.
@@ -432,6 +432,14 @@ fn backup_set(
         extra
             .entry(record::CHANGE_RULES.to_string())
             .or_insert(crate::pg::walsummary::RULES.into());
+    }
+    // The repository the set is written into, under the manifest's tag or seal: a
+    // record in another repository naming this set is refused (ops::authenticated_in).
+    if let Some(repo) = &dest.repo {
+        match repo.id() {
+            Some(id) => extra.insert(record::REPOSITORY.to_string(), id.into()),
+            None => extra.remove(record::REPOSITORY),
+        };
     }
     let (manifest, text) = manifest(
         o, &set_hex, &dest, &mut input, &mut out, &params, extra, &problems, started,

@@ -282,6 +282,9 @@ pub(super) fn catalog_entry(
 
 /// The manifest's record of the change rules that chose its pages.
 pub const CHANGE_RULES: &str = "change_rules";
+/// The manifest's `extra` key naming the keyed repository the set was written into
+/// (its marker's `repository-id`).
+pub const REPOSITORY: &str = "repository";
 
 /// The HTML page (--report): the configuration, the summary and the timeline.
 pub(super) fn write_report(

@@ -61,7 +61,7 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
             for e in c.links {
                 let set = open_recorded(&repo, &e)
                     .with_context(|| format!("set {} of the chain", e.set_id))?;
-                crate::ops::authenticated_in(&repo, &set.manifest)?;
+                crate::ops::authenticated_in(&repo, &e, &set.manifest)?;
                 links.push(Link {
                     entry: Some(e),
                     set,
