@@ -260,7 +260,18 @@ fn archives_backs_up_incrementally_and_restores(major: u32) {
     let last = pg.switch_and_wait();
     // status: the segment just archived is the newest, and the server is at most a
     // segment ahead of the archive.
-    let st = common::json(&["status", "--repo", &repo, "--source", &pg.url()]);
+    // The source as a stanza names it, with pagevault's own ?pgdata=.
+    let source = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    let st = common::json(&["status", "--repo", &repo, "--source", &source]);
+    let prom = common::ok(&[
+        "status",
+        "--repo",
+        &repo,
+        "--source",
+        &source,
+        "--prometheus",
+    ]);
+    assert!(prom.contains("pagevault_wal_archive_lag_bytes{"), "{prom}");
     assert_eq!(st["newest_wal"], last.as_str(), "{st}");
     assert!(
         st["newest_wal_age_seconds"].as_f64().unwrap() < 60.0,

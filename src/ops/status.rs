@@ -259,8 +259,10 @@ fn archive_lag(
     password_file: Option<&std::path::Path>,
     segments: &[String],
 ) -> Result<u64> {
+    // A source's own `?pgdata=` is pagevault's, not the driver's.
+    let (url, _) = crate::source::postgres::connect::split_pgdata(url);
     let conn = crate::source::postgres::connect::settle(
-        url,
+        &url,
         password_file,
         &crate::source::postgres::connect::Env::of_process(),
     )?;
