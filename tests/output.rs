@@ -347,8 +347,41 @@ fn status_reports_ages_damage_metrics_and_nagios_codes() {
         "1d",
     ]);
     assert!(r.code == 1 && r.stderr.contains("WARNING"), "{}", r.stderr);
+    assert!(
+        r.stdout
+            .starts_with("PAGEVAULT WARNING - the newest backup finished ")
+            && r.stdout.lines().next().unwrap().contains(" | age="),
+        "{}",
+        r.stdout
+    );
     let r = run(&["status", "--repo", &repo, "--crit-age", "0"]);
     assert!(r.code == 2 && r.stderr.contains("CRITICAL"), "{}", r.stderr);
+    assert!(
+        r.stdout.starts_with("PAGEVAULT CRITICAL - "),
+        "{}",
+        r.stdout
+    );
+    let r = run(&[
+        "status",
+        "--repo",
+        &repo,
+        "--warn-age",
+        "1d",
+        "--crit-age",
+        "2d",
+    ]);
+    let first = r.stdout.lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("PAGEVAULT OK - the newest backup finished ")
+            && first.ends_with(";86400;172800;0"),
+        "{}",
+        r.stdout
+    );
+    // A check that cannot run is UNKNOWN (3), said on stdout's first line.
+    let gone = s(&std::path::Path::new(&repo).join("no-such-repository"));
+    let r = run(&["status", "--repo", &gone, "--warn-age", "1d"]);
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("PAGEVAULT UNKNOWN - "), "{}", r.stdout);
     assert_eq!(
         run(&["status", "--repo", &repo, "--warn-age", "2w"]).code,
         0

@@ -59,21 +59,69 @@ pub(crate) fn parse_age(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
-    let r = status(&StatusOptions {
+    let nagios = (a.warn_age.is_some() || a.crit_age.is_some()) && !a.json && !a.prometheus;
+    let r = match status(&StatusOptions {
         repo: a.repo.clone(),
         source: a.source.clone(),
         password_file: a.password_file.clone(),
         spool: a.spool.clone(),
         store: store.clone(),
-    })?;
+    }) {
+        Ok(r) => r,
+        // Nagios reads stdout's first line: a check that could not run is UNKNOWN (3).
+        Err(e) if nagios => {
+            println!("PAGEVAULT UNKNOWN - {}", one_line(&format!("{e:#}")));
+            return Err(super::Exit { code: 3, error: e }.into());
+        }
+        Err(e) => return Err(e),
+    };
     if a.json {
         print_json(&serde_json::to_value(&r)?);
     } else if a.prometheus {
         print!("{}", prometheus(&r));
-    } else {
+    }
+    let checked = check_age(&r, a.warn_age, a.crit_age);
+    if nagios {
+        // The plugin line first (state, summary, performance data), then the long output.
+        let word = match &checked {
+            Ok(()) => "OK".to_string(),
+            Err(e) => {
+                let text = format!("{e:#}");
+                text.split(':').next().unwrap_or("UNKNOWN").to_string()
+            }
+        };
+        let summary = match &checked {
+            Ok(()) => r
+                .newest_backup_age_seconds
+                .map_or("no backup set".to_string(), |a| {
+                    format!("the newest backup finished {} ago", ago(a))
+                }),
+            Err(e) => {
+                let text = format!("{e:#}");
+                let rest = text.split_once(": ").map_or(text.as_str(), |(_, t)| t);
+                one_line(rest)
+            }
+        };
+        let limit = |l: Option<f64>| l.map_or(String::new(), |l| format!("{l:.0}"));
+        let perf = match r.newest_backup_age_seconds {
+            Some(age) => format!(
+                " | age={age:.0}s;{};{};0",
+                limit(a.warn_age),
+                limit(a.crit_age)
+            ),
+            None => String::new(),
+        };
+        println!("PAGEVAULT {word} - {summary}{perf}");
+    }
+    if !a.json && !a.prometheus {
         print_text(&r);
     }
-    check_age(&r, a.warn_age, a.crit_age)
+    checked
+}
+
+/// A message on one line (a Nagios summary).
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn print_text(r: &StatusReport) {
