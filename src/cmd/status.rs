@@ -31,7 +31,8 @@ pub struct StatusArgs {
     /// into node_exporter's textfile collector directory from a timer.
     #[arg(long)]
     pub prometheus: bool,
-    /// Nagios check: exit 1 (WARNING) when the newest backup of any type is older than
+    /// Nagios check (the plugin line first on stdout; exit 3 UNKNOWN when the status
+    /// cannot be read): exit 1 (WARNING) when the newest backup of any type is older than
     /// this (e.g. 26h, 2d, 1w, 90m, 3600s), or there is none, or a set the repository
     /// keeps may restore a stale visibility map.
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
