@@ -39,6 +39,9 @@ fn estimate_counts_the_blocks_the_wal_changed() {
         .iter()
         .find(|d| d["database"] == db)
         .unwrap_or_else(|| panic!("no database {db} in {j}"));
+    // Issue 53, item 8: databases are named, not only numbered.
+    let name = pg.sql("SELECT current_database()");
+    assert_eq!(d["name"], name.as_str(), "{j}");
     let changed = d["changed_blocks"].as_u64().unwrap();
     // The updated heap blocks, their index leaf pages, the visibility map page; never
     // the whole table.
@@ -71,4 +74,6 @@ fn estimate_counts_the_blocks_the_wal_changed() {
     );
     let text = ok(&["estimate", "--repo", &repo]);
     assert!(text.contains("since the newest full"), "{text}");
+    assert!(text.contains(&format!("database {name} ({db})")), "{text}");
+    assert!(text.contains("shared catalogs"), "{text}");
 }

@@ -55,10 +55,15 @@ fn show(what: &str, s: &Since) {
         }
     );
     for d in &s.databases {
+        // A recorded name is data: shown escaped.
+        let db = match (&d.name, d.database) {
+            (_, 0) => "shared catalogs".to_string(),
+            (Some(n), oid) => format!("database {} ({oid})", super::shown(n)),
+            (None, oid) => format!("database {oid}"),
+        };
         println!(
-            "    tablespace {} database {}: {} of {} blocks ({:.1}%){}",
+            "    tablespace {} {db}: {} of {} blocks ({:.1}%){}",
             d.tablespace,
-            d.database,
             d.changed_blocks,
             d.total_blocks,
             d.percent,

@@ -58,7 +58,7 @@ pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
             text(Some(&s.set_id)),
             s.backup_type,
             if s.copy_only { "yes" } else { "no" },
-            text(Some(&s.finished)).chars().take(25).collect::<String>(),
+            finished(&s.finished),
             human(s.raw_bytes),
             human(s.stored_bytes),
             s.timeline.map_or("-".to_string(), |t| t.to_string()),
@@ -71,4 +71,25 @@ pub fn run(a: HistoryArgs, store: &StoreOptions) -> Result<()> {
         println!("(no backup sets yet)");
     }
     Ok(())
+}
+
+/// A set's finishing time to the second, with its zone: `2026-11-28 06:47:21+00:00`.
+/// A record whose time is not RFC 3339 is shown as it is, escaped and whole.
+fn finished(t: &str) -> String {
+    match chrono::DateTime::parse_from_rfc3339(t) {
+        Ok(d) => d.format("%Y-%m-%d %H:%M:%S%:z").to_string(),
+        Err(_) => super::shown(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_finished_time_keeps_its_zone() {
+        assert_eq!(
+            super::finished("2026-11-28T06:47:21.123456789+01:00"),
+            "2026-11-28 06:47:21+01:00"
+        );
+        assert_eq!(super::finished("yesterday\n"), "yesterday\\n");
+    }
 }

@@ -55,6 +55,9 @@ pub struct Since {
 pub struct DbChange {
     pub tablespace: u32,
     pub database: u32,
+    /// The database's name when the set records it (not for the shared catalogs,
+    /// database 0).
+    pub name: Option<String>,
     pub changed_blocks: u64,
     pub total_blocks: u64,
     pub percent: f64,
@@ -146,6 +149,7 @@ fn since(repo: &Repo, set: &CatalogEntry, through: &str) -> Result<Since> {
             DbChange {
                 tablespace: k.0,
                 database: k.1,
+                name: facts.databases.get(&k.1).cloned(),
                 changed_blocks: c,
                 total_blocks: t,
                 percent: percent(c, t),

@@ -23,9 +23,17 @@ pub struct PgFacts {
     pub data_checksums: bool,
     pub system_identifier: String,
     pub wal_segment_size: u64,
+    /// The databases when the backup started: OID -> name (empty in sets written
+    /// before they were recorded).
+    pub databases: BTreeMap<u32, String>,
     /// Known once the backup stopped.
     pub stop: Option<Stop>,
 }
+
+/// Databases a set records at most (a catalog entry is bounded).
+pub const MAX_DATABASES: usize = 100_000;
+/// The longest database name (NAMEDATALEN - 1).
+pub const MAX_DATABASE_NAME: usize = 63;
 
 /// What pg_backup_stop said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +59,12 @@ impl PgFacts {
             self.system_identifier.clone().into(),
         );
         m.insert("wal_segment_size".into(), self.wal_segment_size.into());
+        if !self.databases.is_empty() {
+            let dbs: serde_json::Map<String, Value> = (self.databases.iter())
+                .map(|(oid, name)| (oid.to_string(), name.clone().into()))
+                .collect();
+            m.insert("databases".into(), dbs.into());
+        }
         if let Some(s) = &self.stop {
             m.insert("stop_lsn".into(), format_lsn(s.lsn).into());
             m.insert("stop_wal".into(), s.wal.clone().into());
@@ -149,6 +163,7 @@ impl PgFacts {
             data_checksums,
             system_identifier,
             wal_segment_size,
+            databases: databases(m)?,
             stop,
         }))
     }
@@ -165,6 +180,38 @@ impl PgFacts {
             })
             .unwrap_or_default()
     }
+}
+
+/// The `databases` map of a manifest: OID -> name, each checked.
+fn databases(m: &Extra) -> Result<BTreeMap<u32, String>, String> {
+    let Some(v) = m.get("databases") else {
+        return Ok(BTreeMap::new());
+    };
+    let map = v
+        .as_object()
+        .ok_or("'databases' is not a map of OID to name")?;
+    if map.len() > MAX_DATABASES {
+        return Err(format!("'databases' holds over {MAX_DATABASES} entries"));
+    }
+    let mut out = BTreeMap::new();
+    for (oid, name) in map {
+        let oid = oid
+            .parse::<u32>()
+            .ok()
+            .filter(|&o| o > 0 && o.to_string() == *oid)
+            .ok_or_else(|| format!("'databases' key '{}' is not an OID", oid.escape_debug()))?;
+        match name.as_str() {
+            Some(n) if !n.is_empty() && n.len() <= MAX_DATABASE_NAME => {
+                out.insert(oid, n.to_string());
+            }
+            _ => {
+                return Err(format!(
+                    "'databases' entry {oid} is not a name of 1 to {MAX_DATABASE_NAME} bytes"
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The WAL file backup_label's `START WAL LOCATION: X/Y (file NAME)` line names, when
@@ -206,6 +253,7 @@ mod tests {
             data_checksums: true,
             system_identifier: "7301234567890123456".into(),
             wal_segment_size: 16 << 20,
+            databases: BTreeMap::from([(5, "postgres".into()), (16384, "app".into())]),
             stop: Some(Stop {
                 lsn: 0x3_0000_0100,
                 wal: "000000020000000300000000".into(),
@@ -253,6 +301,27 @@ mod tests {
             "'backup_label' is not text",
         );
         bad("system_identifier", "abc".into(), "not a number");
+        bad("databases", "app".into(), "not a map of OID to name");
+        bad(
+            "databases",
+            serde_json::json!({"../1": "x"}),
+            "is not an OID",
+        );
+        bad(
+            "databases",
+            serde_json::json!({"016384": "x"}),
+            "is not an OID",
+        );
+        bad(
+            "databases",
+            serde_json::json!({"16384": "x".repeat(64)}),
+            "not a name of 1 to 63",
+        );
+        bad(
+            "databases",
+            serde_json::json!({"16384": 7}),
+            "not a name of 1 to 63",
+        );
         let mut m = facts().to_extra();
         m.remove("wal_segment_size");
         assert_eq!(

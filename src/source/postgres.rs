@@ -239,6 +239,18 @@ impl Postgres {
         Ok(row.get::<_, String>(0))
     }
 
+    /// The cluster's databases, OID -> name (what `restore --db-include` and
+    /// `estimate` name them by).
+    fn databases(&mut self) -> Result<std::collections::BTreeMap<u32, String>> {
+        let sql = "SELECT oid::int8, datname::text FROM pg_database";
+        let rows = (self.client().query(sql, &[]))
+            .map_err(|e| self.failed(&format!("query failed: {sql}"), &e))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i64>(0) as u32, r.get::<_, String>(1)))
+            .collect())
+    }
+
     /// `what` failed with `e`: transient when the connection was lost (the server
     /// named), fatal when the server answered with an error.
     fn failed(&self, what: &str, e: &postgres::Error) -> anyhow::Error {
@@ -432,6 +444,7 @@ impl Source for Postgres {
             data_checksums: self.checksums,
             system_identifier: sysid,
             wal_segment_size: seg_size,
+            databases: self.databases()?,
             stop: None,
         });
         let mut out = vec![];
@@ -604,6 +617,10 @@ impl Source for Postgres {
             verify: self.checksums,
             start_lsn: self.start_lsn,
             base_lsn: self.base.as_ref().map(|b| b.start_lsn),
+            summarized_from: match (&self.base, &self.facts) {
+                (Some(b), Some(f)) => b.start_lsn - b.start_lsn % f.wal_segment_size,
+                _ => 0,
+            },
             diff_ids,
             continue_after_error: self.continue_after_error,
             failures: Mutex::new(vec![]),

@@ -455,6 +455,7 @@ mod tests {
             data_checksums: true,
             system_identifier: "1".into(),
             wal_segment_size: 16 << 20,
+            databases: Default::default(),
             stop: Some(crate::pg::facts::Stop {
                 lsn: 0x100_0100,
                 wal: "000000010000000000000001".into(),
