@@ -94,9 +94,9 @@ enum Command {
     Header(cmd::info::InfoArgs),
     /// List the files of a backup set (RESTORE FILELISTONLY).
     #[command(
-        after_help = "Examples:\n  pagevault files --from /bk/a.pv\n  pagevault files --repo /backup/repo --json"
+        after_help = "Examples:\n  pagevault files --from /bk/a.pv\n  pagevault files --repo /backup/repo --json\n  pagevault files --repo /backup/repo --db-include app   # what restore --db-include app leaves out"
     )]
-    Files(cmd::info::InfoArgs),
+    Files(cmd::info::FilesArgs),
     /// Archive one WAL segment into a repository (PostgreSQL archive_command): a log backup.
     ArchivePush(cmd::archive::PushArgs),
     /// Fetch one WAL segment from a repository (PostgreSQL restore_command).

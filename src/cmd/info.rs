@@ -27,6 +27,18 @@ pub struct InfoArgs {
     pub json: bool,
 }
 
+#[derive(Args)]
+pub struct FilesArgs {
+    #[command(flatten)]
+    pub info: InfoArgs,
+    /// PostgreSQL: mark the files `restore --db-include NAME` would leave out. Repeatable.
+    #[arg(long, value_name = "NAME", conflicts_with = "db_exclude")]
+    pub db_include: Vec<String>,
+    /// PostgreSQL: mark the files `restore --db-exclude NAME` would leave out. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub db_exclude: Vec<String>,
+}
+
 /// The stripes named, or those of the chosen set of --repo (with the versions its
 /// record pins them to).
 fn stripes_of(a: &InfoArgs, store: &StoreOptions) -> Result<(Vec<String>, Vec<Option<String>>)> {
@@ -154,6 +166,13 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
                 .map(|f| f.timeline.to_string())
                 .unwrap_or_default(),
         ),
+        (
+            "Databases",
+            (pg.iter().flat_map(|f| f.databases.iter()))
+                .map(|(oid, name)| format!("{name} ({oid})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
     ];
     for (k, v) in rows {
         println!("{k:<22} {}", super::shown(&v));
@@ -161,15 +180,35 @@ pub fn print_header(m: &Manifest, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn run_files(a: InfoArgs, store: &StoreOptions) -> Result<()> {
-    print_files(&described(&a, store)?, a.json)
+pub fn run_files(a: FilesArgs, store: &StoreOptions) -> Result<()> {
+    let m = described(&a.info, store)?;
+    let left = crate::ops::restore::LeftOut::choose(&a.db_include, &a.db_exclude, &m)?;
+    print_files_left(&m, left.as_ref(), a.info.json)
 }
 
 /// A set's files: path, kind, size, pages and checksum (or link target).
 pub fn print_files(m: &Manifest, json: bool) -> Result<()> {
+    print_files_left(m, None, json)
+}
+
+/// [`print_files`], marking the files `left` leaves out.
+fn print_files_left(
+    m: &Manifest,
+    left: Option<&crate::ops::restore::LeftOut>,
+    json: bool,
+) -> Result<()> {
+    let out = left.map(|l| l.ids(m)).unwrap_or_default();
     if json {
-        print_json(&json!({"set_id": m.set_id, "files": m.files}));
+        let mut files = serde_json::to_value(&m.files)?;
+        for f in files.as_array_mut().into_iter().flatten() {
+            let id = f["id"].as_u64().unwrap_or(u64::MAX);
+            f["left_out"] = out.contains(&(id as u32)).into();
+        }
+        print_json(&json!({"set_id": m.set_id, "files": files, "left_out": left}));
         return Ok(());
+    }
+    if let Some(l) = left {
+        println!("{}", l.summary());
     }
     println!(
         "{:<50} {:>6} {:>14} {:>10} checksum",
@@ -185,8 +224,13 @@ pub fn print_files(m: &Manifest, json: bool) -> Result<()> {
             None => super::shown(f.link_target.as_deref().unwrap_or_default()),
             Some(c) => c.to_string()[..16].to_string(),
         };
+        let note = if out.contains(&f.id) {
+            "  (left out)"
+        } else {
+            ""
+        };
         println!(
-            "{:<50} {kind:>6} {:>14} {:>10} {ck}",
+            "{:<50} {kind:>6} {:>14} {:>10} {ck}{note}",
             super::shown(&f.path),
             f.size,
             f.pages

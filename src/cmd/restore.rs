@@ -53,7 +53,7 @@ impl ReadArgs {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --replace\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --delta --json\n\n--delta re-seeds a stopped primary or refreshes a replica in place: files whose content matches the set are kept, relation files are compared chunk by chunk (a chunk's digest against the frame's before anything is decompressed) and only what differs is written; what the set does not hold is removed. A missing or empty target restores as without it."
+    after_help = "Examples:\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --replace\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --delta --json\n  pagevault restore --repo /backups/main --to /pg/one --db-include app\n\n--delta re-seeds a stopped primary or refreshes a replica in place: files whose content matches the set are kept, relation files are compared chunk by chunk (a chunk's digest against the frame's before anything is decompressed) and only what differs is written; what the set does not hold is removed. A missing or empty target restores as without it."
 )]
 pub struct RestoreArgs {
     #[command(flatten)]
@@ -102,6 +102,15 @@ pub struct RestoreArgs {
     /// Write an HTML page with the timeline (throughput, latency, pool, waits, CPU).
     #[arg(long, value_name = "FILE.html", value_parser = crate::report::writable_path)]
     pub report: Option<PathBuf>,
+    /// PostgreSQL: restore only this database (a name the set records, or an OID).
+    /// Repeatable. The other databases' relation files are created empty (sparse, at
+    /// their size) and nothing of them is read; template0, template1 and postgres are
+    /// always restored. After recovery, DROP DATABASE the ones left out.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["db_exclude", "delta"])]
+    pub db_include: Vec<String>,
+    /// PostgreSQL: leave this database out (as --db-include leaves the others). Repeatable.
+    #[arg(long, value_name = "NAME", conflicts_with = "delta")]
+    pub db_exclude: Vec<String>,
 }
 
 /// The point recovery stops at, as `restore` and `drill` take it.
@@ -147,6 +156,8 @@ impl RestoreArgs {
             tablespace_map: self.tablespace_map.clone(),
             tablespaces_from_set: self.tablespaces_from_set,
             report: self.report.clone(),
+            db_include: self.db_include.clone(),
+            db_exclude: self.db_exclude.clone(),
             ..RestoreOptions::default()
         }
     }

@@ -366,6 +366,7 @@ pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
         hash: ContentHash::of_version(set.manifest.format_version),
         seal: set.seal.clone(),
         sign: set.sign.clone(),
+        left_out: Default::default(),
     }
 }
 

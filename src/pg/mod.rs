@@ -22,6 +22,10 @@ pub const POSTMASTER_PID: &str = "postmaster.pid";
 /// A data directory's control file.
 pub const PG_CONTROL: &str = "global/pg_control";
 
+/// The first OID of an object made after initdb (FirstNormalObjectId): databases
+/// below it (template0, template1, postgres) are built in.
+pub const FIRST_NORMAL_OID: u32 = 16384;
+
 /// The cluster's system identifier in its control file: ControlFileData's first field,
 /// 8 bytes in the machine's order (little-endian here).
 pub fn control_system_identifier(control: &[u8]) -> Option<u64> {

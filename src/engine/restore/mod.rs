@@ -18,6 +18,7 @@ use crate::format::manifest::{file_checksum, Checksum, IdIndex};
 use crate::format::{Codec, ContentHash};
 use anyhow::Result;
 use crossbeam_channel::bounded;
+use std::collections::HashSet;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -116,6 +117,9 @@ pub struct Params {
     pub seal: Option<super::Seal>,
     /// A signed set's MAC keys: every frame's tag is checked with them.
     pub sign: Option<crate::crypt::SetMac>,
+    /// Files left out (their manifest ids): only their frames' headers are read, to
+    /// step over them; nothing of them is checked or written.
+    pub left_out: Arc<HashSet<u32>>,
 }
 
 /// Told each file's checksum recomputed from the frames read (or what is missing), by
@@ -130,6 +134,9 @@ pub struct Outcome {
     pub wall: Duration,
     pub waits: WaitStats,
     pub pool_bytes: u64,
+    /// Stored bytes (frame payloads, as `stored_bytes` counts them) of the files left
+    /// out, stepped over unread.
+    pub left_out_bytes: u64,
 }
 
 /// What every stage of one run shares.
@@ -149,6 +156,7 @@ struct Shared<'a> {
     write_st: Arc<Stage>,
     target_lane: Arc<Lane>,
     stored_total: AtomicU64,
+    left_out_total: AtomicU64,
 }
 
 struct Item {
@@ -199,6 +207,7 @@ pub fn run(
         // One write lane: the target directory.
         target_lane: live.write_lanes(1)[0].clone(),
         stored_total: AtomicU64::new(0),
+        left_out_total: AtomicU64::new(0),
     };
     live.pool_size.store(p.buffer_count as u64, Relaxed);
     let read_lanes = live.read_lanes(stripes.len());
@@ -266,6 +275,7 @@ pub fn run(
         wall,
         waits,
         pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
+        left_out_bytes: sh.left_out_total.load(Relaxed),
     })
 }
 

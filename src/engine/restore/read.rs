@@ -55,6 +55,19 @@ pub(super) fn read_stripe(
                 st.name, header.stored_len, st.body_end
             );
         }
+        if sh.p.left_out.contains(&header.file_id) {
+            // Stepped over: only the next frame's header is read.
+            if more {
+                st.source
+                    .read_exact_at(&mut hdr, next)
+                    .map_err(|e| io_err(e, next))?;
+            }
+            sh.left_out_total
+                .fetch_add(header.stored_len as u64, Relaxed);
+            progress.done.fetch_add(total, Relaxed);
+            at = next;
+            continue;
+        }
         let Some((mut buf, waited)) = pool.get(abort) else {
             return Ok(());
         };

@@ -6,7 +6,7 @@ use super::super::verify::{
     check_source_facts, engine_params, open_recorded, open_repo, regular_files, with_history_hint,
     Checksums,
 };
-use super::{run_into, Phases, RestoreOptions};
+use super::{run_into, LeftOut, Phases, RestoreOptions};
 use crate::engine::restore::layers::{LayerSink, Written};
 use crate::engine::restore::merge::{ChunkOut, MergeSink};
 use crate::engine::restore::FrameSink;
@@ -145,6 +145,7 @@ pub struct LinkReport {
 pub(super) fn write_chain(
     sets: &Sets,
     o: &RestoreOptions,
+    left_out: Option<&LeftOut>,
     target: &Target,
     merge: Option<&dyn ChunkOut>,
     live: &Arc<Live>,
@@ -196,8 +197,13 @@ pub(super) fn write_chain(
             live: live.clone(),
             ..Progress::default()
         });
-        let ids = regular_files(m);
-        let params = engine_params(&o.read, &link.set);
+        let mut ids = regular_files(m);
+        let mut params = engine_params(&o.read, &link.set);
+        if let Some(l) = left_out {
+            let skip = l.ids(m);
+            ids.retain(|f| !skip.contains(&f.id));
+            params.left_out = Arc::new(skip);
+        }
         let shown = show(progress.clone(), "restore");
         let sums = Checksums::new(m, &ids);
         let done = |i, got| sums.check(i, got);
@@ -273,5 +279,6 @@ fn add(a: Outcome, b: Outcome) -> Outcome {
         wall: big.wall + small.wall,
         waits: big.waits,
         pool_bytes: big.pool_bytes.max(small.pool_bytes),
+        left_out_bytes: big.left_out_bytes + small.left_out_bytes,
     }
 }

@@ -4,6 +4,7 @@
 //! manifest checksum, and hands the rest to the source's [`Restorer`].
 
 mod chain;
+mod only;
 mod replace;
 pub(crate) mod wal;
 
@@ -22,6 +23,7 @@ use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
 pub use chain::LinkReport;
 use chain::{open_sets, Sets};
+pub use only::{LeftOut, LeftOutDb};
 use serde::Serialize;
 use serde_json::json;
 use std::fs::{self, OpenOptions};
@@ -67,6 +69,11 @@ pub struct RestoreOptions {
     /// Refuse a chain not of the cluster whose WAL the repository archives (or, with
     /// no WAL archived, whose other sets it holds), before anything is written.
     pub same_cluster: bool,
+    /// PostgreSQL: restore only these databases (names or OIDs); the other databases'
+    /// relation files are left out. The built-in ones are always restored.
+    pub db_include: Vec<String>,
+    /// PostgreSQL: leave these databases' relation files out.
+    pub db_exclude: Vec<String>,
 }
 
 /// `--target-action`: PostgreSQL's recovery_target_action.
@@ -192,6 +199,9 @@ pub struct RestoreReport {
     /// What `--delta` kept, rewrote, created and removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delta: Option<target::DeltaReport>,
+    /// The databases `--db-include`/`--db-exclude` left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<LeftOut>,
     /// Stripes overwritten or deleted after their backup: read at the version the
     /// backup wrote all the same.
     pub overwritten: Vec<crate::set::read::Overwritten>,
@@ -283,6 +293,10 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
         bail!("--target-action applies at a recovery target (--until, --until-lsn, --until-xid, --until-name): without one recovery replays the whole archive and the server opens");
     }
     restorer.check_target(&o.to)?;
+    let some_dbs = !o.db_include.is_empty() || !o.db_exclude.is_empty();
+    if some_dbs && (o.delta || o.stage_only) {
+        bail!("--db-include and --db-exclude restore into an empty directory (or with --replace): with --delta the files left out would keep stale pages");
+    }
     if o.delta {
         let extra = &sets.newest().set.manifest.extra;
         restorer.check_delta_target(&o.to, extra, o.force)?;
@@ -329,6 +343,7 @@ fn restore_with(
     // The restored cluster is the newest set's: its files, sizes, links and facts.
     let m = &sets.newest().set.manifest;
     let (mut restorer, wal_check) = check(o, &sets)?;
+    let mut left_out = LeftOut::choose(&o.db_include, &o.db_exclude, m)?;
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
     if let (Some(repo), Some(entry), true) = (&sets.repo, &sets.newest().entry, !o.stage_only) {
         let probe = wal::probe_name(wal_check.as_ref(), entry).filter(|_| restorer.recovers());
@@ -397,10 +412,22 @@ fn restore_with(
     if o.stage_only {
         target = target.without_writeback();
     }
-    let written = chain::write_chain(&sets, o, &target, merge, &progress.live, show, &mut phases);
+    let written = chain::write_chain(
+        &sets,
+        o,
+        left_out.as_ref(),
+        &target,
+        merge,
+        &progress.live,
+        show,
+        &mut phases,
+    );
     let delta = target.files.delta_report(swept);
     drop(target);
     let (out, links) = written.with_context(incomplete)?;
+    if let Some(l) = &mut left_out {
+        l.stored_bytes_not_read = out.left_out_bytes;
+    }
     target::finish_entries(m, &place, &roots)?;
     phases.mark("links, modes, times");
     restorer.link(&o.to, owner)?;
@@ -410,6 +437,7 @@ fn restore_with(
         target::sync_fs(&o.to).with_context(incomplete)?;
         phases.mark("sync to disk");
         notes = finish(o, &sets, restorer.as_ref(), wal_check.as_ref())?;
+        notes.extend(left_out.as_ref().map(LeftOut::note));
         if let Some((uid, gid)) = owner {
             target::chown_tree(&o.to, uid, gid)?;
         }
@@ -447,6 +475,7 @@ fn restore_with(
         chain: links,
         report: None,
         delta,
+        left_out,
         overwritten: overwritten.clone(),
         warnings: (overwritten.iter().map(|w| w.message.clone()))
             .chain(sets.repo.iter().flat_map(crate::repo::Repo::record_notes))
