@@ -198,33 +198,13 @@ fn one_database_is_restored_and_the_other_is_neither_read_nor_written() {
 
 #[test]
 fn db_include_refuses_delta_and_both_forms() {
-    let e = fails(
-        &[
-            "restore",
-            "--repo",
-            "/nonexistent",
-            "--to",
-            "/tmp/x",
-            "--db-include",
-            "a",
-            "--delta",
-        ],
-        2,
-    );
-    assert!(e.contains("cannot be used with"), "{e}");
-    let e = fails(
-        &[
-            "restore",
-            "--repo",
-            "/nonexistent",
-            "--to",
-            "/tmp/x",
-            "--db-include",
-            "a",
-            "--db-exclude",
-            "b",
-        ],
-        2,
-    );
-    assert!(e.contains("cannot be used with"), "{e}");
+    let refused = |more: [&str; 2]| {
+        let mut a = vec!["restore", "--repo", "/nonexistent", "--to", "/tmp/x"];
+        a.extend(["--db-include", "a"]);
+        a.extend(more);
+        let e = fails(&a, 2);
+        assert!(e.contains("cannot be used with"), "{more:?}: {e}");
+    };
+    refused(["--delta", "--force"]);
+    refused(["--db-exclude", "b"]);
 }
