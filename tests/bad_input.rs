@@ -726,6 +726,7 @@ fn forged_archived_wal_sizes_are_refused() {
     let name = "00000002.history";
     let h = dir.path().join(name);
     fs::write(&h, "1\t0/5000100\tno recovery target specified\n").unwrap();
+    ok(&["init", "--repo", &repo]);
     ok(&["archive-push", "--repo", &repo, &s(&h)]);
     let archived = dir
         .path()

@@ -394,6 +394,7 @@ fn postgres_archives_backs_up_and_restores_through_a_stanza() {
     };
     stanza("");
     let c = s(&cfg);
+    ok(&["init", "--repo", &s(&repo)]);
     let push = format!("{} archive-push --config {c} --stanza main %p", bin());
     let pg = Pg::start(true, Some(&push));
     let seg = pg.switch_and_wait();

@@ -164,9 +164,10 @@ fn archived_objects_over_their_kind_s_limit_are_refused() {
     let repo = format!("s3://pvtest/{}/repo", unique("walsize"));
     let h = tmp.path().join("00000002.history");
     std::fs::write(&h, "1\t0/5000100\tno recovery target specified\n").unwrap();
+    ok(&["init", "--repo", &repo]);
     ok(&["archive-push", "--repo", &repo, &s(&h)]);
-    // Into the repository made by that push: the marker read once at the opening, the
-    // put, the marker read again (still plain).
+    // Into the repository: the marker read once at the opening, the put, the marker
+    // read again (still plain).
     let h4 = tmp.path().join("00000004.history");
     std::fs::write(&h4, "1\t0/5000100\tx\n2\t0/6000100\ty\n").unwrap();
     let j: serde_json::Value =
@@ -226,6 +227,13 @@ fn restore_to_lsn(repo: &str, target: &std::path::Path, lsn: &str, extra: Option
 /// point, then retention. `extra` adds stripes outside the repository.
 fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
     let st = shared();
+    ok(&[
+        "init",
+        "--repo",
+        repo,
+        "--s3-endpoint",
+        &st.minio.endpoint(),
+    ]);
     let archive = format!(
         "{} archive-push %p --repo {repo} --s3-endpoint {}",
         bin(),

@@ -400,6 +400,47 @@ fn corrupt_and_foreign_segments_are_refused() {
     assert_eq!(good.len(), 16 << 20);
     let repo = tmp.path().join("repo");
     let r = s(&repo);
+    // Issue 53: a repository is made on purpose only. A push into a path that is none
+    // (a share not mounted) fails, so PostgreSQL keeps the segment, and makes nothing;
+    // a directory without the marker is refused too, sync and async alike.
+    let spool_un = s(&tmp.path().join("spool-unmade"));
+    for mode in [&[][..], &["--async", "--spool", &spool_un][..]] {
+        let err = fails(
+            &[&["archive-push", &s(&seg2), "--repo", &r][..], mode].concat(),
+            1,
+        );
+        assert!(
+            err.contains("pagevault init --repo") && err.contains("mounted"),
+            "{err}"
+        );
+        assert!(!repo.exists(), "{mode:?}: a push made '{r}'");
+        fs::create_dir(&repo).unwrap();
+        let err = fails(
+            &[&["archive-push", &s(&seg2), "--repo", &r][..], mode].concat(),
+            1,
+        );
+        assert!(err.contains("is not a pagevault repository"), "{err}");
+        assert_eq!(
+            fs::read_dir(&repo).unwrap().count(),
+            0,
+            "{mode:?}: wrote into it"
+        );
+        fs::remove_dir(&repo).unwrap();
+    }
+    // A fault, not "the archive does not hold it": recovery stops, never ends early.
+    let err = fails(
+        &[
+            "archive-get",
+            &name2,
+            &s(&tmp.path().join("got")),
+            "--repo",
+            &r,
+        ],
+        126,
+    );
+    assert!(err.contains("is not a pagevault repository"), "{err}");
+    assert!(!repo.exists());
+    ok(&["init", "--repo", &r]);
     let nothing_archived = || {
         let f = archive_files(&repo);
         assert!(
@@ -455,6 +496,7 @@ fn corrupt_and_foreign_segments_are_refused() {
         &["--async", "--spool", &spool, "--look-ahead", "0"][..],
     ] {
         let other = s(&tmp.path().join(format!("repo-damaged-{}", mode.len())));
+        ok(&["init", "--repo", &other]);
         let args = [
             &["archive-push", &damaged, "--repo", &other, "--json"][..],
             mode,
@@ -475,7 +517,6 @@ fn corrupt_and_foreign_segments_are_refused() {
         // the async pusher once it took the file).
         let t0 = Instant::now();
         loop {
-            // The repository is made by the first file pushed into it.
             let st = run(&["status", "--repo", &other, "--json"]);
             let j: serde_json::Value = serde_json::from_str(&st.stdout).unwrap_or_default();
             if j["damaged_wal"][0]["segment"] == name2.as_str() {
@@ -504,6 +545,7 @@ fn corrupt_and_foreign_segments_are_refused() {
     let mut times = vec![];
     for i in 0..5 {
         let fresh = tmp.path().join(format!("timing{i}"));
+        ok(&["init", "--repo", &s(&fresh)]);
         let t0 = Instant::now();
         ok(&["archive-push", &s(&seg3), "--repo", &s(&fresh)]);
         times.push(t0.elapsed().as_secs_f64());

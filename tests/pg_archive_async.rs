@@ -87,6 +87,7 @@ fn async_archiving_loses_nothing_through_a_store_outage_a_killed_pusher_and_a_re
     m.admin(&["mkbucket", "pvas"]);
     let ep = m.endpoint();
     let repo = "s3://pvas/r";
+    ok(&["init", "--repo", repo, "--s3-endpoint", &ep]);
     let dir = postgres_dir("async");
     let spool = dir.join("spool");
     let _stop = StopPusher(spool.clone());
@@ -339,6 +340,7 @@ fn a_full_spool_fails_the_push_and_pg_wal_keeps_the_segment_until_the_repository
     let _mount = Tmpfs(spool.clone());
     let repo_dir = dir.join("repo");
     let repo = s(&repo_dir);
+    ok(&["init", "--repo", &repo]);
     let push = format!(
         "{} archive-push %p --repo {repo} --async --spool {}",
         bin(),
@@ -749,6 +751,7 @@ fn async_archiving_refuses_a_spool_another_user_could_write_and_follows_no_link(
     }
     common::pg::give_to_postgres(&dir);
     let repo = s(&dir.join("repo"));
+    ok(&["init", "--repo", &repo]);
     let push = |seg: &str, spool: &Path| {
         try_as_postgres(&[
             "archive-push",
@@ -852,6 +855,8 @@ fn an_async_signed_push_makes_a_new_repository_signed() {
     let dir = postgres_dir("async-sign");
     let (_, key) = common::pg::keys_for_postgres(&dir, &bytes(9, 32, false));
     let repo = dir.join("repo");
+    // Made plain on purpose; the first signed push makes it signed.
+    ok(&["init", "--repo", &s(&repo)]);
     let spool = dir.join("spool");
     let _stop = StopPusher(spool.clone());
     let push = format!(

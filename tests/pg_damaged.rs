@@ -260,6 +260,7 @@ fn damaged_wal_is_reported_by_status_check_verify_restore_and_expired_with_its_s
     minio.admin(&["mkbucket", "pvtest"]);
     minio.export_env();
     let s3 = "s3://pvtest/damaged/repo";
+    ok(&["init", "--repo", s3]);
     push(&damaged_copy(&busy, &work.join("bad-s3"), PAGE_3), s3, true);
     let st = json(&["status", "--repo", s3]);
     assert_eq!(

@@ -21,7 +21,6 @@ fn big_mb() -> u64 {
 #[test]
 fn one_database_is_restored_and_the_other_is_neither_read_nor_written() {
     let repo = s(&postgres_dir("repo").join("repo"));
-    ok(&["init", "--repo", &repo]);
     let pg = Pg::start(true, Some(&push_cmd(&repo)));
     pg.sql("CREATE DATABASE app");
     pg.sql("CREATE DATABASE big");

@@ -26,6 +26,7 @@ fn insert(pg: &Pg, from: u32, to: u32) {
 /// A cluster archiving into `repo`, a full set of rows 1..100, then rows up to 300 in
 /// two more archived segments; returns the server and the segments switched.
 fn archiving(repo: &str, ep: &[&str]) -> (Pg, Vec<String>) {
+    ok(&[&["init", "--repo", repo][..], ep].concat());
     let push = format!("{} archive-push %p --repo {repo} {}", bin(), ep.join(" "));
     let pg = Pg::start(true, Some(&push));
     pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");

@@ -192,6 +192,14 @@ fn check_on_object_stores_with_a_key() {
         format!("s3://pvtest/{}", stores::unique("check")),
         format!("azure://pvtest/{}", stores::unique("check")),
     ] {
+        // A repository is made on purpose: plain here, keyed by the first push.
+        ok(&[
+            "init",
+            "--repo",
+            &repo,
+            "--s3-endpoint",
+            &st.minio.endpoint(),
+        ]);
         let archive = format!(
             "{} archive-push %p --repo {repo} --s3-endpoint {} --key-file {key}",
             bin(),

@@ -43,6 +43,7 @@ struct Failover {
 /// A full set on timeline 1 and WAL after it; the primary fails; a copy restored from
 /// the repository is promoted (timeline 2) and archives into the same repository.
 fn failover(repo: &str, ep: &[&str]) -> Failover {
+    ok(&[&["init", "--repo", repo][..], ep].concat());
     let push = format!("{} archive-push %p --repo {repo} {}", bin(), ep.join(" "));
     let mut primary = Pg::start(true, Some(&push));
     primary.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");
@@ -360,6 +361,7 @@ fn object_store_timeline_chain_and_a_store_that_goes_away() {
 #[test]
 fn a_repository_path_with_a_space_recovers_everything() {
     let repo = postgres_dir("repo").join("my repo");
+    ok(&["init", "--repo", &s(&repo)]);
     let push = format!("{} archive-push %p --repo \"{}\"", bin(), repo.display());
     let pg = Pg::start(true, Some(&push));
     pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");

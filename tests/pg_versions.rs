@@ -107,6 +107,7 @@ fn postgres_18_archives_backs_up_and_restores() {
     let fake = dir.join(&seg);
     std::fs::write(&fake, &bytes).unwrap();
     let other = dir.join("other-repo");
+    common::ok(&["init", "--repo", &common::s(&other)]);
     let err = common::fails(
         &[
             "archive-push",

@@ -166,6 +166,7 @@ fn a_signed_repository_signs_its_wal_and_refuses_forged_wal() {
     let plain_repo = s(&dir.join("plain"));
     fs::write(&seg, &pristine).unwrap();
     assert_eq!(get(true).code, 0);
+    ok(&["init", "--repo", &plain_repo]);
     ok(&["archive-push", &s(&got), "--repo", &plain_repo]);
     fs::copy(
         dir.join("plain/wal")

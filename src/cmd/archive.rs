@@ -211,6 +211,7 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
     let p = archive::push_async(
         &archive::AsyncOptions {
             path,
+            repo: a.repo.clone(),
             spool: a.spool.clone().expect("clap requires --spool with --async"),
             no_summaries: a.summaries == "off",
             spool_max: a.spool_max,

@@ -503,6 +503,12 @@ impl Repo {
             self.check_key(&k, source)?;
             return Ok(k);
         }
+        // Plain when opened: another keyed writer may have keyed it since (and written
+        // under its key), so the marker is read again before anything is decided.
+        let now = self.read_marker()?;
+        if let Some(theirs) = now.key {
+            return self.adopt(&now, theirs, source);
+        }
         if self.immutable.is_some() {
             bail!(
                 "repository '{}' is immutable and neither encrypted nor signed: its marker is never rewritten, so it takes no key; make a keyed one with `pagevault init --immutable` and the key, or run without a key",
@@ -554,15 +560,20 @@ impl Repo {
                     asked.verb()
                 );
             };
-            let master = self.check_key(&theirs, source)?;
-            let id = self.authenticate(&now, &theirs, &master, true)?;
-            *self.key.lock().unwrap() = Some(theirs);
-            *self.id.lock().unwrap() = id;
-            return Ok(theirs);
+            return self.adopt(&now, theirs, source);
         }
         *self.key.lock().unwrap() = Some(k);
         *self.id.lock().unwrap() = Some(id);
         Ok(k)
+    }
+
+    /// The key another writer gave marker `now` taken, if `source` is it.
+    fn adopt(&self, now: &Marker, theirs: RepoKey, source: &KeySource) -> Result<RepoKey> {
+        let master = self.check_key(&theirs, source)?;
+        let id = self.authenticate(now, &theirs, &master, true)?;
+        *self.key.lock().unwrap() = Some(theirs);
+        *self.id.lock().unwrap() = id;
+        Ok(theirs)
     }
 
     /// Archived WAL files (`wal/TIMELINE/...`, not `wal/system_identifier`).

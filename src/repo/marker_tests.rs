@@ -198,3 +198,34 @@ fn key_rotate_keeps_the_id_and_gives_one_to_a_marker_without() {
     r.set_key(k2, None, &new).unwrap();
     assert!(open_keyed(&a, 6, false).unwrap().id().is_some());
 }
+
+/// Issue 53, item 5: a writer that opened the repository plain while another keyed
+/// writer made it encrypted and stored a file under the key takes that key, instead
+/// of refusing because the repository "holds files without a key".
+#[test]
+fn a_writer_takes_the_key_another_keyed_writer_gave_the_repository_meanwhile() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("r");
+    let source = KeySource::key([7; 32], "test key");
+    let late = open_keyed(&p, 7, true).unwrap();
+    assert!(late.protection().is_none(), "plain when opened");
+    let first = open_keyed(&p, 7, true).unwrap();
+    let k = first.key_for(&source, KeyUse::Seal).unwrap();
+    first
+        .store()
+        .put("wal/00000001/000000010000000000000001", b"x")
+        .unwrap();
+    let took = late.key_for(&source, KeyUse::Seal).unwrap();
+    assert_eq!(took.key_id, k.key_id);
+    assert_eq!(late.id(), first.id());
+    // Another key is still refused.
+    let other = open_keyed(&p, 7, true).unwrap();
+    let e = other
+        .key_for(&KeySource::key([8; 32], "other key"), KeyUse::Seal)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !e.contains("encryption starts with a new repository"),
+        "{e}"
+    );
+}

@@ -175,6 +175,27 @@ pub(crate) fn temp_repo() -> (tempfile::TempDir, Repo) {
     (d, r.unwrap())
 }
 
+/// How a repository is opened: to read, to write into one that exists, or to write
+/// making it when missing.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Opening {
+    Read,
+    Write,
+    Create,
+}
+
+/// Why `at` cannot be opened the way `how` asks: it holds no marker.
+fn not_made(at: &str, how: Opening) -> String {
+    match how {
+        Opening::Write => format!(
+            "'{at}' is not a pagevault repository (no {MARKER}), and nothing was written there: a repository is made on purpose only. If it lives on a share, check that it is mounted; if it is new, make it with `pagevault init --repo {at}` (with the key options the stanza uses)"
+        ),
+        _ => format!(
+            "'{at}' is not a pagevault repository (no {MARKER}): check the path (and that its share is mounted), or make one with `pagevault init --repo {at}` or a first backup"
+        ),
+    }
+}
+
 impl Repo {
     /// The archived WAL's system identifier once read or recorded (wal.rs).
     pub(crate) fn known_sysid(&self) -> &std::sync::OnceLock<u64> {
@@ -183,8 +204,38 @@ impl Repo {
 
     /// Opens a repository, creating it when `create` and it does not exist yet.
     pub fn open(spec: &str, create: bool, options: &StoreOptions) -> Result<Repo> {
+        let how = match create {
+            true => Opening::Create,
+            false => Opening::Read,
+        };
+        Self::open_as(spec, how, options)
+    }
+
+    /// Opens a repository to write into it, never making one: WAL lands only in a
+    /// repository made on purpose (`init`, a backup), never in a directory left where
+    /// a share is not mounted.
+    pub fn open_made(spec: &str, options: &StoreOptions) -> Result<Repo> {
+        Self::open_as(spec, Opening::Write, options)
+    }
+
+    /// Refuses a repository directory without its marker, as [`Repo::open_made`] would,
+    /// without opening it (one stat): what an async push checks before it spools. An
+    /// object store's repository is checked by the pusher.
+    pub fn refuse_unmade_dir(spec: &str) -> Result<()> {
+        if spec.contains("://") {
+            return Ok(());
+        }
+        let root = Path::new(spec);
+        match fs::symlink_metadata(root.join(MARKER)) {
+            Ok(m) if m.is_file() => Ok(()),
+            _ => bail!("{}", not_made(&root.display().to_string(), Opening::Write)),
+        }
+    }
+
+    fn open_as(spec: &str, how: Opening, options: &StoreOptions) -> Result<Repo> {
+        let create = how == Opening::Create;
         if let Some(loc) = crate::device::object::parse(spec, options)? {
-            return Self::open_object(loc, create, options);
+            return Self::open_object(loc, how, options);
         }
         if let Some((scheme, _)) = spec.split_once("://") {
             bail!("repository '{spec}': the {scheme}:// scheme is not supported; use a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX");
@@ -193,7 +244,7 @@ impl Repo {
         let marker = root.join(MARKER);
         if !marker.exists() {
             if !create {
-                bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", root.display());
+                bail!("{}", not_made(&root.display().to_string(), how));
             }
             // Another process (archive-push) may be creating the same repository.
             // (The marker is written through `.MARKER.*.tmp`, then linked: DirStore::put_new.)
@@ -236,16 +287,16 @@ impl Repo {
             pins: Default::default(),
             sysid: Default::default(),
         }
-        .with_key(create, None)
+        .with_key(how != Opening::Read, None)
     }
 
-    fn open_object(loc: Location, create: bool, options: &StoreOptions) -> Result<Repo> {
+    fn open_object(loc: Location, how: Opening, options: &StoreOptions) -> Result<Repo> {
         let marker = loc.join(MARKER);
         // Read at once: one request where a look-up and a read were two.
         let read = marker.get(marker::MARKER_MAX)?;
         if read.is_none() {
-            if !create {
-                bail!("'{}' is not a pagevault repository (no {MARKER}); a backup with --repo creates one", loc.describe());
+            if how != Opening::Create {
+                bail!("{}", not_made(&loc.describe(), how));
             }
             let held = loc.list()?;
             let recorded =
@@ -274,7 +325,7 @@ impl Repo {
             pins: Default::default(),
             sysid: Default::default(),
         }
-        .with_key(create, read)
+        .with_key(how != Opening::Read, read)
     }
 
     /// The object-store options it was opened with.

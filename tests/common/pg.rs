@@ -11,8 +11,11 @@ use std::process::{Command, Stdio};
 /// Debian's PostgreSQL 15, the default server and the client [`sql_at`] uses.
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 
-/// The archive_command that pushes each WAL segment into the repository at `repo`.
+/// The archive_command that pushes each WAL segment into the repository at `repo`,
+/// made first (as the postgres user, whose server pushes) when it is not one yet:
+/// archive-push never makes a repository.
 pub fn push_cmd(repo: impl AsRef<Path>) -> String {
+    init_for_postgres(repo.as_ref());
     format!(
         "{} archive-push %p --repo {}",
         super::bin(),
@@ -149,6 +152,17 @@ pub fn run_as_postgres(args: &[&str]) -> super::Run {
         .output()
         .expect("runuser");
     super::Run::of(&out)
+}
+
+/// `pagevault init` of a plain repository at `repo` as the postgres user, unless one
+/// is there.
+pub fn init_for_postgres(repo: &Path) {
+    if !repo.join("pagevault.repo").exists() {
+        as_postgres(
+            super::bin(),
+            &["init", "--repo", &repo.display().to_string()],
+        );
+    }
 }
 
 /// A fresh directory the postgres user owns.

@@ -57,14 +57,14 @@ pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
     wal::push_with(&repo, &o.path, !o.no_summaries)
 }
 
-/// The repository a push writes: with `sign` and a key, a new or plain one is made
-/// signed first (a key alone would make it encrypted).
+/// The repository a push writes, which must exist (`Repo::open_made`): with `sign`
+/// and a key, a plain one is made signed first (a key alone would make it encrypted).
 pub(crate) fn open_for_push(
     spec: &str,
     sign: bool,
     store: &crate::device::object::StoreOptions,
 ) -> Result<Repo> {
-    let repo = Repo::open(spec, true, store)?;
+    let repo = Repo::open_made(spec, store)?;
     if let (true, Some(source), None) = (sign, &store.key, repo.protection()) {
         repo.key_for(source, KeyUse::Sign)?;
     }
@@ -149,6 +149,8 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
 pub struct AsyncOptions {
     /// The file to archive (`%p`).
     pub path: PathBuf,
+    /// The repository the pusher stores into: a directory must be one already.
+    pub repo: String,
     pub spool: PathBuf,
     pub no_summaries: bool,
     /// Past this many bytes waiting, every push warns (and still spools).
@@ -190,6 +192,7 @@ pub fn push_async(
     start: impl FnOnce(&spool::Spool) -> Result<u32>,
 ) -> Result<AsyncPushed> {
     let t0 = std::time::Instant::now();
+    Repo::refuse_unmade_dir(&o.repo)?;
     let sp = spool::Spool::open(&o.spool)?;
     let prev = sp.last_summary();
     let ahead = ready_after(&o.path, &sp.ready(), o.look_ahead);

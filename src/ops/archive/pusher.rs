@@ -369,6 +369,7 @@ mod tests {
         b[8192 + 100] ^= 1;
         std::fs::write(&copy, &b).unwrap();
         let repo = d.path().join("repo");
+        crate::repo::Repo::open(repo.to_str().unwrap(), true, &Default::default()).unwrap();
         let o = DrainOptions {
             spool: spool.dir.clone(),
             repo: repo.to_str().unwrap().to_string(),
