@@ -377,11 +377,59 @@ fn status_reports_ages_damage_metrics_and_nagios_codes() {
         "{}",
         r.stdout
     );
-    // A check that cannot run is UNKNOWN (3), said on stdout's first line.
+    // Issue 53: a monitor never goes blind. A repository that is gone (a share not
+    // mounted) or that this user cannot read is CRITICAL (2), said on stdout's first
+    // line; Prometheus still gets its metrics, with pagevault_repository_up 0; --json
+    // says why in errors[].
     let gone = s(&std::path::Path::new(&repo).join("no-such-repository"));
     let r = run(&["status", "--repo", &gone, "--warn-age", "1d"]);
-    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.starts_with("PAGEVAULT UNKNOWN - "), "{}", r.stdout);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .starts_with("PAGEVAULT CRITICAL - the repository cannot be read: ")
+            && r.stdout.contains("no pagevault.repo"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&["status", "--repo", &gone, "--prometheus"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains(&format!("pagevault_repository_up{{repo=\"{gone}\"}} 0"))
+            && r.stdout.contains("# TYPE pagevault_repository_up gauge")
+            && r.stdout.contains("pagevault_status_errors{"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&["status", "--repo", &gone, "--json"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["repository_up"], false, "{j}");
+    assert!(
+        j["errors"][0].as_str().unwrap().contains("cannot be read"),
+        "{j}"
+    );
+    // Another user (the monitoring agent's) cannot read this root-only repository.
+    let r = common::pg::run_as_postgres(&["status", "--repo", &repo, "--warn-age", "1d"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .starts_with("PAGEVAULT CRITICAL - the repository cannot be read: "),
+        "{}",
+        r.stdout
+    );
+    let r = common::pg::run_as_postgres(&["status", "--repo", &repo, "--prometheus"]);
+    assert!(
+        r.code == 0 && r.stdout.contains("pagevault_repository_up{") && r.stdout.contains("} 0\n"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    let p = ok(&["status", "--repo", &repo, "--prometheus"]);
+    assert!(
+        p.contains(&format!("pagevault_repository_up{{repo=\"{repo}\"}} 1")),
+        "{p}"
+    );
     assert_eq!(
         run(&["status", "--repo", &repo, "--warn-age", "2w"]).code,
         0

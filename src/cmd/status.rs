@@ -117,7 +117,15 @@ pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
     if !a.json && !a.prometheus {
         print_text(&r);
     }
-    checked
+    // Prometheus: the metrics carry what could not be read (pagevault_repository_up,
+    // pagevault_status_errors), and a scrape file written on success stays fresh.
+    match checked {
+        Ok(()) if !r.errors.is_empty() && !a.prometheus => Err(anyhow::anyhow!(
+            "the status is incomplete: {}",
+            r.errors.join("; ")
+        )),
+        other => other,
+    }
 }
 
 /// A message on one line (a Nagios summary).
@@ -128,6 +136,12 @@ fn one_line(s: &str) -> String {
 fn print_text(r: &StatusReport) {
     let age = |s: Option<f64>| s.map_or("none".to_string(), ago);
     println!("repository        {}", super::shown(&r.repo));
+    for e in &r.errors {
+        println!("ERROR: {}", super::shown(e));
+    }
+    if !r.repository_up {
+        return;
+    }
     if let Some(secs) = r.immutable_retain_seconds {
         println!(
             "immutable         nothing overwritten; expire removes nothing younger than {secs} s"
@@ -295,6 +309,20 @@ fn prometheus(r: &StatusReport) -> String {
             out += &format!("pagevault_{name}{{repo=\"{repo}\"{labels}}} {v}\n");
         }
     };
+    let one = |v: f64| vec![(String::new(), v)];
+    metric(
+        "repository_up",
+        "1 when the repository could be read, 0 when not (status --json's errors say why).",
+        one(r.repository_up as u8 as f64),
+    );
+    metric(
+        "status_errors",
+        "What status could not read: the repository, the source's WAL position, the spool.",
+        one(r.errors.len() as f64),
+    );
+    if !r.repository_up {
+        return out;
+    }
     let ages = [
         ("full", &r.newest_full),
         ("diff", &r.newest_diff),
@@ -429,6 +457,11 @@ fn prometheus(r: &StatusReport) -> String {
 
 /// Nagios's exit statuses: 0 OK, 1 WARNING, 2 CRITICAL.
 fn check_age(r: &StatusReport, warn: Option<f64>, crit: Option<f64>) -> Result<()> {
+    let limits = warn.is_some() || crit.is_some();
+    let exit = |code, error| Err(super::Exit { code, error }.into());
+    if limits && !r.repository_up {
+        return exit(2, anyhow::anyhow!("CRITICAL: {}", r.errors.join("; ")));
+    }
     let age = r.newest_backup_age_seconds;
     let over = |limit: Option<f64>| limit.is_some_and(|l| age.is_none_or(|a| a > l));
     let (code, word) = match (over(crit), over(warn)) {
@@ -445,6 +478,10 @@ fn check_age(r: &StatusReport, warn: Option<f64>, crit: Option<f64>) -> Result<(
                 ),
             }
             .into())
+        }
+        // What could not be read besides (the source, the spool) leaves it incomplete.
+        _ if limits && !r.errors.is_empty() => {
+            return exit(1, anyhow::anyhow!("WARNING: {}", r.errors.join("; ")))
         }
         _ => return Ok(()),
     };

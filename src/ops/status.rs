@@ -32,10 +32,16 @@ pub struct Newest {
 }
 
 /// What `status --json` prints.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct StatusReport {
     pub command: &'static str,
     pub repo: String,
+    /// The repository could be opened and read; when not, `errors` says why and the
+    /// other fields are empty.
+    pub repository_up: bool,
+    /// What could not be read (the repository, the source's position, the spool), one
+    /// sentence each: a status with errors is incomplete.
+    pub errors: Vec<String>,
     /// An immutable repository's retention, seconds (None: not immutable).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub immutable_retain_seconds: Option<u64>,
@@ -180,9 +186,51 @@ fn when(e: &CatalogEntry) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// The status; what cannot be read is in its `errors` (a repository that cannot be
+/// read makes `repository_up` false), so a monitor is never left without an answer.
 pub fn status(o: &StatusOptions) -> Result<StatusReport> {
-    let repo = Repo::open(&o.repo, false, &o.store)?;
     let now = super::now()?;
+    let (mut r, segments) = match of_repository(o, now) {
+        Ok(x) => x,
+        Err(e) => {
+            let r = StatusReport {
+                command: "status",
+                repo: o.repo.clone(),
+                now: now.to_rfc3339(),
+                errors: vec![format!("the repository cannot be read: {e:#}")],
+                ..Default::default()
+            };
+            (r, None)
+        }
+    };
+    if let Some(url) = &o.source {
+        match &segments {
+            Some(segs) => match archive_lag(url, o.password_file.as_deref(), segs) {
+                Ok(l) => r.wal_archive_lag_bytes = Some(l),
+                Err(e) => r
+                    .errors
+                    .push(format!("the archiving lag cannot be measured: {e:#}")),
+            },
+            None => r
+                .errors
+                .push("the archiving lag is not measured: the repository cannot be read".into()),
+        }
+    }
+    if let Some(dir) = &o.spool {
+        match spool_status(dir) {
+            Ok(sp) => r.spool = Some(sp),
+            Err(e) => r.errors.push(format!("the spool cannot be read: {e:#}")),
+        }
+    }
+    Ok(r)
+}
+
+/// What the repository says, and the archived segments' names.
+fn of_repository(
+    o: &StatusOptions,
+    now: DateTime<Utc>,
+) -> Result<(StatusReport, Option<Vec<String>>)> {
+    let repo = Repo::open(&o.repo, false, &o.store)?;
     let mut catalog = repo.catalog()?;
     catalog.sort_by_key(when);
     let newest = |ty: Option<BackupType>| {
@@ -216,14 +264,12 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         window_start(&catalog, !segments.is_empty(), |n| held.contains(n)).and_then(when);
     let newest_any = catalog.iter().rev().filter(|e| !e.damaged).find_map(when);
     let repository_bytes = repo.store().list("")?.iter().map(|(_, n)| n).sum();
-    let lag = match &o.source {
-        Some(url) => Some(archive_lag(url, o.password_file.as_deref(), &segments)?),
-        None => None,
-    };
     let (running, stale_running) = running(&repo, now)?;
-    Ok(StatusReport {
+    let r = StatusReport {
         command: "status",
         repo: repo.describe(),
+        repository_up: true,
+        errors: vec![],
         immutable_retain_seconds: repo.immutable(),
         now: now.to_rfc3339(),
         sets: catalog.len(),
@@ -244,12 +290,13 @@ pub fn status(o: &StatusOptions) -> Result<StatusReport> {
         recovery_window_start: oldest_full.map(|t| t.to_rfc3339()),
         recovery_window_end: wal_at.or(newest_any).map(|t| t.to_rfc3339()),
         repository_bytes,
-        wal_archive_lag_bytes: lag,
-        spool: o.spool.as_deref().map(spool_status).transpose()?,
+        wal_archive_lag_bytes: None,
+        spool: None,
         last_drill: super::drill::record::newest(&repo, now)?,
         running,
         stale_running,
-    })
+    };
+    Ok((r, Some(segments)))
 }
 
 /// Bytes the server at `url` wrote past the end of the newest segment the archive

@@ -226,9 +226,16 @@ impl Repo {
             return Ok(());
         }
         let root = Path::new(spec);
+        // Only a marker known to be absent: one this user cannot look at (a directory
+        // closed to it for now) is the pusher's to report while the spool holds on.
         match fs::symlink_metadata(root.join(MARKER)) {
-            Ok(m) if m.is_file() => Ok(()),
-            _ => bail!("{}", not_made(&root.display().to_string(), Opening::Write)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{}", not_made(&root.display().to_string(), Opening::Write))
+            }
+            Ok(m) if !m.is_file() => {
+                bail!("{}", not_made(&root.display().to_string(), Opening::Write))
+            }
+            _ => Ok(()),
         }
     }
 
