@@ -53,7 +53,7 @@ impl ReadArgs {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --replace\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --delta --json\n  pagevault restore --repo /backups/main --to /pg/one --db-include app\n\n--delta re-seeds a stopped primary or refreshes a replica in place: files whose content matches the set are kept, relation files are compared chunk by chunk (a chunk's digest against the frame's before anything is decompressed) and only what differs is written; what the set does not hold is removed. A missing or empty target restores as without it."
+    after_help = "Examples:\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --replace\n  pagevault restore --repo /backups/main --to /pg/data --owner postgres --delta --json\n  pagevault restore --repo /backups/main --to /pg/one --db-include app\n  pagevault restore --repo /backups/main --to /pg/replica --owner postgres --standby --primary-conninfo 'host=db1 user=replicator'\n\n--delta re-seeds a stopped primary or refreshes a replica in place: files whose content matches the set are kept, relation files are compared chunk by chunk (a chunk's digest against the frame's before anything is decompressed) and only what differs is written; what the set does not hold is removed. A missing or empty target restores as without it."
 )]
 pub struct RestoreArgs {
     #[command(flatten)]
@@ -111,6 +111,26 @@ pub struct RestoreArgs {
     /// PostgreSQL: leave this database out (as --db-include leaves the others). Repeatable.
     #[arg(long, value_name = "NAME", conflicts_with = "delta")]
     pub db_exclude: Vec<String>,
+    /// PostgreSQL: restore as a standby (standby.signal instead of recovery.signal): it
+    /// replays the archive and keeps replaying, streaming from --primary-conninfo when
+    /// given. The usual way to build a replica. No --until* with it.
+    #[arg(long, conflicts_with = "target")]
+    pub standby: bool,
+    /// PostgreSQL: the standby's primary_conninfo, e.g. 'host=db1 port=5432
+    /// user=replicator' (a password in ~/.pgpass of the server's user, not here).
+    #[arg(long, value_name = "CONNINFO", requires = "standby")]
+    pub primary_conninfo: Option<String>,
+    /// PostgreSQL: off writes archive_mode = off, so the restored server archives
+    /// nothing; preserve keeps the set's setting. Default: off for a copy (its WAL never
+    /// mixes with the cluster's in the repository), preserve with --delta (the original
+    /// re-seeded) or --standby (it archives only once promoted).
+    #[arg(long, value_name = "off|preserve")]
+    pub archive_mode: Option<crate::ops::restore::ArchiveMode>,
+    /// PostgreSQL: a setting for postgresql.auto.conf, KEY=VALUE (repeatable), e.g.
+    /// recovery_target_action=pause or max_connections=50. Written after pagevault's own
+    /// recovery lines, so a key given here wins over them.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub recovery_option: Vec<String>,
 }
 
 /// The point recovery stops at, as `restore` and `drill` take it.
@@ -158,6 +178,10 @@ impl RestoreArgs {
             report: self.report.clone(),
             db_include: self.db_include.clone(),
             db_exclude: self.db_exclude.clone(),
+            standby: self.standby,
+            primary_conninfo: self.primary_conninfo.clone(),
+            archive_mode: self.archive_mode,
+            recovery_options: self.recovery_option.clone(),
             ..RestoreOptions::default()
         }
     }

@@ -22,6 +22,11 @@ pub const POSTMASTER_PID: &str = "postmaster.pid";
 /// A data directory's control file.
 pub const PG_CONTROL: &str = "global/pg_control";
 
+/// The file that makes a server recover to the end of its WAL, then open.
+pub const RECOVERY_SIGNAL: &str = "recovery.signal";
+/// The file that makes a server a standby: it recovers and keeps recovering.
+pub const STANDBY_SIGNAL: &str = "standby.signal";
+
 /// The first OID of an object made after initdb (FirstNormalObjectId): databases
 /// below it (template0, template1, postgres) are built in.
 pub const FIRST_NORMAL_OID: u32 = 16384;

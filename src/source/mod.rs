@@ -172,6 +172,7 @@ pub fn parse(spec: &str, opts: &Options) -> Result<Box<dyn Source>> {
 pub use crate::pg::facts::Extra;
 
 /// What recovery a restored data directory is set up for.
+#[derive(Default)]
 pub struct Recovery {
     /// `restore_command` fetching WAL from the repository's archive.
     pub restore_command: Option<String>,
@@ -182,6 +183,14 @@ pub struct Recovery {
     pub timeline: Option<String>,
     /// `recovery_target_action` at the target: pause or shutdown (None: promote).
     pub action: Option<&'static str>,
+    /// Start as a standby (`standby.signal`) instead of recovering to the end.
+    pub standby: bool,
+    /// `primary_conninfo` of a standby that streams.
+    pub primary_conninfo: Option<String>,
+    /// `archive_mode = off` written, and why (None: the set's setting kept).
+    pub archive_off: Option<String>,
+    /// `--recovery-option` settings, written last: they win over the lines above.
+    pub options: Vec<(String, String)>,
 }
 
 /// How a set of a source is put back. The restore use case calls, in order:

@@ -334,10 +334,14 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
     {
         std::fs::create_dir_all(target.join(d))?;
     }
-    if rec.restore_command.is_some() || rec.target.is_some() || rec.timeline.is_some() {
+    let any = rec.restore_command.is_some() || rec.target.is_some() || rec.timeline.is_some();
+    if any || rec.standby || rec.archive_off.is_some() || !rec.options.is_empty() {
         let mut conf = format!("\n{RESTORE_MARK}\n");
         if let Some(cmd) = &rec.restore_command {
             conf.push_str(&format!("restore_command = {}\n", conf_quote(cmd)));
+        }
+        if let Some(c) = &rec.primary_conninfo {
+            conf.push_str(&format!("primary_conninfo = {}\n", conf_quote(c)));
         }
         if let Some((name, value)) = &rec.target {
             let action = rec.action.unwrap_or("promote");
@@ -353,12 +357,35 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
             conf.push_str(&format!("recovery_target_timeline = {}\n", conf_quote(t)));
             notes.push(format!("recovery follows timeline {t}"));
         }
+        if let Some(why) = &rec.archive_off {
+            conf.push_str("archive_mode = 'off'\n");
+            notes.push(format!("archive_mode = off: {why}"));
+        }
+        for (k, v) in &rec.options {
+            conf.push_str(&format!("{k} = {}\n", conf_quote(v)));
+        }
+        if !rec.options.is_empty() {
+            let keys: Vec<&str> = rec.options.iter().map(|(k, _)| k.as_str()).collect();
+            notes.push(format!("--recovery-option set {}", keys.join(", ")));
+        }
         let auto = target.join("postgresql.auto.conf");
         let mut text = read_own(&auto)?;
         text.push_str(&conf);
         crate::repo::write_atomic(&auto, text.as_bytes())?;
-        crate::repo::write_atomic(&target.join("recovery.signal"), b"")?;
-        notes.push("recovery.signal and restore settings written to postgresql.auto.conf".into());
+        let signal = match rec.standby {
+            true => crate::pg::STANDBY_SIGNAL,
+            false => crate::pg::RECOVERY_SIGNAL,
+        };
+        crate::repo::write_atomic(&target.join(signal), b"")?;
+        notes.push(format!(
+            "{signal} and restore settings written to postgresql.auto.conf"
+        ));
+        if rec.standby {
+            notes.push(match &rec.primary_conninfo {
+                Some(_) => "the server starts as a standby: it streams from primary_conninfo and replays the archive when the primary cannot serve".into(),
+                None => "the server starts as a standby replaying the archive (give --primary-conninfo to stream)".into(),
+            });
+        }
     }
     // PostgreSQL refuses a data directory others can read.
     std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o700))?;

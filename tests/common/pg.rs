@@ -263,6 +263,12 @@ impl Pg {
         Pg::adopt_conf(data, major, "-c archive_mode=off")
     }
 
+    /// Starts a restored data directory with its own settings only (those the
+    /// restore wrote decide whether it archives).
+    pub fn adopt_as_restored(data: &Path) -> Pg {
+        Pg::adopt_conf(data, 15, "")
+    }
+
     /// Starts a restored data directory that archives with `archive_command` (a
     /// promoted copy writing a new timeline into the same repository).
     pub fn adopt_archiving(data: &Path, archive_command: &str) -> Pg {

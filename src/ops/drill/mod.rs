@@ -346,6 +346,8 @@ fn run(
         owner: owner.map(str::to_string),
         tablespace_map: o.tablespace_map.clone(),
         same_cluster: true,
+        // The drill writes its scratch server's own settings (it never archives).
+        archive_mode: Some(crate::ops::restore::ArchiveMode::Preserve),
         ..RestoreOptions::default()
     };
     let t = Instant::now();

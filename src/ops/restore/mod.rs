@@ -5,6 +5,7 @@
 
 mod chain;
 mod only;
+mod recovery;
 mod replace;
 pub(crate) mod wal;
 
@@ -24,6 +25,7 @@ use anyhow::{anyhow, bail, Context, Result};
 pub use chain::LinkReport;
 use chain::{open_sets, Sets};
 pub use only::{LeftOut, LeftOutDb};
+pub use recovery::ArchiveMode;
 use serde::Serialize;
 use serde_json::json;
 use std::fs::{self, OpenOptions};
@@ -74,6 +76,14 @@ pub struct RestoreOptions {
     pub db_include: Vec<String>,
     /// PostgreSQL: leave these databases' relation files out.
     pub db_exclude: Vec<String>,
+    /// PostgreSQL: start as a standby (standby.signal) that keeps replaying.
+    pub standby: bool,
+    /// PostgreSQL: the standby's primary_conninfo (it streams from that server).
+    pub primary_conninfo: Option<String>,
+    /// PostgreSQL: archive_mode off or kept (None: off unless --delta or --standby).
+    pub archive_mode: Option<ArchiveMode>,
+    /// PostgreSQL: KEY=VALUE lines for postgresql.auto.conf, written last.
+    pub recovery_options: Vec<String>,
 }
 
 /// `--target-action`: PostgreSQL's recovery_target_action.
@@ -293,6 +303,11 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
         bail!("--target-action applies at a recovery target (--until, --until-lsn, --until-xid, --until-name): without one recovery replays the whole archive and the server opens");
     }
     restorer.check_target(&o.to)?;
+    recovery::check(o)?;
+    let recovery_asked = o.standby || o.archive_mode.is_some() || !o.recovery_options.is_empty();
+    if recovery_asked && !restorer.recovers() {
+        bail!("--standby, --archive-mode and --recovery-option apply to PostgreSQL sets only; this set is of a {} source", m.source.kind);
+    }
     let some_dbs = !o.db_include.is_empty() || !o.db_exclude.is_empty();
     if some_dbs && (o.delta || o.stage_only) {
         bail!("--db-include and --db-exclude restore into an empty directory (or with --replace): with --delta the files left out would keep stale pages");
@@ -522,18 +537,7 @@ fn finish(
     if !restorer.recovers() {
         return restorer.finish(&o.to, &sets.full().manifest.extra, &no_recovery());
     }
-    let rec = Recovery {
-        restore_command: sets.repo.as_ref().map(restore_command),
-        target: o
-            .until
-            .clone()
-            .map(|t| ("time", t))
-            .or(o.until_lsn.clone().map(|l| ("lsn", l)))
-            .or(o.until_xid.clone().map(|x| ("xid", x)))
-            .or(o.until_name.clone().map(|n| ("name", n))),
-        timeline: o.timeline.map(TimelineTarget::setting),
-        action: o.target_action.and_then(TargetAction::setting),
-    };
+    let rec = recovery::settings(o, sets)?;
     // Facts of the newest set applied: its backup_label starts recovery.
     let last = &sets.newest().set.manifest;
     let mut notes = restorer.finish(&o.to, &last.extra, &rec)?;
@@ -624,12 +628,7 @@ pub(crate) fn restore_command(repo: &crate::repo::Repo) -> String {
 }
 
 fn no_recovery() -> Recovery {
-    Recovery {
-        restore_command: None,
-        target: None,
-        timeline: None,
-        action: None,
-    }
+    Recovery::default()
 }
 
 /// The HTML page of `--report`: the run's configuration, its summary and timeline.
