@@ -434,6 +434,15 @@ fn postgres_archives_backs_up_and_restores_through_a_stanza() {
     ];
     let r = run_env(&["backup"], &env);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    // Issue 53, item 3: check reads the stanza the archive_command names and finds it
+    // pushing into the checked repository.
+    let r = run_env(&["check", "--json"], &env);
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap_or_default();
+    let item = (j["checks"].as_array().into_iter().flatten())
+        .find(|k| k["name"] == "archive_command")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(item["status"], "ok", "{}{}", r.stdout, r.stderr);
     let target = postgres_dir("config-restored").join("data");
     let r = run_env(
         &["restore", "--to", &s(&target), "--owner", "postgres"],

@@ -25,7 +25,13 @@ pub struct CheckOptions {
     pub store: crate::device::object::StoreOptions,
     /// Why the key given (`--key-file`, `--passphrase-file`) could not be loaded.
     pub key_error: Option<String>,
+    /// The repository `archive-push --stanza S [--config F]` pushes into, as the
+    /// configuration file says (the command line's reading of it).
+    pub stanza_repo: Option<StanzaRepo>,
 }
+
+/// Looks up the repository of stanza `S` in configuration file `F` (None: the default).
+pub type StanzaRepo = fn(Option<&std::path::Path>, &str) -> Result<Option<String>>;
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -297,6 +303,48 @@ fn identity_check(c: &mut Checks, repo: Option<&Repo>, server: Option<&Server>) 
     }
 }
 
+/// The words of a command line as a shell splits the simple ones: by blanks, single
+/// and double quotes removed.
+fn command_words(command: &str) -> Vec<String> {
+    let (mut words, mut cur, mut quote, mut any) = (vec![], String::new(), None, false);
+    for ch in command.chars() {
+        match (quote, ch) {
+            (None, '\'' | '"') => (quote, any) = (Some(ch), true),
+            (Some(q), c) if c == q => quote = None,
+            (None, c) if c.is_whitespace() => {
+                if any {
+                    words.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            (_, c) => (cur, any) = (cur + &c.to_string(), true),
+        }
+    }
+    if any {
+        words.push(cur);
+    }
+    words
+}
+
+/// The value of `--name V` or `--name=V` among `words`.
+fn flag_value(words: &[String], name: &str) -> Option<String> {
+    let long = format!("--{name}");
+    let eq = format!("--{name}=");
+    (words.iter().enumerate()).find_map(|(i, w)| match w.strip_prefix(&eq) {
+        Some(v) => Some(v.to_string()),
+        None if *w == long => words.get(i + 1).cloned(),
+        None => None,
+    })
+}
+
+/// Whether two local paths name one directory.
+fn same_dir(a: &str, b: &str) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a.trim_end_matches('/') == b.trim_end_matches('/'),
+    }
+}
+
 /// The archive_command to set, for the fixes.
 fn push_command(repo: Option<&Repo>, spec: &str) -> String {
     let exe = std::env::current_exe()
@@ -353,15 +401,44 @@ fn archiving_check(
         return false;
     }
     let spec = repo.map_or(o.repo.clone(), Repo::spec_for_command);
-    if !command.contains("archive-push") || !command.contains(spec.as_str()) {
-        c.add(
-            NAME,
-            Outcome::Warn,
-            format!(
-                "archive_command = '{command}' does not run pagevault archive-push into {spec}"
-            ),
-            Some(fix),
-        );
+    let pushes_here = |r: &str| {
+        r == spec || r == o.repo || (!r.contains("://") && same_dir(r, &spec))
+    };
+    let words = command_words(&command);
+    let flag = |name: &str| flag_value(&words, name);
+    let runs_push = words.iter().any(|w| w == "archive-push");
+    let verdict: std::result::Result<(), (String, String)> = match (flag("repo"), flag("stanza")) {
+        _ if !runs_push => Err((format!("archive_command = '{command}' does not run pagevault archive-push"), fix)),
+        (Some(r), _) if pushes_here(&r) => Ok(()),
+        (Some(r), _) => Err((
+            format!("archive_command = '{command}' pushes into {r}, not {spec}"),
+            format!("give its --repo as {spec} (keep its other options, such as --async and --spool), then reload"),
+        )),
+        (None, Some(st)) => {
+            let config = flag("config");
+            match o.stanza_repo.map(|f| f(config.as_deref().map(std::path::Path::new), &st)) {
+                Some(Ok(Some(r))) if pushes_here(&r) => Ok(()),
+                Some(Ok(Some(r))) => Err((
+                    format!("archive_command = '{command}' pushes into stanza {st}'s repository {r}, not {spec}"),
+                    format!("set repo = \"{spec}\" in [stanza.{st}] of the configuration file it reads, or check another stanza"),
+                )),
+                Some(Ok(None)) => Err((
+                    format!("archive_command = '{command}': stanza {st} names no repo"),
+                    format!("set repo = \"{spec}\" in [stanza.{st}]"),
+                )),
+                Some(Err(e)) => Err((
+                    format!("archive_command = '{command}': its configuration cannot be read here: {e:#}"),
+                    "check the file as the server's user reads it (pagevault archive-push --stanza S --show-config)".into(),
+                )),
+                None => Err((format!("archive_command = '{command}' names a stanza this check cannot read"), fix)),
+            }
+        }
+        // Only the environment (PAGEVAULT_REPO) can say: taken as it is.
+        (None, None) if command.contains(spec.as_str()) => Ok(()),
+        (None, None) => Err((format!("archive_command = '{command}' names no repository (--repo or --stanza)"), fix)),
+    };
+    if let Err((what, fix)) = verdict {
+        c.add(NAME, Outcome::Warn, what, Some(fix));
     } else {
         c.ok(
             NAME,
@@ -598,5 +675,21 @@ fn space_check(c: &mut Checks, repo: Option<&Repo>) {
             ),
         ),
         _ => c.ok(NAME, format!("{shown} free in '{}'", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod archive_command_tests {
+    use super::*;
+
+    #[test]
+    fn archive_commands_are_read_as_a_shell_would() {
+        let w = command_words("'/usr/bin/pagevault' archive-push --config=\"/etc/pv a.toml\" --stanza main --async %p");
+        assert_eq!(w[0], "/usr/bin/pagevault");
+        assert_eq!(flag_value(&w, "config").as_deref(), Some("/etc/pv a.toml"));
+        assert_eq!(flag_value(&w, "stanza").as_deref(), Some("main"));
+        assert_eq!(flag_value(&w, "repo"), None);
+        let w = command_words("pagevault archive-push %p --repo /r");
+        assert_eq!(flag_value(&w, "repo").as_deref(), Some("/r"));
     }
 }

@@ -162,6 +162,23 @@ impl ConfigFile {
     }
 
     fn load(path: &Path, known: &Known) -> Result<ConfigFile> {
+        Self::load_as(path, Some(known))
+    }
+
+    /// The file at `path` (or the default one) read to look one value up, its keys not
+    /// checked against the options (another command's file): what `repo`
+    /// `archive-push --stanza STANZA` pushes into.
+    pub fn pushed_repo(path: Option<&Path>, stanza: &str) -> Result<Option<String>> {
+        let path = path.unwrap_or(Path::new(DEFAULT_PATH));
+        let file = Self::load_as(path, None)?;
+        file.stanza_exists(stanza)?;
+        Ok(match file.lookup(Some(stanza), "archive-push", "repo") {
+            Some((_, Value::String(s))) => Some(s.clone()),
+            _ => None,
+        })
+    }
+
+    fn load_as(path: &Path, known: Option<&Known>) -> Result<ConfigFile> {
         use std::io::Read;
         let shown = path.display();
         let f = crate::sys::open_regular(path)
@@ -210,6 +227,9 @@ impl ConfigFile {
             text,
             global,
             stanzas,
+        };
+        let Some(known) = known else {
+            return Ok(file);
         };
         file.check(None, &file.global, &known.all, None)?;
         for (name, t) in &file.stanzas {
