@@ -233,6 +233,15 @@ fn main() -> ExitCode {
             _ => return ExitCode::SUCCESS,
         }
     }
+    // status reads the spool of the stanza's archive-push table (issue 53, item 7).
+    if let (Command::Status(a), Some(st)) = (&mut cli.command, &effective.stanza) {
+        if a.spool.is_none() {
+            let file = effective.config_file.as_deref().map(std::path::Path::new);
+            if let Ok(Some(sp)) = config::ConfigFile::archive_push_value(file, st, "spool") {
+                a.spool = Some(sp.into());
+            }
+        }
+    }
     let started = std::time::Instant::now();
     log::info(
         "started",

@@ -509,3 +509,36 @@ fn show_config_never_prints_a_password_and_files_never_hold_one() {
         );
     }
 }
+
+/// Issue 53, item 7: `status --stanza` reads the spool of the stanza's archive-push
+/// table, so a failing pusher shows without `--spool` given by hand; a `spool` of the
+/// stanza itself (a backup's SQLite spool) is not taken for it.
+#[test]
+fn status_finds_the_stanzas_async_spool() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, spool) = (dir.path().join("repo"), dir.path().join("spool"));
+    ok(&["init", "--repo", &s(&repo)]);
+    fs::create_dir_all(spool.join("ready")).unwrap();
+    fs::set_permissions(&spool, fs::Permissions::from_mode(0o700)).unwrap();
+    let cfg = dir.path().join("pagevault.toml");
+    let c = write_config(
+        &cfg,
+        &format!(
+            "[stanza.main]\nrepo = \"{}\"\nspool = \"/var/tmp\"\n[stanza.main.archive-push]\nasync = true\nspool = \"{}\"\n",
+            s(&repo),
+            s(&spool)
+        ),
+    );
+    let j = json(&["status", "--config", &c, "--stanza", "main"]);
+    assert_eq!(j["spool"]["dir"], s(&spool).as_str(), "{j}");
+    assert_eq!(j["errors"], serde_json::json!([]), "{j}");
+    write_config(
+        &cfg,
+        &format!(
+            "[stanza.main]\nrepo = \"{}\"\nspool = \"/var/tmp\"\n",
+            s(&repo)
+        ),
+    );
+    let j = json(&["status", "--config", &c, "--stanza", "main"]);
+    assert!(j["spool"].is_null(), "{j}");
+}

@@ -62,7 +62,7 @@ pub fn run(a: CheckArgs, store: Result<StoreOptions>, s3_endpoint: Option<String
         timeout: Duration::from_secs(a.timeout),
         store,
         key_error,
-        stanza_repo: Some(super::config::ConfigFile::pushed_repo),
+        stanza_repo: Some(super::config::ConfigFile::archive_push_value),
     })?;
     if a.json {
         print_json(&serde_json::to_value(&r)?);

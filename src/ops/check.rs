@@ -30,8 +30,9 @@ pub struct CheckOptions {
     pub stanza_repo: Option<StanzaRepo>,
 }
 
-/// Looks up the repository of stanza `S` in configuration file `F` (None: the default).
-pub type StanzaRepo = fn(Option<&std::path::Path>, &str) -> Result<Option<String>>;
+/// Looks up what `archive-push --stanza S` runs with in configuration file `F` (None:
+/// the default): the value of a key (`repo`, `async`, `spool`).
+pub type StanzaRepo = fn(Option<&std::path::Path>, &str, &str) -> Result<Option<String>>;
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -401,9 +402,8 @@ fn archiving_check(
         return false;
     }
     let spec = repo.map_or(o.repo.clone(), Repo::spec_for_command);
-    let pushes_here = |r: &str| {
-        r == spec || r == o.repo || (!r.contains("://") && same_dir(r, &spec))
-    };
+    let pushes_here =
+        |r: &str| r == spec || r == o.repo || (!r.contains("://") && same_dir(r, &spec));
     let words = command_words(&command);
     let flag = |name: &str| flag_value(&words, name);
     let runs_push = words.iter().any(|w| w == "archive-push");
@@ -416,7 +416,7 @@ fn archiving_check(
         )),
         (None, Some(st)) => {
             let config = flag("config");
-            match o.stanza_repo.map(|f| f(config.as_deref().map(std::path::Path::new), &st)) {
+            match o.stanza_repo.map(|f| f(config.as_deref().map(std::path::Path::new), &st, "repo")) {
                 Some(Ok(Some(r))) if pushes_here(&r) => Ok(()),
                 Some(Ok(Some(r))) => Err((
                     format!("archive_command = '{command}' pushes into stanza {st}'s repository {r}, not {spec}"),
@@ -445,7 +445,52 @@ fn archiving_check(
             format!("archive_mode = {mode}, archive_command = '{command}'"),
         );
     }
+    // Async archiving: the spool its command names, or its stanza's archive-push table.
+    let stanza_value = |key: &str| {
+        let (f, st) = (o.stanza_repo?, flag("stanza")?);
+        f(
+            flag("config").as_deref().map(std::path::Path::new),
+            &st,
+            key,
+        )
+        .ok()
+        .flatten()
+    };
+    let is_async =
+        words.iter().any(|w| w == "--async") || stanza_value("async").as_deref() == Some("true");
+    if is_async {
+        spool_check(c, flag("spool").or_else(|| stanza_value("spool")));
+    }
     true
+}
+
+/// The async spool: the pusher's last failure is a failed check (the spool keeps every
+/// segment meanwhile, but the repository falls behind).
+fn spool_check(c: &mut Checks, spool: Option<String>) {
+    const NAME: &str = "async-spool";
+    let Some(dir) = spool else {
+        c.add(
+            NAME,
+            Outcome::Warn,
+            "archive_command archives --async, but its spool is not known here".into(),
+            Some(
+                "give the spool with --spool in archive_command or in [stanza.NAME.archive-push]"
+                    .into(),
+            ),
+        );
+        return;
+    };
+    match super::status::spool_status(std::path::Path::new(&dir)) {
+        Err(e) => c.add(NAME, Outcome::Warn, format!("{e:#}"), Some("run check as a user who may read the spool (root or the server's user)".into())),
+        Ok(sp) => match (&sp.pusher_error, sp.pusher_failing_seconds) {
+            (Some(e), Some(secs)) => c.fail(
+                NAME,
+                format!("the pusher of spool {dir} has failed for {secs} s ({} files wait): {e}", sp.files),
+                format!("see {dir}/pusher.log; fix what it names (the repository's path, access or key), and the pusher catches up"),
+            ),
+            _ => c.ok(NAME, format!("{} files ({} bytes) wait in spool {dir}; the pusher has not failed", sp.files, sp.bytes)),
+        },
+    }
 }
 
 /// Forces a WAL switch and waits until the switched segment is in the repository;

@@ -155,7 +155,7 @@ pub struct SpoolStatus {
     pub pusher_failing_seconds: Option<u64>,
 }
 
-fn spool_status(dir: &std::path::Path) -> Result<SpoolStatus> {
+pub(crate) fn spool_status(dir: &std::path::Path) -> Result<SpoolStatus> {
     use super::archive::spool::{unix_now, Spool};
     let Some(sp) = Spool::inspect(dir)? else {
         anyhow::bail!(

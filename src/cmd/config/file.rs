@@ -166,14 +166,23 @@ impl ConfigFile {
     }
 
     /// The file at `path` (or the default one) read to look one value up, its keys not
-    /// checked against the options (another command's file): what `repo`
-    /// `archive-push --stanza STANZA` pushes into.
-    pub fn pushed_repo(path: Option<&Path>, stanza: &str) -> Result<Option<String>> {
+    /// checked against the options (another command's file): the `key` (`repo`,
+    /// `async`, `spool`) `archive-push --stanza STANZA` runs with. A `spool` counts only
+    /// in the stanza's archive-push table (elsewhere it is a backup's SQLite spool).
+    pub fn archive_push_value(
+        path: Option<&Path>,
+        stanza: &str,
+        key: &str,
+    ) -> Result<Option<String>> {
         let path = path.unwrap_or(Path::new(DEFAULT_PATH));
         let file = Self::load_as(path, None)?;
         file.stanza_exists(stanza)?;
-        Ok(match file.lookup(Some(stanza), "archive-push", "repo") {
+        let own = format!("{stanza}.archive-push");
+        Ok(match file.lookup(Some(stanza), "archive-push", key) {
+            Some((origin, _)) if key == "spool" && origin.as_deref() != Some(own.as_str()) => None,
             Some((_, Value::String(s))) => Some(s.clone()),
+            Some((_, Value::Boolean(b))) => Some(b.to_string()),
+            Some((_, Value::Integer(n))) => Some(n.to_string()),
             _ => None,
         })
     }

@@ -21,6 +21,11 @@ use std::ffi::OsString;
 /// taken from a variable or a file.
 const PER_RUN: &[&str] = &["to", "from", "help", "version", "config", "show-config"];
 
+/// Options a file gives a command only from its own `[stanza.NAME.COMMAND]` table:
+/// `status --spool` is the async spool, the stanza's `spool` a backup's SQLite one
+/// (status finds the stanza's archive-push spool itself).
+const OWN_TABLE_ONLY: &[(&str, &str)] = &[("status", "spool")];
+
 /// The variable of an option: `--max-transfer-size` is `PAGEVAULT_MAX_TRANSFER_SIZE`.
 pub fn env_name(long: &str) -> String {
     format!("PAGEVAULT_{}", long.replace('-', "_").to_uppercase())
@@ -196,6 +201,11 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
             let Some((origin, value)) = f.lookup(stanza.as_deref(), &path[0], long) else {
                 continue;
             };
+            // A name another command uses otherwise: only the command's own table.
+            let own = stanza.as_ref().map(|s| format!("{s}.{}", path[0]));
+            if OWN_TABLE_ONLY.contains(&(path[0].as_str(), long)) && origin != own {
+                continue;
+            }
             let args =
                 file::as_args(f, origin.as_deref(), long, value, a).map_err(Failure::Config)?;
             if !args.is_empty() {
