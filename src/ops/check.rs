@@ -278,11 +278,16 @@ fn identity_check(c: &mut Checks, repo: Option<&Repo>, server: Option<&Server>) 
         Ok(Some(id)) => seen.push(("its archived WAL".to_string(), id.to_string())),
         Ok(None) => {}
         Err(e) => {
-            return c.fail(
-                NAME,
-                format!("{e:#}"),
-                "put back an intact copy of that file, or move it away".into(),
-            )
+            // A file this user may not read is intact: the fix is access, not a copy.
+            let unreadable = (e.chain())
+                .filter_map(|x| x.downcast_ref::<std::io::Error>())
+                .any(|x| x.kind() == std::io::ErrorKind::PermissionDenied)
+                || format!("{e:#}").contains("ermission denied");
+            let fix = match unreadable {
+                true => "give this user read access to the repository (the directory's owner and mode, or the store's policy)",
+                false => "put back an intact copy of that file, or move it away",
+            };
+            return c.fail(NAME, format!("{e:#}"), fix.into());
         }
     }
     if let Ok(sets) = repo.catalog() {
@@ -615,11 +620,22 @@ fn restore_command_check(
         c.skip(NAME, "the repository does not open");
         return;
     };
-    let name = segment.or_else(|| {
-        (wal::all_archived(repo).ok()?.into_iter().rev())
-            .map(|(n, _)| n)
-            .find(|n| crate::pg::parse_name(n).is_some_and(|w| w.kind == crate::pg::Kind::Segment))
-    });
+    let name = match segment {
+        Some(s) => Some(s),
+        None => match wal::all_archived(repo) {
+            Ok(all) => (all.into_iter().rev())
+                .map(|(n, _)| n)
+                .find(|n| crate::pg::parse_name(n).is_some_and(|w| w.kind == crate::pg::Kind::Segment)),
+            // A listing that fails is not an empty archive.
+            Err(e) => {
+                return c.fail(
+                    NAME,
+                    format!("the archive cannot be listed: {e:#}"),
+                    "give this user (and the server's, which runs restore_command) read access to the repository's wal/".into(),
+                )
+            }
+        },
+    };
     let Some(name) = name else {
         c.skip(NAME, "the repository holds no WAL segment to fetch");
         return;
