@@ -772,3 +772,28 @@ fn passwords_are_used_and_never_shown_or_stored() {
     drop(pg);
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Issue 53, item 6: `?pgdata=` naming another copy of the same cluster (an old copy
+/// beside the live one) is refused at the start, naming both directories, instead of
+/// failing later on WAL that "left pg_wal".
+#[test]
+fn a_pgdata_that_is_a_copy_of_the_cluster_is_refused() {
+    let pg = Pg::start(true, None);
+    let copy = pg.data.parent().unwrap().join("copy");
+    let cp = std::process::Command::new("cp")
+        .args(["-a", &s(&pg.data), &s(&copy)])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let url = format!("{}?pgdata={}", pg.url(), s(&copy));
+    let e = fails(&["backup", "--source", &url, "--to", "NUL"], 1);
+    assert!(
+        e.contains("is another copy of cluster") && e.contains(&s(&pg.data)),
+        "{e}"
+    );
+    // Its own directory, by another spelling (a link to it), is taken.
+    let link = pg.data.parent().unwrap().join("link");
+    std::os::unix::fs::symlink(&pg.data, &link).unwrap();
+    let url = format!("{}?pgdata={}", pg.url(), s(&link));
+    ok(&["backup", "--source", &url, "--to", "NUL"]);
+}

@@ -333,6 +333,34 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// `pgdata` must be the server's own data directory, not another copy of the same
+    /// cluster (an old one beside it): refused when the server's `data_directory` is
+    /// here, holds the same cluster, and is another directory. A server whose
+    /// directory is not visible here (another host) is taken at its word.
+    fn refuse_a_copy(&mut self, pgdata: &Path, sysid: &str) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(dd) = self.query_one_text("SELECT current_setting('data_directory')") else {
+            return Ok(());
+        };
+        let dd = PathBuf::from(dd);
+        let same_cluster = read_control_sysid(&dd).is_ok_and(|id| id.to_string() == sysid);
+        let (Ok(a), Ok(b)) = (std::fs::metadata(pgdata), std::fs::metadata(&dd)) else {
+            return Ok(());
+        };
+        if same_cluster && (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+            bail!(
+                "'{}' is another copy of cluster {sysid}, not the data directory of the server at {}, which is '{}': a backup reads the running server's files; give ?pgdata={} (or leave it out: the server says where its directory is)",
+                pgdata.display(),
+                self.conn.location,
+                dd.display(),
+                dd.display()
+            );
+        }
+        Ok(())
+    }
+}
+
 fn read_control_sysid(pgdata: &Path) -> Result<u64> {
     let p = pgdata.join("global/pg_control");
     let f = std::fs::File::open(&p).with_context(|| {
@@ -385,6 +413,7 @@ impl Source for Postgres {
                 self.conn.location
             );
         }
+        self.refuse_a_copy(&pgdata, &sysid)?;
         self.system_identifier = sysid.clone();
         self.checksums = self.query_one_text("SELECT current_setting('data_checksums')")? == "on";
         self.standby = self.query_one_text("SELECT pg_is_in_recovery()::text")? == "true";
