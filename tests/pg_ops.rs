@@ -537,3 +537,49 @@ fn status_lists_running_backups_with_percent_complete() {
     drop(pg);
     let _ = std::fs::remove_dir_all(repo.parent().unwrap());
 }
+
+/// Issue 53, item 2: a repository whose wal/ this user cannot read is not "damaged"
+/// (put back a copy) nor "empty" (restore_command skipped): check says it cannot read
+/// it and that the fix is access.
+#[test]
+fn check_says_an_unreadable_archive_is_unreadable() {
+    let repo = postgres_dir("repo").join("repo");
+    let r = s(&repo);
+    let pg = Pg::start(true, Some(&push_cmd(&repo)));
+    pg.switch_and_wait();
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    let wal = repo.join("wal");
+    let mode = |m: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    mode(0o000);
+    let out = common::pg::run_as_postgres(&[
+        "check",
+        "--source",
+        &url,
+        "--repo",
+        &r,
+        "--timeout",
+        "2",
+        "--json",
+    ]);
+    mode(0o700);
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", out.stdout, out.stderr));
+    let item = |name: &str| {
+        (v["checks"].as_array().unwrap().iter())
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}: {v}"))
+    };
+    let id = item("identity");
+    assert_eq!(id["status"], "fail", "{v}");
+    assert!(id["fix"].as_str().unwrap().contains("read access"), "{id}");
+    let rc = item("restore_command");
+    assert_eq!(rc["status"], "fail", "{v}");
+    assert!(
+        rc["detail"].as_str().unwrap().contains("cannot be listed"),
+        "{rc}"
+    );
+}
