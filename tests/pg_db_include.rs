@@ -148,6 +148,7 @@ fn one_database_is_restored_and_the_other_is_neither_read_nor_written() {
     let stored: u64 = (h["sets"].as_array().unwrap().iter())
         .map(|s| s["stored_bytes"].as_u64().unwrap())
         .sum();
+    eprintln!("db-include: big {big_bytes} bytes, chain stored {stored}, read {read}, stepped over {skipped}");
     assert!(
         read + skipped <= stored,
         "read {read} + skipped {skipped} of {stored}: {j}"
