@@ -24,6 +24,13 @@ fn one_database_is_restored_and_the_other_is_neither_read_nor_written() {
     let pg = Pg::start(true, Some(&push_cmd(&repo)));
     pg.sql("CREATE DATABASE app");
     pg.sql("CREATE DATABASE big");
+    // The database kept: pgbench's tables, and one of its own.
+    let init = Command::new(pg.bin.join("pgbench"))
+        .args(connect_args(pg.port))
+        .args(["-i", "-q", "-s", "2", "app"])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
     pg.sql_db(
         "app",
         "CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a SELECT i, md5(i::text) FROM generate_series(1, 20000) i",
@@ -184,6 +191,10 @@ fn one_database_is_restored_and_the_other_is_neither_read_nor_written() {
             "SELECT count(*), count(*) FILTER (WHERE v = 'changed') FROM a"
         ),
         "20001|2000"
+    );
+    assert_eq!(
+        r.sql_db("app", "SELECT count(*) FROM pgbench_accounts"),
+        "200000"
     );
     let amcheck = Command::new(bin_dir(15).join("pg_amcheck"))
         .args(connect_args(r.port))
