@@ -372,14 +372,22 @@ fn finish_restore(target: &Path, extra: &Extra, rec: &Recovery) -> Result<Vec<St
         let mut text = read_own(&auto)?;
         text.push_str(&conf);
         crate::repo::write_atomic(&auto, text.as_bytes())?;
-        let signal = match rec.standby {
-            true => crate::pg::STANDBY_SIGNAL,
-            false => crate::pg::RECOVERY_SIGNAL,
+        // Without restore_command or a target the server replays what pg_wal holds, as
+        // after a crash: settings alone (archive_mode, options) make no recovery.
+        let signal = match (rec.standby, any) {
+            (true, _) => Some(crate::pg::STANDBY_SIGNAL),
+            (false, true) => Some(crate::pg::RECOVERY_SIGNAL),
+            (false, false) => None,
         };
-        crate::repo::write_atomic(&target.join(signal), b"")?;
-        notes.push(format!(
-            "{signal} and restore settings written to postgresql.auto.conf"
-        ));
+        match signal {
+            Some(signal) => {
+                crate::repo::write_atomic(&target.join(signal), b"")?;
+                notes.push(format!(
+                    "{signal} and restore settings written to postgresql.auto.conf"
+                ));
+            }
+            None => notes.push("settings written to postgresql.auto.conf".into()),
+        }
         if rec.standby {
             notes.push(match &rec.primary_conninfo {
                 Some(_) => "the server starts as a standby: it streams from primary_conninfo and replays the archive when the primary cannot serve".into(),
