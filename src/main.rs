@@ -4,152 +4,17 @@ use anyhow::Context;
 use pagevault::cmd::{config, log, EXIT_FATAL, EXIT_RETRY, EXIT_USAGE};
 use pagevault::{cmd, device, interrupt};
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use std::path::PathBuf;
+use clap::{CommandFactory, FromArgMatches};
+use pagevault::cmd::cli::{Cli, Command};
 use std::process::ExitCode;
 
-#[derive(Parser)]
-#[command(
-    name = "pagevault",
-    version,
-    about = "Back up and restore databases as fast as the storage allows",
-    long_about = "pagevault backs up a database (a running PostgreSQL 14-18 cluster, SQLite, plain \
-files) through a bounded pipeline (readers per volume, a pool of BUFFERCOUNT x MAXTRANSFERSIZE \
-buffers, compression on every core, one writer per stripe) to disk files, NUL (a storage \
-benchmark), S3 or Azure Blob, and restores it at least as fast. PostgreSQL WAL is archived as log \
-backups (archive-push/archive-get) for point-in-time restores across timelines. Every frame, page \
-and file is checksummed and checked on restore.",
-    after_help = "Examples:\n  pagevault demo\n  pagevault backup --source sqlite:app.db --to NUL --stats 10\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress zstd\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault backup --stanza main --type incr    # [stanza.main] of the configuration file\n  pagevault backup --stanza main --show-config  # each value and its origin\n\n\
-Every option is also read from PAGEVAULT_<OPTION> (--max-transfer-size: PAGEVAULT_MAX_TRANSFER_SIZE) and from \
-the configuration file; the command line wins, then the environment, then the file, then the default.\n\n\
-Exit status: 0 ok; 1 failed (damaged, refused, not found: fix it first); 2 usage or configuration \
-error (nothing ran); 3 try again later (a store or server did not answer, a timeout); 128+N killed \
-by signal N. archive-get: 1 not archived, 126 any fault. status --warn-age/--crit-age: Nagios's \
-1 and 2. docs/PROGRAMS.md"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-    /// Endpoint of an S3-compatible server (MinIO ...) for s3:// devices and
-    /// repositories; overrides AWS_ENDPOINT_URL. Plain http:// only to loopback.
-    #[arg(long, global = true, value_name = "URL")]
-    s3_endpoint: Option<String>,
-    /// Create files 0640 and directories 0750 (PostgreSQL's group access) instead of
-    /// the private default, 0600 and 0700: sets, catalog records, archived WAL,
-    /// reports and restored files until their own modes are set.
-    #[arg(long, global = true)]
-    group_read: bool,
-    /// The master key: a file of 32 random bytes, raw or base64 (`openssl rand -base64
-    /// 32`), mode 0600. A backup or archive-push given a key encrypts (a backup with
-    /// --sign signs instead); every command that reads an encrypted or signed set or
-    /// repository needs it, and checks every frame's tag with it. Also
-    /// PAGEVAULT_KEY_FILE.
-    #[arg(long, global = true, value_name = "FILE")]
-    key_file: Option<PathBuf>,
-    /// A passphrase (the file's first line, mode 0600) instead of a key file, made a
-    /// key with Argon2id. Also PAGEVAULT_PASSPHRASE (the passphrase itself).
-    #[arg(long, global = true, value_name = "FILE")]
-    passphrase_file: Option<PathBuf>,
-    /// The configuration file: options at its top level and in [stanza.NAME] tables
-    /// (docs/CONFIG.md). Default /etc/pagevault/pagevault.toml when it exists.
-    #[arg(long, global = true, value_name = "FILE", env = "PAGEVAULT_CONFIG")]
-    config: Option<PathBuf>,
-    /// Take options from the configuration file's [stanza.NAME]: source, repo,
-    /// compress ... (the command line and PAGEVAULT_* variables still win).
-    #[arg(long, global = true, value_name = "NAME")]
-    stanza: Option<String>,
-    /// Print every option of the command, its effective value and where it came from
-    /// (cli, env:VARIABLE, file:STANZA[.COMMAND], file:global, default), then stop; with the
-    /// command's --json, as JSON. A backup in text goes on and also prints its buffer
-    /// configuration.
-    #[arg(long, global = true)]
-    show_config: bool,
-    /// Log events as text (warnings and errors on stderr) or as JSON, one object per
-    /// line on stderr (ts, level, command, msg, fields).
-    #[arg(long, global = true, value_enum, default_value = "text")]
-    log_format: cmd::log::LogFormat,
-    /// Also append every log event (start, end, warnings, errors) to FILE.
-    #[arg(long, global = true, value_name = "FILE")]
-    log_file: Option<PathBuf>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Back up a source to one or more devices (several --to = striping).
-    #[command(
-        after_help = "Examples:\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress lz4\n  pagevault backup --source 'postgres://postgres@127.0.0.1:5432/postgres?pgdata=/var/lib/postgresql/15/main' --repo /backup/repo --compress lz4\n  pagevault backup --stanza main --type incr --json\n  pagevault backup --source sqlite:app.db --to NUL --stats 10 --show-config"
-    )]
-    Backup(cmd::backup::BackupArgs),
-    /// Restore a backup set into a directory, checking every frame and file.
-    Restore(cmd::restore::RestoreArgs),
-    /// Check a backup set as restore would, without writing anything (RESTORE VERIFYONLY).
-    #[command(
-        after_help = "Examples:\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault verify --repo /backup/repo --json\n  pagevault verify --stanza main --set 1dcbcac392ec4823a7223de3303f3b99\n\nA set recorded in a versioned bucket (Object Lock) is read at the versions its backup wrote: a stripe, or a base's catalog record, overwritten or deleted since is a finding, named, and verify exits 1 though the set reads intact (`overwritten`, `records_overwritten` in --json).\n\nWith --repo, archived WAL segments whose records could not be decoded when pushed are listed (`damaged_wal`): one between the set's start and stop segments makes the set invalid (exit 1, named), since recovery cannot make it consistent; one after it is a warning (point-in-time recovery stops there)."
-    )]
-    Verify(cmd::restore::VerifyArgs),
-    /// Show what a backup set is (RESTORE HEADERONLY).
-    #[command(
-        after_help = "Examples:\n  pagevault header --from /bk/a.pv\n  pagevault header --repo /backup/repo --json"
-    )]
-    Header(cmd::info::InfoArgs),
-    /// List the files of a backup set (RESTORE FILELISTONLY).
-    #[command(
-        after_help = "Examples:\n  pagevault files --from /bk/a.pv\n  pagevault files --repo /backup/repo --json\n  pagevault files --repo /backup/repo --db-include app   # what restore --db-include app leaves out"
-    )]
-    Files(cmd::info::FilesArgs),
-    /// Archive one WAL segment into a repository (PostgreSQL archive_command): a log backup.
-    ArchivePush(cmd::archive::PushArgs),
-    /// Fetch one WAL segment from a repository (PostgreSQL restore_command).
-    ArchiveGet(cmd::archive::GetArgs),
-    /// Make a repository: plain, encrypted or signed, and --immutable for a bucket with Object Lock (nothing ever overwritten).
-    Init(cmd::init::InitArgs),
-    /// List the backup sets a repository holds (msdb's backupset).
-    #[command(
-        after_help = "Examples:\n  pagevault history --repo /backup/repo\n  pagevault history --stanza main --json    # fields in docs/PROGRAMS.md"
-    )]
-    History(cmd::history::HistoryArgs),
-    /// How fresh a repository's backups and WAL are: text, --json, --prometheus, or a Nagios check (--warn-age, --crit-age).
-    #[command(
-        after_help = "Examples:\n  pagevault status --repo /backup/repo\n  pagevault status --stanza main --json\n  pagevault status --repo /backup/repo --prometheus > /var/lib/node_exporter/pagevault.prom\n  pagevault status --repo /backup/repo --warn-age 26h --crit-age 2d   # Nagios: exit 0, 1, 2\n  pagevault status --repo s3://bucket/repo --spool /var/spool/pagevault\n\nAn archived WAL segment whose records could not be decoded when archive-push stored it (a bad record CRC: damaged in the server's storage) is named on a WARNING line (`damaged_wal` in --json, pagevault_damaged_wal_segments): a recovery replaying it stops there, so point-in-time recovery cannot pass it; check the server's storage and take a new full backup."
-    )]
-    Status(cmd::status::StatusArgs),
-    /// Retention: remove old sets and WAL, keeping what --keep-full, --keep-within and --keep-daily/weekly/monthly name.
-    Expire(cmd::expire::ExpireArgs),
-    /// Prove backups and recovery will work: repository, key, server, archive_command, restore_command, free space.
-    Check(cmd::check::CheckArgs),
-    /// How much of the cluster changed since the newest full and newest set, from the WAL's block summaries alone.
-    Estimate(cmd::estimate::EstimateArgs),
-    /// Encryption and signing keys: `key rotate` rewraps an encrypted or signed repository's keys for a new key.
-    #[command(
-        after_help = "Examples:\n  pagevault key rotate --repo /backup/repo --old-key-file /etc/pagevault/old.key --new-key-file /etc/pagevault/new.key"
-    )]
-    Key(cmd::key::KeyArgs),
-    /// Prove a restore works and measure it: restore into a scratch directory, replay the WAL, pg_amcheck, the visibility maps, your SQL; RTO and RPO recorded.
-    Drill(cmd::drill::DrillArgs),
-    /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
-    Merge(cmd::merge::MergeArgs),
-    /// Run T-SQL BACKUP DATABASE and RESTORE DATABASE|VERIFYONLY|HEADERONLY|FILELISTONLY statements.
-    Sql(cmd::sql::SqlArgs),
-    /// Find the fastest buffer count, transfer size, readers, stripes, codec and threads on a sample of a source.
-    Tune(cmd::tune::TuneArgs),
-    /// Measure a storage with the I/O patterns of a database (log, data, backup, restore ...).
-    Bench(cmd::bench::BenchArgs),
-    /// Build a sample SQLite database, back it up to NUL and to two stripes, restore and verify it.
-    #[command(
-        after_help = "Examples:\n  pagevault demo\n  pagevault demo --dir /tmp/pv-demo --size-mb 256"
-    )]
-    Demo(DemoArgs),
-}
-
-#[derive(Args)]
-pub struct DemoArgs {
-    /// Working directory for the sample database, the stripes and the restore.
-    #[arg(long, default_value = "pagevault-demo")]
-    dir: PathBuf,
-    /// Size of the sample database in MiB.
-    #[arg(long, default_value_t = 300)]
-    size_mb: u64,
-}
+/// `--version`: the package's version and the commit it was built from (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PAGEVAULT_COMMIT"),
+    ")"
+);
 
 /// Set when printing failed because stdout's reader closed the pipe.
 static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -182,7 +47,10 @@ fn main() -> ExitCode {
     // restore_command's status must never read "not archived" for a fault: a usage or
     // configuration error of archive-get stops recovery too.
     let getting = std::env::args_os().any(|a| a == "archive-get");
-    let (matches, effective) = match config::parse(Cli::command(), std::env::args_os().collect()) {
+    let (matches, effective) = match config::parse(
+        Cli::command().version(VERSION),
+        std::env::args_os().collect(),
+    ) {
         Ok(m) => m,
         Err(config::Failure::Usage(e)) if getting && e.use_stderr() => {
             let _ = e.print();
@@ -306,6 +174,7 @@ fn main() -> ExitCode {
             Command::Tune(a) => cmd::tune::run(a, &store),
             Command::Sql(a) => cmd::sql::run(a, &store),
             Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
+            Command::Generate(a) => cmd::generate::run(a, Cli::command().version(VERSION)),
             Command::Check(_) => unreachable!("run above"),
         }),
     });
