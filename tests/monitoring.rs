@@ -79,11 +79,7 @@ fn dashboard_queries(d: &serde_json::Value) -> Vec<String> {
 fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
     let check = promtool_ok(&["check", "rules", "docs/prometheus/pagevault-alerts.yml"]);
     assert!(check.contains("SUCCESS"), "{check}");
-    let test = promtool_ok(&[
-        "test",
-        "rules",
-        "docs/prometheus/pagevault-alerts.test.yml",
-    ]);
+    let test = promtool_ok(&["test", "rules", "docs/prometheus/pagevault-alerts.test.yml"]);
     assert!(test.contains("SUCCESS"), "{test}");
 }
 
