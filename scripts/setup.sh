@@ -87,3 +87,20 @@ for pg_v in "${PG_WHEEL_VERSIONS[@]}"; do
     exit 1
   fi
 done
+
+# promtool, for tests/monitoring.rs (checks and unit-tests docs/prometheus/'s alert
+# rules): Debian's prometheus package unpacked into $TOOLS/prometheus, never installed
+# (installing it would start a Prometheus service). promtool: $TOOLS/prometheus/usr/bin/promtool.
+prom_dir="$TOOLS/prometheus"
+if [ ! -x "$prom_dir/usr/bin/promtool" ]; then
+  echo "setup: unpacking Debian's prometheus package into $prom_dir (for promtool)"
+  prom_tmp="$(mktemp -d "$TOOLS/.prometheus-XXXXXX")"
+  apt-cache show prometheus >/dev/null 2>&1 || apt-get update -qq
+  (cd "$prom_tmp" && apt-get download -qq prometheus)
+  mkdir "$prom_tmp/root"
+  dpkg -x "$prom_tmp"/prometheus_*.deb "$prom_tmp/root"
+  rm -rf "$prom_dir"
+  mv "$prom_tmp/root" "$prom_dir"
+  rm -rf "$prom_tmp"
+  "$prom_dir/usr/bin/promtool" --version >/dev/null
+fi

@@ -1,0 +1,179 @@
+//! The monitoring files shipped in docs/ (issue 56): the Prometheus alert rules pass
+//! `promtool check rules` and their unit tests `promtool test rules`; every pagevault
+//! metric the rules and the Grafana dashboard name is one `status --prometheus` prints
+//! for a real repository (PostgreSQL with archived WAL, a drill, an async spool, the
+//! source's lag); the dashboard's picture is the one scripts/render-dashboard.py draws.
+
+mod common;
+
+use common::pg::{init_for_postgres, postgres_dir, tools_dir, Pg};
+use common::*;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where scripts/setup.sh unpacks Debian's prometheus package.
+fn promtool() -> PathBuf {
+    let p = tools_dir().join("prometheus/usr/bin/promtool");
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/setup.sh (it unpacks Debian's prometheus package \
+         into the tools directory, $PAGEVAULT_TOOLS or /var/tmp/pagevault-tools)",
+        p.display()
+    );
+    p
+}
+
+fn promtool_ok(args: &[&str]) -> String {
+    let out = Command::new(promtool())
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
+/// The names starting with `pagevault_` in `text`.
+fn pagevault_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut rest = text;
+    while let Some(at) = rest.find("pagevault_") {
+        let before = rest[..at].chars().next_back();
+        let name: String = rest[at..].chars().take_while(|&c| word(c)).collect();
+        if !before.is_some_and(word) {
+            names.insert(name.clone());
+        }
+        rest = &rest[at + name.len()..];
+    }
+    names
+}
+
+/// Every PromQL query of the dashboard: the panels' targets and the variables.
+fn dashboard_queries(d: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            out.push(t["expr"].as_str().expect("expr").to_string());
+        }
+    }
+    for v in d["templating"]["list"].as_array().expect("templating") {
+        if let Some(q) = v["definition"].as_str() {
+            out.push(q.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
+    let check = promtool_ok(&["check", "rules", "docs/prometheus/pagevault-alerts.yml"]);
+    assert!(check.contains("SUCCESS"), "{check}");
+    let test = promtool_ok(&["test", "rules", "docs/prometheus/pagevault-alerts.test.yml"]);
+    assert!(test.contains("SUCCESS"), "{test}");
+}
+
+#[test]
+fn the_rules_and_the_dashboard_name_only_metrics_pagevault_prints() {
+    let dir = postgres_dir("monitoring");
+    let repo = s(&dir.join("repo"));
+    let spool = s(&dir.join("spool"));
+    init_for_postgres(Path::new(&repo));
+    let push = format!("{} archive-push %p --repo {repo}", bin());
+    let pg = Pg::start(true, Some(&push));
+    pg.sql("CREATE TABLE t(id int PRIMARY KEY, v text)");
+    pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 1000) g");
+    let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
+    ok(&["backup", "--source", &url, "--repo", &repo]);
+    pg.switch_and_wait();
+    let drill = json(&["drill", "--repo", &repo]);
+    assert_eq!(drill["outcome"], "ok", "{drill}");
+    // From now on through the spool of archive-push --async.
+    pg.sql(&format!(
+        "ALTER SYSTEM SET archive_command = '{push} --async --spool {spool}'"
+    ));
+    pg.sql("SELECT pg_reload_conf()");
+    pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1001, 2000) g");
+    pg.switch_and_wait();
+
+    let prom = ok(&[
+        "status",
+        "--repo",
+        &repo,
+        "--source",
+        &pg.url(),
+        "--spool",
+        &spool,
+        "--prometheus",
+    ]);
+    assert!(
+        prom.contains(&format!("pagevault_status_errors{{repo=\"{repo}\"}} 0")),
+        "status read everything: {prom}"
+    );
+    let printed: BTreeSet<String> = (prom.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" gauge"))
+        .map(str::to_string)
+        .collect();
+
+    let rules = std::fs::read_to_string(root().join("docs/prometheus/pagevault-alerts.yml"))
+        .expect("docs/prometheus/pagevault-alerts.yml");
+    let in_rules = pagevault_names(&rules);
+    let path = root().join("docs/grafana/pagevault.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("docs/grafana/pagevault.json"))
+            .expect("docs/grafana/pagevault.json is JSON");
+    let in_dashboard = pagevault_names(&dashboard_queries(&dashboard).join("\n"));
+    assert!(
+        in_rules.len() >= 10 && in_dashboard.len() >= 15,
+        "too few names found: {in_rules:?} {in_dashboard:?}"
+    );
+    for (file, names) in [
+        ("docs/prometheus/pagevault-alerts.yml", &in_rules),
+        ("docs/grafana/pagevault.json", &in_dashboard),
+    ] {
+        let unknown: Vec<&String> = names.difference(&printed).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names {unknown:?}, which status --prometheus does not print:\n{prom}"
+        );
+    }
+    // The sample the picture is drawn from names the same metrics as this output.
+    let sample = std::fs::read_to_string(root().join("docs/grafana/sample.prom")).unwrap();
+    assert_eq!(pagevault_names(&sample), pagevault_names(&prom), "{sample}");
+}
+
+#[test]
+fn the_dashboard_picture_is_up_to_date() {
+    let tmp = tempfile::tempdir().unwrap();
+    let svg = tmp.path().join("pagevault.svg");
+    let out = Command::new("python3")
+        .arg(root().join("scripts/render-dashboard.py"))
+        .arg(root().join("docs/grafana/sample.prom"))
+        .arg(root().join("docs/grafana/pagevault.json"))
+        .arg(&svg)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "scripts/render-dashboard.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let drawn = std::fs::read(&svg).unwrap();
+    let committed = std::fs::read(root().join("docs/grafana/pagevault.svg")).unwrap();
+    assert!(
+        drawn == committed,
+        "docs/grafana/pagevault.svg is not the picture of docs/grafana/pagevault.json: run \
+         scripts/render-dashboard.py docs/grafana/sample.prom and commit docs/grafana/pagevault.svg"
+    );
+}
