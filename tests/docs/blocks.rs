@@ -138,7 +138,7 @@ pub fn pagevault_calls(line: &str) -> Vec<Vec<String>> {
         }
         match &mut cur {
             Some(c) => c.push(w),
-            None if w == "pagevault" || w.ends_with("/pagevault") => {
+            None if w == "pagevault" || w.ends_with("/bin/pagevault") => {
                 cur = Some(vec!["pagevault".to_string()])
             }
             None => {}
