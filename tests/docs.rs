@@ -122,8 +122,8 @@ fn every_pagevault_command_shown_parses() {
                         use clap::error::ErrorKind::*;
                         let help = DisplayHelpOnMissingArgumentOrSubcommand;
                         // A path of the reader's machine checked as it is parsed.
-                        let elsewhere = e.kind() == ValueValidation
-                            && e.to_string().contains("does not exist");
+                        let elsewhere =
+                            e.kind() == ValueValidation && e.to_string().contains("does not exist");
                         if !matches!(e.kind(), DisplayHelp | DisplayVersion)
                             && e.kind() != help
                             && !elsewhere
@@ -236,9 +236,23 @@ impl Machine {
         m
     }
 
-    /// Runs `script` (its paths moved) with bash -euo pipefail as `user`.
+    /// Runs `script` (its paths moved) with bash -euo pipefail as `user`. A path the
+    /// scratch machine does not move is refused: the docs never write to the real one.
     fn run_as(&self, user: &str, script: &str, what: &str) -> Result<(), String> {
         let script = blocks::map_paths(script, &self.map);
+        let scratch = self.s.display().to_string();
+        for line in blocks::commands(&script) {
+            let words = shlex::split(&line).unwrap_or_default();
+            let outside = words.iter().flat_map(|w| w.split(['=', ':'])).find(|w| {
+                w.starts_with('/')
+                    && !w.starts_with("//")
+                    && !w.starts_with(&scratch)
+                    && *w != "/dev/null"
+            });
+            if let Some(p) = outside {
+                return Err(format!("{what}: {p} is not a path the scratch machine moves (docs/guide/README.md lists them)"));
+            }
+        }
         let config = self.s.join("etc/pagevault/pagevault.toml");
         let mut env = vec![
             format!("PATH={}", self.path),

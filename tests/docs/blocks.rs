@@ -149,7 +149,7 @@ pub fn pagevault_calls(line: &str) -> Vec<Vec<String>> {
 }
 
 /// `text` with each path of the page's machine moved under a scratch directory. A prefix
-/// is taken only as a whole path component (`/backup` in `/backup/x`, not in `s3://b/backups`).
+/// is taken only as a whole path component (`/backup` in `/backup/x` and `files:/backup`, not in `s3://b/backups`).
 pub fn map_paths(text: &str, map: &[(String, String)]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
@@ -161,7 +161,7 @@ pub fn map_paths(text: &str, map: &[(String, String)]) -> String {
             }
             let before_ok = i == 0 || {
                 let c = b[i - 1];
-                !(c.is_ascii_alphanumeric() || b"/:._-".contains(&c))
+                !(c.is_ascii_alphanumeric() || b"/._-".contains(&c))
             };
             let after = text[i + from.len()..].bytes().next();
             let after_ok = from.ends_with('/')
