@@ -123,7 +123,7 @@ pub(super) fn check_endpoint(url: &str, var: &str) -> Result<bool> {
 }
 
 /// Client options; a private CA (a self-signed test server, a company CA) comes from
-/// PAGEVAULT_CA_FILE, or AWS_CA_BUNDLE for S3, as a PEM bundle (README, Object storage).
+/// PAGEVAULT_CA_FILE, or AWS_CA_BUNDLE for S3, as a PEM bundle (docs/guide/10-object-stores.md).
 pub(super) fn client_options(allow_http: bool, kind: Kind) -> Result<ClientOptions> {
     let mut o = ClientOptions::new()
         .with_allow_http(allow_http)
@@ -150,7 +150,7 @@ pub(super) fn client_options(allow_http: bool, kind: Kind) -> Result<ClientOptio
     Ok(o)
 }
 
-/// Retries for up to PAGEVAULT_RETRY_SECONDS (README, Object storage; the tests shorten
+/// Retries for up to PAGEVAULT_RETRY_SECONDS (docs/guide/10-object-stores.md; the tests shorten
 /// it to fail fast against a server they stopped).
 pub(super) fn retry_config() -> RetryConfig {
     let secs = std::env::var("PAGEVAULT_RETRY_SECONDS")

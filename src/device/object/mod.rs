@@ -48,7 +48,7 @@ const READ_CHUNK: u64 = 8 << 20;
 const READ_AHEAD: u64 = 4;
 
 /// Ranged GETs in flight ahead of a stripe's reader; PAGEVAULT_READ_AHEAD (1 to 64)
-/// overrides it, a tuning knob documented in README (Object storage).
+/// overrides it, a tuning knob documented in docs/guide/10-object-stores.md.
 fn read_ahead() -> u64 {
     static N: OnceLock<u64> = OnceLock::new();
     *N.get_or_init(|| {

@@ -79,7 +79,7 @@ impl tracing::Subscriber for RetryCounter {
         if let Some(s) = backoff_of(&m.0) {
             RETRIES.fetch_add(1, Relaxed);
             BACKOFF_NS.fetch_add((s * 1e9) as u64, Relaxed);
-            // A diagnostic switch, documented in README (Object storage).
+            // A diagnostic switch, documented in docs/guide/10-object-stores.md.
             if std::env::var_os("PAGEVAULT_LOG_RETRIES").is_some() {
                 eprintln!("pagevault: object store: {}", m.0);
             }
