@@ -50,6 +50,7 @@ if readelf -S "$bin" | grep -q '\.debug_info'; then
     install -d "$dbg/DEBIAN" "$dbg/usr/lib/debug/.build-id/${build_id:0:2}"
     objcopy --only-keep-debug --compress-debug-sections "$bin" \
         "$dbg/usr/lib/debug/.build-id/${build_id:0:2}/${build_id:2}.debug"
+    chmod 0644 "$dbg/usr/lib/debug/.build-id/${build_id:0:2}/${build_id:2}.debug"
 fi
 strip --strip-debug --strip-unneeded "$stage/usr/bin/pagevault"
 size=$(stat -c %s "$stage/usr/bin/pagevault")
