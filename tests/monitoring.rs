@@ -95,6 +95,8 @@ fn the_rules_and_the_dashboard_name_only_metrics_pagevault_prints() {
     pg.sql("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 1000) g");
     let url = format!("{}?pgdata={}", pg.url(), s(&pg.data));
     ok(&["backup", "--source", &url, "--repo", &repo]);
+    // A commit after the backup: the drill's replay reaches a transaction, so it has an RPO.
+    pg.sql("INSERT INTO t VALUES (0, 'after the backup')");
     pg.switch_and_wait();
     let drill = json(&["drill", "--repo", &repo]);
     assert_eq!(drill["outcome"], "ok", "{drill}");
@@ -120,6 +122,11 @@ fn the_rules_and_the_dashboard_name_only_metrics_pagevault_prints() {
         prom.contains(&format!("pagevault_status_errors{{repo=\"{repo}\"}} 0")),
         "status read everything: {prom}"
     );
+    // PAGEVAULT_WRITE_SAMPLE=1: this run's output becomes the picture's sample.
+    if std::env::var_os("PAGEVAULT_WRITE_SAMPLE").is_some() {
+        let sample = prom.replace(&repo, "/backup/pagevault/main");
+        std::fs::write(root().join("docs/grafana/sample.prom"), sample).unwrap();
+    }
     let printed: BTreeSet<String> = (prom.lines())
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.strip_suffix(" gauge"))

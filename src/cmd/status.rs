@@ -423,6 +423,13 @@ fn prometheus(r: &StatusReport) -> String {
             "The newest drill's recovery time: restore, replay and checks.",
             vec![(String::new(), d.rto_seconds.unwrap_or(0.0))],
         );
+        if let Some(rpo) = d.rpo_seconds {
+            metric(
+                "last_drill_rpo_seconds",
+                "The newest drill's recovery point: how far the last transaction replayed lags the newest archived segment (or --until).",
+                vec![(String::new(), rpo)],
+            );
+        }
         metric(
             "last_drill_ok",
             "1 when the newest drill passed, else 0.",
