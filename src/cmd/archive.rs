@@ -271,6 +271,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
             yield_below: a.spool_max / 2,
             wait_for_lock: (!a.pusher).then_some(std::time::Duration::from_secs(300)),
             sign: a.sign,
+            summaries: a.summaries == "on",
             store: store.clone(),
         },
         &mut |line| {

@@ -39,6 +39,8 @@ pub struct DrainOptions {
     pub yield_below: u64,
     /// `--sign`: a new or plain repository is made signed, not encrypted, by the key.
     pub sign: bool,
+    /// Segments are stored with their block summaries: one the spool lacks is made again.
+    pub summaries: bool,
     pub store: crate::device::object::StoreOptions,
 }
 
@@ -140,7 +142,7 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
             if yielding {
                 spool.yield_to_spooling(YIELD_MAX);
             }
-            push_spooled(r, &spool.ready().join(name), sum)
+            push_spooled(r, &spool.ready().join(name), sum, o.summaries)
         });
         // Once for the batch, before any spooled file goes: a plain repository is
         // still plain.
@@ -341,6 +343,7 @@ mod tests {
             wait_for_lock: None,
             yield_below,
             sign: false,
+            summaries: true,
             store: Default::default(),
         };
         let few = cores < cores.min(4) + 2 + 1;
@@ -379,6 +382,7 @@ mod tests {
             wait_for_lock: None,
             yield_below: 0,
             sign: false,
+            summaries: true,
             store: Default::default(),
         };
         let t = Instant::now();
@@ -394,6 +398,53 @@ mod tests {
                 .exists()
         };
         assert!(stored(4) && !stored(3));
+    }
+
+    #[test]
+    fn a_segment_whose_spooled_summary_is_lost_is_summarized_again() {
+        use crate::repo::wal::{spooled::SUM_SUFFIX, summary, testing::segment};
+        let d = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&d.path().join("spool")).unwrap();
+        let ready = spool.ready();
+        for n in 3..=5 {
+            let src = d.path().join(seg(n));
+            std::fs::write(&src, segment(1, n, 77, 5)).unwrap();
+            spool_copy(&src, &ready, None, true).unwrap();
+        }
+        // One summary lost (a crash before it reached the disk), one damaged.
+        std::fs::remove_file(ready.join(format!("{}{SUM_SUFFIX}", seg(4)))).unwrap();
+        std::fs::write(ready.join(format!("{}{SUM_SUFFIX}", seg(5))), b"torn").unwrap();
+        let repo = d.path().join("repo");
+        let repo = repo.to_str().unwrap();
+        crate::repo::Repo::open(repo, true, &Default::default()).unwrap();
+        let o = DrainOptions {
+            spool: spool.dir.clone(),
+            repo: repo.to_string(),
+            process_max: 2,
+            linger: Duration::ZERO,
+            give_up: Some(Duration::ZERO),
+            wait_for_lock: None,
+            yield_below: 0,
+            sign: false,
+            summaries: true,
+            store: Default::default(),
+        };
+        assert_eq!(drain(&o, &mut |_| {}).unwrap().pushed, 3);
+        let r = Repo::open(repo, false, &Default::default()).unwrap();
+        for n in 3..=5 {
+            let s = summary::read(&r, &seg(n)).unwrap();
+            assert!(s.is_some_and(|s| s.segment == seg(n)), "{}", seg(n));
+        }
+        // Summaries off: none is made for a segment spooled without one.
+        let src = d.path().join(seg(6));
+        std::fs::write(&src, segment(1, 6, 77, 5)).unwrap();
+        spool_copy(&src, &ready, None, false).unwrap();
+        let off = DrainOptions {
+            summaries: false,
+            ..o
+        };
+        assert_eq!(drain(&off, &mut |_| {}).unwrap().pushed, 1);
+        assert!(summary::read(&r, &seg(6)).unwrap().is_none());
     }
 
     #[test]

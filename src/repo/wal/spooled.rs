@@ -397,9 +397,15 @@ pub fn read_spooled_summary(p: &Path) -> Option<Summary> {
 
 /// Pushes a spooled file into the repository with the summary made when it was
 /// spooled: stored when it covers its segment's head and belongs to these bytes;
-/// otherwise summarized again from the repository's previous summary, as a push does.
+/// otherwise (and, with `summaries`, when the spool holds none: lost to a crash or
+/// removed) summarized again from the repository's previous summary, as a push does.
 /// The caller runs [`check_still_plain`] on a batch before it removes spooled files.
-pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pushed> {
+pub fn push_spooled(
+    repo: &Repo,
+    path: &Path,
+    sum: Option<Summary>,
+    summaries: bool,
+) -> Result<Pushed> {
     not_regular(path)?;
     // The summary made at spooling names the bytes spooled: a file that differs now was
     // damaged in the spool and is refused.
@@ -412,12 +418,17 @@ pub fn push_spooled(repo: &Repo, path: &Path, sum: Option<Summary>) -> Result<Pu
             .map(|s| s.segment_blake3),
     };
     let mut p = push_how(repo, path, &how)?;
-    let Some(s) = sum else { return Ok(p) };
+    if sum.is_none() && !summaries {
+        return Ok(p);
+    }
     // A file archived just now has no summary yet; a retried one may have one.
     if p.outcome != Outcome::Archived && !summary::wanted(repo, &p.name, &p.blake3, p.raw_bytes) {
         return Ok(p);
     }
-    if s.segment == p.name && s.segment_blake3 == p.blake3 && s.flags & HEAD_SKIPPED == 0 {
+    let whole = sum.filter(|s| {
+        s.segment == p.name && s.segment_blake3 == p.blake3 && s.flags & HEAD_SKIPPED == 0
+    });
+    if let Some(s) = whole {
         summary::store(repo, &s).with_context(|| {
             format!(
                 "{} is archived, but its block summary could not be stored",

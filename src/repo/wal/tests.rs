@@ -635,7 +635,7 @@ fn a_batch_pushed_plain_goes_when_a_keyed_write_made_the_repository_encrypted_me
     };
     // Left to the caller, the check passes while the repository stays plain.
     let a = open("a");
-    let p = spooled::push_spooled(&a, &put(2), None).unwrap();
+    let p = spooled::push_spooled(&a, &put(2), None, false).unwrap();
     assert!(p.unchecked_plain);
     check_still_plain(&a, [&p]).unwrap();
     assert!(archived_path(&a, &p.name).unwrap().exists());
@@ -649,7 +649,7 @@ fn a_batch_pushed_plain_goes_when_a_keyed_write_made_the_repository_encrypted_me
         crate::format::seal::KeyUse::Seal,
     )
     .unwrap();
-    let p = spooled::push_spooled(&b, &put(4), None).unwrap();
+    let p = spooled::push_spooled(&b, &put(4), None, false).unwrap();
     let stored = archived_path(&b, &p.name).unwrap();
     assert!(stored.exists());
     let e = format!("{:#}", check_still_plain(&b, [&p]).unwrap_err());
@@ -674,12 +674,15 @@ fn a_spooled_file_damaged_after_it_was_spooled_is_refused_and_stays() {
     let mut b = fs::read(&copy).unwrap();
     b[2 * 8192 + 100] ^= 1;
     fs::write(&copy, &b).unwrap();
-    let e = format!("{:#}", spooled::push_spooled(&r, &copy, sum()).unwrap_err());
+    let e = format!(
+        "{:#}",
+        spooled::push_spooled(&r, &copy, sum(), true).unwrap_err()
+    );
     assert!(e.contains("changed since it was copied"), "{e}");
     assert!(!archived_path(&r, &name).unwrap().exists());
     assert!(copy.exists());
     // Put right from pg_wal, it is archived.
     fs::copy(wal.join(&name), &copy).unwrap();
-    let p = spooled::push_spooled(&r, &copy, sum()).unwrap();
+    let p = spooled::push_spooled(&r, &copy, sum(), true).unwrap();
     assert_eq!(p.outcome, Outcome::Archived);
 }
