@@ -42,6 +42,9 @@ pub const LOG: &str = "pusher.log";
 const STATE_MAX: u64 = 64 << 10;
 /// How long the identity of a stored file waits for PostgreSQL's call for it.
 const DONE_KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How long a summary or identity may wait for its WAL file, which a push puts in place
+/// right after writing them.
+const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 /// The log is cut back to nothing past this size when a pusher starts.
 pub const LOG_MAX: u64 = 16 << 20;
 
@@ -156,9 +159,6 @@ impl Spool {
         })
     }
 
-    /// Summaries and source identities whose WAL file is gone (a pusher stopped between
-    /// the removals), and identities of stored files PostgreSQL has not asked for in
-    /// [`DONE_KEEP`].
     /// Files the pusher stored and took out of the listing ([`pushed_name`]) but did not
     /// remove (it was killed): to remove.
     pub fn pushed_leftovers(&self) -> Vec<PathBuf> {
@@ -174,6 +174,10 @@ impl Spool {
             .collect()
     }
 
+    /// Summaries and source identities whose WAL file is gone (a pusher stopped between
+    /// the removals) for [`ORPHAN_GRACE`], and identities of stored files PostgreSQL has
+    /// not asked for in [`DONE_KEEP`]. A push writes a file's summary and identity before
+    /// it puts the file in place: one written just now is not an orphan.
     pub fn orphan_summaries(&self) -> Vec<PathBuf> {
         use crate::repo::wal::spooled::{DONE_SUFFIX, SRC_SUFFIX, SUM_SUFFIX};
         let files = self.ready.files().unwrap_or_default();
@@ -186,7 +190,7 @@ impl Spool {
                 {
                     (_, stem) if parse_name(stem).is_none() => false,
                     (DONE_SUFFIX, _) => e.age_secs > DONE_KEEP.as_secs(),
-                    (_, stem) => !self.ready.has(stem),
+                    (_, stem) => e.age_secs > ORPHAN_GRACE.as_secs() && !self.ready.has(stem),
                 };
                 orphan.then(|| self.ready.join(&e.name))
             })
@@ -248,6 +252,30 @@ impl Spool {
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_summary_written_just_before_its_segment_is_no_orphan() {
+        let d = tempfile::tempdir().unwrap();
+        let sp = Spool::open(d.path()).unwrap();
+        let seg = "000000010000000000000003";
+        let sum = sp.ready().join(format!("{seg}.sum"));
+        let src = sp.ready().join(format!("{seg}.src"));
+        std::fs::write(&sum, b"s").unwrap();
+        std::fs::write(&src, b"i").unwrap();
+        assert!(sp.orphan_summaries().is_empty());
+        // Left behind by a push that never put its segment in place.
+        let old = std::time::SystemTime::now() - ORPHAN_GRACE - Duration::from_secs(5);
+        for p in [&sum, &src] {
+            let f = std::fs::File::options().write(true).open(p).unwrap();
+            f.set_modified(old).unwrap();
+        }
+        let mut orphans = sp.orphan_summaries();
+        orphans.sort();
+        assert_eq!(orphans, [src.clone(), sum.clone()]);
+        // With its segment there, at any age, neither is.
+        std::fs::write(sp.ready().join(seg), b"x").unwrap();
+        assert!(sp.orphan_summaries().is_empty());
+    }
 
     #[test]
     fn an_upload_waits_for_a_spooling_call_but_never_longer_than_asked() {
