@@ -3,7 +3,9 @@
 # with the debug info split off the binary).
 #
 #   scripts/package.sh                  release build, then the packages
-#   scripts/package.sh --profile ci     package the test build's binary (as CI does)
+#   scripts/package.sh --profile ci     package the test build's binary
+#   scripts/package.sh --no-build ...   package target/PROFILE/pagevault as it is (CI, after
+#                                       `cargo test` built it)
 #   scripts/package.sh --check          also install the package, check it, remove it (root)
 #
 # The package holds /usr/bin/pagevault (stripped, at most 20 MB), a man page per command and
@@ -17,12 +19,14 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 profile=release
 check=0
+build=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --profile) profile="$2"; shift 2 ;;
         --check) check=1; shift ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "scripts/package.sh: unknown argument $1 (--profile P, --check)" >&2; exit 2 ;;
+        --no-build) build=0; shift ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "scripts/package.sh: unknown argument $1 (--profile P, --no-build, --check)" >&2; exit 2 ;;
     esac
 done
 
@@ -33,8 +37,13 @@ out=target/debian
 stage=$out/stage
 dbg=$out/stage-dbgsym
 
-cargo build --locked --profile "$profile" --bin pagevault
 bin=target/$profile/pagevault
+if [ "$build" = 1 ]; then
+    cargo build --locked --profile "$profile" --bin pagevault
+elif [ ! -x "$bin" ]; then
+    echo "scripts/package.sh: --no-build, but $bin is not built" >&2
+    exit 1
+fi
 
 rm -rf "$stage" "$dbg"
 install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/share/man/man1" \
