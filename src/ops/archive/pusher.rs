@@ -302,6 +302,15 @@ mod tests {
         format!("0000000100000000{n:08X}")
     }
 
+    /// Segments `ns` of timeline 1 written in `dir` and spooled into `ready`.
+    fn spool_segments(dir: &Path, ready: &Path, ns: std::ops::RangeInclusive<u64>) {
+        for n in ns {
+            let src = dir.join(seg(n));
+            std::fs::write(&src, crate::repo::wal::testing::segment(1, n, 77, 5)).unwrap();
+            spool_copy(&src, ready, None, true).unwrap();
+        }
+    }
+
     #[test]
     fn a_stored_file_leaves_the_listing_at_once_into_the_pool_or_removed() {
         let d = tempfile::tempdir().unwrap();
@@ -357,15 +366,10 @@ mod tests {
 
     #[test]
     fn a_drain_that_gives_up_names_the_damaged_file_keeps_it_and_pushes_the_rest() {
-        use crate::repo::wal::testing::segment;
         let d = tempfile::tempdir().unwrap();
         let spool = Spool::open(&d.path().join("spool")).unwrap();
         let ready = spool.ready();
-        for n in 3..=4 {
-            let src = d.path().join(seg(n));
-            std::fs::write(&src, segment(1, n, 77, 5)).unwrap();
-            spool_copy(&src, &ready, None, true).unwrap();
-        }
+        spool_segments(d.path(), &ready, 3..=4);
         // Damaged in the spool after it was spooled: refused at every round.
         let copy = ready.join(seg(3));
         let mut b = std::fs::read(&copy).unwrap();
@@ -406,11 +410,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let spool = Spool::open(&d.path().join("spool")).unwrap();
         let ready = spool.ready();
-        for n in 3..=5 {
-            let src = d.path().join(seg(n));
-            std::fs::write(&src, segment(1, n, 77, 5)).unwrap();
-            spool_copy(&src, &ready, None, true).unwrap();
-        }
+        spool_segments(d.path(), &ready, 3..=5);
         // One summary lost (a crash before it reached the disk), one damaged.
         std::fs::remove_file(ready.join(format!("{}{SUM_SUFFIX}", seg(4)))).unwrap();
         std::fs::write(ready.join(format!("{}{SUM_SUFFIX}", seg(5))), b"torn").unwrap();
