@@ -302,6 +302,22 @@ mod tests {
         format!("0000000100000000{n:08X}")
     }
 
+    /// A drain of `spool` into `repo` that gives up at the first failed round.
+    fn once(spool: &Spool, repo: &str) -> DrainOptions {
+        DrainOptions {
+            spool: spool.dir.clone(),
+            repo: repo.to_string(),
+            process_max: 2,
+            linger: Duration::ZERO,
+            give_up: Some(Duration::ZERO),
+            wait_for_lock: None,
+            yield_below: 0,
+            sign: false,
+            summaries: true,
+            store: Default::default(),
+        }
+    }
+
     /// Segments `ns` of timeline 1 written in `dir` and spooled into `ready`.
     fn spool_segments(dir: &Path, ready: &Path, ns: std::ops::RangeInclusive<u64>) {
         for n in ns {
@@ -377,18 +393,7 @@ mod tests {
         std::fs::write(&copy, &b).unwrap();
         let repo = d.path().join("repo");
         crate::repo::Repo::open(repo.to_str().unwrap(), true, &Default::default()).unwrap();
-        let o = DrainOptions {
-            spool: spool.dir.clone(),
-            repo: repo.to_str().unwrap().to_string(),
-            process_max: 2,
-            linger: Duration::ZERO,
-            give_up: Some(Duration::ZERO),
-            wait_for_lock: None,
-            yield_below: 0,
-            sign: false,
-            summaries: true,
-            store: Default::default(),
-        };
+        let o = once(&spool, repo.to_str().unwrap());
         let t = Instant::now();
         let e = format!("{:#}", drain(&o, &mut |_| {}).unwrap_err());
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
@@ -417,18 +422,7 @@ mod tests {
         let repo = d.path().join("repo");
         let repo = repo.to_str().unwrap();
         crate::repo::Repo::open(repo, true, &Default::default()).unwrap();
-        let o = DrainOptions {
-            spool: spool.dir.clone(),
-            repo: repo.to_string(),
-            process_max: 2,
-            linger: Duration::ZERO,
-            give_up: Some(Duration::ZERO),
-            wait_for_lock: None,
-            yield_below: 0,
-            sign: false,
-            summaries: true,
-            store: Default::default(),
-        };
+        let o = once(&spool, repo);
         assert_eq!(drain(&o, &mut |_| {}).unwrap().pushed, 3);
         let r = Repo::open(repo, false, &Default::default()).unwrap();
         for n in 3..=5 {
