@@ -131,6 +131,17 @@ pub struct RestoreArgs {
     /// recovery lines, so a key given here wins over them.
     #[arg(long, value_name = "KEY=VALUE")]
     pub recovery_option: Vec<String>,
+    /// Which writes skip the page cache (O_DIRECT): auto (aligned writes of 128 KiB or
+    /// more: a large file's chunks), on (every aligned write) or off (every write through
+    /// the page cache, written back as each frame ends). Where the file system refuses
+    /// O_DIRECT the writes go through the page cache, and the summary says so. A --delta
+    /// restore always uses the page cache (it reads what is in place).
+    #[arg(long, value_name = "auto|on|off", default_value = "auto")]
+    pub direct_writes: crate::target::DirectWrites,
+    /// Writes in flight at most: threads that only write, fed by the decompressors
+    /// (default: 2 per decompression thread, at least 4).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub write_depth: Option<u32>,
 }
 
 /// The point recovery stops at, as `restore` and `drill` take it.
@@ -182,6 +193,8 @@ impl RestoreArgs {
             primary_conninfo: self.primary_conninfo.clone(),
             archive_mode: self.archive_mode,
             recovery_options: self.recovery_option.clone(),
+            direct_writes: self.direct_writes,
+            write_depth: self.write_depth.map(|d| d as usize),
             ..RestoreOptions::default()
         }
     }
@@ -234,6 +247,16 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
             d.removed_dirs,
             crate::units::human(d.compared_bytes),
             crate::units::human(d.written_bytes)
+        );
+    }
+    let w = &r.writes;
+    if w.direct_bytes + w.buffered_bytes > 0 {
+        println!(
+            "Writes: {} with O_DIRECT, {} through the page cache, {} writers ({}).",
+            crate::units::human(w.direct_bytes),
+            crate::units::human(w.buffered_bytes),
+            w.depth,
+            w.why
         );
     }
     if r.chain.len() > 1 {

@@ -30,7 +30,7 @@ impl Device for Disk {
         self.path.display().to_string()
     }
 
-    fn create(&self, _: &super::CreateHint) -> Result<Box<dyn StripeSink>> {
+    fn create(&self, hint: &super::CreateHint) -> Result<Box<dyn StripeSink>> {
         if self.path.is_dir() {
             bail!(
                 "device '{}' is a directory; name a file",
@@ -53,13 +53,26 @@ impl Device for Disk {
             .create_new(true)
             .open(&partial)
             .with_context(|| format!("cannot create stripe file '{}'", partial.display()))?;
+        // Where the file system refuses O_DIRECT, through the page cache.
+        let file = match hint.direct && crate::sys::set_direct(&file, true).is_ok() {
+            true => Out::Direct(super::staged::Staged::new(file)?),
+            false => Out::Buffered(file),
+        };
         Ok(Box::new(DiskSink {
-            file: io::BufWriter::with_capacity(0, file),
+            file,
             partial,
             path: self.path.clone(),
             written: 0,
             flushed: 0,
         }))
+    }
+
+    fn write_memory(&self, hint: &super::CreateHint) -> u64 {
+        if hint.direct {
+            super::staged::memory()
+        } else {
+            0
+        }
     }
 
     fn open(&self) -> Result<Box<dyn StripeSource>> {
@@ -99,8 +112,15 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) {
 /// Bytes a sequential writer lets pile up before starting their writeback.
 const WRITEBACK_STEP: u64 = 8 << 20;
 
+/// How a stripe file is written: staged with O_DIRECT, or through the page cache with
+/// its writeback started every `WRITEBACK_STEP`.
+enum Out {
+    Direct(super::staged::Staged),
+    Buffered(File),
+}
+
 struct DiskSink {
-    file: io::BufWriter<File>,
+    file: Out,
     partial: PathBuf,
     path: PathBuf,
     written: u64,
@@ -110,17 +130,18 @@ struct DiskSink {
 impl StripeSink for DiskSink {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         // Named, so that a full disk says which file (and so which device).
-        self.file.get_mut().write_all(buf).map_err(|e| {
+        let named = |e: io::Error| {
             let at = self.partial.display();
             io::Error::new(e.kind(), format!("cannot write '{at}': {e}"))
-        })?;
+        };
+        let f = match &mut self.file {
+            Out::Direct(s) => return s.write_all(buf).map_err(named),
+            Out::Buffered(f) => f,
+        };
+        f.write_all(buf).map_err(named)?;
         self.written += buf.len() as u64;
         if self.written - self.flushed >= WRITEBACK_STEP {
-            start_writeback(
-                self.file.get_ref(),
-                self.flushed,
-                self.written - self.flushed,
-            );
+            start_writeback(f, self.flushed, self.written - self.flushed);
             self.flushed = self.written;
         }
         Ok(())
@@ -145,7 +166,12 @@ impl StripeSink for DiskSink {
 impl DiskSink {
     /// Syncs the stripe and gives it its name.
     fn finish(self) -> Result<()> {
-        let file = self.file.into_inner().map_err(|e| e.into_error())?;
+        let file = match self.file {
+            Out::Direct(s) => s
+                .finish()
+                .with_context(|| format!("cannot write '{}'", self.partial.display()))?,
+            Out::Buffered(f) => std::sync::Arc::new(f),
+        };
         file.sync_all()
             .with_context(|| format!("fsync of '{}' failed", self.partial.display()))?;
         fs::rename(&self.partial, &self.path).with_context(|| {

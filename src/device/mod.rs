@@ -4,6 +4,7 @@
 pub mod disk;
 pub mod nul;
 pub mod object;
+mod staged;
 
 use anyhow::Result;
 use std::io;
@@ -44,6 +45,8 @@ pub struct CreateHint {
     pub expected_bytes: u64,
     /// MAXTRANSFERSIZE: the smallest unit worth sending at once.
     pub transfer_size: usize,
+    /// Write a disk file with O_DIRECT where its file system allows it.
+    pub direct: bool,
 }
 
 pub trait StripeSink: Send {

@@ -300,6 +300,7 @@ impl Trial<'_> {
         let hint = CreateHint {
             expected_bytes: raw / p.stripes as u64,
             transfer_size: p.transfer_size,
+            direct: true,
         };
         let sinks = crate::set::write::create(&devices, &hint)?;
         let progress = Progress::default();

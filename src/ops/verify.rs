@@ -363,6 +363,7 @@ pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
             .buffer_count
             .unwrap_or(set.stripes.len() * 4 + threads * 2),
         threads,
+        write_depth: 0,
         hash: ContentHash::of_version(set.manifest.format_version),
         seal: set.seal.clone(),
         sign: set.sign.clone(),

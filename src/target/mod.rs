@@ -14,11 +14,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{
     AtomicBool, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 mod delta;
+mod direct;
 mod roots;
 pub use delta::{sweep, DeltaReport, Swept};
+pub use direct::{DirectWrites, WriteReport};
 pub use roots::Roots;
 use rustix::fs::OFlags;
 
@@ -26,28 +28,60 @@ use rustix::fs::OFlags;
 pub struct Target {
     /// With `files.delta`, what the target holds is compared before it is written.
     pub files: Files,
-    open: Mutex<HashMap<u32, Arc<File>>>,
+    open: Mutex<HashMap<u32, Arc<Open>>>,
     /// Start writing each frame back at once (not for a copy read back and removed
     /// before it needs to reach the disk: a merge's).
     writeback: bool,
+    direct: direct::Direct,
+}
+
+/// A restored file open for writing, and opened a second time with O_DIRECT when a
+/// write first goes direct.
+struct Open {
+    f: File,
+    direct: OnceLock<Option<File>>,
+}
+
+impl std::ops::Deref for Open {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.f
+    }
 }
 
 impl Target {
-    pub fn new(files: Files) -> Target {
+    /// A target written by `mode`'s rule (a delta restore's always through the page
+    /// cache: it compares what is in place).
+    pub fn new(files: Files, mode: DirectWrites) -> Target {
+        let why_not = files
+            .delta
+            .is_some()
+            .then_some("a delta restore reads and compares what is in place: page cache");
         Target {
+            direct: direct::Direct::new(mode, why_not),
             files,
             open: Mutex::new(HashMap::new()),
             writeback: true,
         }
     }
 
-    /// A target whose frames are left to the kernel to write back.
+    /// A target whose frames are left to the kernel to write back, through the page
+    /// cache (a merge's copy, read back soon).
     pub fn without_writeback(mut self) -> Target {
         self.writeback = false;
+        self.direct = direct::Direct::new(
+            DirectWrites::Off,
+            Some("a merge's copy is read back at once: page cache"),
+        );
         self
     }
 
-    fn file(&self, id: u32) -> io::Result<Arc<File>> {
+    /// What the writes did, `depth` writing at most at once.
+    pub fn write_report(&self, depth: usize) -> WriteReport {
+        self.direct.report(depth)
+    }
+
+    fn file(&self, id: u32) -> io::Result<Arc<Open>> {
         let mut open = self.open.lock().unwrap();
         if let Some(f) = open.get(&id) {
             return Ok(f.clone());
@@ -56,9 +90,43 @@ impl Target {
             open.clear(); // in-flight writers keep their Arc
         }
         let path = self.files.ensure(id)?;
-        let f = Arc::new(self.files.roots.open_file(&path, OFlags::RDWR, 0)?);
+        let f = self.files.roots.open_file(&path, OFlags::RDWR, 0)?;
+        let f = Arc::new(Open {
+            f,
+            direct: OnceLock::new(),
+        });
         open.insert(id, f.clone());
         Ok(f)
+    }
+
+    /// File `id`'s O_DIRECT handle, opened on its first direct write (None: the file
+    /// system refused it, and from then on every write is buffered).
+    fn direct_file<'a>(&self, id: u32, o: &'a Open) -> Option<&'a File> {
+        let d = o.direct.get_or_init(|| {
+            let path = self.files.ensure(id).ok()?;
+            match (self.files.roots).open_file(&path, OFlags::WRONLY | OFlags::DIRECT, 0) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    self.direct.refused(&path.display().to_string(), &e);
+                    None
+                }
+            }
+        });
+        d.as_ref()
+    }
+
+    /// Writes `data` at `offset` of file `id`: its aligned head with O_DIRECT where
+    /// the rule says so, the rest through the page cache.
+    fn put(&self, id: u32, o: &Open, offset: u64, data: &[u8]) -> io::Result<()> {
+        let direct = match self.direct.head(data, offset) {
+            0 => None,
+            _ => self.direct_file(id, o),
+        };
+        let path = || match self.files.index.get(id) {
+            Some(i) => self.files.path(i).display().to_string(),
+            None => format!("file {id}"),
+        };
+        self.direct.put(o, direct, &path, data, offset).map(|_| ())
     }
 }
 
@@ -77,7 +145,7 @@ impl FrameSink for Target {
         let f = self.file(file)?;
         let r = match self.files.delta_of(file) {
             Some((d, i, found)) => d.put(&f, i, found, offset, data),
-            None => f.write_all_at(data, offset),
+            None => self.put(file, &f, offset, data),
         };
         r.map_err(|e| self.named(file, e))
     }
@@ -589,7 +657,10 @@ mod tests {
         ];
         let place = |rel: &str| t.path().join(rel);
         let roots = Arc::new(Roots::open([t.path().to_path_buf()]).unwrap());
-        let target = Target::new(lay_out(&m, &place, false, roots.clone()).unwrap());
+        let target = Target::new(
+            lay_out(&m, &place, false, roots.clone()).unwrap(),
+            DirectWrites::Auto,
+        );
         assert!(t.path().join("d/e").is_dir(), "parents are made");
         target.files.create_first(2).unwrap();
         assert_eq!(fs::metadata(place("d/a")).unwrap().len(), 10_000);
@@ -609,7 +680,10 @@ mod tests {
             Path::new("../elsewhere")
         );
         // A fresh (not overlay) layout never reuses a file that is already there.
-        let again = Target::new(lay_out(&m, &place, false, roots).unwrap());
+        let again = Target::new(
+            lay_out(&m, &place, false, roots).unwrap(),
+            DirectWrites::Auto,
+        );
         let e = again.write(1, 0, b"x").unwrap_err().to_string();
         assert!(e.contains("cannot create") && e.contains("d/a"), "{e}");
     }
@@ -627,7 +701,7 @@ mod tests {
         fs::write(place("a"), b"abcdefghij").unwrap();
         fs::write(place("b"), b"same").unwrap();
         let roots = Arc::new(Roots::open([t.path().to_path_buf()]).unwrap());
-        let target = Target::new(lay_out(&m, &place, true, roots).unwrap());
+        let target = Target::new(lay_out(&m, &place, true, roots).unwrap(), DirectWrites::On);
         target.files.create_first(2).unwrap();
         target.write_zeros(1, 2, 2).unwrap();
         target.write(1, 6, b"XY").unwrap();

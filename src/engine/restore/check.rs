@@ -12,12 +12,17 @@ use crate::format::manifest::file_checksum;
 use crate::format::seal::frame_aad;
 use crate::format::Codec;
 use anyhow::{anyhow, Result};
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-/// One decompressor thread: checks frames from `rx` and writes them.
-pub(super) fn checker(sh: &Shared, rx: &Receiver<Item>) {
+/// One decompressor thread: checks frames from `rx` and writes them, or hands them to
+/// the writers (`writes`).
+pub(super) fn checker(
+    sh: &Shared,
+    rx: &Receiver<Item>,
+    writes: Option<&Sender<(usize, FrameWrite)>>,
+) {
     let abort = sh.abort;
     let mut dec = match Decompressor::new() {
         Ok(d) => d,
@@ -34,7 +39,15 @@ pub(super) fn checker(sh: &Shared, rx: &Receiver<Item>) {
         };
         sh.dec_st.busy(t0.elapsed());
         sh.dec_st.op(w.raw_len);
-        if let Err(e) = write::write(sh, fi, w) {
+        let r = match writes {
+            // The writers stopped: one failed, and said why.
+            Some(tx) => match tx.send((fi, w)) {
+                Ok(()) => Ok(()),
+                Err(e) => return sh.pool.put(e.into_inner().1.buf),
+            },
+            None => write::write(sh, fi, w),
+        };
+        if let Err(e) = r {
             return abort.fail(e);
         }
     }

@@ -111,6 +111,9 @@ pub struct Params {
     pub block_size: usize,
     pub buffer_count: usize,
     pub threads: usize,
+    /// Writer threads fed by the decompressors (0: each decompressor writes its own
+    /// frames).
+    pub write_depth: usize,
     /// How the set digests frames (its format version).
     pub hash: ContentHash,
     /// An encrypted set's data key and id: every frame is opened with it.
@@ -228,9 +231,17 @@ pub fn run(
             });
         }
         drop(tx);
+        let writers = (sh.sink.is_some() && p.write_depth > 0).then(|| bounded(p.write_depth));
         for _ in 0..p.threads {
-            let (rx, sh) = (rx.clone(), &sh);
-            s.spawn(move || check::checker(sh, &rx));
+            let (rx, sh, wtx) = (rx.clone(), &sh, writers.as_ref().map(|w| w.0.clone()));
+            s.spawn(move || check::checker(sh, &rx, wtx.as_ref()));
+        }
+        if let Some((wtx, wrx)) = writers {
+            drop(wtx);
+            for _ in 0..p.write_depth {
+                let (wrx, sh) = (wrx.clone(), &sh);
+                s.spawn(move || write::writer(sh, &wrx));
+            }
         }
     });
     if let Some(e) = abort.take() {
@@ -262,7 +273,11 @@ pub fn run(
         stages.push((
             "write",
             &*sh.write_st,
-            p.threads,
+            if p.write_depth > 0 {
+                p.write_depth
+            } else {
+                p.threads
+            },
             "a checked frame",
             "the target",
         ));

@@ -12,6 +12,20 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+/// One writer thread: writes what the checkers hand over until they are done.
+pub(super) fn writer(sh: &Shared, rx: &crossbeam_channel::Receiver<(usize, FrameWrite)>) {
+    while let Some(((fi, w), waited)) = crate::engine::pool::recv(rx, sh.abort) {
+        sh.write_st.wait_in(waited);
+        if let Err(e) = write(sh, fi, w) {
+            return sh.abort.fail(e);
+        }
+    }
+    // Aborted: what is still queued goes back to the pool.
+    for (_, w) in rx.try_iter() {
+        sh.pool.put(w.buf);
+    }
+}
+
 /// Writes `w` (file index `fi`) unless another thread is writing that file, which then
 /// writes it next; a verify (no sink) only returns the buffer.
 pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {

@@ -81,6 +81,8 @@ pub struct BackupOptions {
     pub page_size: u64,
     pub adaptive_readers: bool,
     pub direct_io: DirectIo,
+    /// Stripes written to disk files with O_DIRECT (not `Off`).
+    pub direct_writes: crate::target::DirectWrites,
     /// The most the buffers may hold (pool, compression scratch, device write
     /// buffers): the pool and the reads in flight stay within it. None: the pool is
     /// sized for the adaptive readers' cap.
@@ -129,6 +131,7 @@ impl Default for BackupOptions {
             page_size: 8 << 10,
             adaptive_readers: true,
             direct_io: DirectIo::Auto,
+            direct_writes: crate::target::DirectWrites::Auto,
             memory_budget: None,
             max_rate: None,
             spool: None,
@@ -162,6 +165,7 @@ pub struct BackupConfig {
     pub codec: String,
     pub threads: usize,
     pub direct_io: DirectIo,
+    pub direct_writes: crate::target::DirectWrites,
     /// Files (and their bytes) read with O_DIRECT: all with `on`; with `auto`, the
     /// large ones the page cache held none of.
     pub direct_files: u64,
@@ -645,6 +649,7 @@ fn configure(
     let hint = CreateHint {
         expected_bytes: input.plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
         transfer_size: o.max_transfer_size as usize,
+        direct: o.direct_writes != crate::target::DirectWrites::Off,
     };
     let device_memory: u64 = devices.iter().map(|d| d.write_memory(&hint)).sum();
     if let Some(budget) = o.memory_budget {
@@ -679,6 +684,7 @@ fn configure(
         codec: codec.describe(),
         threads,
         direct_io: o.direct_io,
+        direct_writes: o.direct_writes,
         direct_files: direct.files,
         direct_bytes: direct.bytes,
         cached_files: direct.cached_files,

@@ -199,6 +199,11 @@ pub(super) fn write_chain(
         });
         let mut ids = regular_files(m);
         let mut params = engine_params(&o.read, &link.set);
+        params.write_depth = o.write_depth(params.threads);
+        if o.read.buffer_count.is_none() {
+            // A buffer queued for each writer, and one each is writing.
+            params.buffer_count += 2 * params.write_depth;
+        }
         if let Some(l) = left_out {
             let skip = l.ids(m);
             ids.retain(|f| !skip.contains(&f.id));

@@ -84,6 +84,10 @@ pub struct RestoreOptions {
     pub archive_mode: Option<ArchiveMode>,
     /// PostgreSQL: KEY=VALUE lines for postgresql.auto.conf, written last.
     pub recovery_options: Vec<String>,
+    /// Which writes skip the page cache.
+    pub direct_writes: target::DirectWrites,
+    /// Writer threads (default: `default_write_depth`).
+    pub write_depth: Option<usize>,
 }
 
 /// `--target-action`: PostgreSQL's recovery_target_action.
@@ -176,6 +180,15 @@ impl RestoreOptions {
             || self.until_xid.is_some()
             || self.until_name.is_some()
     }
+
+    /// Writer threads for `threads` decompressors: none for a merge's copy (each
+    /// decompressor writes its frames, in the order the merge feeds them on).
+    pub(crate) fn write_depth(&self, threads: usize) -> usize {
+        match self.stage_only {
+            true => 0,
+            false => self.write_depth.unwrap_or((2 * threads).max(4)),
+        }
+    }
 }
 
 /// What `restore --json` prints.
@@ -192,6 +205,8 @@ pub struct RestoreReport {
     pub seconds: f64,
     pub mb_per_sec: f64,
     pub pool_bytes: u64,
+    /// Which writes went with O_DIRECT and why, and how many were in flight at most.
+    pub writes: target::WriteReport,
     /// The full set taken from the repository (None with stripes named).
     pub set: Option<String>,
     /// What the restorer set up (PostgreSQL: recovery), one sentence each.
@@ -423,7 +438,8 @@ fn restore_with(
         false => target::Swept::default(),
     };
     let roots = Arc::new(target::Roots::open(roots_list)?);
-    let mut target = Target::new(target::lay_out(m, &place, o.delta, roots.clone())?);
+    let files = target::lay_out(m, &place, o.delta, roots.clone())?;
+    let mut target = Target::new(files, o.direct_writes);
     if o.stage_only {
         target = target.without_writeback();
     }
@@ -438,6 +454,8 @@ fn restore_with(
         &mut phases,
     );
     let delta = target.files.delta_report(swept);
+    let threads = (o.read.threads).unwrap_or_else(crate::engine::default_threads);
+    let writes = target.write_report(o.write_depth(threads));
     drop(target);
     let (out, links) = written.with_context(incomplete)?;
     if let Some(l) = &mut left_out {
@@ -481,6 +499,7 @@ fn restore_with(
         seconds: secs,
         mb_per_sec: mb_per_sec(out.raw_bytes, secs),
         pool_bytes: out.pool_bytes,
+        writes,
         set: sets.links[0].entry.as_ref().map(|c| c.set_id.clone()),
         postgres: notes,
         waits: out.waits,
