@@ -53,27 +53,19 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-#[test]
-fn a_full_disk_leaves_no_set_and_a_bigger_repository_takes_the_backup() {
-    let work = tempfile::tempdir().unwrap();
-    let src = work.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    // Some 400 KiB that does not compress, and a few small files.
-    std::fs::write(src.join("big.bin"), bytes(7, 400 << 10, false)).unwrap();
-    for i in 0..8 {
-        std::fs::write(src.join(format!("small{i}.txt")), bytes(i, 3000, true)).unwrap();
-    }
-    let source = format!("files:{}", s(&src));
-    // From a disk too small for the data to one that holds it all, 4 KiB apart: each
-    // backup either succeeds whole or fails leaving nothing.
+/// Backups of `source` into tmpfs repositories of each size in `kibs` (KiB), with
+/// `extra` arguments: each either succeeds whole or fails naming the full device and
+/// leaving nothing. Returns how many fit, and where the others ran out of space (while
+/// writing the stripe, committing the set, recording it).
+fn fill(work: &Path, source: &str, kibs: &[u64], extra: &[&str]) -> Option<[u32; 4]> {
     let (mut ok_runs, mut midway, mut committing, mut recording) = (0, 0, 0, 0);
-    for kib in (380..=470).step_by(4) {
-        let mnt = work.path().join(format!("small-{kib}"));
-        let Some(fs) = Tmpfs::mount(&mnt, kib) else {
-            return;
-        };
+    for &kib in kibs {
+        let mnt = work.join(format!("small-{kib}"));
+        let fs = Tmpfs::mount(&mnt, kib)?;
         let repo = s(&fs.0.join("repo"));
-        let r = run(&["backup", "--source", &source, "--repo", &repo]);
+        let mut args = vec!["backup", "--source", source, "--repo", &repo];
+        args.extend(extra);
+        let r = run(&args);
         if r.code == 0 {
             ok_runs += 1;
             ok(&["verify", "--repo", &repo]);
@@ -102,8 +94,30 @@ fn a_full_disk_leaves_no_set_and_a_bigger_repository_takes_the_backup() {
         assert_eq!(h["sets"], serde_json::json!([]), "{kib} KiB: {h:#}");
     }
     eprintln!(
-        "{ok_runs} backups fit; out of space while writing: {midway}, committing: {committing}, recording: {recording}"
+        "{extra:?}: {ok_runs} backups fit; out of space while writing: {midway}, committing: {committing}, recording: {recording}"
     );
+    Some([ok_runs, midway, committing, recording])
+}
+
+#[test]
+fn a_full_disk_leaves_no_set_and_a_bigger_repository_takes_the_backup() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // Some 400 KiB that does not compress, and a few small files.
+    std::fs::write(src.join("big.bin"), bytes(7, 400 << 10, false)).unwrap();
+    for i in 0..8 {
+        std::fs::write(src.join(format!("small{i}.txt")), bytes(i, 3000, true)).unwrap();
+    }
+    let source = format!("files:{}", s(&src));
+    // Through the page cache, from a disk too small for the data to one that holds it
+    // all, 4 KiB apart.
+    let kibs: Vec<u64> = (380..=470).step_by(4).collect();
+    let Some([ok_runs, midway, committing, recording]) =
+        fill(work.path(), &source, &kibs, &["--direct-writes", "off"])
+    else {
+        return;
+    };
     assert!(ok_runs > 0 && midway > 0, "the sizes span the set's size");
     assert!(
         committing + recording > 0,
@@ -121,4 +135,38 @@ fn a_full_disk_leaves_no_set_and_a_bigger_repository_takes_the_backup() {
     let out = work.path().join("out");
     ok(&["restore", "--repo", &repo, "--to", &s(&out)]);
     assert_same_tree(&src, &out);
+}
+
+#[test]
+fn a_stripe_written_with_o_direct_that_fills_the_disk_leaves_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // Four of the stripe's 4 MiB staging buffers and more: the fourth is filled only
+    // once the first is written, and a failure shows then (while writing); the disk
+    // may also fill with the last, padded one (while committing).
+    std::fs::write(src.join("big.bin"), bytes(7, 17 << 20, false)).unwrap();
+    for i in 0..8 {
+        std::fs::write(src.join(format!("small{i}.txt")), bytes(i, 3000, true)).unwrap();
+    }
+    let source = format!("files:{}", s(&src));
+    let Some(fs) = Tmpfs::mount(&work.path().join("big"), 32 << 10) else {
+        return;
+    };
+    let repo = s(&fs.0.join("repo"));
+    ok(&["backup", "--source", &source, "--repo", &repo]);
+    let used: u64 = files_under(&fs.0.join("repo"))
+        .iter()
+        .map(|p| p.metadata().unwrap().len())
+        .sum();
+    drop(fs);
+    let kib = used >> 10;
+    let mut kibs = vec![2 << 10, kib / 2];
+    kibs.extend((kib - 40..=kib + 60).step_by(4));
+    let [ok_runs, midway, committing, recording] = fill(work.path(), &source, &kibs, &[]).unwrap();
+    assert!(ok_runs > 0 && midway > 0, "the sizes span the set's size");
+    assert!(
+        committing + recording > 0,
+        "some run filled the disk after its stripe's body was written"
+    );
 }

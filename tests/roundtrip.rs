@@ -445,3 +445,60 @@ fn a_delta_restore_of_an_encrypted_set_compares_after_opening_each_frame() {
     let key = key_file(keys.path(), "key", 7, false);
     delta_over_a_changed_copy(&["--key-file", &key]);
 }
+
+#[test]
+fn large_aligned_writes_skip_the_page_cache_and_the_rest_goes_through_it() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // Chunks of 1 MiB: a whole chunk and a 100-byte tail, a 300 KiB file, a small
+    // file, eight whole chunks.
+    let sizes = [(1 << 20) + 100, 300 << 10, 5000, 8 << 20];
+    for (i, n) in sizes.iter().enumerate() {
+        std::fs::write(src.join(format!("f{i}")), bytes(i as u64, *n, false)).unwrap();
+    }
+    let set = s(&t.path().join("set.pv"));
+    backup_files(
+        &src,
+        &set,
+        &["--compress", "lz4", "--max-transfer-size", "1M"],
+    );
+    let direct = (1u64 << 20) + (300 << 10) + (8 << 20);
+    let buffered = 100 + 5000;
+    for (mode, want_direct, want_buffered) in [
+        ("auto", direct, buffered),
+        // Every aligned write: the small file's first 4 KiB too.
+        ("on", direct + 4096, buffered - 4096),
+        ("off", 0, direct + buffered),
+    ] {
+        let to = t.path().join(format!("out-{mode}"));
+        let r = json(&[
+            "restore",
+            "--from",
+            &set,
+            "--to",
+            &s(&to),
+            "--direct-writes",
+            mode,
+        ]);
+        let w = &r["writes"];
+        assert_eq!(w["direct_writes"], mode, "{w}");
+        assert_eq!(w["direct_bytes"], want_direct, "{mode}: {w}");
+        assert_eq!(w["buffered_bytes"], want_buffered, "{mode}: {w}");
+        assert!(w["depth"].as_u64().unwrap() >= 4, "{w}");
+        assert_same_tree(&src, &to);
+    }
+    // One writer, as asked.
+    let to = t.path().join("out-1");
+    let r = json(&[
+        "restore",
+        "--from",
+        &set,
+        "--to",
+        &s(&to),
+        "--write-depth",
+        "1",
+    ]);
+    assert_eq!(r["writes"]["depth"], 1);
+    assert_same_tree(&src, &to);
+}

@@ -102,11 +102,12 @@ impl Staged {
             self.cur.len += n;
             data = &data[n..];
             if self.cur.len == STAGE {
-                self.failure()?;
+                // A buffer back is a write done: its failure shows here at the latest.
                 let next = self
                     .free
                     .recv()
                     .map_err(|_| io::Error::other("writer gone"))?;
+                self.failure()?;
                 let full = std::mem::replace(&mut self.cur, next);
                 let tx = self.to_write.as_ref().expect("open until finished");
                 tx.send((full, self.at))
