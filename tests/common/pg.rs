@@ -495,7 +495,14 @@ pub fn restore_repo(repo: &str, extra: &[&str]) -> (PathBuf, serde_json::Value) 
         "restore", "--repo", repo, "--to", &to, "--owner", "postgres",
     ];
     a.extend_from_slice(extra);
-    (target, super::json(&a))
+    let r = super::json(&a);
+    // Every checked restore of a cluster writes its large relation files with O_DIRECT
+    // (a delta's compares in place, through the page cache).
+    let w = &r["writes"];
+    if !extra.contains(&"--delta") && !extra.contains(&"--dry-run") {
+        assert!(w["direct_bytes"].as_u64().unwrap() > 0, "{w}");
+    }
+    (target, r)
 }
 
 /// How a client program reaches the test server on `port` as postgres.
