@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const CREDS: &str = "the store refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (s3://) or the AZURE_STORAGE_* variables (azure://)";
+pub(super) const CREDS: &str = "the store refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (s3://), the AZURE_STORAGE_* variables (azure://) or the service account GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT names (gs://)";
 
 /// Turns an object_store error into a message that says what to do.
 pub(super) fn explain(name: &str, what: &str, e: object_store::Error) -> anyhow::Error {
@@ -61,11 +61,14 @@ pub(super) fn compact(text: &str) -> String {
 
 /// Removes anything that looks like a signature or key from a server message.
 pub(super) fn redact(s: &str) -> String {
-    const KEYS: [&str; 4] = [
+    const KEYS: [&str; 7] = [
         "x-amz-signature=",
         "x-amz-credential=",
         "x-amz-security-token=",
         "sig=",
+        "x-goog-signature=",
+        "x-goog-credential=",
+        "access_token=",
     ];
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
@@ -258,4 +261,75 @@ pub(super) fn build_azure(container: &str) -> Result<Arc<dyn ObjectStore>> {
         .build()
         .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
         .map_err(|e| anyhow!("azure://{container}: {}", redact(&e.to_string())))
+}
+
+/// Whether object_store finds GCS credentials other than the metadata server's: a
+/// service account file or key, an application-default credentials file (named by
+/// GOOGLE_APPLICATION_CREDENTIALS, or gcloud's well-known one: `adc_file`). The metadata
+/// server counts on Google Cloud (`on_gce`) or where GCE_METADATA_* name it; elsewhere
+/// object_store would wait on an address that never answers.
+pub(super) fn gcs_has_credentials(
+    var: &dyn Fn(&str) -> Option<String>,
+    adc_file: bool,
+    on_gce: bool,
+) -> bool {
+    const VARS: [&str; 8] = [
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_PATH",
+        "SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GCE_METADATA_HOST",
+        "GCE_METADATA_ROOT",
+        "GCE_METADATA_IP",
+    ];
+    adc_file || on_gce || VARS.iter().any(|v| var(v).is_some_and(|s| !s.is_empty()))
+}
+
+/// Google's client libraries take a machine whose DMI product name says Google for a
+/// Compute Engine (or GKE) machine, with a metadata server.
+fn on_gce() -> bool {
+    std::fs::read_to_string("/sys/class/dmi/id/product_name")
+        .is_ok_and(|p| p.trim().starts_with("Google"))
+}
+
+/// STORAGE_EMULATOR_HOST (the variable Google's client libraries read; `host:port` or a
+/// URL) points gs:// at an emulator, with no OAuth. object_store takes another base URL
+/// only from a service account's `gcs_base_url`, so one is made for it.
+pub(super) fn build_gcs(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
+    let mut allow_http = false;
+    let b = match std::env::var("STORAGE_EMULATOR_HOST") {
+        Ok(host) if !host.is_empty() => {
+            let url = match host.contains("://") {
+                true => host.trim_end_matches('/').to_string(),
+                false => format!("http://{}", host.trim_end_matches('/')),
+            };
+            allow_http = check_endpoint(&url, "STORAGE_EMULATOR_HOST")?;
+            let account = serde_json::json!({
+                "gcs_base_url": url,
+                "disable_oauth": true,
+                "client_email": "",
+                "private_key": "",
+                "private_key_id": "",
+            });
+            GoogleCloudStorageBuilder::new().with_service_account_key(account.to_string())
+        }
+        _ => {
+            let adc = std::env::var_os("HOME").is_some_and(|h| {
+                std::path::Path::new(&h)
+                    .join(".config/gcloud/application_default_credentials.json")
+                    .is_file()
+            });
+            if !gcs_has_credentials(&|v| std::env::var(v).ok(), adc, on_gce()) {
+                bail!("gs://{bucket}: no credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service account key file or the file `gcloud auth application-default login` writes, or GOOGLE_SERVICE_ACCOUNT to a key file (GOOGLE_SERVICE_ACCOUNT_KEY to its JSON); on Google Cloud the metadata server's are used (STORAGE_EMULATOR_HOST for an emulator)");
+            }
+            GoogleCloudStorageBuilder::from_env()
+        }
+    };
+    b.with_bucket_name(bucket)
+        .with_client_options(client_options(allow_http, Kind::Gcs)?)
+        .with_retry(retry_config())
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| anyhow!("gs://{bucket}: {}", redact(&e.to_string())))
 }
