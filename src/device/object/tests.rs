@@ -150,3 +150,68 @@ fn version_ids_are_bounded_and_of_the_stores_characters() {
         assert!(!valid_version(bad), "{bad:?}");
     }
 }
+
+#[test]
+fn s3_credentials_are_found_where_object_store_looks() {
+    let of =
+        |pairs: &'static [&'static str]| move |k: &str| pairs.contains(&k).then(|| "x".to_string());
+    assert!(!s3_has_credentials(&of(&[]), false));
+    assert!(s3_has_credentials(&of(&[]), true), "an EC2 instance's role");
+    for ok in [
+        &["AWS_ACCESS_KEY_ID"][..],
+        &["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"],
+        &["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"],
+        &[
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+        ],
+        &["AWS_METADATA_ENDPOINT"],
+    ] {
+        assert!(s3_has_credentials(&of(ok), false), "{ok:?}");
+    }
+    // Half of a pair is not enough; a profile is not read by object_store.
+    for no in [
+        &["AWS_WEB_IDENTITY_TOKEN_FILE"][..],
+        &["AWS_ROLE_ARN"],
+        &["AWS_CONTAINER_CREDENTIALS_FULL_URI"],
+        &["AWS_PROFILE"],
+    ] {
+        assert!(!s3_has_credentials(&of(no), false), "{no:?}");
+    }
+}
+
+#[test]
+fn azure_credentials_are_found_where_object_store_looks() {
+    let of = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    assert!(!azure_has_credentials(&of(&[]), false));
+    assert!(
+        azure_has_credentials(&of(&[]), true),
+        "a VM's managed identity"
+    );
+    const ID: (&str, &str) = ("AZURE_CLIENT_ID", "c");
+    const TENANT: (&str, &str) = ("AZURE_TENANT_ID", "t");
+    for ok in [
+        &[("AZURE_STORAGE_ACCOUNT_KEY", "k")][..],
+        &[("AZURE_STORAGE_SAS_TOKEN", "sv=1&sig=2")],
+        &[ID, TENANT, ("AZURE_FEDERATED_TOKEN_FILE", "/var/run/t")],
+        &[ID, TENANT, ("AZURE_CLIENT_SECRET", "s")],
+        &[("AZURE_USE_AZURE_CLI", "true")],
+        &[("IDENTITY_ENDPOINT", "http://localhost:42356/msi/token")],
+    ] {
+        assert!(azure_has_credentials(&of(ok), false), "{ok:?}");
+    }
+    for no in [
+        &[ID, ("AZURE_FEDERATED_TOKEN_FILE", "/var/run/t")][..],
+        &[("AZURE_USE_AZURE_CLI", "false")],
+        &[("AZURE_STORAGE_ACCOUNT_NAME", "a")],
+    ] {
+        assert!(!azure_has_credentials(&of(no), false), "{no:?}");
+    }
+}
