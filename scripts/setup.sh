@@ -35,8 +35,8 @@ if ! command -v cargo >/dev/null; then
 fi
 
 # Object stores for the tests, cached between runs (building MinIO takes ~6 minutes):
-# MinIO (S3) built with Go, Azurite (Azure Blob) and the AWS/Azure SDKs the test
-# helper tests/tools/store.js uses, from npm.
+# MinIO (S3) and fake-gcs-server (Google Cloud Storage) built with Go, Azurite (Azure
+# Blob) and the AWS/Azure SDKs the test helper tests/tools/store.js uses, from npm.
 TOOLS="${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}"
 mkdir -p "$TOOLS/bin" "$TOOLS/node"
 if [ ! -x "$TOOLS/bin/minio" ]; then
@@ -44,6 +44,12 @@ if [ ! -x "$TOOLS/bin/minio" ]; then
   [ -x "$GO" ] || { echo "setup: Go is needed to build MinIO (go install github.com/minio/minio@latest)" >&2; exit 1; }
   echo "setup: building MinIO into $TOOLS/bin (about 6 minutes, once)"
   GOBIN="$TOOLS/bin" "$GO" install github.com/minio/minio@latest
+fi
+if [ ! -x "$TOOLS/bin/fake-gcs-server" ]; then
+  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  [ -x "$GO" ] || { echo "setup: Go is needed to build fake-gcs-server (go install github.com/fsouza/fake-gcs-server@v1.56.1)" >&2; exit 1; }
+  echo "setup: building fake-gcs-server into $TOOLS/bin (about a minute, once)"
+  GOBIN="$TOOLS/bin" "$GO" install github.com/fsouza/fake-gcs-server@v1.56.1
 fi
 if [ ! -x "$TOOLS/node/node_modules/.bin/azurite-blob" ] || [ ! -d "$TOOLS/node/node_modules/@aws-sdk/client-s3" ] || [ ! -d "$TOOLS/node/node_modules/@azure/storage-blob" ]; then
   command -v npm >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq nodejs npm >/dev/null; }

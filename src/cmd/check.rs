@@ -33,7 +33,7 @@ pub struct CheckArgs {
     /// The source's password is the first line of FILE.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
-    /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
+    /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// Seconds to wait for the switched WAL segment to reach the repository.

@@ -12,7 +12,7 @@ use std::path::PathBuf;
     long_about = "pagevault backs up a database (a running PostgreSQL 14-18 cluster, SQLite, plain \
 files) through a bounded pipeline (readers per volume, a pool of BUFFERCOUNT x MAXTRANSFERSIZE \
 buffers, compression on every core, one writer per stripe) to disk files, NUL (a storage \
-benchmark), S3 or Azure Blob, and restores it at least as fast. PostgreSQL WAL is archived as log \
+benchmark), S3, Azure Blob or Google Cloud Storage, and restores it at least as fast. PostgreSQL WAL is archived as log \
 backups (archive-push/archive-get) for point-in-time restores across timelines. Every frame, page \
 and file is checksummed and checked on restore.",
     after_help = "Examples:\n  pagevault demo\n  pagevault backup --source sqlite:app.db --to NUL --stats 10\n  pagevault backup --source files:/data --to /bk/a.pv --to /bk/b.pv --compress zstd\n  pagevault verify --from /bk/a.pv --from /bk/b.pv\n  pagevault restore --from /bk/a.pv --from /bk/b.pv --to /restore\n  pagevault backup --stanza main --type incr    # [stanza.main] of the configuration file\n  pagevault backup --stanza main --show-config  # each value and its origin\n\n\

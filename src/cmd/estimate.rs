@@ -12,7 +12,7 @@ use clap::Args;
     after_help = "Reads the block summaries archive-push writes beside each WAL segment, never the database.\n\nExamples:\n  pagevault estimate --repo /backups/main\n  pagevault estimate --repo s3://bucket/main --json"
 )]
 pub struct EstimateArgs {
-    /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
+    /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// Print JSON instead of text.

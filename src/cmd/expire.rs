@@ -36,7 +36,7 @@ names the refusal.
 Drill records (drills/) older than the oldest set left go too, never the newest
 (`drills` in --json); the retention holds them as it holds sets.")]
 pub struct ExpireArgs {
-    /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
+    /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// Keep the N newest full backups that are not damaged, every set after the oldest

@@ -23,7 +23,7 @@ than --retain (the bucket's default retention: the same or longer), removes a se
 stripes before its record, and names the sets and WAL still held and until when.")]
 pub struct InitArgs {
     /// The repository to make (an empty directory or prefix: s3://BUCKET/PREFIX,
-    /// azure://CONTAINER/PREFIX).
+    /// azure://CONTAINER/PREFIX, gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// Never overwrite or rename anything in it (for S3 Object Lock, Azure immutable

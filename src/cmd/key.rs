@@ -29,7 +29,7 @@ pub enum KeyAction {
     after_help = "Examples:\n  pagevault key rotate --repo /backups/main --old-key-file old.key --new-key-file new.key\n  pagevault key rotate --repo s3://bucket/main --old-key-file old.key --new-passphrase-file phrase\n\nA rotation that stops halfway (an error, a signal) leaves every file readable with one of the two keys, and the repository names the new one: run the same command again to finish it."
 )]
 pub struct RotateArgs {
-    /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
+    /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// The current key (default: --key-file / --passphrase-file or their variables).

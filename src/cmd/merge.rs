@@ -18,7 +18,7 @@ use std::sync::Arc;
     after_help = "Examples:\n  pagevault merge --repo /backups/main\n  pagevault merge --repo /backups/main --set 3f2a --compress zstd --json\n  pagevault merge --repo s3://bucket/main\n  pagevault merge --repo s3://bucket/main --scratch /data/pv-merge"
 )]
 pub struct MergeArgs {
-    /// The repository (a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX).
+    /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// Merge the chain ending at this set (an id or its first characters; default: the newest).

@@ -17,8 +17,9 @@ pub struct TuneArgs {
     #[arg(long)]
     pub source: String,
     /// Where trial backups go: NUL (the read side and the CPU only), a directory (trial
-    /// stripes are written there and removed), or s3://BUCKET/PREFIX/ or
-    /// azure://CONTAINER/PREFIX/ (uploads are aborted, nothing stays).
+    /// stripes are written there and removed), or s3://BUCKET/PREFIX/,
+    /// azure://CONTAINER/PREFIX/ or gs://BUCKET/PREFIX/ (uploads are aborted, nothing
+    /// stays).
     #[arg(long, default_value = "NUL")]
     pub to: String,
     /// How much of the source each trial reads: the same share of every file. Trials

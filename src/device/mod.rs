@@ -78,7 +78,7 @@ pub trait StripeSource: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 }
 
-/// Parses a DEVICE argument: `NUL`, `nul:`, `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB`,
+/// Parses a DEVICE argument: `NUL`, `nul:`, `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB`, `gs://BUCKET/KEY`,
 /// or a file path.
 pub fn parse(spec: &str, o: &object::StoreOptions) -> Result<Box<dyn Device>> {
     if spec.eq_ignore_ascii_case("nul") || spec.eq_ignore_ascii_case("nul:") {
@@ -89,7 +89,7 @@ pub fn parse(spec: &str, o: &object::StoreOptions) -> Result<Box<dyn Device>> {
     }
     if let Some((scheme, _)) = spec.split_once("://") {
         anyhow::bail!(
-            "device '{spec}': the {scheme}:// scheme is not supported; use a file path, NUL, s3://BUCKET/KEY or azure://CONTAINER/BLOB"
+            "device '{spec}': the {scheme}:// scheme is not supported; use a file path, NUL, s3://BUCKET/KEY, azure://CONTAINER/BLOB or gs://BUCKET/KEY"
         );
     }
     Ok(Box::new(disk::Disk::new(spec)))

@@ -154,6 +154,8 @@ fn repo_fix(spec: &str) -> String {
         "check the bucket and prefix, that the store answers (AWS_ENDPOINT_URL or --s3-endpoint) and the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); a first backup with --repo creates the repository".into()
     } else if spec.starts_with("azure://") {
         "check the container and prefix, that the store answers and the credentials (AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY); a first backup with --repo creates the repository".into()
+    } else if spec.starts_with("gs://") {
+        "check the bucket and prefix, that the store answers (STORAGE_EMULATOR_HOST for an emulator) and the credentials (GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT, or the metadata server's on Google Cloud); a first backup with --repo creates the repository".into()
     } else {
         "check the path, that this user can read it, and that it is a pagevault repository; a first backup with --repo creates one".into()
     }

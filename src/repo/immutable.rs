@@ -60,7 +60,7 @@ impl Repo {
                 loc.join(MARKER).put_new(text.into_bytes())?
             }
             None if spec.contains("://") => {
-                bail!("repository '{spec}': use a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX")
+                bail!("repository '{spec}': use a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX")
             }
             None => {
                 let root = std::path::PathBuf::from(spec);

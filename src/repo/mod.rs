@@ -245,7 +245,7 @@ impl Repo {
             return Self::open_object(loc, how, options);
         }
         if let Some((scheme, _)) = spec.split_once("://") {
-            bail!("repository '{spec}': the {scheme}:// scheme is not supported; use a directory, s3://BUCKET/PREFIX or azure://CONTAINER/PREFIX");
+            bail!("repository '{spec}': the {scheme}:// scheme is not supported; use a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX");
         }
         let root = PathBuf::from(spec);
         let marker = root.join(MARKER);

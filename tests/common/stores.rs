@@ -1,6 +1,7 @@
-//! Real object stores for tests: MinIO (S3) and Azurite (Azure Blob), started on
-//! 127.0.0.1 on free ports, each watched by a shell that stops it when the test
-//! process ends. scripts/setup.sh installs both under /var/tmp/pagevault-tools.
+//! Real object stores for tests: MinIO (S3), Azurite (Azure Blob) and fake-gcs-server
+//! (Google Cloud Storage), started on 127.0.0.1 on free ports, each watched by a shell
+//! that stops it when the test process ends. scripts/setup.sh installs them under
+//! /var/tmp/pagevault-tools.
 #![allow(dead_code)]
 
 use super::free_port;
@@ -25,7 +26,7 @@ fn tools() -> PathBuf {
 fn need(p: PathBuf) -> PathBuf {
     assert!(
         p.exists(),
-        "{} is missing: run scripts/setup.sh (it builds MinIO and installs Azurite)",
+        "{} is missing: run scripts/setup.sh (it builds MinIO and fake-gcs-server, and installs Azurite)",
         p.display()
     );
     p
@@ -320,4 +321,181 @@ pub fn shared() -> &'static Shared {
 /// A key prefix no other test uses.
 pub fn unique(name: &str) -> String {
     format!("{name}-{}", free_port())
+}
+
+/// fake-gcs-server with a bucket `pvtest`, and STORAGE_EMULATOR_HOST set for it. Its
+/// JSON API (uploads, listings) is what the tests use to put objects in and look;
+/// pagevault speaks GCS's XML API (object_store's), of which the emulator serves GETs,
+/// HEADs, listings and DELETEs, but refuses PUTs and has no multipart uploads.
+pub struct FakeGcs {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl FakeGcs {
+    pub fn start() -> FakeGcs {
+        let port = free_port();
+        let dir = scratch("fake-gcs");
+        let bin = need(tools().join("bin/fake-gcs-server"));
+        let cmd = format!(
+            "exec '{}' -scheme http -host 127.0.0.1 -port {port} -public-host 127.0.0.1:{port} -backend filesystem -filesystem-root '{}' -log-level warn",
+            bin.display(),
+            dir.join("data").display()
+        );
+        let child = watched(&cmd, &[], &dir.join("log"));
+        wait_port(port, "fake-gcs-server");
+        let g = FakeGcs {
+            port,
+            dir,
+            child: Some(child),
+        };
+        let t0 = Instant::now();
+        while g.http("GET", "/_internal/healthcheck", &[]).0 != 200 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "fake-gcs-server not ready"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        g
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// One HTTP/1.1 request to the emulator: (status, body).
+    pub fn http(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        use std::io::{Read, Write};
+        let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return (0, vec![]);
+        };
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            self.port,
+            body.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c.write_all(body).unwrap();
+        let mut out = vec![];
+        c.read_to_end(&mut out).unwrap();
+        let at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&out[..at]).to_string();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let mut rest = out[at..].to_vec();
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            rest = dechunk(&rest);
+        }
+        (status, rest)
+    }
+
+    pub fn mkbucket(&self, name: &str) {
+        let body = format!("{{\"name\":\"{name}\"}}");
+        let (st, b) = self.http("POST", "/storage/v1/b", body.as_bytes());
+        assert_eq!(st, 200, "{}", String::from_utf8_lossy(&b));
+    }
+
+    /// Puts `bytes` as object `name` with the JSON API's media upload.
+    pub fn put(&self, bucket: &str, name: &str, bytes: &[u8]) {
+        let path = format!(
+            "/upload/storage/v1/b/{bucket}/o?uploadType=media&name={}",
+            encode(name)
+        );
+        let (st, b) = self.http("POST", &path, bytes);
+        assert_eq!(st, 200, "{name}: {}", String::from_utf8_lossy(&b));
+    }
+
+    /// Puts every file under `dir` as an object under `prefix` (its relative path).
+    pub fn put_tree(&self, bucket: &str, prefix: &str, dir: &std::path::Path) {
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().to_string();
+                self.put(
+                    bucket,
+                    &format!("{prefix}/{rel}"),
+                    &std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+
+    /// Names and sizes of the objects under `prefix`, sorted.
+    pub fn ls(&self, bucket: &str, prefix: &str) -> Vec<(String, u64)> {
+        let path = format!("/storage/v1/b/{bucket}/o?prefix={}", encode(prefix));
+        let (st, b) = self.http("GET", &path, &[]);
+        assert_eq!(st, 200, "{}", String::from_utf8_lossy(&b));
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        let mut out: Vec<(String, u64)> = (v["items"].as_array().cloned().unwrap_or_default())
+            .iter()
+            .map(|o| {
+                let size = o["size"].as_str().unwrap().parse().unwrap();
+                (o["name"].as_str().unwrap().to_string(), size)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The environment pagevault reads for it.
+    pub fn export_env(&self) {
+        std::env::set_var("STORAGE_EMULATOR_HOST", self.endpoint());
+    }
+}
+
+impl Drop for FakeGcs {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            stop(c);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = vec![];
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let n = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[eol + 2 + n + 2..];
+    }
+}
+
+/// One fake-gcs-server shared by the tests of a binary, with a bucket `pvtest`.
+pub fn gcs() -> &'static FakeGcs {
+    static G: OnceLock<FakeGcs> = OnceLock::new();
+    G.get_or_init(|| {
+        let g = FakeGcs::start();
+        g.mkbucket("pvtest");
+        g.export_env();
+        g
+    })
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const CREDS: &str = "the store refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (s3://) or the AZURE_STORAGE_* variables (azure://)";
+pub(super) const CREDS: &str = "the store refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (s3://), the AZURE_STORAGE_* variables (azure://) or the service account GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT names (gs://)";
 
 /// Turns an object_store error into a message that says what to do.
 pub(super) fn explain(name: &str, what: &str, e: object_store::Error) -> anyhow::Error {
@@ -61,11 +61,14 @@ pub(super) fn compact(text: &str) -> String {
 
 /// Removes anything that looks like a signature or key from a server message.
 pub(super) fn redact(s: &str) -> String {
-    const KEYS: [&str; 4] = [
+    const KEYS: [&str; 7] = [
         "x-amz-signature=",
         "x-amz-credential=",
         "x-amz-security-token=",
         "sig=",
+        "x-goog-signature=",
+        "x-goog-credential=",
+        "access_token=",
     ];
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
@@ -186,8 +189,8 @@ pub(super) fn build_s3(bucket: &str, o: &StoreOptions) -> Result<Arc<dyn ObjectS
     {
         b = b.with_region("us-east-1");
     }
-    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-        bail!("s3://{bucket}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
+    if !s3_has_credentials(&|v| std::env::var(v).ok(), on_ec2()) {
+        bail!("s3://{bucket}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN (web identity, EKS IRSA); ECS task and EKS Pod Identity credentials come from AWS_CONTAINER_CREDENTIALS_*, an EC2 instance's role from its metadata");
     }
     // No SHA-256 of every part on both ends: TLS guards the transfer, and every frame
     // is checked on restore (its CRC32C and content digest, or its tag). Conditional
@@ -235,6 +238,9 @@ pub(super) fn build_azure(container: &str) -> Result<Arc<dyn ObjectStore>> {
             b = b.with_endpoint(e.trim_end_matches('/').to_string());
         }
     } else {
+        // The AZURE_* variables object_store reads: account, key, SAS, service
+        // principal, workload identity, managed identity, Azure CLI, endpoint.
+        b = MicrosoftAzureBuilder::from_env().with_container_name(container);
         let emulator = std::env::var("AZURE_STORAGE_USE_EMULATOR")
             .is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
         if emulator {
@@ -242,20 +248,163 @@ pub(super) fn build_azure(container: &str) -> Result<Arc<dyn ObjectStore>> {
             allow_http = true;
             have_creds = true;
         }
-        if let Ok(a) = std::env::var("AZURE_STORAGE_ACCOUNT_NAME") {
-            b = b.with_account(a);
+        for var in ["AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"] {
+            if let Ok(e) = std::env::var(var) {
+                allow_http |= check_endpoint(&e, var)?;
+            }
         }
-        if let Ok(k) = std::env::var("AZURE_STORAGE_ACCOUNT_KEY") {
-            b = b.with_access_key(k);
-            have_creds = true;
-        }
+        have_creds |= azure_has_credentials(&|v| std::env::var(v).ok(), on_azure());
     }
     if !have_creds {
-        bail!("azure://{container}: no credentials: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (AZURE_STORAGE_USE_EMULATOR=true for Azurite)");
+        bail!("azure://{container}: no credentials: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or AZURE_CLIENT_ID and AZURE_TENANT_ID with AZURE_FEDERATED_TOKEN_FILE (workload identity) or AZURE_CLIENT_SECRET; an Azure VM's managed identity is used on its own (AZURE_STORAGE_USE_EMULATOR=true for Azurite)");
     }
     b.with_client_options(client_options(allow_http, Kind::Azure)?)
         .with_retry(retry_config())
         .build()
         .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
         .map_err(|e| anyhow!("azure://{container}: {}", redact(&e.to_string())))
+}
+
+/// Whether object_store finds GCS credentials other than the metadata server's: a
+/// service account file or key, an application-default credentials file (named by
+/// GOOGLE_APPLICATION_CREDENTIALS, or gcloud's well-known one: `adc_file`). The metadata
+/// server counts on Google Cloud (`on_gce`) or where GCE_METADATA_* name it; elsewhere
+/// object_store would wait on an address that never answers.
+pub(super) fn gcs_has_credentials(
+    var: &dyn Fn(&str) -> Option<String>,
+    adc_file: bool,
+    on_gce: bool,
+) -> bool {
+    const VARS: [&str; 8] = [
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_PATH",
+        "SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GCE_METADATA_HOST",
+        "GCE_METADATA_ROOT",
+        "GCE_METADATA_IP",
+    ];
+    adc_file || on_gce || VARS.iter().any(|v| var(v).is_some_and(|s| !s.is_empty()))
+}
+
+/// Google's client libraries take a machine whose DMI product name says Google for a
+/// Compute Engine (or GKE) machine, with a metadata server.
+fn on_gce() -> bool {
+    std::fs::read_to_string("/sys/class/dmi/id/product_name")
+        .is_ok_and(|p| p.trim().starts_with("Google"))
+}
+
+/// STORAGE_EMULATOR_HOST (the variable Google's client libraries read; `host:port` or a
+/// URL) points gs:// at an emulator, with no OAuth. object_store takes another base URL
+/// only from a service account's `gcs_base_url`, so one is made for it.
+pub(super) fn build_gcs(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
+    let mut allow_http = false;
+    let b = match std::env::var("STORAGE_EMULATOR_HOST") {
+        Ok(host) if !host.is_empty() => {
+            let url = match host.contains("://") {
+                true => host.trim_end_matches('/').to_string(),
+                false => format!("http://{}", host.trim_end_matches('/')),
+            };
+            allow_http = check_endpoint(&url, "STORAGE_EMULATOR_HOST")?;
+            let account = serde_json::json!({
+                "gcs_base_url": url,
+                "disable_oauth": true,
+                "client_email": "",
+                "private_key": "",
+                "private_key_id": "",
+            });
+            GoogleCloudStorageBuilder::new().with_service_account_key(account.to_string())
+        }
+        _ => {
+            let adc = std::env::var_os("HOME").is_some_and(|h| {
+                std::path::Path::new(&h)
+                    .join(".config/gcloud/application_default_credentials.json")
+                    .is_file()
+            });
+            if !gcs_has_credentials(&|v| std::env::var(v).ok(), adc, on_gce()) {
+                bail!("gs://{bucket}: no credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service account key file or the file `gcloud auth application-default login` writes, or GOOGLE_SERVICE_ACCOUNT to a key file (GOOGLE_SERVICE_ACCOUNT_KEY to its JSON); on Google Cloud the metadata server's are used (STORAGE_EMULATOR_HOST for an emulator)");
+            }
+            GoogleCloudStorageBuilder::from_env()
+        }
+    };
+    b.with_bucket_name(bucket)
+        .with_client_options(client_options(allow_http, Kind::Gcs)?)
+        .with_retry(retry_config())
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| anyhow!("gs://{bucket}: {}", redact(&e.to_string())))
+}
+
+/// Whether object_store finds S3 credentials other than an EC2 instance's: static keys,
+/// a web identity token (EKS IRSA), ECS task or EKS Pod Identity credentials. The
+/// instance's count on EC2 (`on_ec2`) or where AWS_METADATA_ENDPOINT names the service;
+/// elsewhere object_store would wait on an address that never answers.
+pub(super) fn s3_has_credentials(var: &dyn Fn(&str) -> Option<String>, on_ec2: bool) -> bool {
+    let set = |k: &str| var(k).is_some_and(|v| !v.is_empty());
+    set("AWS_ACCESS_KEY_ID")
+        || (set("AWS_WEB_IDENTITY_TOKEN_FILE") && set("AWS_ROLE_ARN"))
+        || set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        || (set("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+            && set("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"))
+        || set("AWS_METADATA_ENDPOINT")
+        || on_ec2
+}
+
+/// EC2 (Nitro) names itself in the DMI vendor; Xen instances in the hypervisor's uuid.
+fn on_ec2() -> bool {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    [
+        "/sys/class/dmi/id/sys_vendor",
+        "/sys/class/dmi/id/board_vendor",
+    ]
+    .iter()
+    .any(|p| read(p).trim() == "Amazon EC2")
+        || read("/sys/hypervisor/uuid")
+            .to_ascii_lowercase()
+            .starts_with("ec2")
+}
+
+/// Whether object_store finds Azure credentials without a connection string, other than
+/// a VM's managed identity: an account key, a SAS, a bearer token, a service principal
+/// (secret or federated token file: AKS workload identity), the Azure CLI's login. The
+/// managed identity counts on Azure (`on_azure`) or where an identity endpoint is named.
+pub(super) fn azure_has_credentials(var: &dyn Fn(&str) -> Option<String>, on_azure: bool) -> bool {
+    let set = |k: &str| var(k).is_some_and(|v| !v.is_empty());
+    let any = |ks: &[&str]| ks.iter().any(|k| set(k));
+    let principal = any(&["AZURE_CLIENT_ID", "AZURE_STORAGE_CLIENT_ID"])
+        && any(&[
+            "AZURE_TENANT_ID",
+            "AZURE_STORAGE_TENANT_ID",
+            "AZURE_AUTHORITY_ID",
+            "AZURE_STORAGE_AUTHORITY_ID",
+        ])
+        && any(&[
+            "AZURE_CLIENT_SECRET",
+            "AZURE_STORAGE_CLIENT_SECRET",
+            "AZURE_FEDERATED_TOKEN_FILE",
+        ]);
+    let cli = var("AZURE_USE_AZURE_CLI").is_some_and(|v| {
+        ["1", "true", "on", "yes", "y"].contains(&v.to_ascii_lowercase().as_str())
+    });
+    principal
+        || cli
+        || on_azure
+        || any(&[
+            "AZURE_STORAGE_ACCOUNT_KEY",
+            "AZURE_STORAGE_ACCESS_KEY",
+            "AZURE_STORAGE_MASTER_KEY",
+            "AZURE_STORAGE_SAS_KEY",
+            "AZURE_STORAGE_SAS_TOKEN",
+            "AZURE_STORAGE_TOKEN",
+            "AZURE_MSI_ENDPOINT",
+            "AZURE_IDENTITY_ENDPOINT",
+            "IDENTITY_ENDPOINT",
+        ])
+}
+
+/// Azure's VMs carry this DMI chassis asset tag.
+fn on_azure() -> bool {
+    std::fs::read_to_string("/sys/class/dmi/id/chassis_asset_tag")
+        .is_ok_and(|t| t.trim() == "7783-7084-3265-9085-8269-3286-77")
 }

@@ -1,7 +1,8 @@
 //! Object storage devices: `s3://BUCKET/KEY` (AWS S3 and S3-compatible servers such as
-//! MinIO) and `azure://CONTAINER/BLOB` (Azure Blob Storage, Azurite).
+//! MinIO), `azure://CONTAINER/BLOB` (Azure Blob Storage, Azurite) and `gs://BUCKET/KEY`
+//! (Google Cloud Storage, through its XML API).
 //!
-//! A stripe is one multipart (S3) or block (Azure) upload: parts of `--max-transfer-size`
+//! A stripe is one multipart (S3, GCS) or block (Azure) upload: parts of `--max-transfer-size`
 //! or more, several in flight, made visible only by the final commit. A failed backup
 //! aborts the upload. Reads are ranged GETs, several in flight ahead of a sequential
 //! reader. Requests are retried by object_store (exponential backoff with jitter on
@@ -12,6 +13,7 @@ use anyhow::{anyhow, bail, Result};
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path as KeyPath;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, MultipartUpload, ObjectStore, PutMode, PutOptions,
@@ -30,7 +32,8 @@ use tracing::Dispatch;
 /// The parts of an object rewritten by `Location::patch_head`.
 const REWRITE_PART: u64 = 8 << 20;
 
-/// S3 refuses parts under 5 MiB (except the last) and more than 10,000 parts.
+/// S3 refuses parts under 5 MiB (except the last) and more than 10,000 parts; so does
+/// GCS's XML multipart upload.
 const S3_MIN_PART: usize = 5 << 20;
 const S3_MAX_PARTS: u64 = 10_000;
 const S3_MAX_PART: usize = 5 << 30;
@@ -64,6 +67,7 @@ fn read_ahead() -> u64 {
 pub enum Kind {
     S3,
     Azure,
+    Gcs,
 }
 
 impl Kind {
@@ -71,6 +75,7 @@ impl Kind {
         match self {
             Kind::S3 => "s3",
             Kind::Azure => "azure",
+            Kind::Gcs => "gs",
         }
     }
 }
@@ -135,7 +140,7 @@ mod tests;
 pub const VERSION_MAX: usize = 1024;
 
 /// Whether `v` can be a store's version id: bounded, printable, of the characters S3
-/// (URL-safe text) and Azure (a timestamp) use. A version id comes from a store or a
+/// (URL-safe text), Azure (a timestamp) and GCS (a generation number) use. A version id comes from a store or a
 /// catalog record: untrusted either way, and sent back in a query string.
 pub fn valid_version(v: &str) -> bool {
     (1..=VERSION_MAX).contains(&v.len())
@@ -185,7 +190,7 @@ pub use stripe::{part_plan, ObjectDevice};
 // ---------------------------------------------------------------------------------
 // Locations and stores.
 
-/// A parsed `s3://BUCKET/KEY` or `azure://CONTAINER/BLOB`.
+/// A parsed `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB` or `gs://BUCKET/KEY`.
 #[derive(Clone)]
 pub struct Location {
     pub kind: Kind,
@@ -520,12 +525,14 @@ fn shared_store(kind: Kind, bucket: &str, o: &StoreOptions) -> Result<Arc<dyn Ob
     let s: Arc<dyn ObjectStore> = Arc::new(count::Counted(match kind {
         Kind::S3 => build_s3(bucket, o)?,
         Kind::Azure => build_azure(bucket)?,
+        Kind::Gcs => build_gcs(bucket)?,
     }));
     map.insert(key, s.clone());
     Ok(s)
 }
 
-/// Parses `s3://BUCKET[/KEY]` or `azure://CONTAINER[/BLOB]`; None for other specs.
+/// Parses `s3://BUCKET[/KEY]`, `azure://CONTAINER[/BLOB]` or `gs://BUCKET[/KEY]`; None
+/// for other specs.
 /// Stores are shared per bucket and endpoint, so stripes to one bucket share connections.
 pub fn parse(spec: &str, o: &StoreOptions) -> Result<Option<Location>> {
     let Some((scheme, rest)) = spec.split_once("://") else {
@@ -534,6 +541,7 @@ pub fn parse(spec: &str, o: &StoreOptions) -> Result<Option<Location>> {
     let kind = match scheme.to_ascii_lowercase().as_str() {
         "s3" => Kind::S3,
         "azure" | "az" => Kind::Azure,
+        "gs" => Kind::Gcs,
         _ => return Ok(None),
     };
     let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));

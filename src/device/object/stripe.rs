@@ -21,7 +21,7 @@ impl ObjectDevice {
 /// larger than expected fits.
 pub fn part_plan(kind: Kind, transfer: usize, expected: u64) -> (usize, u64) {
     let (min, max_parts) = match kind {
-        Kind::S3 => (S3_MIN_PART, S3_MAX_PARTS),
+        Kind::S3 | Kind::Gcs => (S3_MIN_PART, S3_MAX_PARTS),
         Kind::Azure => (AZ_PART, AZ_MAX_PARTS),
     };
     let step = max_parts / 10;
@@ -41,7 +41,7 @@ pub(super) fn parts_in_flight(part: usize) -> usize {
 
 pub(super) fn part_size(kind: Kind, base: usize, step: u64, index: u64) -> usize {
     let max = match kind {
-        Kind::S3 => S3_MAX_PART,
+        Kind::S3 | Kind::Gcs => S3_MAX_PART,
         Kind::Azure => AZ_MAX_PART,
     };
     let shift = (index / step).min(20) as u32;

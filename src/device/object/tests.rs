@@ -13,20 +13,20 @@ fn backoff_message_parses() {
 
 #[test]
 fn parts_fit_any_stripe() {
-    for kind in [Kind::S3, Kind::Azure] {
+    for kind in [Kind::S3, Kind::Azure, Kind::Gcs] {
         for expected in [0u64, 1 << 30, 1 << 40, 5 << 40] {
             let (base, step) = part_plan(kind, 1 << 20, expected);
-            let max_parts = if kind == Kind::S3 {
-                S3_MAX_PARTS
-            } else {
+            let max_parts = if kind == Kind::Azure {
                 AZ_MAX_PARTS
+            } else {
+                S3_MAX_PARTS
             };
             let total: u64 = (0..max_parts)
                 .map(|i| part_size(kind, base, step, i) as u64)
                 .sum();
             // Even twice the expected size (at least 1 TiB) fits in the part limit.
             assert!(total >= (2 * expected).max(1 << 40), "{kind:?} {expected}");
-            if kind == Kind::S3 {
+            if kind != Kind::Azure {
                 assert!(base >= S3_MIN_PART);
             }
         }
@@ -55,6 +55,36 @@ fn loopback_only_for_http() {
 fn signatures_are_redacted() {
     let r = redact("GET http://h/b/k?X-Amz-Credential=AKIA/x&X-Amz-Signature=abc123 failed");
     assert!(!r.contains("abc123") && !r.contains("AKIA"), "{r}");
+    // A GCS signed URL's, and an OAuth token in a query.
+    let r = redact("PUT https://h/b/k?X-Goog-Credential=sa%40p/x&X-Goog-Signature=0f9e failed");
+    assert!(!r.contains("0f9e") && !r.contains("sa%40p"), "{r}");
+    let r = redact("GET http://h/token?access_token=ya29.secret&x=1");
+    assert!(!r.contains("ya29") && r.contains("&x=1"), "{r}");
+}
+
+#[test]
+fn gcs_credentials_are_found_where_object_store_looks() {
+    let none = |_: &str| None;
+    assert!(!gcs_has_credentials(&none, false, false));
+    assert!(
+        gcs_has_credentials(&none, true, false),
+        "gcloud's well-known file"
+    );
+    assert!(gcs_has_credentials(&none, false, true), "on Google Cloud");
+    for v in [
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "GCE_METADATA_HOST",
+    ] {
+        let one = |k: &str| (k == v).then(|| "x".to_string());
+        assert!(gcs_has_credentials(&one, false, false), "{v}");
+        let empty = |k: &str| (k == v).then(String::new);
+        assert!(!gcs_has_credentials(&empty, false, false), "{v} empty");
+    }
+    // Another store's are not GCS credentials.
+    let aws = |k: &str| (k == "AWS_ACCESS_KEY_ID").then(|| "x".to_string());
+    assert!(!gcs_has_credentials(&aws, false, false));
 }
 
 #[test]
@@ -106,8 +136,9 @@ fn downloads_are_bounded_and_streamed() {
 
 #[test]
 fn version_ids_are_bounded_and_of_the_stores_characters() {
-    // S3 (MinIO, AWS) and Azure (a timestamp) version ids.
+    // S3 (MinIO, AWS), Azure (a timestamp) and GCS (a generation) version ids.
     for ok in [
+        "1795874524767697",
         "3b9c6f0e-5a2e-4c1d-9f0a-1b2c3d4e5f60",
         "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY+MTRCxf3vjVBH40Nr8X8gdRQBpUMLUo",
         "2026-11-27T08:33:35.1234567Z",
@@ -117,5 +148,70 @@ fn version_ids_are_bounded_and_of_the_stores_characters() {
     let long = "a".repeat(VERSION_MAX + 1);
     for bad in ["", "null", "a b", "x&versionId=y", "a\u{1b}[2J", &long] {
         assert!(!valid_version(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn s3_credentials_are_found_where_object_store_looks() {
+    let of =
+        |pairs: &'static [&'static str]| move |k: &str| pairs.contains(&k).then(|| "x".to_string());
+    assert!(!s3_has_credentials(&of(&[]), false));
+    assert!(s3_has_credentials(&of(&[]), true), "an EC2 instance's role");
+    for ok in [
+        &["AWS_ACCESS_KEY_ID"][..],
+        &["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"],
+        &["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"],
+        &[
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+        ],
+        &["AWS_METADATA_ENDPOINT"],
+    ] {
+        assert!(s3_has_credentials(&of(ok), false), "{ok:?}");
+    }
+    // Half of a pair is not enough; a profile is not read by object_store.
+    for no in [
+        &["AWS_WEB_IDENTITY_TOKEN_FILE"][..],
+        &["AWS_ROLE_ARN"],
+        &["AWS_CONTAINER_CREDENTIALS_FULL_URI"],
+        &["AWS_PROFILE"],
+    ] {
+        assert!(!s3_has_credentials(&of(no), false), "{no:?}");
+    }
+}
+
+#[test]
+fn azure_credentials_are_found_where_object_store_looks() {
+    let of = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    assert!(!azure_has_credentials(&of(&[]), false));
+    assert!(
+        azure_has_credentials(&of(&[]), true),
+        "a VM's managed identity"
+    );
+    const ID: (&str, &str) = ("AZURE_CLIENT_ID", "c");
+    const TENANT: (&str, &str) = ("AZURE_TENANT_ID", "t");
+    for ok in [
+        &[("AZURE_STORAGE_ACCOUNT_KEY", "k")][..],
+        &[("AZURE_STORAGE_SAS_TOKEN", "sv=1&sig=2")],
+        &[ID, TENANT, ("AZURE_FEDERATED_TOKEN_FILE", "/var/run/t")],
+        &[ID, TENANT, ("AZURE_CLIENT_SECRET", "s")],
+        &[("AZURE_USE_AZURE_CLI", "true")],
+        &[("IDENTITY_ENDPOINT", "http://localhost:42356/msi/token")],
+    ] {
+        assert!(azure_has_credentials(&of(ok), false), "{ok:?}");
+    }
+    for no in [
+        &[ID, ("AZURE_FEDERATED_TOKEN_FILE", "/var/run/t")][..],
+        &[("AZURE_USE_AZURE_CLI", "false")],
+        &[("AZURE_STORAGE_ACCOUNT_NAME", "a")],
+    ] {
+        assert!(!azure_has_credentials(&of(no), false), "{no:?}");
     }
 }

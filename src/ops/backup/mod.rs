@@ -44,7 +44,7 @@ pub use rules::*;
 pub struct BackupOptions {
     /// files:PATH, sqlite:PATH or postgres://...
     pub source: String,
-    /// Device specs (paths, NUL, s3://, azure://), after the repository's stripes.
+    /// Device specs (paths, NUL, s3://, azure://, gs://), after the repository's stripes.
     pub to: Vec<String>,
     pub repo: Option<String>,
     /// Stripes inside the repository (None: 1, or 0 when `to` names devices).
