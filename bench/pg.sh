@@ -6,7 +6,8 @@
 #   real     about REAL_MB MiB of order rows (numbers, timestamps, e-mails, word text, md5
 #            tokens, random bytes, three indexes) that compress about 2x with zstd, like real data
 # then times on each cluster, one case after another, REPS times (round-robin, the order
-# reversed every other repetition), with a warm and a cold page cache
+# reversed every other repetition), with a warm (the data directory, and before a restore its
+# input, read into the page cache first) and a cold page cache
 # (sync; echo 3 > /proc/sys/vm/drop_caches before every cold backup and every cold restore;
 # on a VM that hands freed memory back to its host, that is stopped while measuring: see
 # bench/vm-memory.sh):
@@ -271,6 +272,13 @@ printf 'set\tdb_bytes\tdescription\n' > "$RUNDIR/sets.tsv"
 warm_up() {      # read the data directory into the page cache
     find "${DATA[$SET]}" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true
 }
+# warm_input PATH: with a warm cache, a restore's input (a set or repository just written)
+# read into the page cache first, whoever wrote it: pagevault writes its stripes with
+# O_DIRECT, so they are not there after its backup as a buffered writer's are.
+warm_input() {
+    [ "$CACHE" = warm ] || return 0
+    find "$1" -type f -print0 | xargs -0 cat > /dev/null 2>&1 || true
+}
 
 # CPU of the server: the postmaster and its children, with those it has reaped (ticks).
 server_ticks() {
@@ -365,6 +373,7 @@ case_pv() { # case_pv CODEC disk|nul [BINARY TOOL [EXTRA OPTION...]]
     local to=(--to "$SCRATCH/pv.pvb") from=(--from "$SCRATCH/pv.pvb") sizep=$SCRATCH/pv.pvb
     if [ "$PV_DEST" = repo ]; then to=(--repo "$SCRATCH/repo"); from=(--repo "$SCRATCH/repo"); sizep=$SCRATCH/repo; fi
     if run_timed backup "$tool" "$codec" "$sizep" "$SCRATCH" "$PV" backup --source "$src" "${to[@]}" --compress "$codec" "${extra[@]}" "${bonly[@]}" --json; then
+        warm_input "$sizep"
         if run_timed restore "$tool" "$codec" "$SCRATCH/restore" "$SCRATCH" \
             "$PV" restore "${from[@]}" --to "$SCRATCH/restore" --owner postgres "${extra[@]}" --json &&
             [ "$VERIFY" = 1 ] && [ "$REP" = 1 ] && [ "$CACHE" = "${CACHE_LIST[0]}" ] && [ "$codec" = lz4 ] && [ "$tool" = pagevault ]; then
@@ -404,6 +413,7 @@ EOF
     if run_timed backup pgbackrest "$ct" "$SCRATCH/pgbackrest-repo" "$SCRATCH" \
         as_pg pgbackrest --config="$conf" --stanza="$SET" backup --type=full --compress-type="$ct"; then
         install -d -m 700 -o postgres -g postgres "$SCRATCH/restore"
+        warm_input "$SCRATCH/pgbackrest-repo"
         run_timed restore pgbackrest "$ct" "$SCRATCH/restore" "$SCRATCH" \
             as_pg pgbackrest --config="$conf" --stanza="$SET" --pg1-path="$SCRATCH/restore" restore || true
     fi
@@ -433,6 +443,7 @@ case_pgbb() { # case_pgbb none|client-lz4|server-lz4|server-zstd
     fresh_scratch
     if run_timed backup pg_basebackup "$v" "$SCRATCH/bb" "$SCRATCH" \
         "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "${PORT[$SET]}" -U postgres -D "$SCRATCH/bb" -Ft -X stream -c fast "${args[@]}"; then
+        warm_input "$SCRATCH/bb"
         run_timed restore pg_basebackup "$v" "$SCRATCH/restore" "$SCRATCH" pgbb_restore "$SCRATCH/bb" "$SCRATCH/restore" || true
     fi
     fresh_scratch
