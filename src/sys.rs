@@ -250,6 +250,20 @@ pub fn preadv(fd: impl AsFd, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Re
     Ok(rustix::io::preadv(fd, bufs, offset)?)
 }
 
+/// fallocate: allocates `len` bytes from 0 (unwritten extents, read as zeros), the size
+/// set too; an error where the file system cannot (never a fallback that writes zeros).
+pub fn allocate(fd: impl AsFd, len: u64) -> io::Result<()> {
+    use rustix::fs::FallocateFlags;
+    Ok(rustix::fs::fallocate(fd, FallocateFlags::empty(), 0, len)?)
+}
+
+/// fallocate PUNCH_HOLE: frees `len` bytes at `offset` (they read as zeros), the size kept.
+pub fn punch_hole(fd: impl AsFd, offset: u64, len: u64) -> io::Result<()> {
+    use rustix::fs::FallocateFlags;
+    let how = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+    Ok(rustix::fs::fallocate(fd, how, offset, len)?)
+}
+
 /// posix_fallocate: reserves `len` bytes from 0 (glibc writes zeros where the file system
 /// cannot allocate; rustix's fallocate does not).
 pub fn posix_fallocate(fd: impl AsFd, len: u64) -> io::Result<()> {

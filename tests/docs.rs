@@ -83,10 +83,6 @@ fn the_reference_pages_are_todays_help() {
 /// stanza.
 fn parser() -> clap::Command {
     fn loosen(cmd: clap::Command) -> clap::Command {
-        let names: Vec<String> = cmd
-            .get_subcommands()
-            .map(|s| s.get_name().to_string())
-            .collect();
         let mut cmd = cmd.mut_args(|a| {
             a.required(false)
                 .required_unless_present(clap::builder::Resettable::<clap::Id>::Reset)
@@ -96,12 +92,9 @@ fn parser() -> clap::Command {
         for g in groups {
             cmd = cmd.mut_group(g, |g| g.required(false));
         }
-        for n in names {
-            cmd = cmd.mut_subcommand(n, loosen);
-        }
         cmd
     }
-    loosen(pagevault::cmd::cli::Cli::command())
+    pagevault::cmd::cli::map_commands(pagevault::cmd::cli::Cli::command(), &loosen)
 }
 
 #[test]

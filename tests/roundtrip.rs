@@ -457,6 +457,8 @@ fn large_aligned_writes_skip_the_page_cache_and_the_rest_goes_through_it() {
     for (i, n) in sizes.iter().enumerate() {
         std::fs::write(src.join(format!("f{i}")), bytes(i as u64, *n, false)).unwrap();
     }
+    // All zeros: Zero frames, nothing written.
+    std::fs::write(src.join("zeros"), vec![0u8; 4 << 20]).unwrap();
     let set = s(&t.path().join("set.pv"));
     backup_files(
         &src,
@@ -487,6 +489,11 @@ fn large_aligned_writes_skip_the_page_cache_and_the_rest_goes_through_it() {
         assert_eq!(w["buffered_bytes"], want_buffered, "{mode}: {w}");
         assert!(w["depth"].as_u64().unwrap() >= 4, "{w}");
         assert_same_tree(&src, &to);
+        // A large file's blocks are allocated when it is made where writes go direct
+        // (they then run several at once); its zero chunks are holes again after.
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(to.join("zeros")).unwrap().blocks() * 512;
+        assert!(blocks < 1 << 20, "{mode}: {blocks} bytes allocated");
     }
     // One writer, as asked.
     let to = t.path().join("out-1");

@@ -150,3 +150,18 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 300)]
     pub size_mb: u64,
 }
+
+/// `cmd` and every subcommand under it, at any depth, each changed by `f`.
+pub fn map_commands(
+    cmd: clap::Command,
+    f: &impl Fn(clap::Command) -> clap::Command,
+) -> clap::Command {
+    let names: Vec<String> = (cmd.get_subcommands())
+        .map(|s| s.get_name().to_string())
+        .collect();
+    let mut cmd = f(cmd);
+    for n in names {
+        cmd = cmd.mut_subcommand(n, |c| map_commands(c, f));
+    }
+    cmd
+}

@@ -46,15 +46,7 @@ pub fn run(args: GenerateArgs, cmd: clap::Command) -> anyhow::Result<()> {
 
 /// The pages never show the generating environment's PAGEVAULT_* values.
 fn no_env_values(cmd: clap::Command) -> clap::Command {
-    let names: Vec<String> = cmd
-        .get_subcommands()
-        .map(|s| s.get_name().to_string())
-        .collect();
-    let mut cmd = cmd.mut_args(|a| a.hide_env_values(true));
-    for n in names {
-        cmd = cmd.mut_subcommand(n, no_env_values);
-    }
-    cmd
+    super::cli::map_commands(cmd, &|c| c.mut_args(|a| a.hide_env_values(true)))
 }
 
 /// A visible command: its file stem (`pagevault-archive-push`), its title
@@ -91,9 +83,19 @@ fn commands(cmd: &clap::Command) -> Vec<Page> {
     out
 }
 
+/// Writes `name` in `dir` new and renames it into place: a link planted at the name is
+/// replaced, never written through. Public documents: 0644.
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
     let p = dir.join(name);
-    std::fs::write(&p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
+    let fail = || format!("cannot write {}", p.display());
+    let mut t = tempfile::NamedTempFile::new_in(dir).with_context(fail)?;
+    t.write_all(bytes).with_context(fail)?;
+    (t.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644)))
+    .with_context(fail)?;
+    t.persist(&p).map_err(|e| e.error).with_context(fail)?;
     Ok(p)
 }
 
@@ -148,4 +150,22 @@ fn reference(cmd: &mut clap::Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>
     }
     out.push(write(dir, "README.md", index.as_bytes())?);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_link_at_a_page_s_name_is_replaced_not_written_through() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        let dir = t.path().join("out");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("pagevault.md")).unwrap();
+        let p = super::write(&dir, "pagevault.md", b"page").unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        assert!(m.file_type().is_file());
+        assert_eq!(std::fs::read(&p).unwrap(), b"page");
+    }
 }

@@ -57,8 +57,10 @@ impl Target {
             .delta
             .is_some()
             .then_some("a delta restore reads and compares what is in place: page cache");
+        let direct = direct::Direct::new(mode, why_not);
+        files.allocate.store(direct.wanted(), Relaxed);
         Target {
-            direct: direct::Direct::new(mode, why_not),
+            direct,
             files,
             open: Mutex::new(HashMap::new()),
             writeback: true,
@@ -69,6 +71,7 @@ impl Target {
     /// cache (a merge's copy, read back soon).
     pub fn without_writeback(mut self) -> Target {
         self.writeback = false;
+        self.files.allocate.store(false, Relaxed);
         self.direct = direct::Direct::new(
             DirectWrites::Off,
             Some("a merge's copy is read back at once: page cache"),
@@ -152,6 +155,11 @@ impl FrameSink for Target {
     fn write_zeros(&self, file: u32, offset: u64, len: usize) -> io::Result<()> {
         // A fresh file reads as zeros there once it exists: it exists when this returns.
         self.files.ensure(file)?;
+        if self.files.allocated(file) {
+            // Its blocks were allocated for the writes: a hole again, as the source had.
+            let f = self.file(file)?;
+            let _ = crate::sys::punch_hole(&**f, offset, len as u64);
+        }
         if let Some((d, i, found)) = self.files.delta_of(file) {
             let f = self.file(file)?;
             d.zeros(&f, i, found, offset, len)
@@ -171,6 +179,11 @@ impl FrameSink for Target {
     }
     fn whole(&self, file: u32) {
         self.open.lock().unwrap().remove(&file);
+    }
+    fn parallel(&self, file: u32) -> bool {
+        // Aligned O_DIRECT writes into allocated (unwritten) extents take the inode
+        // lock shared: several at once into one file.
+        self.direct.wanted() && self.files.allocated(file)
     }
     fn written(&self, file: u32, offset: u64, len: u64) {
         if !self.writeback {
@@ -303,12 +316,18 @@ pub struct Files {
     delta: Option<delta::Delta>,
     /// Where files are made and opened, beneath these handles only.
     roots: Arc<Roots>,
+    /// Allocate a large file's blocks when it is made (direct writes then go several at
+    /// once into it), but not those of `sparse` (files left out, kept at their size).
+    allocate: AtomicBool,
+    sparse: Mutex<std::collections::HashSet<usize>>,
 }
 
 const NOT_MADE: u8 = 0;
 const MADE: u8 = 1;
 const KEPT: u8 = 2;
 const FAILED: u8 = 3;
+/// Made, its blocks allocated.
+const ALLOCATED: u8 = 4;
 const MAKING_LOCKS: usize = 1024;
 
 impl Files {
@@ -330,7 +349,7 @@ impl Files {
     /// Whether file `i` is made (Some(kept)), or why it cannot be.
     fn state(&self, i: usize) -> Option<Result<bool, String>> {
         match self.made[i].load(Acquire) {
-            MADE => Some(Ok(false)),
+            MADE | ALLOCATED => Some(Ok(false)),
             KEPT => Some(Ok(true)),
             FAILED => Some(Err(self.failed.lock().unwrap()[&i].to_string())),
             _ => None,
@@ -348,6 +367,7 @@ impl Files {
         let r = self.made_now(&self.path(i), self.sizes[i], i);
         let state = match &r {
             Ok(true) => KEPT,
+            Ok(false) if self.allocated_now(i) => ALLOCATED,
             Ok(false) => MADE,
             Err(e) => {
                 self.failed.lock().unwrap().insert(i, e.as_str().into());
@@ -387,9 +407,39 @@ impl Files {
             }
         }
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
-        let r = (self.roots.open_file(p, flags, 0o666)).and_then(|f| f.set_len(size));
+        let allocate = self.worth_allocating(i);
+        let r = (self.roots.open_file(p, flags, 0o666)).and_then(|f| {
+            // Where the file system cannot allocate, the file is made sparse.
+            if !(allocate && crate::sys::allocate(&f, size).is_ok()) {
+                f.set_len(size)?;
+            }
+            Ok(())
+        });
         r.map(|_| false)
             .map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
+    }
+
+    fn worth_allocating(&self, i: usize) -> bool {
+        self.allocate.load(Relaxed)
+            && self.sizes[i] >= direct::AUTO_MIN as u64
+            && !self.sparse.lock().unwrap().contains(&i)
+    }
+
+    /// Whether file `i`, just made, had its blocks allocated.
+    fn allocated_now(&self, i: usize) -> bool {
+        self.worth_allocating(i)
+            && std::fs::metadata(self.path(i)).is_ok_and(|m| m.blocks() * 512 >= self.sizes[i])
+    }
+
+    /// Whether file `id` is made with its blocks allocated.
+    fn allocated(&self, id: u32) -> bool {
+        (self.index.get(id)).is_some_and(|i| self.made[i].load(Acquire) == ALLOCATED)
+    }
+
+    /// Files made at their size without their blocks (a restore's left-out databases).
+    pub fn keep_sparse(&self, ids: impl IntoIterator<Item = u32>) {
+        let found = ids.into_iter().filter_map(|id| self.index.get(id));
+        self.sparse.lock().unwrap().extend(found);
     }
 
     /// A delta restore's state for file `id`: its index and whether it was in place.
@@ -519,6 +569,8 @@ pub fn lay_out(
         failed: Mutex::default(),
         delta: delta.then(|| delta::Delta::new(n)),
         roots,
+        allocate: AtomicBool::new(false),
+        sparse: Mutex::default(),
     })
 }
 

@@ -366,6 +366,9 @@ impl FrameSink for LayerSink<'_> {
         Ok(true)
     }
 
+    fn parallel(&self, file: u32) -> bool {
+        self.to(file).is_some_and(|to| self.inner.parallel(to))
+    }
     fn written(&self, file: u32, offset: u64, len: u64) {
         let Some(to) = self.to(file) else {
             return;

@@ -42,6 +42,11 @@ pub trait FrameSink: Sync {
     fn written(&self, _file: u32, _offset: u64, _len: u64) {}
     /// Every byte of `file` is written: nothing more will be.
     fn whole(&self, _file: u32) {}
+    /// Whether writes into `file` may run several at once (else one thread writes a
+    /// file at a time, the others queueing their frames for it).
+    fn parallel(&self, _file: u32) -> bool {
+        false
+    }
     /// A delta restore's question before a Data or Zero frame is decompressed: does
     /// `file` already hold, at `offset..offset + len`, bytes whose `hash` is `digest`
     /// (the frame's checked header digest)? True: the frame is neither decompressed nor

@@ -33,7 +33,12 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
         sh.pool.put(w.buf);
         return Ok(());
     };
-    let mut next = sh.state.begin(fi, w);
+    // Asked once: a file becomes parallel when it is made, after its first frame.
+    let parallel = sink.parallel(w.file);
+    let mut next = match parallel {
+        true => Some(w),
+        false => sh.state.begin(fi, w),
+    };
     while let Some(mut w) = next {
         let t1 = Instant::now();
         w.put(sink, sh.p.page_size).map_err(|e| {
@@ -48,7 +53,10 @@ pub(super) fn write(sh: &Shared, fi: usize, w: FrameWrite) -> Result<()> {
         sh.write_st.op(w.raw_len);
         sh.target_lane.op(w.raw_len, took);
         sh.pool.put(w.buf);
-        next = sh.state.next(fi);
+        next = match parallel {
+            true => None,
+            false => sh.state.next(fi),
+        };
     }
     Ok(())
 }

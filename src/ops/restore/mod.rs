@@ -439,6 +439,9 @@ fn restore_with(
     };
     let roots = Arc::new(target::Roots::open(roots_list)?);
     let files = target::lay_out(m, &place, o.delta, roots.clone())?;
+    if let Some(l) = &left_out {
+        files.keep_sparse(l.ids(m));
+    }
     let mut target = Target::new(files, o.direct_writes);
     if o.stage_only {
         target = target.without_writeback();
