@@ -1,23 +1,19 @@
 //! The backup use case: a source read into a new set on one or more devices, the
 //! set committed whole and only then recorded in the repository's catalog.
 
-use crate::device::object::RetryStats;
-use crate::device::{self, CreateHint, Device};
-use crate::engine::backup::direct;
+use crate::device::{self, object::RetryStats, CreateHint, Device};
 pub use crate::engine::backup::direct::DirectIo;
-use crate::engine::backup::{self, Outcome, Params, ReadFile};
-use crate::engine::codec::CodecSpec;
-use crate::engine::stats::{Progress, WaitStats};
-use crate::engine::Abort;
-use crate::format::manifest::{BackupType, SourceKind};
-use crate::format::manifest::{EntryKind, FileEntry, Manifest, SourceInfo, StripeInfo, Totals};
-use crate::format::media::Guard;
-use crate::format::media::MediaHeader;
+use crate::engine::backup::{self, direct, Outcome, Params, ReadFile};
+use crate::engine::{codec::CodecSpec, stats::Progress, stats::WaitStats, Abort};
+use crate::format::manifest::{BackupType, EntryKind, FileEntry, Manifest, SourceInfo};
+use crate::format::manifest::{SourceKind, StripeInfo, Totals};
+use crate::format::media::{Guard, MediaHeader};
 use crate::format::{FORMAT_VERSION, SEALED_VERSION, SIGNED_VERSION};
 use crate::repo::{CatalogEntry, Repo};
 use crate::report;
 use crate::set::write::{self as set_write, Committed};
 use crate::source::{self, Source, SourceFile};
+use crate::target::DirectWrites;
 use crate::units::{self, human, mb_per_sec};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -82,7 +78,7 @@ pub struct BackupOptions {
     pub adaptive_readers: bool,
     pub direct_io: DirectIo,
     /// Stripes written to disk files with O_DIRECT (not `Off`).
-    pub direct_writes: crate::target::DirectWrites,
+    pub direct_writes: DirectWrites,
     /// The most the buffers may hold (pool, compression scratch, device write
     /// buffers): the pool and the reads in flight stay within it. None: the pool is
     /// sized for the adaptive readers' cap.
@@ -131,7 +127,7 @@ impl Default for BackupOptions {
             page_size: 8 << 10,
             adaptive_readers: true,
             direct_io: DirectIo::Auto,
-            direct_writes: crate::target::DirectWrites::Auto,
+            direct_writes: DirectWrites::Auto,
             memory_budget: None,
             max_rate: None,
             spool: None,
@@ -165,7 +161,7 @@ pub struct BackupConfig {
     pub codec: String,
     pub threads: usize,
     pub direct_io: DirectIo,
-    pub direct_writes: crate::target::DirectWrites,
+    pub direct_writes: DirectWrites,
     /// Files (and their bytes) read with O_DIRECT: all with `on`; with `auto`, the
     /// large ones the page cache held none of.
     pub direct_files: u64,
@@ -203,13 +199,11 @@ pub struct AdaptiveReport {
     pub peak_in_flight: usize,
     /// Steps up taken back because throughput did not rise.
     pub undone: u64,
-    /// Reads in flight the busiest volume started and ended at, and why it went no
-    /// higher.
+    /// Reads in flight the busiest volume started and ended at, and why no higher.
     pub started_in_flight: usize,
     pub settled_in_flight: usize,
     pub held: Option<crate::engine::adapt::Held>,
-    /// Bytes one read settled at (adjacent transfers merged into one), and the span
-    /// steps kept.
+    /// Bytes one read settled at (adjacent transfers merged), and the span steps kept.
     pub settled_read_bytes: usize,
     pub span_raises: u64,
 }
@@ -649,7 +643,7 @@ fn configure(
     let hint = CreateHint {
         expected_bytes: input.plan.iter().map(|f| f.size).sum::<u64>() / stripes as u64,
         transfer_size: o.max_transfer_size as usize,
-        direct: o.direct_writes != crate::target::DirectWrites::Off,
+        direct: o.direct_writes != DirectWrites::Off,
     };
     let device_memory: u64 = devices.iter().map(|d| d.write_memory(&hint)).sum();
     if let Some(budget) = o.memory_budget {
