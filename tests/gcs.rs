@@ -8,7 +8,7 @@
 //! puts) to gs:// cannot be tested here: docs/CONFIG.md says so.
 
 mod common;
-use common::pg::{check_database, init_for_postgres, postgres_dir, Pg};
+use common::pg::{init_for_postgres, postgres_dir, promoted_at_the_second_mark, Pg};
 use common::stores::{gcs, unique};
 use common::*;
 
@@ -190,20 +190,7 @@ fn a_postgres_repository_in_gcs_restores_to_a_point_with_its_wal() {
     assert!(out.contains("differential"), "{out}");
     let conf = std::fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
     assert!(conf.contains(&format!("--repo {repo}")), "{conf}");
-    let r = Pg::adopt(&target);
-    r.wait_promoted();
-    assert_eq!(
-        r.sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM marks"),
-        "1,2",
-        "{}",
-        r.log()
-    );
-    assert_eq!(
-        r.sql("SELECT sum(abalance) FROM pgbench_accounts WHERE aid <= 2000"),
-        "6000"
-    );
-    check_database(&r);
-    drop(r);
+    promoted_at_the_second_mark(&target);
 
     // archive-get straight from the emulator: the bytes archived, and a segment the
     // repository lacks is "not archived" (1).

@@ -4,7 +4,7 @@
 //! the bad inputs (credentials, bucket, damaged or missing stripe objects).
 
 mod common;
-use common::pg::{check_database, give_to_postgres, postgres_dir, Pg};
+use common::pg::{give_to_postgres, postgres_dir, promoted_at_the_second_mark, Pg};
 use common::stores::{shared, unique, Minio, AZ_KEY, S3_SECRET};
 use common::*;
 use pagevault::repo::wal::summary;
@@ -292,20 +292,7 @@ fn postgres_chain(repo: &str, stripes: &str, extra: &[String]) {
     let conf = std::fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
     assert!(conf.contains(&format!("--repo {repo}")), "{conf}");
     no_secrets(&conf);
-    let r = Pg::adopt(&target);
-    r.wait_promoted();
-    assert_eq!(
-        r.sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM marks"),
-        "1,2",
-        "{}",
-        r.log()
-    );
-    assert_eq!(
-        r.sql("SELECT sum(abalance) FROM pgbench_accounts WHERE aid <= 2000"),
-        "6000"
-    );
-    check_database(&r);
-    drop(r);
+    promoted_at_the_second_mark(&target);
     let _ = std::fs::remove_dir_all(target.parent().unwrap());
 
     // Merge inside the object store (stripes read with ranged GETs): a full with the

@@ -509,17 +509,7 @@ fn async_archiving_refuses_a_spool_another_user_could_write_and_follows_no_link(
             "0",
         ])
     };
-    let nobody: u32 = String::from_utf8(
-        Command::new("id")
-            .args(["-u", "nobody"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .parse()
-    .unwrap();
+    let nobody = common::pg::uid_of("nobody");
     let mkdir = |name: &str, mode: u32, uid: Option<u32>| {
         let d = dir.join(name);
         fs::create_dir(&d).unwrap();

@@ -9,7 +9,6 @@ use common::pg::{postgres_dir, Pg};
 use common::*;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn add(pg: &Pg, from: u32, to: u32) {
@@ -202,17 +201,7 @@ fn archive_get_hands_over_nothing_planted_in_the_prefetch_directory() {
 
     // (a) Another user's directory, or one anyone may write: refused, naming the path,
     // its owner and mode and the fix; the segment comes from the repository.
-    let nobody: u32 = String::from_utf8(
-        Command::new("id")
-            .args(["-u", "nobody"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .parse()
-    .unwrap();
+    let nobody = common::pg::uid_of("nobody");
     let theirs = private("theirs");
     fs::write(theirs.join(&segs[0]), &forged).unwrap();
     std::os::unix::fs::chown(&theirs, Some(nobody), None).unwrap();

@@ -681,3 +681,32 @@ pub fn amcheck(pg: &Pg) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Starts the cluster restored into `target` to the LSN of the second of two marks (the
+/// object-store round trips' chain): it promotes there, holds marks 1 and 2 and the
+/// balances of the differential's updates, and its checkers find nothing.
+pub fn promoted_at_the_second_mark(target: &Path) {
+    let r = Pg::adopt(target);
+    r.wait_promoted();
+    assert_eq!(
+        r.sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM marks"),
+        "1,2",
+        "{}",
+        r.log()
+    );
+    assert_eq!(
+        r.sql("SELECT sum(abalance) FROM pgbench_accounts WHERE aid <= 2000"),
+        "6000"
+    );
+    check_database(&r);
+}
+
+/// The uid of user `name`.
+pub fn uid_of(name: &str) -> u32 {
+    let out = Command::new("id").args(["-u", name]).output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
