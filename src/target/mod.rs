@@ -366,9 +366,7 @@ impl Files {
         }
         let r = self.made_now(&self.path(i), self.sizes[i], i);
         let state = match &r {
-            Ok(true) => KEPT,
-            Ok(false) if self.allocated_now(i) => ALLOCATED,
-            Ok(false) => MADE,
+            Ok(s) => *s,
             Err(e) => {
                 self.failed.lock().unwrap().insert(i, e.as_str().into());
                 FAILED
@@ -378,8 +376,9 @@ impl Files {
         r.map(|_| ())
     }
 
-    /// Makes file `i` at its size (a delta restore keeps one in place): true if kept.
-    fn made_now(&self, p: &Path, size: u64, i: usize) -> Result<bool, String> {
+    /// Makes file `i` at its size: MADE, ALLOCATED (its blocks too) or KEPT (a delta
+    /// restore's, in place).
+    fn made_now(&self, p: &Path, size: u64, i: usize) -> Result<u8, String> {
         if let Some(d) = &self.delta {
             // A regular file in place is kept (never opened through a link, never
             // waited on as a FIFO would be), cut or extended to the set's size.
@@ -396,7 +395,7 @@ impl Files {
                             d.mark_changed(i);
                             f.set_len(size)?;
                         }
-                        Ok(true)
+                        Ok(KEPT)
                     });
                     return r.map_err(|e| {
                         format!("cannot keep '{}' at {size} bytes: {e}", p.display())
@@ -410,25 +409,19 @@ impl Files {
         let allocate = self.worth_allocating(i);
         let r = (self.roots.open_file(p, flags, 0o666)).and_then(|f| {
             // Where the file system cannot allocate, the file is made sparse.
-            if !(allocate && crate::sys::allocate(&f, size).is_ok()) {
-                f.set_len(size)?;
+            if allocate && crate::sys::allocate(&f, size).is_ok() {
+                return Ok(ALLOCATED);
             }
-            Ok(())
+            f.set_len(size)?;
+            Ok(MADE)
         });
-        r.map(|_| false)
-            .map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
+        r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
     }
 
     fn worth_allocating(&self, i: usize) -> bool {
         self.allocate.load(Relaxed)
             && self.sizes[i] >= direct::AUTO_MIN as u64
             && !self.sparse.lock().unwrap().contains(&i)
-    }
-
-    /// Whether file `i`, just made, had its blocks allocated.
-    fn allocated_now(&self, i: usize) -> bool {
-        self.worth_allocating(i)
-            && std::fs::metadata(self.path(i)).is_ok_and(|m| m.blocks() * 512 >= self.sizes[i])
     }
 
     /// Whether file `id` is made with its blocks allocated.
