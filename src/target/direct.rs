@@ -122,19 +122,18 @@ impl Direct {
         }
     }
 
-    /// Writes `data` at `offset`: the aligned head through `direct` (when given and
-    /// the rule says so), the rest through `buffered`. Returns bytes written direct.
+    /// Writes `data` at `offset`: its first `head` bytes (`Direct::head`) through
+    /// `direct` when given, the rest through `buffered`. Returns bytes written direct.
     pub fn put(
         &self,
         buffered: &File,
-        direct: Option<&File>,
+        direct: Option<(&File, usize)>,
         path: &dyn Fn() -> String,
         data: &[u8],
         offset: u64,
     ) -> io::Result<usize> {
         let mut done = 0;
-        if let Some(d) = direct {
-            let head = self.head(data, offset);
+        if let Some((d, head)) = direct {
             while done < head {
                 match d.write_at(&data[done..head], offset + done as u64) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -209,7 +208,8 @@ mod tests {
             .custom_flags(crate::sys::O_DIRECT)
             .open(&path)
             .ok();
-        let n = on.put(&f, d.as_ref(), &|| "f".into(), &p.0, 0).unwrap();
+        let head = d.as_ref().map(|d| (d, on.head(&p.0, 0)));
+        let n = on.put(&f, head, &|| "f".into(), &p.0, 0).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), p.0);
         let r = on.report(2);
         assert_eq!(r.direct_bytes + r.buffered_bytes, p.0.len() as u64);

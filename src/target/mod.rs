@@ -123,7 +123,7 @@ impl Target {
     fn put(&self, id: u32, o: &Open, offset: u64, data: &[u8]) -> io::Result<()> {
         let direct = match self.direct.head(data, offset) {
             0 => None,
-            _ => self.direct_file(id, o),
+            head => self.direct_file(id, o).map(|d| (d, head)),
         };
         let path = || match self.files.index.get(id) {
             Some(i) => self.files.path(i).display().to_string(),
