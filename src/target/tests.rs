@@ -93,7 +93,9 @@ fn files_are_laid_out_at_their_size_written_in_place_and_finished() {
     assert_eq!(&a[4096..4101], b"hello");
     assert!(a[..4096].iter().all(|&b| b == 0));
     // As root, `--owner` gives files, directories and links (not their targets) away.
-    let owner = rustix::process::geteuid().is_root().then_some((65534, 65534));
+    let owner = rustix::process::geteuid()
+        .is_root()
+        .then_some((65534, 65534));
     finish_entries(&m, &place, &roots, owner).unwrap();
     let meta = fs::metadata(place("d/a")).unwrap();
     assert_eq!((meta.mode() & 0o7777, meta.mtime()), (0o640, 1_600_000_000));
