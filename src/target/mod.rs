@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 mod delta;
 mod direct;
 mod roots;
-pub use delta::{sweep, DeltaReport, Swept};
+pub use delta::{empty_trash, sweep, DeltaReport, Swept};
 pub use direct::{DirectWrites, WriteReport};
 pub use roots::Roots;
 use rustix::fs::OFlags;

@@ -437,6 +437,10 @@ fn restore_with(
         }
         false => target::Swept::default(),
     };
+    // What the sweep moved aside goes while the set is written.
+    let trash = swept.trash.clone();
+    let emptying =
+        (!trash.is_empty()).then(|| std::thread::spawn(move || target::empty_trash(&trash)));
     let roots = Arc::new(target::Roots::open(roots_list)?);
     let files = target::lay_out(m, &place, o.delta, roots.clone())?;
     if let Some(l) = &left_out {
@@ -466,6 +470,12 @@ fn restore_with(
     }
     target::finish_entries(m, &place, &roots, owner.filter(|_| !o.stage_only))?;
     phases.mark("links, owners, modes, times");
+    if let Some(t) = emptying {
+        t.join()
+            .expect("removal panicked")
+            .with_context(incomplete)?;
+        phases.mark("remove what the set does not hold");
+    }
     restorer.link(&o.to, owner)?;
     let mut notes = vec![];
     if !o.stage_only {
