@@ -76,6 +76,9 @@ pub trait StripeSource: Send + Sync {
     }
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// The reader goes through the stripe in order from `offset` on: a source that
+    /// reads ahead starts there, its first read included.
+    fn reading_from(&self, _offset: u64) {}
 }
 
 /// Parses a DEVICE argument: `NUL`, `nul:`, `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB`, `gs://BUCKET/KEY`,

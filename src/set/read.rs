@@ -12,6 +12,7 @@ use crate::format::media::{MediaHeader, Tail, MIN_BLOCK, TAIL_LEN};
 use crate::format::seal::{header_bound, manifest_aad, KeyUse};
 use crate::format::{self, FormatError};
 use anyhow::{anyhow, bail, Result};
+use std::sync::{Mutex, OnceLock};
 
 pub struct OpenSet {
     pub manifest: Manifest,
@@ -180,12 +181,17 @@ fn open_one(spec: &str, version: Option<&str>, o: &StoreOptions) -> Result<Opene
     if len < (MIN_BLOCK + TAIL_LEN) as u64 {
         bail!("stripe '{name}' is {len} bytes: too short to be a pagevault stripe (truncated or not a backup)");
     }
-    let mut hb = vec![0u8; MIN_BLOCK];
-    source.read_exact_at(&mut hb, 0)?;
+    // Header and tail at once: one round trip of the store, not two.
+    let (mut hb, mut tb) = (vec![0u8; MIN_BLOCK], [0u8; TAIL_LEN]);
+    let (h, t) = std::thread::scope(|sc| {
+        let t = sc.spawn(|| source.read_exact_at(&mut tb, len - TAIL_LEN as u64));
+        let h = source.read_exact_at(&mut hb, 0);
+        (h, t.join().expect("tail read panicked"))
+    });
+    h?;
     let header = MediaHeader::decode(&hb).map_err(|e| refused(&name, e))?;
+    t?;
     let keys = set_keys(&name, &header, o)?;
-    let mut tb = [0u8; TAIL_LEN];
-    source.read_exact_at(&mut tb, len - TAIL_LEN as u64)?;
     let tail = Tail::decode(&tb, len).map_err(|e| refused(&name, e))?;
     let block = header.block_size as u64;
     if tail.body_end < block || tail.body_end % block != 0 || tail.manifest_offset != tail.body_end
@@ -318,30 +324,39 @@ pub fn open(specs: &[String], o: &StoreOptions) -> Result<OpenSet> {
 
 /// `open`, each stripe at the version `pins` names for it (in the same order; none
 /// for a stripe without one): the version its backup wrote, as its record says.
+/// Stripes opened at once.
+const OPEN_AT_ONCE: usize = 8;
+
 pub fn open_pinned(specs: &[String], pins: &[Option<String>], o: &StoreOptions) -> Result<OpenSet> {
     if specs.is_empty() {
         bail!("name the stripes of the set with --from (one per stripe)");
     }
-    // Each stripe's manifest is compared with the first's as it is opened, then dropped.
-    let (mut opened, mut kept) = (Vec::<Opened>::with_capacity(specs.len()), None::<Manifest>);
-    let mut differs = None;
-    for (i, spec) in specs.iter().enumerate() {
+    // The stripes are opened at once (each takes a few round trips of its store); each
+    // manifest is compared with the first one read, then dropped: a set's manifest is
+    // held once, not per stripe.
+    let kept: OnceLock<(String, Manifest)> = OnceLock::new();
+    let differs = Mutex::new(None);
+    let open = |i: usize| -> Result<Opened> {
         let pin = pins.get(i).and_then(|p| p.as_deref());
-        let mut one = open_one(spec, pin, o)?;
+        let mut one = open_one(&specs[i], pin, o)?;
         let m = one.manifest.take().expect("read with its stripe");
-        match &kept {
-            None => kept = Some(m),
-            Some(k) => {
-                if differs.is_none() && m.set_id == k.set_id && m != *k {
-                    differs = Some(format!(
-                        "stripe '{}' carries a manifest that differs from stripe '{}'",
-                        one.name, opened[0].name
-                    ));
-                }
+        if let Err((_, m)) = kept.set((one.name.clone(), m)) {
+            let (first, k) = kept.get().expect("set by another stripe");
+            if m.set_id == k.set_id && m != *k {
+                differs.lock().unwrap().get_or_insert(format!(
+                    "stripe '{}' carries a manifest that differs from stripe '{first}'",
+                    one.name
+                ));
             }
         }
-        opened.push(one);
+        Ok(one)
+    };
+    let mut opened = Vec::<Opened>::with_capacity(specs.len());
+    for one in crate::par::map_index(specs.len(), specs.len().min(OPEN_AT_ONCE), open) {
+        opened.push(one?);
     }
+    let differs = differs.into_inner().unwrap();
+    let kept = kept.into_inner().map(|(_, m)| m);
     let manifest = kept.expect("at least one stripe");
     let first = &opened[0];
     let set_id = first.header.set_id;

@@ -359,6 +359,10 @@ impl StripeSource for ObjectSource {
         self.len
     }
 
+    fn reading_from(&self, offset: u64) {
+        self.state.lock().unwrap().last_end = offset;
+    }
+
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let end = offset + buf.len() as u64;
         if end > self.len {

@@ -30,6 +30,7 @@ pub(super) fn read_stripe(
             false => anyhow!("{m} (the stripe is truncated or unreadable)"),
         }
     };
+    st.source.reading_from(at);
     if st.frames > 0 {
         if at + FRAME_HEADER_LEN as u64 > st.body_end {
             bail!(
