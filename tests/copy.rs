@@ -164,8 +164,8 @@ fn a_killed_copy_leaves_no_set_and_the_next_one_completes() {
 
     // Run again: the set whole, nothing of the killed run left beside it.
     let j = json(&["copy", "--repo", &s(&a), "--to-repo", &s(&b)]);
-    assert_eq!(copied_ids(&j), [id.clone()], "{j}");
-    assert_eq!(history_ids(&s(&b)), [id.clone()]);
+    assert_eq!(copied_ids(&j), vec![id.clone()], "{j}");
+    assert_eq!(history_ids(&s(&b)), vec![id.clone()]);
     assert_eq!(stripe_files(&b), [s(&b.join(format!("sets/{id}/1.pv")))]);
     let out = dir.path().join("r1");
     ok(&["restore", "--repo", &s(&b), "--to", &s(&out)]);
@@ -238,7 +238,7 @@ fn sets_of_one_key_are_copied_into_a_repository_of_another() {
             "--to-key-file",
             &k2,
         ]);
-        assert_eq!(copied_ids(&j), [id.clone()], "{j}");
+        assert_eq!(copied_ids(&j), vec![id.clone()], "{j}");
         assert_eq!(j["sets"][0]["frames_went"], how, "{j}");
         let v = json(&["verify", "--repo", &b, "--key-file", &k2]);
         assert_eq!(v["valid"], true, "{v}");
