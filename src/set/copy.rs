@@ -165,12 +165,7 @@ impl State {
     }
 
     fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let sink = self.sink.as_mut().expect("a copy under way has its sink");
-        sink.write_all(bytes).map_err(|e| {
-            let m = format!("cannot write '{}': {e}", self.dest);
-            self.write_error = Some(m.clone());
-            io::Error::other(m)
-        })
+        put(&mut self.sink, &self.dest, &mut self.write_error, bytes)
     }
 
     /// Seals every whole frame pending again and writes it.
@@ -216,14 +211,33 @@ impl State {
                 false => 0,
             };
             FrameHeader { stored_crc, ..h }.encode(&mut p[..FRAME_HEADER_LEN]);
-            let whole = p[..total].to_vec();
-            self.write(&whole)?;
+            put(
+                &mut self.sink,
+                &self.dest,
+                &mut self.write_error,
+                &p[..total],
+            )?;
             done += total;
         }
         self.pending.drain(..done);
         self.pending_at += done as u64;
         Ok(())
     }
+}
+
+/// Writes `bytes` to the copy; a failure is kept as the copy's write error.
+fn put(
+    sink: &mut Option<Box<dyn StripeSink>>,
+    dest: &str,
+    error: &mut Option<String>,
+    bytes: &[u8],
+) -> io::Result<()> {
+    let sink = sink.as_mut().expect("a copy under way has its sink");
+    sink.write_all(bytes).map_err(|e| {
+        let m = format!("cannot write '{dest}': {e}");
+        *error = Some(m.clone());
+        io::Error::other(m)
+    })
 }
 
 impl Teed {
