@@ -184,10 +184,11 @@ fn a_damaged_frame_stops_the_copy_naming_the_set_and_the_stripe() {
     ok(&["init", "--repo", &s(&b)]);
     let stripe = a.join(format!("sets/{id}/1.pv"));
     let mut st = fs::read(&stripe).unwrap();
-    let frames = frames_of(&st);
-    assert!(frames.len() > 3);
-    // A byte of a stored payload in the middle of the stripe.
-    st[frames[frames.len() / 2] + 80 + 100] ^= 0x40;
+    // A byte of the stored payload of a frame that stores bytes (not a zero chunk's).
+    let at = (frames_of(&st).into_iter())
+        .find(|&f| common::forge::u32_at(&st, f + 12) > 1000)
+        .unwrap();
+    st[at + 80 + 100] ^= 0x40;
     fs::write(&stripe, &st).unwrap();
 
     let e = fails(&["copy", "--repo", &s(&a), "--to-repo", &s(&b)], 1);
