@@ -317,7 +317,10 @@ fn copy_set(
         )
     };
     let mut set = open_recorded(a, e)
-        .with_context(|| format!("set {id} of repository '{}' cannot be read", a.describe()))
+        .with_context(|| {
+            let a = a.describe();
+            format!("set {id} of repository '{a}' cannot be read (`pagevault verify --repo {a} --set {id}` checks it)")
+        })
         .with_context(|| ctx("not copied"))?;
     crate::ops::authenticated_in(a, e, &set.manifest)?;
     check_source_facts(&set.manifest)?;
@@ -325,8 +328,10 @@ fn copy_set(
     let n = set.stripes.len();
     let m = set.manifest.clone();
     // What an interrupted copy of the set left (never recorded) goes first.
-    for i in 1..=n {
-        b.store().delete(&format!("sets/{id}/{i}.pv"))?;
+    for rel in (1..=n).map(|i| format!("sets/{id}/{i}.pv")) {
+        if b.store().exists(&rel)? {
+            b.store().delete(&rel)?;
+        }
     }
     let specs = (1..=n)
         .map(|i| b.stripe_spec(id, i))
@@ -378,7 +383,9 @@ fn copy_set(
             let dest = teed.iter().find_map(Teed::write_error);
             teed.into_iter().for_each(Teed::abort);
             let err = match dest {
-                Some(d) => anyhow!(d),
+                Some(d) => anyhow!(
+                    "{d}: make room in the destination or fix its access, then run the copy again"
+                ),
                 None => err.context(format!(
                     "set {id} in repository '{}' is damaged: verify it (`pagevault verify --repo {} --set {id}`), and copy a set that is intact",
                     a.describe(),
@@ -535,7 +542,7 @@ impl<'a> WalCopy<'a> {
             format!("archived WAL file {name} of repository '{a}' cannot be copied: check it with `pagevault verify --repo {a}`")
         })?;
         let pushed = wal::push(self.b, &p).with_context(|| {
-            format!("archived WAL file {name} cannot be stored in repository '{b}'")
+            format!("archived WAL file {name} cannot be stored in repository '{b}': fix the cause, then run the copy again")
         });
         let _ = std::fs::remove_file(&p);
         let pushed = pushed?;
