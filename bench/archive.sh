@@ -25,7 +25,6 @@ PG_BIN=/usr/lib/postgresql/15/bin
 parse_options --work=WORK --scale=SCALE --rounds=ROUNDS --secs=SECS --no-build=NO_BUILD=1 -- "$@"
 need_posint --scale "$SCALE"; need_posint --rounds "$ROUNDS"; need_posint --secs "$SECS"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (runs PostgreSQL as postgres)" >&2; exit 2; }
-as_pg() { runuser -u postgres -- "$@"; }
 ensure_binary
 [ -x "$PG_BIN/pgbench" ] || die "no PostgreSQL 15 at $PG_BIN (scripts/setup.sh installs it)"
 

@@ -34,7 +34,6 @@ parse_options --work=WORK --scale=SCALE --reps=REPS --no-build=NO_BUILD=1 -- "$@
 need_posint --scale "$SCALE"
 need_posint --reps "$REPS"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
-as_pg() { runuser -u postgres -- "$@"; }
 ensure_binary
 need_pkg jq jq
 [ -x "$PG_BIN/pgbench" ] || die "no PostgreSQL 17 at $PG_BIN (scripts/setup.sh installs it)"

@@ -49,7 +49,6 @@ PGBR=${PGBACKREST:-/var/tmp/pagevault-tools/bin/pgbackrest}
 peers() { [ "$PEERS" = 1 ]; }
 parse_options --work=WORK --scale=SCALE --rounds=ROUNDS --reps=REPS --no-build=NO_BUILD=1 -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
-as_pg() { runuser -u postgres -- "$@"; }
 ensure_binary
 need_pkg jq jq
 need_pkg fio fio

@@ -182,3 +182,24 @@ pgbr_s3_repo() {
         "repo1-s3-bucket=$2" "repo1-s3-key=$3" "repo1-s3-key-secret=$4" "repo1-s3-region=us-east-1" \
         "repo1-s3-uri-style=path"
 }
+
+# ------------------------------------------------------- PostgreSQL, ports ----
+as_pg() { runuser -u postgres -- "$@"; }
+port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+free_port() { # free_port FIRST: a TCP port nobody listens on
+    local p=$1
+    while ! port_free "$p"; do p=$((p + 1)); done
+    echo "$p"
+}
+psql_on() { # psql_on PORT DB ARGS... ($PG_BIN's psql, as postgres over TCP)
+    local port=$1 db=$2; shift 2
+    "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d "$db" "$@"
+}
+
+# cold_cache_check: COLD_OK=1 when the page cache can be dropped (root); drop_caches
+# then syncs and drops it (else only syncs).
+cold_cache_check() {
+    COLD_OK=0
+    if (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then COLD_OK=1; fi
+}
+drop_caches() { sync; if [ "$COLD_OK" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi; }

@@ -2,29 +2,34 @@
 //! while its stripe is written, while the set is committed (manifest, trailer) or while
 //! its catalog record is written exits non-zero naming the file on the full device, and
 //! leaves no set, stripe, partial stripe or record; a later backup to a bigger
-//! repository works.
+//! repository works. A file system without O_DIRECT (ramfs) takes backups and restores
+//! through the page cache, and the restore says why.
 
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A tmpfs of `kib` KiB mounted on a new directory, unmounted when dropped.
+/// A tmpfs of `kib` KiB (or a ramfs) mounted on a new directory, unmounted when dropped.
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
     /// None (with a message) where mounting is not permitted.
     fn mount(dir: &Path, kib: u64) -> Option<Tmpfs> {
+        Self::mount_as(dir, "tmpfs", &format!("size={kib}k,mode=0700"))
+    }
+
+    fn mount_as(dir: &Path, fstype: &str, options: &str) -> Option<Tmpfs> {
         std::fs::create_dir_all(dir).unwrap();
         let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={kib}k,mode=0700")])
-            .arg("tmpfs")
+            .args(["-t", fstype, "-o", options])
+            .arg(fstype)
             .arg(dir)
             .output()
             .ok()?;
         if !out.status.success() {
             eprintln!(
-                "skipped: cannot mount a tmpfs on {} ({})",
+                "skipped: cannot mount a {fstype} on {} ({})",
                 dir.display(),
                 String::from_utf8_lossy(&out.stderr).trim()
             );
@@ -169,4 +174,32 @@ fn a_stripe_written_with_o_direct_that_fills_the_disk_leaves_nothing() {
         committing + recording > 0,
         "some run filled the disk after its stripe's body was written"
     );
+}
+
+#[test]
+fn a_file_system_that_refuses_o_direct_takes_every_write_through_the_page_cache() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big.bin"), bytes(3, 9 << 20, false)).unwrap();
+    std::fs::write(src.join("small.txt"), bytes(4, 3000, true)).unwrap();
+    // ramfs has no O_DIRECT: opening a file with it, or setting it, is EINVAL.
+    let Some(fs) = Tmpfs::mount_as(&work.path().join("ram"), "ramfs", "mode=0700") else {
+        return;
+    };
+    let set = s(&fs.0.join("set.pv"));
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--to", &set]);
+    ok(&["verify", "--from", &set]);
+    let to = fs.0.join("out");
+    let r = json(&["restore", "--from", &set, "--to", &s(&to)]);
+    let w = &r["writes"];
+    assert_eq!(w["direct"], false, "{w}");
+    assert!(
+        w["why"].as_str().unwrap().contains("refused O_DIRECT"),
+        "{w}"
+    );
+    assert_eq!(w["direct_bytes"], 0, "{w}");
+    assert_eq!(w["buffered_bytes"], (9 << 20) + 3000, "{w}");
+    assert_same_tree(&src, &to);
 }

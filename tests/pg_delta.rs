@@ -123,6 +123,8 @@ fn a_delta_restore_rewrites_only_what_changed_and_starts_like_a_fresh_one() {
     assert!(data.join(&branches).is_file());
     assert!(!data.join("postmaster.pid").exists());
     assert!(!data.join(".pagevault-restore-incomplete").exists());
+    // What went was moved aside, then removed while the set was written.
+    assert!(!data.join(".pagevault-swept").exists());
     let d = &r["delta"];
     let n = |k: &str| d[k].as_u64().unwrap();
     assert!(n("kept") > 500, "{r}");

@@ -9,12 +9,13 @@
 use crate::engine::restore::Held;
 use crate::format::manifest::{EntryKind, Manifest};
 use anyhow::{Context, Result};
+use rustix::fs::{Mode, OFlags, RenameFlags};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
@@ -205,10 +206,64 @@ fn read_full(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// What `sweep` removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Swept {
     pub files: u64,
     pub dirs: u64,
+    /// Where it moved them, one directory per root: `empty_trash` removes them.
+    pub trash: Vec<PathBuf>,
+}
+
+/// In each root, where `sweep` moves what goes: a rename is instant, and unlinking the
+/// old files (a stale pg_wal's segments) happens on a thread of its own.
+pub const TRASH: &str = ".pagevault-swept";
+
+/// A root's trash, made new (or an interrupted restore's, emptied with the rest) and
+/// held open: nothing is moved through a link planted there.
+struct Trash {
+    path: PathBuf,
+    fd: std::os::fd::OwnedFd,
+    next: u64,
+}
+
+impl Trash {
+    fn open(root: &Path) -> Result<Trash> {
+        let path = root.join(TRASH);
+        let cannot = |e: &dyn std::fmt::Display| {
+            anyhow::anyhow!("--delta: cannot make '{}': {e}", path.display())
+        };
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => std::fs::remove_file(&path).map_err(|e| cannot(&e))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(cannot(&e)),
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(cannot(&e)),
+            _ => {}
+        }
+        let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&path, flags, Mode::empty()).map_err(|e| cannot(&e))?;
+        Ok(Trash { path, fd, next: 0 })
+    }
+
+    /// Moves `p` into the trash; false where it cannot (another file system), and the
+    /// caller removes it in place.
+    fn take(&mut self, p: &Path) -> bool {
+        self.next += 1;
+        let name = format!("{}", self.next);
+        let (from, to) = (rustix::fs::CWD, &self.fd);
+        rustix::fs::renameat_with(from, p, to, name, RenameFlags::NOREPLACE).is_ok()
+    }
+}
+
+/// Removes what `sweep` moved aside (never through a link).
+pub fn empty_trash(trash: &[PathBuf]) -> Result<()> {
+    for t in trash {
+        std::fs::remove_dir_all(t)
+            .with_context(|| format!("--delta: cannot remove '{}'", t.display()))?;
+    }
+    Ok(())
 }
 
 /// Removes from `roots` (the target, tablespace directories) everything a fresh restore
@@ -238,11 +293,17 @@ pub fn sweep(
     }
     let mut swept = Swept::default();
     for root in roots {
+        let mut trash = Trash::open(root)?;
+        swept.trash.push(trash.path.clone());
         let mut it = walkdir::WalkDir::new(root).min_depth(1).into_iter();
         while let Some(e) = it.next() {
             let e = e.with_context(|| format!("--delta: cannot read '{}'", root.display()))?;
             let (p, ft) = (e.path(), e.file_type());
             if p == keep {
+                continue;
+            }
+            if p == trash.path {
+                it.skip_current_dir();
                 continue;
             }
             let stays = match want.get(p) {
@@ -269,10 +330,14 @@ pub fn sweep(
                     }
                 }
                 swept.dirs += 1;
-                std::fs::remove_dir_all(p).map_err(gone)?;
+                if !trash.take(p) {
+                    std::fs::remove_dir_all(p).map_err(gone)?;
+                }
                 it.skip_current_dir();
             } else {
-                std::fs::remove_file(p).map_err(gone)?;
+                if !trash.take(p) {
+                    std::fs::remove_file(p).map_err(gone)?;
+                }
                 // A link the set lists is made again: not counted as removed.
                 let relisted = ft.is_symlink() && want.get(p) == Some(&EntryKind::Link);
                 swept.files += u64::from(!relisted);
@@ -318,6 +383,8 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("d/evil")).unwrap();
         std::os::unix::fs::symlink("x", root.join("l")).unwrap();
         std::fs::hard_link(outside.join("keep"), root.join("d/b")).unwrap();
+        // A link planted where the sweep moves things aside leads nothing outside.
+        std::os::unix::fs::symlink(&outside, root.join(TRASH)).unwrap();
         let mut m = sample();
         m.files = vec![
             entry(0, "d/a", EntryKind::File),
@@ -335,7 +402,14 @@ mod tests {
         )
         .unwrap();
         // d/old/x, gone, f, d/evil, d/b; l (listed) is made again; d/old and f dirs.
-        assert_eq!(s, Swept { files: 4, dirs: 2 });
+        assert_eq!((s.files, s.dirs), (4, 2));
+        // Moved aside, then removed.
+        assert_eq!(s.trash, vec![root.join(TRASH)]);
+        assert!(root.join(TRASH).join("1").exists());
+        let out: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().collect();
+        assert_eq!(out.len(), 1, "only 'keep' outside: {out:?}");
+        empty_trash(&s.trash).unwrap();
+        assert!(!root.join(TRASH).exists());
         let mut left: Vec<String> = walkdir::WalkDir::new(&root)
             .min_depth(1)
             .into_iter()

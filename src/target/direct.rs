@@ -114,6 +114,12 @@ impl Direct {
         }
     }
 
+    /// Adds `note` to what the report says of the writes.
+    pub fn note(&self, note: &str) {
+        let mut why = self.why.lock().unwrap();
+        *why = format!("{why}; {note}");
+    }
+
     /// The file system refused O_DIRECT: every later write goes through the page cache.
     pub fn refused(&self, path: &str, e: &io::Error) {
         if self.on.swap(false, Relaxed) {

@@ -3,7 +3,7 @@
 //! written in place, then links, modes and times, ownership and one syncfs.
 
 use crate::engine::restore::FrameSink;
-use crate::format::manifest::{EntryKind, IdIndex, Manifest};
+use crate::format::manifest::{EntryKind, FileEntry, IdIndex, Manifest};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 mod delta;
 mod direct;
 mod roots;
-pub use delta::{sweep, DeltaReport, Swept};
+pub use delta::{empty_trash, sweep, DeltaReport, Swept};
 pub use direct::{DirectWrites, WriteReport};
 pub use roots::Roots;
 use rustix::fs::OFlags;
@@ -58,7 +58,12 @@ impl Target {
             .is_some()
             .then_some("a delta restore reads and compares what is in place: page cache");
         let direct = direct::Direct::new(mode, why_not);
-        files.allocate.store(direct.wanted(), Relaxed);
+        let mut allocate = direct.wanted();
+        if let (true, Some(note)) = (allocate, files.beyond_free_space()) {
+            direct.note(&note);
+            allocate = false;
+        }
+        files.allocate.store(allocate, Relaxed);
         Target {
             direct,
             files,
@@ -418,6 +423,23 @@ impl Files {
         r.map_err(|e| format!("cannot create '{}' at {size} bytes: {e}", p.display()))
     }
 
+    /// Why the large files are not allocated ahead (None: they are): a set's sizes are
+    /// only its word, and a forged one must not reserve the target's free space.
+    fn beyond_free_space(&self) -> Option<String> {
+        let large = (0..self.sizes.len())
+            .filter(|&i| self.sizes[i] >= direct::AUTO_MIN as u64)
+            .filter(|i| !self.sparse.lock().unwrap().contains(i));
+        let want = large.fold(0u64, |t, i| t.saturating_add(self.sizes[i]));
+        let free = self.roots.free_bytes().ok()?;
+        (want > free).then(|| {
+            format!(
+                "large files not allocated ahead: they need {}, the target has {} free",
+                crate::units::human(want),
+                crate::units::human(free)
+            )
+        })
+    }
+
     fn worth_allocating(&self, i: usize) -> bool {
         self.allocate.load(Relaxed)
             && self.sizes[i] >= direct::AUTO_MIN as u64
@@ -567,9 +589,14 @@ pub fn lay_out(
     })
 }
 
-/// Links last (nothing is written through them), then modes and times, deepest first,
-/// all beneath `roots`.
-pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, roots: &Roots) -> Result<()> {
+/// Links last (nothing is written through them), then owners (`owner`), modes and
+/// times: files several at once, then directories deepest first, all beneath `roots`.
+pub fn finish_entries(
+    m: &Manifest,
+    place: &dyn Fn(&str) -> PathBuf,
+    roots: &Roots,
+    owner: Option<(u32, u32)>,
+) -> Result<()> {
     for f in m.files.iter().filter(|f| f.kind == EntryKind::Link) {
         let p = place(&f.path);
         if let Some(parent) = p.parent() {
@@ -578,16 +605,37 @@ pub fn finish_entries(m: &Manifest, place: &dyn Fn(&str) -> PathBuf, roots: &Roo
         roots
             .symlink(f.link_target.as_deref().unwrap_or(""), &p)
             .with_context(|| format!("cannot create link '{}'", p.display()))?;
+        owner.map(|o| roots.chown(&p, o)).transpose()?;
     }
-    for f in m.files.iter().rev().filter(|f| f.kind != EntryKind::Link) {
-        let p = place(&f.path);
+    let finish = |p: &Path, f: &FileEntry| -> io::Result<()> {
+        owner.map(|o| roots.chown(p, o)).transpose()?;
         // setuid and setgid bits from a set are dropped: a set is data, and a
         // restore often runs as root. A mode or time that cannot be set is not worth
         // failing a restore for.
-        let _ = roots.set_mode_and_mtime(&p, f.mode & 0o1777, f.mtime);
+        let _ = roots.set_mode_and_mtime(p, f.mode & 0o1777, f.mtime);
+        Ok(())
+    };
+    let files: Vec<(PathBuf, &FileEntry)> = (m.files.iter())
+        .filter(|f| f.kind == EntryKind::File)
+        .map(|f| (place(&f.path), f))
+        .collect();
+    let failed = Mutex::new(None);
+    crate::par::each_index(files.len(), FINISH_THREADS, |i| {
+        if let Err(e) = finish(&files[i].0, files[i].1) {
+            failed.lock().unwrap().get_or_insert(e);
+        }
+    });
+    if let Some(e) = failed.into_inner().unwrap() {
+        return Err(e.into());
     }
+    (m.files.iter().rev())
+        .filter(|f| !matches!(f.kind, EntryKind::Link | EntryKind::File))
+        .try_for_each(|f| finish(&place(&f.path), f))?;
     Ok(())
 }
+
+/// Threads that set owners, modes and times: each file takes a few system calls.
+const FINISH_THREADS: usize = 4;
 
 /// Makes every file of the file system holding `dir` durable (one syncfs). An error
 /// is a write the disk did not take (syncfs reports writeback errors): the restore
@@ -612,10 +660,15 @@ pub fn lookup_user(name: &str) -> Result<(u32, u32)> {
     }
 }
 
-/// Gives `root` and everything under it to uid:gid, links included.
+/// Gives `root` and everything under it to uid:gid, links included (what is theirs
+/// already is left as it is).
 pub fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<()> {
     for e in walkdir::WalkDir::new(root) {
         let e = e?;
+        let m = e.metadata()?;
+        if (m.uid(), m.gid()) == (uid, gid) {
+            continue;
+        }
         std::os::unix::fs::lchown(e.path(), Some(uid), Some(gid))
             .with_context(|| format!("--owner: cannot chown '{}'", e.path().display()))?;
     }
@@ -623,144 +676,5 @@ pub fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::format::manifest::{tests::sample, FileEntry};
-    use std::os::unix::fs::MetadataExt;
-
-    #[test]
-    fn a_target_another_user_owns_is_claimed_then_given_back() {
-        let d = tempfile::tempdir().unwrap();
-        let to = d.path().join("t");
-        fs::create_dir(&to).unwrap();
-        fs::set_permissions(&to, fs::Permissions::from_mode(0o755)).unwrap();
-        let root = crate::sys::is_root();
-        if root {
-            std::os::unix::fs::chown(&to, Some(65534), Some(65534)).unwrap();
-        }
-        let b = prepare(&to, Prepare::Empty).unwrap().unwrap();
-        assert_eq!(b.mode, 0o755);
-        let m = fs::metadata(&to).unwrap();
-        assert_eq!(m.mode() & 0o7777, 0o700);
-        if root {
-            assert_eq!((b.uid, m.uid(), m.gid()), (65534, 0, 0));
-        }
-        give_back(&to, b).unwrap();
-        let m = fs::metadata(&to).unwrap();
-        assert_eq!((m.mode() & 0o7777, m.uid()), (0o755, b.uid));
-        // A new one is made private too, and has nothing to give back.
-        assert_eq!(
-            prepare(&d.path().join("new"), Prepare::Empty).unwrap(),
-            None
-        );
-    }
-
-    fn entry(id: u32, path: &str, kind: EntryKind, size: u64) -> FileEntry {
-        FileEntry {
-            id,
-            path: path.into(),
-            kind,
-            size,
-            mode: if kind == EntryKind::Dir { 0o750 } else { 0o640 },
-            mtime: 1_600_000_000,
-            pages: 0,
-            checksum: None,
-            sparse: false,
-            link_target: (kind == EntryKind::Link).then(|| "../elsewhere".into()),
-        }
-    }
-
-    #[test]
-    fn a_target_must_be_empty_unless_replaced_and_replace_does_not_follow_links() {
-        let t = tempfile::tempdir().unwrap();
-        let (to, outside) = (t.path().join("to"), t.path().join("outside"));
-        prepare(&to, Prepare::Empty).unwrap();
-        assert!(to.is_dir(), "a missing target is created");
-        fs::create_dir_all(&outside).unwrap();
-        fs::write(outside.join("keep"), b"x").unwrap();
-        fs::write(to.join("old"), b"x").unwrap();
-        std::os::unix::fs::symlink(&outside, to.join("link")).unwrap();
-        let e = prepare(&to, Prepare::Empty).unwrap_err().to_string();
-        assert!(e.contains("is not empty") && e.contains("--replace"), "{e}");
-        prepare(&to, Prepare::Replace).unwrap();
-        assert_eq!(fs::read_dir(&to).unwrap().count(), 0);
-        assert!(
-            outside.join("keep").exists(),
-            "a link's target is not emptied"
-        );
-    }
-
-    #[test]
-    fn files_are_laid_out_at_their_size_written_in_place_and_finished() {
-        let t = tempfile::tempdir().unwrap();
-        let mut m = sample();
-        m.files = vec![
-            entry(0, "d", EntryKind::Dir, 0),
-            entry(1, "d/a", EntryKind::File, 10_000),
-            entry(2, "d/e/b", EntryKind::File, 0),
-            entry(3, "d/l", EntryKind::Link, 0),
-        ];
-        let place = |rel: &str| t.path().join(rel);
-        let roots = Arc::new(Roots::open([t.path().to_path_buf()]).unwrap());
-        let target = Target::new(
-            lay_out(&m, &place, false, roots.clone()).unwrap(),
-            DirectWrites::Auto,
-        );
-        assert!(t.path().join("d/e").is_dir(), "parents are made");
-        target.files.create_first(2).unwrap();
-        assert_eq!(fs::metadata(place("d/a")).unwrap().len(), 10_000);
-        target.write(1, 4096, b"hello").unwrap();
-        target.write_zeros(1, 0, 4096).unwrap();
-        let e = target.write(9, 0, b"x").unwrap_err().to_string();
-        assert!(e.contains("file 9 is not in the manifest"), "{e}");
-        drop(target);
-        let a = fs::read(place("d/a")).unwrap();
-        assert_eq!(&a[4096..4101], b"hello");
-        assert!(a[..4096].iter().all(|&b| b == 0));
-        finish_entries(&m, &place, &roots).unwrap();
-        let meta = fs::metadata(place("d/a")).unwrap();
-        assert_eq!((meta.mode() & 0o7777, meta.mtime()), (0o640, 1_600_000_000));
-        assert_eq!(
-            fs::read_link(place("d/l")).unwrap(),
-            Path::new("../elsewhere")
-        );
-        // A fresh (not overlay) layout never reuses a file that is already there.
-        let again = Target::new(
-            lay_out(&m, &place, false, roots).unwrap(),
-            DirectWrites::Auto,
-        );
-        let e = again.write(1, 0, b"x").unwrap_err().to_string();
-        assert!(e.contains("cannot create") && e.contains("d/a"), "{e}");
-    }
-
-    #[test]
-    fn a_delta_keeps_what_a_file_holds_and_writes_what_differs() {
-        let t = tempfile::tempdir().unwrap();
-        let mut m = sample();
-        m.files = vec![
-            entry(1, "a", EntryKind::File, 8),
-            entry(2, "b", EntryKind::File, 4),
-            entry(3, "c", EntryKind::File, 3),
-        ];
-        let place = |rel: &str| t.path().join(rel);
-        fs::write(place("a"), b"abcdefghij").unwrap();
-        fs::write(place("b"), b"same").unwrap();
-        let roots = Arc::new(Roots::open([t.path().to_path_buf()]).unwrap());
-        let target = Target::new(lay_out(&m, &place, true, roots).unwrap(), DirectWrites::On);
-        target.files.create_first(2).unwrap();
-        target.write_zeros(1, 2, 2).unwrap();
-        target.write(1, 6, b"XY").unwrap();
-        target.write(2, 0, b"same").unwrap();
-        target.write(3, 0, b"new").unwrap();
-        let r = target.files.delta_report(Swept::default()).unwrap();
-        drop(target);
-        assert_eq!(
-            fs::read(place("a")).unwrap(),
-            b"ab\0\0efXY",
-            "cut to its size"
-        );
-        assert_eq!(fs::read(place("c")).unwrap(), b"new");
-        assert_eq!((r.kept, r.rewritten, r.created), (1, 1, 1));
-        assert_eq!(r.written_bytes, 2 + 2 + 3, "a's zeros and XY, c");
-    }
-}
+#[path = "tests.rs"]
+mod tests;

@@ -52,6 +52,16 @@ impl Roots {
         })
     }
 
+    /// Bytes an unprivileged writer may still use on the fullest of their file systems.
+    pub fn free_bytes(&self) -> io::Result<u64> {
+        let mut least = u64::MAX;
+        for (_, fd) in &self.list {
+            let st = rustix::fs::fstatvfs(fd)?;
+            least = least.min(st.f_bavail.saturating_mul(st.f_frsize));
+        }
+        Ok(least)
+    }
+
     /// The root `p` lies under, and `p` relative to it (plain names only).
     fn find<'a>(&self, p: &'a Path) -> io::Result<(&OwnedFd, &'a Path)> {
         for (root, fd) in &self.list {
@@ -139,6 +149,17 @@ impl Roots {
     pub fn symlink(&self, target: &str, p: &Path) -> io::Result<()> {
         let (dir, name) = self.parent(p)?;
         rustix::fs::symlinkat(target, &*dir, name).map_err(io::Error::from)
+    }
+
+    /// Gives `p` (a link itself, never what it points to) to uid:gid.
+    pub fn chown(&self, p: &Path, (uid, gid): (u32, u32)) -> io::Result<()> {
+        let (dir, name) = self.parent(p)?;
+        let (uid, gid) = (
+            rustix::fs::Uid::from_raw_unchecked(uid),
+            rustix::fs::Gid::from_raw_unchecked(gid),
+        );
+        rustix::fs::chownat(&*dir, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| named(p, "cannot chown", e.into()))
     }
 
     /// Sets the mode and modification time of `p`, a file or directory the restore

@@ -437,6 +437,10 @@ fn restore_with(
         }
         false => target::Swept::default(),
     };
+    // What the sweep moved aside goes while the set is written.
+    let trash = swept.trash.clone();
+    let emptying =
+        (!trash.is_empty()).then(|| std::thread::spawn(move || target::empty_trash(&trash)));
     let roots = Arc::new(target::Roots::open(roots_list)?);
     let files = target::lay_out(m, &place, o.delta, roots.clone())?;
     if let Some(l) = &left_out {
@@ -464,8 +468,14 @@ fn restore_with(
     if let Some(l) = &mut left_out {
         l.stored_bytes_not_read = out.left_out_bytes;
     }
-    target::finish_entries(m, &place, &roots)?;
-    phases.mark("links, modes, times");
+    target::finish_entries(m, &place, &roots, owner.filter(|_| !o.stage_only))?;
+    phases.mark("links, owners, modes, times");
+    if let Some(t) = emptying {
+        t.join()
+            .expect("removal panicked")
+            .with_context(incomplete)?;
+        phases.mark("remove what the set does not hold");
+    }
     restorer.link(&o.to, owner)?;
     let mut notes = vec![];
     if !o.stage_only {
@@ -689,13 +699,12 @@ fn write_report(
     report::write(path, &page)
 }
 
-/// Whether a set's files are best created alongside its pipeline. A set stored without
-/// compression leaves the CPU idle while its writes wait for the disk, and creating
-/// files before them left the disk idle: 0.1-0.4 s less for such restores in bench/pg.sh
-/// while creation was slow. With decompression the CPU is the limit, and creating files
-/// alongside cost 0.15-0.5 s more, so those files are created first.
+/// Whether a set's files are best created alongside its pipeline: where its frames
+/// cost the CPU little (stored as they are, or lz4) the writes wait for the disk, and
+/// creating files first would leave the disk idle meanwhile. zstd keeps the CPU busy,
+/// and its files are created first.
 fn create_alongside(m: &Manifest) -> bool {
-    m.codec == Codec::None.name()
+    m.codec == Codec::None.name() || m.codec == Codec::Lz4.name()
 }
 
 /// Runs the restore pipeline into `sink`, the files of `target` created alongside or
