@@ -168,6 +168,7 @@ fn main() -> ExitCode {
             Command::Expire(a) => cmd::expire::run(a, &store),
             Command::Estimate(a) => cmd::estimate::run(a, &store),
             Command::Merge(a) => cmd::merge::run(a, &store),
+            Command::Copy(a) => cmd::copy::run(a, &store),
             Command::Drill(a) => cmd::drill::run(a, &store),
             Command::Key(a) => cmd::key::run(a, &store),
             Command::Bench(a) => cmd::bench::run(a),

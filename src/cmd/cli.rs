@@ -124,6 +124,8 @@ pub enum Command {
     Drill(super::drill::DrillArgs),
     /// Make one new full set of a chain (full, differentials, incrementals) from the sets alone: a synthetic full.
     Merge(super::merge::MergeArgs),
+    /// Copy sets and their archived WAL into another repository, without the database: every frame checked on the way, a set recorded there only once whole.
+    Copy(super::copy::CopyArgs),
     /// Run T-SQL BACKUP DATABASE and RESTORE DATABASE|VERIFYONLY|HEADERONLY|FILELISTONLY statements.
     Sql(super::sql::SqlArgs),
     /// Find the fastest buffer count, transfer size, readers, stripes, codec and threads on a sample of a source.

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod copy;
 pub mod demo;
 pub mod drill;
 pub mod estimate;

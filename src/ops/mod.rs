@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod backup;
 pub mod check;
+pub mod copy;
 pub mod drill;
 pub mod estimate;
 pub mod expire;
