@@ -291,15 +291,11 @@ impl Dir {
         }
     }
 
-    /// The names of the window neither fetched nor failed yet (nor being fetched).
+    /// The names of the window neither fetched nor failed yet.
     pub fn missing(&self, names: &[String]) -> Vec<String> {
         names
             .iter()
-            .filter(|n| {
-                !self.dir.has_file(n)
-                    && !self.dir.has(&format!("{n}{ERROR}"))
-                    && !self.dir.has(&format!("{n}{FETCHING}"))
-            })
+            .filter(|n| !self.dir.has_file(n) && !self.dir.has(&format!("{n}{ERROR}")))
             .cloned()
             .collect()
     }
@@ -371,9 +367,14 @@ pub fn depth(fetch: Option<f64>, replay: Option<f64>, most: usize) -> usize {
     d.clamp(MIN_DEPTH.min(most), most.max(1))
 }
 
-/// A moving average.
-fn ewma(old: Option<f64>, new: f64) -> Option<f64> {
-    Some(old.map_or(new, |o| 0.7 * o + 0.3 * new))
+/// A moving average that takes at once a value calling for more depth (a slower fetch, a
+/// faster replay: falling behind stalls recovery), and follows slowly the other way (being
+/// ahead only holds disk, within the bound).
+fn follow(old: Option<f64>, new: f64, deeper: impl Fn(f64, f64) -> bool) -> Option<f64> {
+    Some(match old {
+        Some(o) if !deeper(o, new) => 0.7 * o + 0.3 * new,
+        _ => new,
+    })
 }
 
 /// What the fetcher's threads share.
@@ -385,7 +386,13 @@ struct Plan {
     absent: std::collections::HashMap<String, Instant>,
     out: Fetched,
     done: bool,
+    /// Counts what can change the names to fetch (an ask, a fetch ended): an idle thread
+    /// looks at the directory again then, or every [`RESCAN`] (a file discarded, a name
+    /// absent a second ago).
+    changed: u64,
 }
+
+const RESCAN: Duration = Duration::from_millis(250);
 
 /// The fetcher: keeps the window after the segment asked for last fetched into `dir`,
 /// several at once, each checked and recorded; a failure recorded beside its name. One
@@ -416,6 +423,7 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
             ..Default::default()
         },
         done: false,
+        changed: 0,
     });
     std::thread::scope(|sc| {
         for _ in 0..THREADS.min(most) {
@@ -431,10 +439,11 @@ pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
                 if let (Some((t0, s0)), Some((t1, s1))) = (step(&p.asked), step(&w)) {
                     if t0 == t1 && s1 > s0 {
                         let per = since.elapsed().as_secs_f64() / (s1 - s0) as f64;
-                        p.out.replay_seconds = ewma(p.out.replay_seconds, per);
+                        p.out.replay_seconds = follow(p.out.replay_seconds, per, |o, n| n < o);
                     }
                 }
                 p.asked = w;
+                p.changed += 1;
                 since = Instant::now();
                 p.depth = depth(p.out.fetch_seconds, p.out.replay_seconds, most);
                 let keep = window(&p.asked, o.seg_size, most);
@@ -476,8 +485,16 @@ fn fetch_worker(dir: &Dir, repo: &Repo, plan: &std::sync::Mutex<Plan>, seg_size:
                     n
                 }
                 None => {
+                    let seen = p.changed;
                     drop(p);
-                    std::thread::sleep(Duration::from_millis(5));
+                    let t = Instant::now();
+                    while t.elapsed() < RESCAN {
+                        std::thread::sleep(Duration::from_millis(5));
+                        let p = plan.lock().unwrap();
+                        if p.done || p.changed != seen {
+                            break;
+                        }
+                    }
                     continue;
                 }
             }
@@ -489,11 +506,12 @@ fn fetch_worker(dir: &Dir, repo: &Repo, plan: &std::sync::Mutex<Plan>, seg_size:
         let secs = t0.elapsed().as_secs_f64();
         let mut p = plan.lock().unwrap();
         p.in_flight.remove(&name);
+        p.changed += 1;
         match r {
             Ok(b) => {
                 p.out.fetched += 1;
                 p.out.bytes += b;
-                p.out.fetch_seconds = ewma(p.out.fetch_seconds, secs);
+                p.out.fetch_seconds = follow(p.out.fetch_seconds, secs, |o, n| n > o);
                 p.depth = depth(p.out.fetch_seconds, p.out.replay_seconds, most);
                 p.out.depth_max = p.out.depth_max.max(p.depth);
             }
@@ -557,6 +575,18 @@ mod tests {
         assert_eq!(depth(Some(0.01), Some(0.5), 16), MIN_DEPTH);
         assert_eq!(depth(Some(0.01), Some(0.5), 1), 1);
         assert_eq!(depth(Some(1.0), Some(0.0), 8), THREADS);
+    }
+
+    /// A faster replay or a slower fetch is taken at once; the other way, slowly.
+    #[test]
+    fn prefetch_rates_follow_a_need_for_depth_at_once() {
+        let replay = |o, n| follow(o, n, |o: f64, n: f64| n < o).unwrap();
+        assert_eq!(replay(None, 0.5), 0.5);
+        assert_eq!(replay(Some(0.5), 0.25), 0.25);
+        assert_eq!(replay(Some(0.25), 1.25), 0.7 * 0.25 + 0.3 * 1.25);
+        let fetch = |o, n| follow(o, n, |o: f64, n: f64| n > o).unwrap();
+        assert_eq!(fetch(Some(0.25), 1.0), 1.0);
+        assert_eq!(fetch(Some(1.0), 0.0), 0.7);
     }
 
     /// A fetcher whose directory is removed (a drill's scratch going) ends then, not
