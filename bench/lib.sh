@@ -203,3 +203,29 @@ cold_cache_check() {
     if (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then COLD_OK=1; fi
 }
 drop_caches() { sync; if [ "$COLD_OK" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi; }
+
+# delay_proxy_start TARGET_PORT ONE_WAY_MS: puts ONE_WAY_MS milliseconds of delay each way
+# (0, 10, 25, 50) in front of 127.0.0.1:TARGET_PORT, bandwidth unlimited: the test harness's
+# proxy (tests/common/delay.rs, through bench/delay-proxy.rs), built with rustc into WORK the
+# first time. Sets DELAY_PORT (connect there instead) and DELAY_PID; delay_proxy_stop ends it.
+DELAY_PID=""
+delay_proxy_start() {
+    local bin=$WORK/delay-proxy out=$WORK/delay-proxy.port
+    if [ ! -x "$bin" ] || [ "$ROOT/bench/delay-proxy.rs" -nt "$bin" ] || [ "$ROOT/tests/common/delay.rs" -nt "$bin" ]; then
+        log "building the delay proxy (bench/delay-proxy.rs)"
+        mkdir -p "$WORK"
+        PATH="$HOME/.cargo/bin:$PATH" rustc --edition 2021 -O -o "$bin" "$ROOT/bench/delay-proxy.rs" >&2 ||
+            die "rustc could not build bench/delay-proxy.rs"
+    fi
+    delay_proxy_stop
+    rm -f "$out"
+    "$bin" 0 "$1" "$2" > "$out" 2> "$WORK/delay-proxy.log" < /dev/null &
+    DELAY_PID=$!
+    for _ in $(seq 1 100); do [ -s "$out" ] && break; sleep 0.05; done
+    DELAY_PORT=$(head -1 "$out" 2>/dev/null)
+    [ -n "$DELAY_PORT" ] || die "the delay proxy did not start (see $WORK/delay-proxy.log)"
+}
+delay_proxy_stop() {
+    [ -z "$DELAY_PID" ] || { kill "$DELAY_PID" 2>/dev/null || true; wait "$DELAY_PID" 2>/dev/null || true; }
+    DELAY_PID=""
+}

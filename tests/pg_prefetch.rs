@@ -151,8 +151,8 @@ fn archive_get_prefetches_the_next_segments_checked_and_a_damaged_one_fails_as_i
 
 /// The prefetch directory is used only when it is this user's and no one else may write
 /// it; even then a file in it is handed over only if it is a regular file whose bytes
-/// match the archive's header for its name (a forged segment or a planted link is
-/// discarded, and the segment fetched from the repository).
+/// match the record of the fetcher's check beside it (a forged segment, a forged record
+/// or a planted link is discarded, and the segment fetched from the repository).
 #[test]
 fn archive_get_hands_over_nothing_planted_in_the_prefetch_directory() {
     use std::os::unix::fs::PermissionsExt;
@@ -224,18 +224,46 @@ fn archive_get_hands_over_nothing_planted_in_the_prefetch_directory() {
         assert!(!d.join("fetcher.log").exists());
     }
 
-    // (b) A forged segment in a private directory: discarded with a warning, and the
-    // archive's bytes delivered.
+    // (b) A forged segment in a private directory: without the record of a check, or
+    // with the record of the genuine bytes (right file, wrong digest), or a record
+    // forged out of shape: discarded with a warning, and the archive's bytes delivered.
     let mine = private("mine");
-    fs::write(mine.join(&segs[0]), &forged).unwrap();
-    let dest = out.join("b");
-    let r = get(&segs[0], &dest, &mine);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(fs::read(&dest).unwrap(), want, "{}", r.stderr);
-    for w in ["WARNING", "discarded", "BLAKE3", &segs[0]] {
-        assert!(r.stderr.contains(w), "no '{w}' in: {}", r.stderr);
+    let record = mine.join(format!("{}.checked", segs[0]));
+    let genuine_record = |f: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(f).unwrap();
+        format!(
+            "pagevault prefetched 1\nname {}\nbytes {}\nblake3 {}\nfile {} {}\n",
+            segs[0],
+            want.len(),
+            blake3::hash(&want).to_hex(),
+            m.dev(),
+            m.ino()
+        )
+    };
+    let cases: [(&str, &dyn Fn(&Path) -> String); 3] = [
+        ("no record of its check", &|_| String::new()),
+        ("BLAKE3", &genuine_record),
+        ("not a number", &|f| {
+            genuine_record(f).replace("bytes ", "bytes x")
+        }),
+    ];
+    for (i, (says, rec)) in cases.iter().enumerate() {
+        let seg = mine.join(&segs[0]);
+        fs::write(&seg, &forged).unwrap();
+        let text = rec(&seg);
+        if !text.is_empty() {
+            fs::write(&record, text).unwrap();
+        }
+        let dest = out.join(format!("b{i}"));
+        let r = get(&segs[0], &dest, &mine);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(fs::read(&dest).unwrap(), want, "{}", r.stderr);
+        for w in ["WARNING", "discarded", says, &segs[0]] {
+            assert!(r.stderr.contains(w), "no '{w}' in: {}", r.stderr);
+        }
+        assert!(!seg.exists() && !record.exists());
     }
-    assert!(!mine.join(&segs[0]).exists());
 
     // (c) A link planted under a segment's name is not followed (nor moved into place):
     // what it points to stays, and the archive's bytes are delivered.

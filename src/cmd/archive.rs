@@ -113,11 +113,15 @@ pub struct GetArgs {
     /// The repository to fetch from.
     #[arg(long)]
     pub repo: String,
-    /// Segments fetched ahead, in the background and several at once, while PostgreSQL
-    /// replays this one; each checked as archive-get checks a file before it is handed
-    /// over. Default: 8 when PostgreSQL asks (the destination is pg_wal/RECOVERYXLOG),
-    /// else 0 (off).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(0..=256))]
+    /// The most segments fetched ahead: a background fetcher brings the next segments,
+    /// up to 8 at once, while PostgreSQL replays this one, each checked as archive-get
+    /// checks a file; the next archive-get finds its segment there and hands it over
+    /// with no request to the store. How far ahead adapts to the store's round trip and
+    /// the replay rate (twice the segments replayed while one fetch takes, plus one, at
+    /// least 2); N bounds it, and with it the disk used (16 segments of 16 MiB: 256 MiB).
+    /// Default: 16 when PostgreSQL asks (the destination is pg_wal/RECOVERYXLOG), else 0
+    /// (off).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=256))]
     pub prefetch: Option<u16>,
     /// Where prefetched segments wait (default: pagevault-prefetch beside the
     /// destination, in pg_wal; removed at the end of the archive).
@@ -133,7 +137,7 @@ impl GetArgs {
         let asked_by_server = self.dest.file_name().is_some_and(|n| n == "RECOVERYXLOG");
         let prefetch = self
             .prefetch
-            .map_or(if asked_by_server { 8 } else { 0 }, usize::from);
+            .map_or(if asked_by_server { 16 } else { 0 }, usize::from);
         let prefetch_dir = self.prefetch_dir.clone().unwrap_or_else(|| {
             let parent = self.dest.parent().filter(|p| !p.as_os_str().is_empty());
             parent
@@ -361,15 +365,21 @@ pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
             linger: std::time::Duration::from_secs(10),
             store: o.store,
         })?;
+        let ms = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{:.0} ms", s * 1e3));
         println!(
-            "{} pagevault[{}]: from {}: fetched {} segments ({}), {} fetches found nothing yet, {} failed",
+            "{} pagevault[{}]: from {}: fetched {} segments ({}), {} fetches found nothing yet, {} failed; \
+             {} ahead at the end, {} at most (a fetch {}, a segment's replay {})",
             chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
             std::process::id(),
             a.name,
             f.fetched,
             human(f.bytes),
             f.absent,
-            f.failed
+            f.failed,
+            f.depth,
+            f.depth_max,
+            ms(f.fetch_seconds),
+            ms(f.replay_seconds)
         );
         return Ok(());
     }

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: run the real binary, build trees, compare.
 #![allow(dead_code)]
 
+pub mod delay;
 pub mod forge;
 pub mod pagemask;
 pub mod pg;

@@ -4,6 +4,7 @@
 //! /var/tmp/pagevault-tools.
 #![allow(dead_code)]
 
+use super::delay::DelayProxy;
 use super::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -133,6 +134,14 @@ impl Minio {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// This server behind `ms` milliseconds of delay each way (0, 10, 25, 50: a store
+    /// in another zone answers in 20-100 ms); pass its `endpoint()` as --s3-endpoint.
+    /// Stopping the proxy makes the server unreachable through it.
+    pub fn delayed(&self, ms: u64) -> DelayProxy {
+        let to = ([127, 0, 0, 1], self.port).into();
+        DelayProxy::start(to, Duration::from_millis(ms))
+    }
+
     /// Kills the server at once (as a crash would) and waits until the port is free.
     pub fn kill(&mut self) {
         if let Ok(pid) = std::fs::read_to_string(self.dir.join("log.pid")) {
@@ -232,10 +241,22 @@ impl Azurite {
     }
 
     pub fn connection_string(&self) -> String {
+        Self::connection_string_on(self.port)
+    }
+
+    fn connection_string_on(port: u16) -> String {
         format!(
-            "DefaultEndpointsProtocol=http;AccountName={AZ_ACCOUNT};AccountKey={AZ_KEY};BlobEndpoint=http://127.0.0.1:{}/{AZ_ACCOUNT};",
-            self.port
+            "DefaultEndpointsProtocol=http;AccountName={AZ_ACCOUNT};AccountKey={AZ_KEY};BlobEndpoint=http://127.0.0.1:{port}/{AZ_ACCOUNT};"
         )
+    }
+
+    /// This server behind `ms` milliseconds of delay each way, and the connection string
+    /// that reaches it through the proxy (for AZURE_STORAGE_CONNECTION_STRING).
+    pub fn delayed(&self, ms: u64) -> (DelayProxy, String) {
+        let to = ([127, 0, 0, 1], self.port).into();
+        let p = DelayProxy::start(to, Duration::from_millis(ms));
+        let s = Self::connection_string_on(p.port);
+        (p, s)
     }
 
     /// Runs the Azure SDK helper (tests/tools/store.js) against this server.

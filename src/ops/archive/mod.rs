@@ -4,6 +4,7 @@
 
 pub mod prefetch;
 pub mod pusher;
+pub mod record;
 pub mod spool;
 
 use crate::format::seal::KeyUse;
@@ -74,12 +75,15 @@ pub(crate) fn open_for_push(
 /// Restores one file, every byte checked; complete at `dest` or not there at all.
 /// `wal::NotArchived` (downcast) means the archive does not hold it; any other error
 /// means it is there but cannot be used, or the archive cannot be read. With prefetch,
-/// a segment fetched ahead is handed over, and `start(dir, seg_size)` is asked to fetch
-/// the next ones when no fetcher runs and some are missing.
+/// a segment fetched ahead is handed over with no request to the store (the repository
+/// is not even opened), one being fetched is waited for, and `start(dir, seg_size)` is
+/// asked to fetch the next ones when no fetcher runs and some are missing.
 pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Result<Got> {
     let is_seg = crate::pg::parse_name(&o.name).is_some_and(|n| n.kind == crate::pg::Kind::Segment);
-    let repo = Repo::open(&o.repo, false, &o.store)?;
-    let direct = || wal::fetch(&repo, &o.name, &o.dest);
+    let direct = || -> Result<u64> {
+        let repo = Repo::open(&o.repo, false, &o.store)?;
+        wal::fetch(&repo, &o.name, &o.dest)
+    };
     if o.prefetch == 0 || !is_seg {
         return direct().map(|bytes| Got {
             bytes,
@@ -101,7 +105,11 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
         }
     };
     let mut warnings = vec![];
-    let prefetched = match checked.as_ref().map(|d| d.take(&repo, &o.name, &o.dest)) {
+    let took = checked.as_ref().map(|d| {
+        d.wait_for(&o.name);
+        d.take(&o.name, &o.dest)
+    });
+    let prefetched = match took {
         Some(Ok(t)) => t,
         Some(Err(e)) => {
             warnings.push(format!("{e:#}; fetched from the repository instead"));
@@ -111,14 +119,20 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
     };
     let bytes = match prefetched {
         true => std::fs::metadata(&o.dest)?.len(),
-        false => direct().inspect_err(|e| {
-            // The end of the archive: nothing ahead serves any more.
-            if e.downcast_ref::<wal::NotArchived>().is_some() {
-                if let Some(d) = &checked {
-                    d.clean(&o.name, &[], true);
+        false => direct()
+            .inspect_err(|e| {
+                // The end of the archive: nothing ahead serves any more.
+                if e.downcast_ref::<wal::NotArchived>().is_some() {
+                    if let Some(d) = &checked {
+                        d.clean(&o.name, &[], true);
+                    }
                 }
-            }
-        })?,
+            })
+            // What was discarded on the way is part of the failure's story.
+            .map_err(|e| match warnings.is_empty() {
+                true => e,
+                false => e.context(warnings.join("; ")),
+            })?,
     };
     let win = prefetch::window(&o.name, bytes, o.prefetch);
     if let Some(d) = &checked {

@@ -1,12 +1,19 @@
 //! WAL prefetch for `archive-get`: while PostgreSQL replays one segment, a background
 //! fetcher brings the next ones into a local directory, several at once, each checked
-//! exactly as archive-get checks a file (header, CRC32C, size, BLAKE3, envelope) before
-//! it is renamed into place. archive-get hands a prefetched segment over with a rename,
-//! only from a directory of its own user that no one else may write (`Dir`), and only a
-//! regular file whose size and BLAKE3 match the archive's header for its name.
+//! exactly as archive-get checks a file (header, CRC32C, size, BLAKE3, envelope); it
+//! writes the record of that check beside the segment, then renames the segment into
+//! place. archive-get hands a prefetched segment over with a rename and no request to
+//! the store: only from a directory of its own user that no one else may write (`Dir`),
+//! only a regular file of that user whose identity, size and BLAKE3 match its record.
+//!
+//! How far ahead adapts: twice the segments replayed while one fetch takes (the round
+//! trip and the transfer, measured), plus one; at least 2, at most the `window` asked
+//! (`--prefetch N`): the bound on disk is N segments, fetched or in flight.
 //!
 //! ```text
 //! DIR/NAME            a segment fetched and checked, waiting for PostgreSQL to ask for it
+//! DIR/NAME.checked    the record of its check (record.rs), written before NAME appears
+//! DIR/NAME.fetching   the fetcher is fetching NAME: archive-get waits for it
 //! DIR/NAME.error      why NAME could not be fetched (archive-get then fetches it itself,
 //!                     and fails or succeeds exactly as without prefetch)
 //! DIR/wanted          the segment PostgreSQL asked for last: the fetcher keeps the
@@ -15,10 +22,11 @@
 //! DIR/fetcher.log     its output
 //! ```
 
+use super::record::{self, Checked};
 use crate::pg::{parse_name, parse_segment_name, segment_name_for, Kind};
 use crate::private_dir::{owner, PrivateDir};
 use crate::repo::{wal, Repo};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use serde::Serialize;
@@ -26,15 +34,22 @@ use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 pub const DEFAULT_DIR: &str = "pagevault-prefetch";
 const LOCK: &str = "fetcher.lock";
 pub const LOG: &str = "fetcher.log";
 pub const LOG_MAX: u64 = 16 << 20;
 const ERROR: &str = ".error";
+const CHECKED: &str = ".checked";
+const FETCHING: &str = ".fetching";
 const WANTED: &str = "wanted";
-/// Fetches at once.
-const THREADS: usize = 4;
+/// Fetches at once, at most.
+const THREADS: usize = 8;
+/// The fewest segments kept ahead.
+const MIN_DEPTH: usize = 2;
+/// How long archive-get waits for a segment the fetcher is fetching.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// The segments after `name` (of `seg_size` bytes) on its timeline: the window.
 pub fn window(name: &str, seg_size: u64, n: usize) -> Vec<String> {
@@ -83,15 +98,17 @@ impl Dir {
     }
 
     /// Hands a prefetched `name` over as `dest` (a rename, or a copy across file
-    /// systems) once its bytes match the archive's header for it (size and BLAKE3).
-    /// False when it is not there. A recorded fetch error is dropped: the caller fetches
-    /// the file itself. An error means the file was not handed over and is gone: the
-    /// caller fetches it from the repository.
-    pub fn take(&self, repo: &Repo, name: &str, dest: &Path) -> Result<bool> {
+    /// systems) once its identity, size and BLAKE3 match the record the fetcher wrote of
+    /// its check: no request to the store. False when it is not there. A recorded fetch
+    /// error is dropped: the caller fetches the file itself. An error means the file was
+    /// not handed over and is gone: the caller fetches it from the repository.
+    pub fn take(&self, name: &str, dest: &Path) -> Result<bool> {
         let _ = rustix::fs::unlinkat(&self.fd, format!("{name}{ERROR}"), AtFlags::empty());
         let p = self.path.join(name);
+        let rec_name = format!("{name}{CHECKED}");
         let discard = |why: String| -> Result<bool> {
             let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+            let _ = rustix::fs::unlinkat(&self.fd, &rec_name, AtFlags::empty());
             bail!("prefetched '{}' is discarded: {why}", p.display())
         };
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
@@ -102,16 +119,17 @@ impl Dir {
             Err(e) => return discard(format!("it cannot be opened ({e})")),
         };
         let st = rustix::fs::fstat(&fd)?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return discard("it is not a regular file".into());
+        if let Some(why) = not_own_file(&st) {
+            return discard(why);
         }
-        let me = rustix::process::geteuid().as_raw();
-        if st.st_uid != me || st.st_mode & 0o022 != 0 || st.st_nlink != 1 {
+        let rec = match self.record(&rec_name, name) {
+            Ok(r) => r,
+            Err(e) => return discard(format!("{e:#}")),
+        };
+        if (st.st_dev, st.st_ino) != (rec.dev, rec.ino) {
             return discard(format!(
-                "it is owned by {} with mode {:04o} and {} links, not a file only this user wrote",
-                owner(st.st_uid),
-                st.st_mode & 0o7777,
-                st.st_nlink
+                "it is not the file the fetcher checked (inode {}, its record names {})",
+                st.st_ino, rec.ino
             ));
         }
         let mut f = fs::File::from(fd);
@@ -119,17 +137,14 @@ impl Dir {
         let len =
             io::copy(&mut f, &mut h).with_context(|| format!("cannot read '{}'", p.display()))?;
         let got = *h.finalize().as_bytes();
-        match wal::archived_digest(repo, name) {
-            Ok(Some((raw, b3))) if raw == len && b3 == got => {}
-            Ok(Some((raw, b3))) => {
-                return discard(format!(
-                    "it is {len} bytes with BLAKE3 {}, but the archive's {name} is {raw} bytes with BLAKE3 {}",
-                    &hex::encode(got)[..16],
-                    &hex::encode(b3)[..16]
-                ))
-            }
-            Ok(None) => return discard(format!("the archive does not hold {name}")),
-            Err(e) => return discard(format!("{e:#}")),
+        if len != rec.bytes || got != rec.blake3 {
+            return discard(format!(
+                "it is {len} bytes with BLAKE3 {}, but the fetcher checked {} bytes with BLAKE3 {} \
+                 against the archive's {name}",
+                &hex::encode(got)[..16],
+                rec.bytes,
+                &hex::encode(rec.blake3)[..16]
+            ));
         }
         match rustix::fs::renameat(&self.fd, name, rustix::fs::CWD, dest) {
             Ok(()) => {
@@ -154,8 +169,69 @@ impl Dir {
                 })
             }
         }
+        let _ = rustix::fs::unlinkat(&self.fd, &rec_name, AtFlags::empty());
         Ok(true)
     }
+
+    /// The record of `name`'s check: a regular file of this user (not a link), at most
+    /// [`record::MAX`] bytes, as the fetcher writes it.
+    fn record(&self, rec_name: &str, name: &str) -> Result<Checked> {
+        let what = self.path.join(rec_name);
+        let f = match self.dir.open_read(rec_name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(
+                "there is no record of its check ('{}'): the fetcher writes one before the segment",
+                what.display()
+            ),
+            Err(e) => bail!("its record '{}' cannot be read: {e}", what.display()),
+        };
+        let st = rustix::fs::fstat(&f)?;
+        if let Some(why) = not_own_file(&st) {
+            bail!("its record '{}': {why}", what.display());
+        }
+        let mut b = vec![];
+        io::Read::read_to_end(&mut io::Read::take(f, record::MAX + 1), &mut b)
+            .with_context(|| format!("cannot read '{}'", what.display()))?;
+        Checked::decode(&b, name).map_err(|e| anyhow!("its record '{}': {e}", what.display()))
+    }
+
+    /// Waits, up to [`WAIT`], while the fetcher fetches `name` (its `NAME.fetching` is
+    /// there and a fetcher runs): fetching it again would only race it.
+    pub fn wait_for(&self, name: &str) {
+        let fetching = format!("{name}{FETCHING}");
+        let error = format!("{name}{ERROR}");
+        let t0 = Instant::now();
+        let mut asked = t0;
+        while self.dir.has(&fetching) && !self.dir.has(name) && !self.dir.has(&error) {
+            if t0.elapsed() > WAIT {
+                return;
+            }
+            if asked.elapsed() > Duration::from_secs(1) {
+                if !self.running() {
+                    return;
+                }
+                asked = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+}
+
+/// Why a file is not one only this user wrote (another owner, writable by others, more
+/// than one link, not a regular file); None when it is.
+fn not_own_file(st: &rustix::fs::Stat) -> Option<String> {
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Some("it is not a regular file".into());
+    }
+    let me = rustix::process::geteuid().as_raw();
+    (st.st_uid != me || st.st_mode & 0o022 != 0 || st.st_nlink != 1).then(|| {
+        format!(
+            "it is owned by {} with mode {:04o} and {} links, not a file only this user wrote",
+            owner(st.st_uid),
+            st.st_mode & 0o7777,
+            st.st_nlink
+        )
+    })
 }
 
 /// Copies the checked file `f` to `dest` through a temp file beside it.
@@ -192,7 +268,9 @@ impl Dir {
     pub fn clean(&self, name: &str, keep: &[String], all: bool) {
         for e in self.dir.files().unwrap_or_default() {
             let f = e.name;
-            let stem = f.strip_suffix(ERROR).unwrap_or(&f);
+            let stem = ([ERROR, CHECKED, FETCHING].iter())
+                .find_map(|x| f.strip_suffix(x))
+                .unwrap_or(&f);
             let stale = match parse_name(stem) {
                 Some(n) if n.kind == Kind::Segment => {
                     all || (stem < name || stem[..8] != name[..8])
@@ -255,10 +333,10 @@ pub struct FetchOptions {
     /// The segment asked for when the fetcher started, and the segment size.
     pub first: String,
     pub seg_size: u64,
-    /// Segments kept fetched ahead of the one asked for last.
+    /// The most segments kept fetched ahead of the one asked for last (the disk bound).
     pub window: usize,
     /// The fetcher ends once no new segment was asked for this long.
-    pub linger: std::time::Duration,
+    pub linger: Duration,
     pub store: crate::device::object::StoreOptions,
 }
 
@@ -270,71 +348,246 @@ pub struct Fetched {
     /// Fetches of names the archive did not hold (yet).
     pub absent: u64,
     pub failed: u64,
+    /// Segments kept ahead at the end, the deepest it went, and what set it: a fetch's
+    /// time and a segment's replay time, in seconds (moving averages).
+    pub depth: usize,
+    pub depth_max: usize,
+    pub fetch_seconds: Option<f64>,
+    pub replay_seconds: Option<f64>,
 }
 
+/// How many segments to keep ahead: those replayed while one fetch takes, twice (the
+/// rates vary), plus one; [`THREADS`] before anything is measured; within
+/// [`MIN_DEPTH`]..=`most`.
+pub fn depth(fetch: Option<f64>, replay: Option<f64>, most: usize) -> usize {
+    let d = match (fetch, replay) {
+        (Some(f), Some(r)) if r > 0.0 => (2.0 * f / r).ceil().min(1e6) as usize + 1,
+        _ => THREADS,
+    };
+    d.clamp(MIN_DEPTH.min(most), most.max(1))
+}
+
+/// A moving average that takes at once a value calling for more depth (a slower fetch, a
+/// faster replay: falling behind stalls recovery), and follows slowly the other way (being
+/// ahead only holds disk, within the bound).
+fn follow(old: Option<f64>, new: f64, deeper: impl Fn(f64, f64) -> bool) -> Option<f64> {
+    Some(match old {
+        Some(o) if !deeper(o, new) => 0.7 * o + 0.3 * new,
+        _ => new,
+    })
+}
+
+/// What the fetcher's threads share.
+struct Plan {
+    asked: String,
+    depth: usize,
+    in_flight: std::collections::HashSet<String>,
+    /// Names found absent, and when: asked again after a second (a standby's archive grows).
+    absent: std::collections::HashMap<String, Instant>,
+    out: Fetched,
+    done: bool,
+    /// Counts what can change the names to fetch (an ask, a fetch ended): an idle thread
+    /// looks at the directory again then, or every [`RESCAN`] (a file discarded, a name
+    /// absent a second ago).
+    changed: u64,
+}
+
+const RESCAN: Duration = Duration::from_millis(250);
+
 /// The fetcher: keeps the window after the segment asked for last fetched into `dir`,
-/// several at once, each checked; a failure recorded beside its name. One process for
-/// a whole recovery: the repository is opened once.
+/// several at once, each checked and recorded; a failure recorded beside its name. One
+/// process for a whole recovery: the repository is opened once.
 pub fn fetch_ahead(o: &FetchOptions) -> Result<Fetched> {
-    use std::time::{Duration, Instant};
-    let mut out = Fetched::default();
     let dir = make(&o.dir)?;
     let Some(_lock) = dir.lock()? else {
-        return Ok(out);
+        return Ok(Fetched::default());
     };
-    out.ran = true;
-    let repo = Repo::open(&o.repo, false, &o.store)?;
-    let mut asked = o.first.clone();
-    let mut since = Instant::now();
-    // Names found absent, and when: asked again after a second (a standby's archive grows).
-    let mut absent: std::collections::HashMap<String, Instant> = Default::default();
-    loop {
-        if let Some(w) = dir.wanted() {
-            if w != asked {
-                asked = w;
-                since = Instant::now();
-            }
-        }
-        // Removed (the recovery ended, a drill's scratch went): nothing to fetch into.
-        if since.elapsed() > o.linger || crate::interrupt::received().is_some() || !o.dir.is_dir() {
-            return Ok(out);
-        }
-        absent.retain(|_, t| t.elapsed() < Duration::from_secs(1));
-        let win = window(&asked, o.seg_size, o.window);
-        let names: Vec<String> = (dir.missing(&win))
-            .into_iter()
-            .filter(|n| !absent.contains_key(n))
-            .collect();
-        if names.is_empty() {
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        }
-        let got = crate::par::map_index(names.len(), THREADS.min(names.len()), |i| {
-            wal::fetch(&repo, &names[i], &dir.path.join(&names[i]))
-        });
-        for (r, name) in got.into_iter().zip(&names) {
-            match r {
-                Ok(b) => {
-                    out.fetched += 1;
-                    out.bytes += b;
-                }
-                Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => {
-                    out.absent += 1;
-                    absent.insert(name.clone(), Instant::now());
-                }
-                Err(e) => {
-                    out.failed += 1;
-                    let why = format!("{e:#}\n");
-                    let _ = dir.dir.replace(&format!("{name}{ERROR}"), why.as_bytes());
-                }
-            }
+    // Left by a fetcher that was killed: none runs now.
+    for e in dir.dir.files().unwrap_or_default() {
+        if e.name.ends_with(FETCHING) {
+            let _ = dir.dir.remove(&e.name);
         }
     }
+    let repo = Repo::open(&o.repo, false, &o.store)?;
+    let most = o.window.max(1);
+    let start = depth(None, None, most);
+    let plan = std::sync::Mutex::new(Plan {
+        asked: o.first.clone(),
+        depth: start,
+        in_flight: Default::default(),
+        absent: Default::default(),
+        out: Fetched {
+            ran: true,
+            depth: start,
+            depth_max: start,
+            ..Default::default()
+        },
+        done: false,
+        changed: 0,
+    });
+    std::thread::scope(|sc| {
+        for _ in 0..THREADS.min(most) {
+            sc.spawn(|| fetch_worker(&dir, &repo, &plan, o.seg_size, most));
+        }
+        let mut since = Instant::now();
+        loop {
+            let w = dir.wanted();
+            let mut p = plan.lock().unwrap();
+            if let Some(w) = w.filter(|w| *w != p.asked) {
+                let step = |n: &str| parse_segment_name(n, o.seg_size);
+                // Segments replayed since the last ask, on the same timeline.
+                if let (Some((t0, s0)), Some((t1, s1))) = (step(&p.asked), step(&w)) {
+                    if t0 == t1 && s1 > s0 {
+                        let per = since.elapsed().as_secs_f64() / (s1 - s0) as f64;
+                        p.out.replay_seconds = follow(p.out.replay_seconds, per, |o, n| n < o);
+                    }
+                }
+                p.asked = w;
+                p.changed += 1;
+                since = Instant::now();
+                p.depth = depth(p.out.fetch_seconds, p.out.replay_seconds, most);
+                let keep = window(&p.asked, o.seg_size, most);
+                dir.clean(&p.asked, &keep, false);
+            }
+            // Removed (the recovery ended, a drill's scratch went): nothing to fetch into.
+            if since.elapsed() > o.linger
+                || crate::interrupt::received().is_some()
+                || !o.dir.is_dir()
+            {
+                p.done = true;
+                return;
+            }
+            drop(p);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let mut out = plan.into_inner().unwrap().out;
+    out.depth = depth(out.fetch_seconds, out.replay_seconds, most);
+    Ok(out)
+}
+
+/// One of the fetcher's threads: takes the next name of the window nobody fetches, until
+/// the fetcher ends.
+fn fetch_worker(dir: &Dir, repo: &Repo, plan: &std::sync::Mutex<Plan>, seg_size: u64, most: usize) {
+    loop {
+        let name = {
+            let mut p = plan.lock().unwrap();
+            if p.done {
+                return;
+            }
+            p.absent.retain(|_, t| t.elapsed() < Duration::from_secs(1));
+            let win = window(&p.asked, seg_size, p.depth);
+            let next = (dir.missing(&win).into_iter())
+                .find(|n| !p.in_flight.contains(n) && !p.absent.contains_key(n));
+            match next {
+                Some(n) => {
+                    p.in_flight.insert(n.clone());
+                    n
+                }
+                None => {
+                    let seen = p.changed;
+                    drop(p);
+                    let t = Instant::now();
+                    while t.elapsed() < RESCAN {
+                        std::thread::sleep(Duration::from_millis(5));
+                        let p = plan.lock().unwrap();
+                        if p.done || p.changed != seen {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+            }
+        };
+        let mark = format!("{name}{FETCHING}");
+        let _ = dir.dir.replace(&mark, b"");
+        let t0 = Instant::now();
+        let r = fetch_one(dir, repo, &name);
+        let secs = t0.elapsed().as_secs_f64();
+        let mut p = plan.lock().unwrap();
+        p.in_flight.remove(&name);
+        p.changed += 1;
+        match r {
+            Ok(b) => {
+                p.out.fetched += 1;
+                p.out.bytes += b;
+                p.out.fetch_seconds = follow(p.out.fetch_seconds, secs, |o, n| n > o);
+                p.depth = depth(p.out.fetch_seconds, p.out.replay_seconds, most);
+                p.out.depth_max = p.out.depth_max.max(p.depth);
+            }
+            Err(e) if e.downcast_ref::<wal::NotArchived>().is_some() => {
+                p.out.absent += 1;
+                p.absent.insert(name.clone(), Instant::now());
+            }
+            Err(e) => {
+                p.out.failed += 1;
+                let why = format!("{e:#}\n");
+                let _ = dir.dir.replace(&format!("{name}{ERROR}"), why.as_bytes());
+            }
+        }
+        let _ = dir.dir.remove(&mark);
+    }
+}
+
+/// Fetches `name` into the directory checked, writes the record of that check, then
+/// renames the segment into place (a segment without its record is never handed over).
+fn fetch_one(dir: &Dir, repo: &Repo, name: &str) -> Result<u64> {
+    let tmp = format!(".{name}.fetch.tmp");
+    let _ = dir.dir.remove(&tmp);
+    let r = (|| {
+        let (bytes, blake3) = wal::fetch_checked(repo, name, &dir.path.join(&tmp))?;
+        let st = rustix::fs::statat(&dir.fd, tmp.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+        let rec = Checked {
+            name: name.to_string(),
+            bytes,
+            blake3,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        let rec_name = format!("{name}{CHECKED}");
+        (dir.dir.replace(&rec_name, rec.encode().as_bytes()))
+            .with_context(|| format!("cannot write '{}'", dir.dir.join(&rec_name).display()))?;
+        (dir.dir.rename(&tmp, name))
+            .with_context(|| format!("cannot rename '{}'", dir.dir.join(&tmp).display()))?;
+        Ok(bytes)
+    })();
+    if r.is_err() {
+        let _ = dir.dir.remove(&tmp);
+    }
+    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Depth follows the fetch time over the replay time, within its bounds.
+    #[test]
+    fn prefetch_depth_follows_the_round_trip_and_the_replay_rate() {
+        // Nothing measured: as many as fetch at once, within the bound.
+        assert_eq!(depth(None, None, 16), THREADS);
+        assert_eq!(depth(None, None, 3), 3);
+        // A far store (a fetch takes 5/16 s), a fast replay (1/16 s a segment): 11.
+        assert_eq!(depth(Some(0.3125), Some(0.0625), 16), 11);
+        // ... bounded by the window asked for.
+        assert_eq!(depth(Some(0.3125), Some(0.005), 16), 16);
+        // A near store and a slow replay: the least, 2.
+        assert_eq!(depth(Some(0.01), Some(0.5), 16), MIN_DEPTH);
+        assert_eq!(depth(Some(0.01), Some(0.5), 1), 1);
+        assert_eq!(depth(Some(1.0), Some(0.0), 8), THREADS);
+    }
+
+    /// A faster replay or a slower fetch is taken at once; the other way, slowly.
+    #[test]
+    fn prefetch_rates_follow_a_need_for_depth_at_once() {
+        let replay = |o, n| follow(o, n, |o: f64, n: f64| n < o).unwrap();
+        assert_eq!(replay(None, 0.5), 0.5);
+        assert_eq!(replay(Some(0.5), 0.25), 0.25);
+        assert_eq!(replay(Some(0.25), 1.25), 0.7 * 0.25 + 0.3 * 1.25);
+        let fetch = |o, n| follow(o, n, |o: f64, n: f64| n > o).unwrap();
+        assert_eq!(fetch(Some(0.25), 1.0), 1.0);
+        assert_eq!(fetch(Some(1.0), 0.0), 0.7);
+    }
 
     /// A fetcher whose directory is removed (a drill's scratch going) ends then, not
     /// after its linger.

@@ -141,6 +141,12 @@ impl std::error::Error for NotArchived {}
 /// Restores archived `name` to `dest` (restore_command's %f and %p), checking every
 /// byte. `dest` appears complete or not at all. Returns the bytes restored.
 pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
+    fetch_checked(repo, name, dest).map(|(raw, _)| raw)
+}
+
+/// [`fetch`], returning also the BLAKE3 of the restored bytes, which the archive's
+/// header gave and they matched.
+pub fn fetch_checked(repo: &Repo, name: &str, dest: &Path) -> Result<(u64, [u8; 32])> {
     let rel = archived_rel(name).ok_or_else(|| {
         anyhow!("'{name}' is not a WAL file name (24 hex digits, or .partial, .history, .backup)")
     })?;
@@ -171,7 +177,7 @@ pub fn fetch(repo: &Repo, name: &str, dest: &Path) -> Result<u64> {
     })?;
     drop(out);
     fs::rename(&tmp.path, dest).with_context(|| format!("cannot create '{}'", dest.display()))?;
-    Ok(hdr.raw)
+    Ok((hdr.raw, hdr.blake3))
 }
 
 /// The text of an archived timeline history file, checked as fetch checks it;
@@ -201,37 +207,4 @@ pub fn verify(repo: &Repo, name: &str) -> Result<u64> {
         Some(h) => Ok(h.raw),
         None => bail!("{name} is not in the WAL archive of '{}'", repo.describe()),
     }
-}
-
-/// The raw size and BLAKE3 the archive's header gives for `name`, read with one ranged
-/// read of the object's head (authenticated in a keyed repository, as fetch opens it).
-/// None when the archive does not hold it.
-pub fn archived_digest(repo: &Repo, name: &str) -> Result<Option<(u64, [u8; 32])>> {
-    let rel = archived_rel(name).ok_or_else(|| anyhow!("'{name}' is not a WAL file name"))?;
-    let url = repo.store().describe(&rel);
-    let refused = |m: &str| anyhow!("archived WAL file '{url}' cannot be checked against: {m}");
-    let master = repo.wal_master(false)?;
-    let want = match master {
-        Some(_) => seal::HEAD_FETCH,
-        None => HDR_LEN as u64,
-    };
-    let Some(head) = repo.store().get_head(&rel, want)? else {
-        return Ok(None);
-    };
-    let object = rel.rsplit('/').next().unwrap_or(&rel);
-    let head = match (&master, Envelope::of(&head)) {
-        (Some(k), Some(_)) => {
-            seal::open_head(k, object, &head, HDR_LEN).map_err(|m| refused(&m))?
-        }
-        (None, None) => head,
-        (Some(_), None) => return Err(refused("it is not protected, but its repository is")),
-        (None, Some(e)) => {
-            return Err(refused(&format!("it is {}, and no key opens it", e.word())))
-        }
-    };
-    let hdr = Header::decode(&head).map_err(|m| refused(&m))?;
-    if hdr.name != name {
-        return Err(refused(&format!("it holds {}, not {name}", hdr.name)));
-    }
-    Ok(Some((hdr.raw, hdr.blake3)))
 }

@@ -332,8 +332,8 @@ pub mod summary;
 #[cfg(test)]
 mod tests;
 
-pub use get::{archived_digest, fetch, read_history, verify, NotArchived};
 use get::{damaged, decode_to};
+pub use get::{fetch, fetch_checked, read_history, verify, NotArchived};
 use header::Header;
 pub use push::{check_still_plain, push, push_with, Outcome, PlainCheck, Pushed};
 use push::{map_if, open_checked, read_full, scan, write_summary, CrcRead, Opened};
