@@ -241,7 +241,8 @@ fn archive_get_hands_over_nothing_planted_in_the_prefetch_directory() {
             m.ino()
         )
     };
-    let cases: [(&str, &dyn Fn(&Path) -> String); 3] = [
+    type Record<'a> = &'a dyn Fn(&Path) -> String;
+    let cases: [(&str, Record); 3] = [
         ("no record of its check", &|_| String::new()),
         ("BLAKE3", &genuine_record),
         ("not a number", &|f| {
