@@ -229,3 +229,33 @@ delay_proxy_stop() {
     [ -z "$DELAY_PID" ] || { kill "$DELAY_PID" 2>/dev/null || true; wait "$DELAY_PID" 2>/dev/null || true; }
     DELAY_PID=""
 }
+
+# minio_start DIR PORT BUCKET: MinIO with TLS (make_tls's certificates) on 127.0.0.1:PORT, its
+# data and log under DIR, BUCKET made with Node's S3 SDK. Exports the AWS_* variables,
+# PAGEVAULT_CA_FILE and NODE_* for pagevault and tests/tools/store.js; sets MINIO_PID.
+MINIO_PID=""
+minio_start() {
+    local dir=$1 port=$2 bucket=$3 tools=${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}
+    [ -x "$tools/bin/minio" ] || die "$tools/bin/minio is missing (scripts/setup.sh)"
+    make_tls "$dir/tls"
+    mkdir -p "$dir/certs"
+    cp "$dir/tls/cert.pem" "$dir/certs/public.crt"
+    cp "$dir/tls/key.pem" "$dir/certs/private.key"
+    export AWS_ACCESS_KEY_ID=pvbenchadmin AWS_SECRET_ACCESS_KEY=pvbench-secret-Qx27 AWS_REGION=us-east-1
+    MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_UPDATE=off \
+        MINIO_BROWSER=off "$tools/bin/minio" server "$dir/data" --address "127.0.0.1:$port" \
+        --certs-dir "$dir/certs" --quiet > "$dir/minio.log" 2>&1 < /dev/null &
+    MINIO_PID=$!
+    export AWS_ENDPOINT_URL=https://127.0.0.1:$port PAGEVAULT_CA_FILE=$dir/tls/ca.pem
+    export NODE_PATH=$tools/node/node_modules NODE_NO_WARNINGS=1 NODE_EXTRA_CA_CERTS=$dir/tls/ca.pem
+    for _ in $(seq 1 100); do
+        node "$ROOT/tests/tools/store.js" s3 mkbucket "$bucket" > "$dir/mkbucket.log" 2>&1 && break
+        sleep 0.3
+    done
+    grep -q . "$dir/mkbucket.log" && die "cannot create the bucket: $(cat "$dir/mkbucket.log")"
+    return 0
+}
+minio_stop() {
+    [ -z "$MINIO_PID" ] || { kill "$MINIO_PID" 2>/dev/null || true; wait "$MINIO_PID" 2>/dev/null || true; }
+    MINIO_PID=""
+}

@@ -54,11 +54,10 @@ D=$WORK/cluster DATA=$WORK/cluster/data ARCH=$WORK/cluster/arch PGW=$WORK/run
 PORT=55651
 psql_db() { "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $PORT -U postgres -d postgres "$@"; }
 pg_stop() { as_pg "$PG_BIN/pg_ctl" -D "$1" -w -m fast stop >/dev/null 2>&1 || true; }
-MINIO_PID=""
 cleanup() {
     delay_proxy_stop
     pg_stop "$DATA"
-    [ -z "$MINIO_PID" ] || kill "$MINIO_PID" 2>/dev/null || true
+    minio_stop
     # Removing the prefetch directory ends its fetcher.
     rm -rf "$WORK/minio" "$D" "$PGW" 2>/dev/null || { sleep 1; rm -rf "$WORK/minio" "$D" "$PGW"; }
     rm -f "$RUNDIR/pagevault"
@@ -66,24 +65,8 @@ cleanup() {
 trap_signals cleanup
 
 # ------------------------------------------------------------------ MinIO ----
-make_tls "$WORK/tls"
-mkdir -p "$WORK/minio/certs"
-cp "$WORK/tls/cert.pem" "$WORK/minio/certs/public.crt"
-cp "$WORK/tls/key.pem" "$WORK/minio/certs/private.key"
-S3_PORT=59110
-S3_USER=pvbenchadmin S3_SECRET=pvbench-secret-Qx27 BUCKET=bench
-MINIO_ROOT_USER=$S3_USER MINIO_ROOT_PASSWORD=$S3_SECRET MINIO_UPDATE=off MINIO_BROWSER=off \
-    "$MINIO" server "$WORK/minio/data" --address "127.0.0.1:$S3_PORT" --certs-dir "$WORK/minio/certs" \
-    --quiet > "$WORK/minio.log" 2>&1 < /dev/null &
-MINIO_PID=$!
-export AWS_ACCESS_KEY_ID=$S3_USER AWS_SECRET_ACCESS_KEY=$S3_SECRET AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL=https://127.0.0.1:$S3_PORT PAGEVAULT_CA_FILE=$WORK/tls/ca.pem
-export NODE_PATH=$TOOLS/node/node_modules NODE_NO_WARNINGS=1 NODE_EXTRA_CA_CERTS=$WORK/tls/ca.pem
-for _ in $(seq 1 100); do
-    node "$ROOT/tests/tools/store.js" s3 mkbucket "$BUCKET" > "$RUNDIR/mkbucket.log" 2>&1 && break
-    sleep 0.3
-done
-grep -q . "$RUNDIR/mkbucket.log" && die "cannot create the bucket: $(cat "$RUNDIR/mkbucket.log")"
+S3_PORT=59110 BUCKET=bench
+minio_start "$WORK/minio" "$S3_PORT" "$BUCKET"
 REPO=s3://$BUCKET/wal
 
 # ------------------------------------------------------------- the WAL ----

@@ -79,14 +79,17 @@ impl Device for ObjectDevice {
 
     fn open(&self) -> Result<Box<dyn StripeSource>> {
         let path = self.loc.path();
+        if let Some((len, known)) = block_on(ends(&self.loc, None)) {
+            return Ok(Box::new(ObjectSource::new(&self.loc, len, None, known)));
+        }
         let meta = block_on(self.loc.store.head(&path))
             .map_err(|e| self.loc.err("cannot open stripe", e))?;
-        Ok(Box::new(ObjectSource {
-            loc: self.loc.clone(),
-            len: meta.size,
-            version: None,
-            state: Mutex::new(ReadState::default()),
-        }))
+        Ok(Box::new(ObjectSource::new(
+            &self.loc,
+            meta.size,
+            None,
+            Vec::new(),
+        )))
     }
 
     fn open_version(&self, version: &str) -> Result<(Box<dyn StripeSource>, Since)> {
@@ -103,20 +106,26 @@ impl Device for ObjectDevice {
             head: true,
             ..Default::default()
         };
-        // The pinned version's size and the newest (what an attacker's PUT or delete
-        // left in front), asked at once: one round trip.
-        let (pinned, newest) = block_on(async {
+        // The pinned version's ends (or size) and the newest (what an attacker's PUT or
+        // delete left in front), asked at once: one round trip.
+        let (ended, newest) = block_on(async {
             futures::join!(
-                self.loc.store.get_opts(&path, opts),
+                ends(&self.loc, Some(version.to_string())),
                 self.loc.store.head(&path)
             )
         });
-        let meta = pinned
-            .map_err(|e| {
-                self.loc
-                    .err(&format!("cannot open version {version} of stripe"), e)
-            })?
-            .meta;
+        let (len, known) = match ended {
+            Some(e) => e,
+            None => {
+                let meta = block_on(self.loc.store.get_opts(&path, opts))
+                    .map_err(|e| {
+                        self.loc
+                            .err(&format!("cannot open version {version} of stripe"), e)
+                    })?
+                    .meta;
+                (meta.size, Vec::new())
+            }
+        };
         let since = match newest {
             Ok(m) if m.version.as_deref() == Some(version) => Since::Same,
             Ok(m) => Since::Replaced(match m.version {
@@ -127,12 +136,7 @@ impl Device for ObjectDevice {
             Err(object_store::Error::NotFound { .. }) => Since::Removed,
             Err(e) => return Err(self.loc.err("cannot read stripe", e)),
         };
-        let source = ObjectSource {
-            loc: self.loc.clone(),
-            len: meta.size,
-            version: Some(version.to_string()),
-            state: Mutex::new(ReadState::default()),
-        };
+        let source = ObjectSource::new(&self.loc, len, Some(version.to_string()), known);
         Ok((Box::new(source), since))
     }
 
@@ -310,10 +314,53 @@ pub(super) struct ObjectSource {
     len: u64,
     /// The version every GET asks for (a stripe pinned by its catalog record).
     version: Option<String>,
+    /// Bytes read when it was opened (its first and last), by offset.
+    known: Vec<(u64, Vec<u8>)>,
     state: Mutex<ReadState>,
 }
 
+/// A stripe's size and its first and last bytes, from two ranged GETs sent at once;
+/// None when either fails or they disagree (an object shorter than a range, replaced
+/// between them): the caller then asks its size alone, with the store's own error.
+async fn ends(loc: &Location, version: Option<String>) -> Option<(u64, Vec<(u64, Vec<u8>)>)> {
+    let path = loc.path();
+    let (head, tail) = futures::join!(
+        get_part(
+            &*loc.store,
+            &path,
+            GetRange::Bounded(0..OPEN_HEAD),
+            version.clone()
+        ),
+        get_part(&*loc.store, &path, GetRange::Suffix(OPEN_TAIL), version)
+    );
+    let ((hm, h_at, h), (tm, t_at, t)) = (head.ok()?, tail.ok()?);
+    let same = hm.size == tm.size && hm.e_tag == tm.e_tag && hm.version == tm.version;
+    (same && h_at == 0).then_some((hm.size, vec![(h_at, h), (t_at, t)]))
+}
+
 impl ObjectSource {
+    fn new(loc: &Location, len: u64, version: Option<String>, known: Vec<(u64, Vec<u8>)>) -> Self {
+        ObjectSource {
+            loc: loc.clone(),
+            len,
+            version,
+            known,
+            state: Mutex::new(ReadState::default()),
+        }
+    }
+
+    /// Copies `offset..` into `buf` from the bytes read at open, when they hold all of it.
+    fn from_known(&self, buf: &mut [u8], offset: u64) -> bool {
+        let end = offset + buf.len() as u64;
+        for (at, b) in &self.known {
+            if offset >= *at && end <= at + b.len() as u64 {
+                let from = (offset - at) as usize;
+                buf.copy_from_slice(&b[from..from + buf.len()]);
+                return true;
+            }
+        }
+        false
+    }
     /// GETs `start..end` into `buf`, streaming the body (no second copy of it).
     fn fetch(
         &self,
@@ -380,8 +427,11 @@ impl StripeSource for ObjectSource {
         let sequential = offset == st.last_end && offset > 0;
         st.last_end = end;
         if !sequential {
-            // Header, tail, manifest: exactly the bytes asked for.
             drop(st);
+            if self.from_known(buf, offset) {
+                return Ok(());
+            }
+            // Header, tail, manifest: exactly the bytes asked for.
             let b = self.wait(self.fetch(offset, end, Vec::new()))?;
             buf.copy_from_slice(&b);
             return Ok(());
