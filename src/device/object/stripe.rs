@@ -350,7 +350,7 @@ impl ObjectSource {
     }
 
     /// Copies `offset..` into `buf` from the bytes read at open, when they hold all of it.
-    fn from_known(&self, buf: &mut [u8], offset: u64) -> bool {
+    fn read_known(&self, buf: &mut [u8], offset: u64) -> bool {
         let end = offset + buf.len() as u64;
         for (at, b) in &self.known {
             if offset >= *at && end <= at + b.len() as u64 {
@@ -428,7 +428,7 @@ impl StripeSource for ObjectSource {
         st.last_end = end;
         if !sequential {
             drop(st);
-            if self.from_known(buf, offset) {
+            if self.read_known(buf, offset) {
                 return Ok(());
             }
             // Header, tail, manifest: exactly the bytes asked for.
