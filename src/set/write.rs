@@ -28,21 +28,38 @@ pub fn is_discard(devices: &[Box<dyn Device>]) -> bool {
     devices.iter().any(|d| d.is_discard())
 }
 
-/// Starts one stripe per device; if one cannot be created, those already started
-/// are aborted.
+/// Starts one stripe per device, all at once (each may cost a store's round trips); if
+/// one cannot be created, those started are aborted and the first device's error is
+/// the one told.
 pub fn create(devices: &[Box<dyn Device>], hint: &CreateHint) -> Result<Vec<Box<dyn StripeSink>>> {
-    let mut sinks: Vec<Box<dyn StripeSink>> = vec![];
-    for d in devices {
-        match d.create(hint) {
-            Ok(s) => sinks.push(s),
+    let mut made: Vec<Result<Box<dyn StripeSink>>> = Vec::with_capacity(devices.len());
+    for group in devices.chunks(CREATE_AT_ONCE) {
+        std::thread::scope(|sc| {
+            let started: Vec<_> = group.iter().map(|d| sc.spawn(|| d.create(hint))).collect();
+            made.extend(
+                started
+                    .into_iter()
+                    .map(|h| h.join().expect("create panicked")),
+            );
+        });
+    }
+    if made.iter().all(|m| m.is_ok()) {
+        return Ok(made.into_iter().map(|m| m.unwrap()).collect());
+    }
+    let mut first = None;
+    for m in made {
+        match m {
+            Ok(s) => s.abort(),
             Err(e) => {
-                sinks.into_iter().for_each(|s| s.abort());
-                return Err(e);
+                first.get_or_insert(e);
             }
         }
     }
-    Ok(sinks)
+    Err(first.expect("a creation failed"))
 }
+
+/// Stripes created at once.
+const CREATE_AT_ONCE: usize = 8;
 
 /// The media header of every stripe: `h` with each stripe's index and the count.
 pub fn headers(h: &MediaHeader, stripes: usize) -> Vec<Vec<u8>> {

@@ -531,17 +531,6 @@ impl Location {
             })
             .collect())
     }
-
-    /// Checks the bucket or container exists and the credentials work: a clear error
-    /// before a backup starts rather than after its first part.
-    pub fn check_access(&self) -> Result<()> {
-        let p = self.path();
-        let r = block_on(async {
-            let mut s = self.store.list(Some(&p));
-            s.try_next().await
-        });
-        r.map(|_| ()).map_err(|e| self.err("cannot access", e))
-    }
 }
 
 type StoreKey = (Kind, String, Option<String>);

@@ -61,10 +61,22 @@ impl Device for ObjectDevice {
                 self.loc.describe()
             );
         }
-        self.loc.check_access()?;
         let path = self.loc.path();
-        let upload = block_on(self.loc.store.put_multipart(&path))
-            .map_err(|e| self.loc.err("cannot start the upload of", e))?;
+        // The access check (whose error is the clearer) and the upload's start at once:
+        // one round trip of the store, not two.
+        let (access, upload) = block_on(async {
+            futures::join!(
+                async { self.loc.store.list(Some(&path)).try_next().await },
+                self.loc.store.put_multipart(&path)
+            )
+        });
+        if let Err(e) = access {
+            if let Ok(mut up) = upload {
+                let _ = block_on(up.abort());
+            }
+            return Err(self.loc.err("cannot access", e));
+        }
+        let upload = upload.map_err(|e| self.loc.err("cannot start the upload of", e))?;
         let (base, step) = part_plan(self.loc.kind, hint.transfer_size, hint.expected_bytes);
         Ok(Box::new(ObjectSink {
             loc: self.loc.clone(),
