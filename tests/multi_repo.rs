@@ -13,16 +13,24 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// A finished WAL segment of a fresh PostgreSQL 15, copied out of its pg_wal: its name
-/// and path under `dir`.
-fn segment(dir: &Path) -> (String, PathBuf) {
+/// `n` finished WAL segments of a fresh PostgreSQL 15, copied out of its pg_wal: their
+/// names and paths under `dir`.
+fn segments(dir: &Path, n: usize) -> Vec<(String, PathBuf)> {
     let pg = Pg::start(false, None);
-    pg.sql("SELECT pg_logical_emit_message(false, 'pagevault-test', 'multi')");
-    let name = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())");
-    pg.sql("SELECT pg_switch_wal()");
-    let to = dir.join(&name);
-    fs::copy(pg.data.join("pg_wal").join(&name), &to).unwrap();
-    (name, to)
+    (0..n)
+        .map(|_| {
+            pg.sql("SELECT pg_logical_emit_message(false, 'pagevault-test', 'multi')");
+            let name = pg.sql("SELECT pg_walfile_name(pg_current_wal_insert_lsn())");
+            pg.sql("SELECT pg_switch_wal()");
+            let to = dir.join(&name);
+            fs::copy(pg.data.join("pg_wal").join(&name), &to).unwrap();
+            (name, to)
+        })
+        .collect()
+}
+
+fn segment(dir: &Path) -> (String, PathBuf) {
+    segments(dir, 1).remove(0)
 }
 
 fn config(dir: &Path, text: &str) -> String {
@@ -50,13 +58,15 @@ fn a_segment_goes_into_the_directory_and_minio_repositories_of_a_stanza() {
     let cfg = config(
         d.path(),
         &format!(
-            "s3-endpoint = \"{}\"\n[stanza.main]\nsource = \"files:/nonexistent\"\n\
+            "s3-endpoint = \"{}\"\n[stanza.main.backup]\nsource = \"files:/nonexistent\"\n\
              [[stanza.main.repo]]\nname = \"local\"\npath = \"{dir}\"\n\
              [[stanza.main.repo]]\nname = \"offsite\"\npath = \"{s3}\"\ncompress = \"zstd:5\"\n",
             st.minio.endpoint()
         ),
     );
-    let (name, seg) = segment(d.path());
+    let mut two = segments(d.path(), 2);
+    let (next, next_seg) = two.pop().unwrap();
+    let (name, seg) = two.pop().unwrap();
     let want = fs::read(&seg).unwrap();
     let j: Value = serde_json::from_str(&ok(&[
         "archive-push",
@@ -91,6 +101,33 @@ fn a_segment_goes_into_the_directory_and_minio_repositories_of_a_stanza() {
     assert!(
         again.iter().all(|r| r["outcome"] == "already_archived"),
         "{j}"
+    );
+
+    // status names both; once the directory alone holds the next segment, MinIO lags.
+    let status = |cfg: &str| -> Value {
+        serde_json::from_str(&ok(&[
+            "status", "--config", cfg, "--stanza", "main", "--json",
+        ]))
+        .unwrap()
+    };
+    let j = status(&cfg);
+    assert_eq!(j["repositories"].as_array().unwrap().len(), 2, "{j}");
+    assert_eq!(j["newest_wal"], name.as_str(), "{j}");
+    assert_eq!(j["wal_lagging"].as_array().unwrap().len(), 0, "{j}");
+    ok(&["archive-push", "--repo", &dir, &s(&next_seg)]);
+    let j = status(&cfg);
+    assert_eq!(j["newest_wal"], next.as_str(), "{j}");
+    assert_eq!(j["newest_wal_repo"], dir.as_str(), "{j}");
+    let lag = j["wal_lagging"].as_array().unwrap();
+    assert_eq!(lag.len(), 1, "{j}");
+    assert_eq!(lag[0]["repo"], s3.as_str(), "{j}");
+    assert_eq!(lag[0]["newest_wal"], name.as_str(), "{j}");
+    let text = ok(&["status", "--config", &cfg, "--stanza", "main"]);
+    assert!(
+        text.contains(&format!(
+            "WAL lags          {s3}: its newest segment is {name}; {dir} holds up to {next}"
+        )),
+        "{text}"
     );
 
     // --show-config names both; a backup writes to the first, or the one --to-repo picks,
