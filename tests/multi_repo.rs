@@ -1,8 +1,9 @@
 //! Several repositories per stanza (issue 54, 3-2-1): a directory and MinIO named in one
 //! stanza's repo list; archive-push stores a real PostgreSQL segment into both, fails
 //! naming an unreachable one while the other still gets it; archive-get passes over a
-//! damaged copy in the first and serves the second's, saying so; a list naming one
-//! repository twice is refused.
+//! damaged copy in the first and serves the second's, saying so; status names the
+//! repository whose WAL lags; a restore takes the chain from the first repository holding
+//! it; a list naming one repository twice is refused.
 
 mod common;
 use common::pg::Pg;
@@ -129,6 +130,34 @@ fn a_segment_goes_into_the_directory_and_minio_repositories_of_a_stanza() {
         )),
         "{text}"
     );
+    // MinIO first: it lacks the newest segment, is passed over, and the directory serves.
+    let d2 = tempfile::tempdir().unwrap();
+    let cfg2 = config(
+        d2.path(),
+        &format!(
+            "s3-endpoint = \"{}\"\n[stanza.main]\nrepo = [\"{s3}\", \"{dir}\"]\n",
+            st.minio.endpoint()
+        ),
+    );
+    let out = d.path().join("next");
+    let r = run(&[
+        "archive-get",
+        "--config",
+        &cfg2,
+        "--stanza",
+        "main",
+        &next,
+        &s(&out),
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(fs::read(&out).unwrap(), fs::read(&next_seg).unwrap());
+    assert!(
+        r.stderr
+            .contains(&format!("{next}: passed over {s3}: it does not hold it"))
+            && r.stderr.contains(&format!("{next} served by {dir}")),
+        "{}",
+        r.stderr
+    );
 
     // --show-config names both; a backup writes to the first, or the one --to-repo picks,
     // with that repository's own settings.
@@ -240,6 +269,42 @@ fn an_unreachable_repository_fails_the_push_by_name_and_the_others_still_get_it(
         r.stderr
     );
     assert_eq!(get_from(&dir, &name, d.path()), fs::read(&seg).unwrap());
+    // Fetched with the unreachable store first: passed over, named, the directory serves.
+    let d2 = tempfile::tempdir().unwrap();
+    let cfg2 = config(
+        d2.path(),
+        &format!(
+            "[stanza.main]\nrepo = [\"{s3}\", \"{dir}\"]\ns3-endpoint = \"http://127.0.0.1:{}\"\n",
+            free_port()
+        ),
+    );
+    let out = d.path().join("got");
+    let r = run_env(
+        &[
+            "archive-get",
+            "--config",
+            &cfg2,
+            "--stanza",
+            "main",
+            &name,
+            &s(&out),
+        ],
+        &[
+            ("PAGEVAULT_RETRY_SECONDS", "1"),
+            ("AWS_ACCESS_KEY_ID", "x"),
+            ("AWS_SECRET_ACCESS_KEY", "y"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(fs::read(&out).unwrap(), fs::read(&seg).unwrap());
+    assert!(
+        r.stderr.contains(&format!("{name}: passed over {s3}"))
+            && !r.stderr.contains("does not hold it")
+            && r.stderr.contains(&format!("{name} served by {dir}")),
+        "{}",
+        r.stderr
+    );
 }
 
 /// The archived copy of `name` in a directory repository.
@@ -374,4 +439,75 @@ fn a_list_naming_one_repository_twice_is_refused() {
         126,
     );
     assert!(e.contains("same repository"), "{e}");
+}
+
+#[test]
+fn a_restore_takes_the_set_from_the_first_repository_that_holds_it() {
+    let (d, src) = tree_in_tempdir();
+    let (empty, full) = (
+        s(&d.path().join("empty-repo")),
+        s(&d.path().join("full-repo")),
+    );
+    ok(&["init", "--repo", &empty]);
+    ok(&["init", "--repo", &full]);
+    let cfg = config(
+        d.path(),
+        &format!(
+            "[stanza.main]\nrepo = [\"{empty}\", \"{full}\"]\n[stanza.main.backup]\nsource = \"files:{}\"\n",
+            s(&src)
+        ),
+    );
+    // The second repository, by its place.
+    let set = json(&[
+        "backup",
+        "--config",
+        &cfg,
+        "--stanza",
+        "main",
+        "--to-repo",
+        "2",
+    ]);
+    let id = set["set_id"].as_str().unwrap().to_string();
+    assert_eq!(history_ids(&full), std::slice::from_ref(&id));
+    assert!(history_ids(&empty).is_empty());
+    let to = d.path().join("restored");
+    let j = json(&[
+        "restore",
+        "--config",
+        &cfg,
+        "--stanza",
+        "main",
+        "--to",
+        &s(&to),
+    ]);
+    assert_eq!(j["set_id"], id.as_str(), "{j}");
+    let warned: Vec<&str> = (j["warnings"].as_array().unwrap().iter())
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.starts_with(&format!("passed over {empty}: "))),
+        "{j}"
+    );
+    assert_same_tree(&src, &to);
+    // Neither holds a set: the error names both.
+    let e = fails(
+        &[
+            "restore",
+            "--repo",
+            &empty,
+            "--repo",
+            &full,
+            "--set",
+            "ffffffff",
+            "--to",
+            &s(&d.path().join("no")),
+        ],
+        1,
+    );
+    assert!(
+        e.contains(&format!("passed over {empty}")) && e.contains(&format!("and {full}")),
+        "{e}"
+    );
 }

@@ -13,7 +13,10 @@
 //! archive_command = 'pagevault archive-push %p --repo s3://b/repo --async --spool /var/spool/pagevault'
 //! ```
 //!
-//! Exit 0 only when the file is durable in the repository, or in the spool (push), or
+//! With several `--repo`, a push stores into all at once and a get reads from the first
+//! holding an intact copy (ops/archive/many.rs).
+//!
+//! Exit 0 only when the file is durable in every repository, or in the spool (push), or
 //! complete at its destination (get). archive-push fails with exit 1 (PostgreSQL retries it).
 //! archive-get exits 1 only when the archive does not hold the file, which PostgreSQL
 //! reads as "the end of the archive" (expected for files that may not exist, such as
@@ -34,6 +37,7 @@ use std::path::{Path, PathBuf};
 #[command(after_help = "Examples:
   archive_command = 'pagevault archive-push %p --repo /backup/repo'
   archive_command = 'pagevault archive-push --stanza main %p'   (repo ... from [stanza.main], docs/CONFIG.md)
+  archive_command = 'pagevault archive-push %p --repo /backup/repo --repo s3://bucket/repo'   (into both at once)
   archive_command = 'pagevault archive-push %p --repo s3://bucket/repo --async --spool /var/spool/pagevault'
   pagevault archive-push --drain --spool /var/spool/pagevault --repo s3://bucket/repo   (push what waits, now)")]
 pub struct PushArgs {
@@ -105,6 +109,7 @@ pub struct PushArgs {
 #[command(after_help = "Examples:
   restore_command = 'pagevault archive-get %f \"%p\" --repo /backup/repo'
   restore_command = 'pagevault archive-get --stanza main %f \"%p\"'
+  restore_command = 'pagevault archive-get %f \"%p\" --repo /backup/repo --repo s3://bucket/repo'   (the second when the first cannot serve)
 
 Exit status: 0 fetched, 1 the archive does not hold the file, 126 any fault (recovery stops).")]
 pub struct GetArgs {

@@ -2,7 +2,7 @@
 //! `--standby` (standby.signal, primary_conninfo), `--archive-mode`, and
 //! `--recovery-option KEY=VALUE` lines, written last so that they win.
 
-use super::{restore_command, RestoreOptions, Sets, TargetAction, TimelineTarget};
+use super::{restore_command_with, RestoreOptions, Sets, TargetAction, TimelineTarget};
 use crate::source::Recovery;
 use anyhow::{bail, Result};
 
@@ -94,7 +94,7 @@ fn archive_off(o: &RestoreOptions) -> Option<String> {
 /// The settings of the restored server.
 pub(super) fn settings(o: &RestoreOptions, sets: &Sets) -> Result<Recovery> {
     Ok(Recovery {
-        restore_command: sets.repo.as_ref().map(restore_command),
+        restore_command: (sets.repo.as_ref()).map(|r| restore_command_with(r, &sets.others)),
         target: o
             .until
             .clone()
