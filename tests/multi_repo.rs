@@ -439,6 +439,50 @@ fn a_list_naming_one_repository_twice_is_refused() {
         126,
     );
     assert!(e.contains("same repository"), "{e}");
+    // The async spool stores into one repository.
+    let other = s(&d.path().join("other"));
+    ok(&["init", "--repo", &other]);
+    let spool = s(&d.path().join("spool"));
+    let e = fails(
+        &[
+            "archive-push",
+            "--repo",
+            &dir,
+            "--repo",
+            &other,
+            "--async",
+            "--spool",
+            &spool,
+            &s(&h),
+        ],
+        1,
+    );
+    assert!(
+        e.contains("--async and --drain store into one repository"),
+        "{e}"
+    );
+    // --to-repo picks among the stanza's repositories, never beside --repo.
+    let cfg = config(
+        d.path(),
+        &format!("[stanza.main]\nrepo = [\"{dir}\", \"{other}\"]\n"),
+    );
+    let e = fails(
+        &[
+            "backup",
+            "--config",
+            &cfg,
+            "--stanza",
+            "main",
+            "--source",
+            "files:/x",
+            "--to-repo",
+            "2",
+            "--repo",
+            &dir,
+        ],
+        2,
+    );
+    assert!(e.contains("give one of them"), "{e}");
 }
 
 #[test]
