@@ -483,6 +483,24 @@ fn a_list_naming_one_repository_twice_is_refused() {
         2,
     );
     assert!(e.contains("give one of them"), "{e}");
+    let to = s(&d.path().join("set.pv"));
+    let e = fails(
+        &[
+            "backup",
+            "--config",
+            &cfg,
+            "--stanza",
+            "main",
+            "--source",
+            "files:/x",
+            "--to-repo",
+            "2",
+            "--to",
+            &to,
+        ],
+        2,
+    );
+    assert!(e.contains("--to names devices"), "{e}");
 }
 
 #[test]

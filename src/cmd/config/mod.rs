@@ -363,6 +363,9 @@ fn stanza_repositories(
         (Some(_), Some(r)) => bail!(
             "--to-repo picks one of the stanza's repositories and --repo {r} names one itself: give one of them"
         ),
+        (Some(_), None) if left_to_cli("repo", path, m, ids) => {
+            bail!("--to-repo picks a repository and --to names devices: give one of them")
+        }
         (Some(sel), None) if list.is_empty() => bail!(
             "--to-repo {sel} picks one of a stanza's repositories: give --stanza NAME, its repo a list (docs/CONFIG.md)"
         ),
