@@ -13,7 +13,10 @@
 //! archive_command = 'pagevault archive-push %p --repo s3://b/repo --async --spool /var/spool/pagevault'
 //! ```
 //!
-//! Exit 0 only when the file is durable in the repository, or in the spool (push), or
+//! With several `--repo`, a push stores into all at once and a get reads from the first
+//! holding an intact copy (ops/archive/many.rs).
+//!
+//! Exit 0 only when the file is durable in every repository, or in the spool (push), or
 //! complete at its destination (get). archive-push fails with exit 1 (PostgreSQL retries it).
 //! archive-get exits 1 only when the archive does not hold the file, which PostgreSQL
 //! reads as "the end of the archive" (expected for files that may not exist, such as
@@ -34,15 +37,18 @@ use std::path::{Path, PathBuf};
 #[command(after_help = "Examples:
   archive_command = 'pagevault archive-push %p --repo /backup/repo'
   archive_command = 'pagevault archive-push --stanza main %p'   (repo ... from [stanza.main], docs/CONFIG.md)
+  archive_command = 'pagevault archive-push %p --repo /backup/repo --repo s3://bucket/repo'   (into both at once)
   archive_command = 'pagevault archive-push %p --repo s3://bucket/repo --async --spool /var/spool/pagevault'
   pagevault archive-push --drain --spool /var/spool/pagevault --repo s3://bucket/repo   (push what waits, now)")]
 pub struct PushArgs {
     /// The segment to archive (%p in archive_command); not with --drain.
     #[arg(required_unless_present = "drain")]
     pub path: Option<PathBuf>,
-    /// The repository to archive into.
-    #[arg(long)]
-    pub repo: String,
+    /// The repository to archive into. Repeat to archive into several at once (a
+    /// stanza's repo list does): the push succeeds only once every one holds the file,
+    /// and a failure names the repository. --async and --drain take one.
+    #[arg(long, required = true)]
+    pub repo: Vec<String>,
     /// Store each segment's block summary beside it (which blocks its records change):
     /// what lets `backup --type incr` and `diff` read only the changed pages, and
     /// `estimate` count them. Off saves the summarizing CPU; those backups then read
@@ -103,6 +109,7 @@ pub struct PushArgs {
 #[command(after_help = "Examples:
   restore_command = 'pagevault archive-get %f \"%p\" --repo /backup/repo'
   restore_command = 'pagevault archive-get --stanza main %f \"%p\"'
+  restore_command = 'pagevault archive-get %f \"%p\" --repo /backup/repo --repo s3://bucket/repo'   (the second when the first cannot serve)
 
 Exit status: 0 fetched, 1 the archive does not hold the file, 126 any fault (recovery stops).")]
 pub struct GetArgs {
@@ -110,9 +117,11 @@ pub struct GetArgs {
     pub name: String,
     /// Where to write it (%p in restore_command).
     pub dest: PathBuf,
-    /// The repository to fetch from.
-    #[arg(long)]
-    pub repo: String,
+    /// The repository to fetch from. Repeat to fall back: the first that holds an intact
+    /// copy serves, the others passed over are named on stderr (prefetch reads the
+    /// first).
+    #[arg(long, required = true)]
+    pub repo: Vec<String>,
     /// The most segments fetched ahead: a background fetcher brings the next segments,
     /// up to 8 at once, while PostgreSQL replays this one, each checked as archive-get
     /// checks a file; the next archive-get finds its segment there and hands it over
@@ -147,7 +156,7 @@ impl GetArgs {
         archive::GetOptions {
             name: self.name.clone(),
             dest: self.dest.clone(),
-            repo: self.repo.clone(),
+            repos: self.repo.clone(),
             prefetch,
             prefetch_dir,
             store: store.clone(),
@@ -156,6 +165,13 @@ impl GetArgs {
 }
 
 pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
+    if a.repo.len() > 1 && (a.drain || a.asynchronous) {
+        anyhow::bail!(
+            "--async and --drain store into one repository, and {} are given: archive \
+             synchronously into several, or name one --repo",
+            a.repo.join(", ")
+        );
+    }
     if a.drain {
         return run_drain(&a, store);
     }
@@ -170,21 +186,40 @@ pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
         }
         return run_push_async(&a, path);
     }
-    let p = archive::push(&archive::PushOptions {
+    let all = archive::push(&archive::PushOptions {
         path,
-        repo: a.repo,
+        repos: a.repo,
         no_summaries: a.summaries == "off",
         sign: a.sign,
         store: store.clone(),
     })?;
+    let p = &all.pushed;
     for w in &p.warnings {
         super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
     }
+    let several = all.each.len() > 1;
     if a.json {
-        let mut v = serde_json::to_value(&p)?;
+        let mut v = serde_json::to_value(p)?;
+        if several {
+            v["repositories"] = serde_json::to_value(&all.each)?;
+        }
         v["object_store"] = super::retries_json();
         super::print_json(&v);
         return Ok(());
+    }
+    if several {
+        for r in &all.each {
+            println!(
+                "pagevault: {} into {}: {} ({}) in {:.3} s",
+                p.name,
+                r.repo,
+                serde_json::to_value(r.outcome)?
+                    .as_str()
+                    .unwrap_or_default(),
+                human(r.stored_bytes),
+                r.seconds
+            );
+        }
     }
     match p.outcome {
         wal::Outcome::Archived => println!(
@@ -215,7 +250,7 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
     let p = archive::push_async(
         &archive::AsyncOptions {
             path,
-            repo: a.repo.clone(),
+            repo: a.repo[0].clone(),
             spool: a.spool.clone().expect("clap requires --spool with --async"),
             no_summaries: a.summaries == "off",
             spool_max: a.spool_max,
@@ -268,7 +303,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
     let d = archive::pusher::drain(
         &archive::pusher::DrainOptions {
             spool: spool.clone(),
-            repo: a.repo.clone(),
+            repo: a.repo[0].clone(),
             process_max: a.process_max as usize,
             linger: std::time::Duration::from_secs(2),
             give_up: (!a.pusher).then_some(std::time::Duration::from_secs(a.give_up)),
@@ -358,7 +393,7 @@ pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
         crate::sys::private_umask(false);
         let f = archive::prefetch::fetch_ahead(&archive::prefetch::FetchOptions {
             dir: o.prefetch_dir,
-            repo: o.repo,
+            repo: o.repos[0].clone(),
             first: o.name.clone(),
             seg_size,
             window: o.prefetch,
@@ -385,7 +420,7 @@ pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
     }
     let fetched = archive::get(&o, start_fetcher);
     if let Ok(g) = &fetched {
-        if let Some(w) = &g.warning {
+        for w in g.warning.iter().chain(&g.passed_over) {
             super::log::warn_as(&format!("pagevault: WARNING: {w}"), w);
         }
     }

@@ -32,6 +32,11 @@ pub struct BackupArgs {
     /// Repository (a directory) that holds the set's stripes and records it in its catalog.
     #[arg(long)]
     pub repo: Option<String>,
+    /// With --stanza whose repo lists several repositories: the one to write to, by its
+    /// name or its place (1 the first, the default). Its own settings (compress, stripes
+    /// ...) win over the stanza's.
+    #[arg(long, value_name = "NAME|N")]
+    pub to_repo: Option<String>,
     /// Stripes to write inside the repository (default 1, or 0 when --to names devices).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=ops::REPO_STRIPES_MAX as i64))]
     pub stripes: Option<u32>,

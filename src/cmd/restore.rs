@@ -18,9 +18,12 @@ pub struct ReadArgs {
     /// A stripe of the set (a file path). Name every stripe, in any order.
     #[arg(long = "from", required_unless_present = "repo")]
     pub from: Vec<String>,
-    /// Take the set (and the WAL) from this repository instead of --from.
+    /// Take the set (and the WAL) from this repository instead of --from. restore: repeat
+    /// to fall back, the set taken from the first repository that holds the chain, the
+    /// others named after it in the restore_command written (archive-get falls back in
+    /// turn); verify reads one.
     #[arg(long)]
-    pub repo: Option<String>,
+    pub repo: Vec<String>,
     /// The set to use from the repository (default: the newest usable full set).
     #[arg(long)]
     pub set: Option<String>,
@@ -42,7 +45,8 @@ impl ReadArgs {
     pub fn options(&self) -> ReadOptions {
         ReadOptions {
             from: self.from.clone(),
-            repo: self.repo.clone(),
+            repo: self.repo.first().cloned(),
+            fallback: self.repo.iter().skip(1).cloned().collect(),
             set: self.set.clone(),
             threads: self.threads.map(|t| t as usize),
             buffer_count: self.buffer_count.map(|b| b as usize),
@@ -290,6 +294,13 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
 }
 
 pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
+    if let [first, ..] = a.read.repo.as_slice() {
+        if a.read.repo.len() > 1 {
+            eprintln!(
+                "pagevault: verify reads one repository, the first: {first} (--repo names another)"
+            );
+        }
+    }
     let o = VerifyOptions {
         read: ReadOptions {
             store: store.clone(),

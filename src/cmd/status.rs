@@ -11,9 +11,10 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The repository.
-    #[arg(long)]
-    pub repo: String,
+    /// The repository. Repeat for several (a stanza's repo list gives them all): each
+    /// one's status, and which lag behind the others in WAL (text and --json only).
+    #[arg(long, required = true)]
+    pub repo: Vec<String>,
     /// A PostgreSQL server (postgres://USER@HOST:PORT/DB) whose WAL the repository
     /// archives: the archiving lag is measured against it.
     #[arg(long)]
@@ -61,8 +62,11 @@ pub(crate) fn parse_age(s: &str) -> Result<f64, String> {
 
 pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
     let nagios = (a.warn_age.is_some() || a.crit_age.is_some()) && !a.json && !a.prometheus;
+    if a.repo.len() > 1 {
+        return run_all(&a, store, nagios);
+    }
     let r = match status(&StatusOptions {
-        repo: a.repo.clone(),
+        repo: a.repo[0].clone(),
         source: a.source.clone(),
         password_file: a.password_file.clone(),
         spool: a.spool.clone(),
@@ -125,6 +129,56 @@ pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
             r.errors.join("; ")
         )),
         other => other,
+    }
+}
+
+/// Several repositories: each one's status, then which lag in WAL.
+fn run_all(a: &StatusArgs, store: &StoreOptions, nagios: bool) -> Result<()> {
+    if nagios || a.prometheus {
+        anyhow::bail!(
+            "--prometheus, --warn-age and --crit-age watch one repository: run one check per \
+             --repo ({})",
+            a.repo.join(", ")
+        );
+    }
+    let all = crate::ops::status::status_of_all(
+        &StatusOptions {
+            repo: String::new(),
+            source: a.source.clone(),
+            password_file: a.password_file.clone(),
+            spool: a.spool.clone(),
+            store: store.clone(),
+        },
+        &a.repo,
+    )?;
+    if a.json {
+        print_json(&serde_json::to_value(&all)?);
+    } else {
+        for (i, r) in all.repositories.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            print_text(r);
+        }
+        println!();
+        match (&all.newest_wal, all.wal_lagging.is_empty()) {
+            (Some(n), true) => println!("WAL               every repository holds up to {n}"),
+            (None, true) => println!("WAL               none archived"),
+            _ => {}
+        }
+        for l in &all.wal_lagging {
+            println!("WAL lags          {}: {}", super::shown(&l.repo), l.why);
+        }
+    }
+    let errors: Vec<String> = (all.repositories.iter())
+        .flat_map(|r| r.errors.iter().map(move |e| format!("{}: {e}", r.repo)))
+        .collect();
+    match errors.is_empty() {
+        true => Ok(()),
+        false => Err(anyhow::anyhow!(
+            "the status is incomplete: {}",
+            errors.join("; ")
+        )),
     }
 }
 

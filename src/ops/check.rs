@@ -424,7 +424,7 @@ fn archiving_check(
         (None, Some(st)) => {
             let config = flag("config");
             match o.stanza_repo.map(|f| f(config.as_deref().map(std::path::Path::new), &st, "repo")) {
-                Some(Ok(Some(r))) if pushes_here(&r) => Ok(()),
+                Some(Ok(Some(r))) if r.lines().any(pushes_here) => Ok(()),
                 Some(Ok(Some(r))) => Err((
                     format!("archive_command = '{command}' pushes into stanza {st}'s repository {r}, not {spec}"),
                     format!("set repo = \"{spec}\" in [stanza.{st}] of the configuration file it reads, or check another stanza"),

@@ -329,3 +329,76 @@ fn archive_lag(
         .map_or(0, |(_, segno)| (segno + 1) * seg as u64);
     Ok(lsn.saturating_sub(archived_end))
 }
+
+/// A repository behind the others in WAL: its newest archived segment older than the
+/// newest any of them holds, or its archive not readable.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalLag {
+    pub repo: String,
+    pub newest_wal: Option<String>,
+    /// Why it lags, in a sentence.
+    pub why: String,
+}
+
+/// `status` of several repositories: each one's, and which lag in WAL.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusOfAll {
+    pub command: &'static str,
+    pub repositories: Vec<StatusReport>,
+    /// The newest segment any of them holds, and the first repository holding it.
+    pub newest_wal: Option<String>,
+    pub newest_wal_repo: Option<String>,
+    pub wal_lagging: Vec<WalLag>,
+}
+
+/// Each repository's status, read at once, and the ones whose WAL lags: a segment name
+/// orders by timeline and position, so the greatest is the newest.
+pub fn status_of_all(o: &StatusOptions, repos: &[String]) -> Result<StatusOfAll> {
+    crate::repo::many::refuse_repeats(repos)?;
+    let reports: Vec<StatusReport> = std::thread::scope(|s| {
+        let handles: Vec<_> = (repos.iter())
+            .map(|r| {
+                let o = StatusOptions {
+                    repo: r.clone(),
+                    ..o.clone()
+                };
+                s.spawn(move || status(&o))
+            })
+            .collect();
+        (handles.into_iter())
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("its status panicked")))
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let newest = (reports.iter())
+        .filter_map(|r| r.newest_wal.as_ref().map(|n| (n, &r.repo)))
+        .fold(None::<(&String, &String)>, |best, (n, repo)| match best {
+            Some((b, _)) if b >= n => best,
+            _ => Some((n, repo)),
+        });
+    let mut wal_lagging = vec![];
+    for r in &reports {
+        let why = match (&r.newest_wal, newest) {
+            _ if !r.repository_up => "its archive cannot be read".to_string(),
+            (None, Some((n, by))) => format!("it holds no WAL; {by} holds up to {n}"),
+            (Some(mine), Some((n, by))) if mine < n => {
+                format!("its newest segment is {mine}; {by} holds up to {n}")
+            }
+            _ => continue,
+        };
+        wal_lagging.push(WalLag {
+            repo: r.repo.clone(),
+            newest_wal: r.newest_wal.clone(),
+            why,
+        });
+    }
+    Ok(StatusOfAll {
+        command: "status",
+        newest_wal: newest.map(|(n, _)| n.clone()),
+        newest_wal_repo: newest.map(|(_, r)| r.clone()),
+        repositories: reports,
+        wal_lagging,
+    })
+}

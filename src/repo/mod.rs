@@ -12,6 +12,7 @@
 pub mod chain;
 mod immutable;
 mod lock;
+pub mod many;
 mod marker;
 mod pin;
 pub mod store;

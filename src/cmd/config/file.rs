@@ -169,6 +169,7 @@ impl ConfigFile {
     /// checked against the options (another command's file): the `key` (`repo`,
     /// `async`, `spool`) `archive-push --stanza STANZA` runs with. A `spool` counts only
     /// in the stanza's archive-push table (elsewhere it is a backup's SQLite spool).
+    /// A list of repositories gives their paths, one a line.
     pub fn archive_push_value(
         path: Option<&Path>,
         stanza: &str,
@@ -181,6 +182,15 @@ impl ConfigFile {
         Ok(match file.lookup(Some(stanza), "archive-push", key) {
             Some((origin, _)) if key == "spool" && origin.as_deref() != Some(own.as_str()) => None,
             Some((_, Value::String(s))) => Some(s.clone()),
+            // A list of repositories: their paths, one a line.
+            Some((_, v @ Value::Array(_))) if key == "repo" => {
+                super::repos::entries(v).ok().map(|es| {
+                    es.into_iter()
+                        .map(|e| e.path)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+            }
             Some((_, Value::Boolean(b))) => Some(b.to_string()),
             Some((_, Value::Integer(n))) => Some(n.to_string()),
             _ => None,
@@ -302,6 +312,9 @@ impl ConfigFile {
                     format!(" is not an option of any command{near}; see `pagevault COMMAND --help` for the options")
                 };
                 bail!("{at}{why}");
+            }
+            if key == "repo" {
+                super::repos::entries(v).map_err(|m| anyhow!("{at}: {m}"))?;
             }
             let strings: Vec<&str> = match v {
                 Value::String(s) => vec![s],

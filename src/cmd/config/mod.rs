@@ -8,8 +8,10 @@
 //! one. `--show-config` prints the result with each value's origin.
 
 mod file;
+mod repos;
 
 pub use file::{ConfigFile, Known, DEFAULT_PATH};
+pub use repos::RepoEntry;
 
 use anyhow::{bail, Result};
 use clap::parser::ValueSource;
@@ -25,6 +27,11 @@ const PER_RUN: &[&str] = &["to", "from", "help", "version", "config", "show-conf
 /// `status --spool` is the async spool, the stanza's `spool` a backup's SQLite one
 /// (status finds the stanza's archive-push spool itself).
 const OWN_TABLE_ONLY: &[(&str, &str)] = &[("status", "spool")];
+
+/// Options a command takes from the command line and its variable only: `backup
+/// --to-repo` picks among the stanza's repositories before the file is read (a file's
+/// `to-repo` is `copy`'s destination).
+const NOT_FROM_FILE: &[(&str, &str)] = &[("backup", "to-repo")];
 
 /// The variable of an option: `--max-transfer-size` is `PAGEVAULT_MAX_TRANSFER_SIZE`.
 pub fn env_name(long: &str) -> String {
@@ -67,6 +74,9 @@ pub struct Effective {
     pub config_file: Option<String>,
     pub stanza: Option<String>,
     pub settings: Vec<Setting>,
+    /// The stanza's repositories, for a command that takes one or several.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<RepoEntry>,
 }
 
 /// Why the arguments could not be parsed: clap's own error (usage, --help, --version),
@@ -187,11 +197,51 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
     let ids: Vec<&str> = options.iter().map(|a| a.get_id().as_str()).collect();
     let mut extra: Vec<OsString> = Vec::new();
     let mut from_file = std::collections::HashMap::new();
+    let (mut repositories, selected) =
+        stanza_repositories(file.as_ref(), stanza.as_deref(), &path, &options, m, &ids)
+            .map_err(Failure::Config)?;
+    if let Some(i) = selected {
+        repositories[i].used = true;
+    }
     if let Some(f) = &file {
         for a in &options {
             let long = a.get_long().unwrap_or_default();
             let id = a.get_id().as_str();
-            if PER_RUN.contains(&long) || given(m, id) || left_to_cli(long, &path, m, &ids) {
+            if PER_RUN.contains(&long)
+                || given(m, id)
+                || left_to_cli(long, &path, m, &ids)
+                || NOT_FROM_FILE.contains(&(path[0].as_str(), long))
+            {
+                continue;
+            }
+            if long == "repo" && !repositories.is_empty() {
+                // The list for a command that takes several, else the one it uses.
+                let several = matches!(a.get_action(), clap::ArgAction::Append);
+                for e in repositories.iter_mut() {
+                    e.used = several || selected == Some(e.n - 1);
+                }
+                let used = repositories.iter().filter(|e| e.used);
+                extra.extend(used.map(|e| OsString::from(format!("--repo={}", e.path))));
+                let origin = f.lookup(stanza.as_deref(), &path[0], long).map(|(o, _)| o);
+                from_file.insert(id.to_string(), origin.flatten());
+                continue;
+            }
+            // The settings of the repository used win over the stanza's.
+            if let Some((e, v)) = selected
+                .map(|i| &repositories[i])
+                .and_then(|e| Some((e, e.get(long)?)))
+            {
+                let scope = stanza.as_ref().map(|s| format!("{s}.")).unwrap_or_default();
+                let origin = Some(format!(
+                    "{scope}repo.{}",
+                    e.name.clone().unwrap_or_else(|| e.n.to_string())
+                ));
+                let args =
+                    file::as_args(f, origin.as_deref(), long, v, a).map_err(Failure::Config)?;
+                if !args.is_empty() {
+                    extra.extend(args);
+                    from_file.insert(id.to_string(), origin);
+                }
                 continue;
             }
             // The key's variables outrank a file's key (crypt::load reads them).
@@ -275,8 +325,62 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
         config_file: file.as_ref().map(|f| f.path.display().to_string()),
         stanza,
         settings,
+        repositories,
     };
     Ok((matches, effective))
+}
+
+/// The stanza's repositories (for a command with `--repo`), and the one this run uses
+/// when it uses one: `--to-repo`'s, the one `--repo` names, else the first (a command
+/// that takes several uses them all, and none is picked).
+fn stanza_repositories(
+    file: Option<&ConfigFile>,
+    stanza: Option<&str>,
+    path: &[String],
+    options: &[&clap::Arg],
+    m: &ArgMatches,
+    ids: &[&str],
+) -> Result<(Vec<RepoEntry>, Option<usize>)> {
+    let one = |id: &str| {
+        let v = m.try_get_raw(id).ok().flatten()?.next()?;
+        Some(v.to_string_lossy().into_owned())
+    };
+    let to_repo = (path[0] == "backup").then(|| one("to_repo")).flatten();
+    let Some(arg) = options.iter().find(|a| a.get_long() == Some("repo")) else {
+        return Ok((vec![], None));
+    };
+    let mut list = vec![];
+    if let Some((origin, v)) = file.and_then(|f| Some((f, f.lookup(stanza, &path[0], "repo")?))) {
+        let (f, (o, v)) = (origin, v);
+        list = repos::entries(v)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", f.at(o.as_deref(), "repo")))?;
+    }
+    let named = given(m, arg.get_id().as_str())
+        .then(|| one(arg.get_id().as_str()))
+        .flatten();
+    let several = matches!(arg.get_action(), clap::ArgAction::Append);
+    let picked = match (to_repo, named) {
+        (Some(_), Some(r)) => bail!(
+            "--to-repo picks one of the stanza's repositories and --repo {r} names one itself: give one of them"
+        ),
+        (Some(_), None) if left_to_cli("repo", path, m, ids) => {
+            bail!("--to-repo picks a repository and --to names devices: give one of them")
+        }
+        (Some(sel), None) if list.is_empty() => bail!(
+            "--to-repo {sel} picks one of a stanza's repositories: give --stanza NAME, its repo a list (docs/CONFIG.md)"
+        ),
+        (Some(sel), None) => Some(repos::select(&list, &sel).map_err(anyhow::Error::msg)?.n - 1),
+        (None, Some(r)) if !several => {
+            let id = crate::repo::many::identity(&r);
+            list.iter()
+                .position(|e| crate::repo::many::identity(&e.path) == id)
+        }
+        (None, None) if !several && !left_to_cli("repo", path, m, ids) && !list.is_empty() => {
+            Some(0)
+        }
+        _ => None,
+    };
+    Ok((list, picked))
 }
 
 /// The option a file gave that clap refused, when it was one.
@@ -317,6 +421,18 @@ pub fn print(e: &Effective) {
             s.values.join(", ")
         };
         println!("  {:<w$}  {:<30}  {}", s.option, super::shown(&v), s.origin);
+    }
+    if !e.repositories.is_empty() {
+        println!("  repositories of the stanza:");
+    }
+    for r in &e.repositories {
+        println!(
+            "    {:<14}  {:<30}  {}{}",
+            r.label(),
+            r.path,
+            if r.used { "used " } else { "" },
+            r.shown.join(" ")
+        );
     }
 }
 

@@ -2,6 +2,7 @@
 //! `archive_command` (or, `--async`, spools it and lets the pusher store it),
 //! `archive-get` restores one for `restore_command`.
 
+pub mod many;
 pub mod prefetch;
 pub mod pusher;
 pub mod record;
@@ -17,7 +18,8 @@ use std::path::{Path, PathBuf};
 pub struct PushOptions {
     /// The file to archive (`%p`).
     pub path: PathBuf,
-    pub repo: String,
+    /// Every repository it goes into (at least one).
+    pub repos: Vec<String>,
     /// Archive a segment without its block summary (incrementals over it read every page).
     pub no_summaries: bool,
     /// `--sign`: the key makes a new or plain repository signed, not encrypted.
@@ -32,7 +34,9 @@ pub struct GetOptions {
     pub name: String,
     /// Where it goes (`%p`).
     pub dest: PathBuf,
-    pub repo: String,
+    /// The repositories, in the order they are asked (at least one); the fetcher reads
+    /// the first.
+    pub repos: Vec<String>,
     /// Segments fetched ahead (0: none), into `prefetch_dir`.
     pub prefetch: usize,
     pub prefetch_dir: PathBuf,
@@ -47,15 +51,25 @@ pub struct Got {
     pub prefetched: bool,
     /// The fetcher could not be started (the fetch itself succeeded).
     pub warning: Option<String>,
+    /// The repositories passed over and why, and the one that served.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub passed_over: Vec<String>,
 }
 
-/// Archives one file: durable in the repository when this returns Ok.
-pub fn push(o: &PushOptions) -> Result<wal::Pushed> {
+/// What a push did: the first repository's report, and each repository's part.
+#[derive(Debug, Clone)]
+pub struct PushedAll {
+    pub pushed: wal::Pushed,
+    pub each: Vec<many::RepoPushed>,
+}
+
+/// Archives one file: durable in every repository when this returns Ok.
+pub fn push(o: &PushOptions) -> Result<PushedAll> {
     if o.sign && o.store.key.is_none() {
         bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
     }
-    let repo = open_for_push(&o.repo, o.sign, &o.store)?;
-    wal::push_with(&repo, &o.path, !o.no_summaries)
+    let (pushed, each) = many::push_all(&o.repos, &o.path, o.sign, !o.no_summaries, &o.store)?;
+    Ok(PushedAll { pushed, each })
 }
 
 /// The repository a push writes, which must exist (`Repo::open_made`): with `sign`
@@ -80,15 +94,18 @@ pub(crate) fn open_for_push(
 /// asked to fetch the next ones when no fetcher runs and some are missing.
 pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Result<Got> {
     let is_seg = crate::pg::parse_name(&o.name).is_some_and(|n| n.kind == crate::pg::Kind::Segment);
+    let passed_over = std::cell::RefCell::new(vec![]);
     let direct = || -> Result<u64> {
-        let repo = Repo::open(&o.repo, false, &o.store)?;
-        wal::fetch(&repo, &o.name, &o.dest)
+        let (bytes, passed) = many::fetch_first(&o.repos, &o.name, &o.dest, &o.store)?;
+        *passed_over.borrow_mut() = passed;
+        Ok(bytes)
     };
     if o.prefetch == 0 || !is_seg {
         return direct().map(|bytes| Got {
             bytes,
             prefetched: false,
             warning: None,
+            passed_over: passed_over.take(),
         });
     }
     let dir = &o.prefetch_dir;
@@ -101,6 +118,7 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
                 bytes,
                 prefetched: false,
                 warning: Some(format!("WAL prefetch is off: {e:#}")),
+                passed_over: passed_over.take(),
             });
         }
     };
@@ -156,6 +174,7 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
         bytes,
         prefetched,
         warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
+        passed_over: passed_over.take(),
     })
 }
 

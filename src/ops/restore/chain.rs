@@ -34,6 +34,10 @@ pub(super) struct Link {
 pub(super) struct Sets {
     pub repo: Option<Repo>,
     pub links: Vec<Link>,
+    /// The other repositories, in order, after the one the chain comes from.
+    pub others: Vec<String>,
+    /// The repositories passed over before it, and why.
+    pub passed_over: Vec<String>,
 }
 
 impl Sets {
@@ -54,22 +58,38 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
         o.until.as_deref(),
         o.until_lsn.as_deref(),
     )?;
-    let sets = match open_repo(&o.read)? {
-        Some((repo, catalog)) => {
-            let c = chain::select(&catalog, &sel).map_err(|e| with_history_hint(e, &repo))?;
-            let mut links = vec![];
-            for e in c.links {
-                let set = open_recorded(&repo, &e)
-                    .with_context(|| format!("set {} of the chain", e.set_id))?;
-                crate::ops::authenticated_in(&repo, &e, &set.manifest)?;
-                links.push(Link {
-                    entry: Some(e),
-                    set,
-                });
+    let sets = match &o.read.repo {
+        Some(first) => {
+            let all: Vec<String> = std::iter::once(first.clone())
+                .chain(o.read.fallback.iter().cloned())
+                .collect();
+            crate::repo::many::refuse_repeats(&all)?;
+            let mut passed_over = vec![];
+            let mut found = None;
+            for (i, spec) in all.iter().enumerate() {
+                match chain_in(o, spec, &sel) {
+                    Ok(x) => {
+                        found = Some((i, x));
+                        break;
+                    }
+                    Err(e) if i + 1 == all.len() => {
+                        let before = passed_over.join("; ");
+                        return Err(match passed_over.is_empty() {
+                            true => e,
+                            false => e.context(format!("{before}; and {spec}")),
+                        });
+                    }
+                    Err(e) => passed_over.push(format!("passed over {spec}: {e:#}")),
+                }
             }
+            let (i, (repo, links)) = found.expect("a chain or an error");
+            let mut others = all;
+            others.remove(i);
             Sets {
                 repo: Some(repo),
                 links,
+                others,
+                passed_over,
             }
         }
         None => Sets {
@@ -78,10 +98,33 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
                 entry: None,
                 set: set::open(&o.read.from, &o.read.store)?,
             }],
+            others: vec![],
+            passed_over: vec![],
         },
     };
     check_links(&sets.links)?;
     Ok(sets)
+}
+
+/// The chain `sel` picks in repository `spec`, every set of it opened and checked.
+fn chain_in(o: &RestoreOptions, spec: &str, sel: &chain::Selector) -> Result<(Repo, Vec<Link>)> {
+    let read = crate::ops::verify::ReadOptions {
+        repo: Some(spec.to_string()),
+        ..o.read.clone()
+    };
+    let (repo, catalog) = open_repo(&read)?.expect("a repository named");
+    let c = chain::select(&catalog, sel).map_err(|e| with_history_hint(e, &repo))?;
+    let mut links = vec![];
+    for e in c.links {
+        let set =
+            open_recorded(&repo, &e).with_context(|| format!("set {} of the chain", e.set_id))?;
+        crate::ops::authenticated_in(&repo, &e, &set.manifest)?;
+        links.push(Link {
+            entry: Some(e),
+            set,
+        });
+    }
+    Ok((repo, links))
 }
 
 /// Each set must be the one its record names, the first a full, and all of one source

@@ -383,7 +383,8 @@ fn restore_with(
                 .as_deref()
                 .zip(owner)
                 .map(|(u, (uid, gid))| (u, uid, gid));
-            wal::probe_restore_command(&restore_command(repo), &name, must_exist, user)?;
+            let command = restore_command_with(repo, &sets.others);
+            wal::probe_restore_command(&command, &name, must_exist, user)?;
         }
     }
     restorer.plan(&m.extra)?;
@@ -526,6 +527,7 @@ fn restore_with(
         overwritten: overwritten.clone(),
         warnings: (overwritten.iter().map(|w| w.message.clone()))
             .chain(sets.repo.iter().flat_map(crate::repo::Repo::record_notes))
+            .chain(sets.passed_over.iter().cloned())
             .chain(wal_check.iter().flat_map(WalCheck::warnings))
             .chain(stale_vm_warning(&sets))
             .collect(),
@@ -639,6 +641,11 @@ fn check_same_cluster(sets: &Sets) -> Result<()> {
 /// PAGEVAULT_PASSPHRASE in the server's environment). Every word is quoted for the
 /// shell: a path with a space or a quote must not split it, or every fetch fails.
 pub(crate) fn restore_command(repo: &crate::repo::Repo) -> String {
+    restore_command_with(repo, &[])
+}
+
+/// The restore_command for `repo`, then `others` to fall back on in that order.
+pub(crate) fn restore_command_with(repo: &crate::repo::Repo, others: &[String]) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "pagevault".into());
@@ -652,8 +659,9 @@ pub(crate) fn restore_command(repo: &crate::repo::Repo) -> String {
         .and_then(|k| k.command_option())
         .map(|(flag, f)| format!(" {flag} {}", q(&f.display().to_string())))
         .unwrap_or_default();
+    let more: String = others.iter().map(|r| format!(" --repo {}", q(r))).collect();
     format!(
-        "{} archive-get %f \"%p\" --repo {}{endpoint}{key}",
+        "{} archive-get %f \"%p\" --repo {}{more}{endpoint}{key}",
         q(&exe),
         q(&repo.spec_for_command()),
     )
