@@ -46,25 +46,44 @@ const AZ_PART: usize = 16 << 20;
 /// Upload memory per stripe: parts in flight are limited to this much.
 const UPLOAD_BUDGET: usize = 64 << 20;
 const MAX_PARTS_IN_FLIGHT: usize = 8;
-/// Restore reads ahead in chunks of this size, this many GETs in flight per stripe.
+/// Restore reads ahead in chunks of this size, this many GETs in flight per stripe to
+/// start with.
 const READ_CHUNK: u64 = 8 << 20;
 const READ_AHEAD: u64 = 4;
+/// A reader that waits for a chunk read ahead (the round trip and the rate call for more
+/// in flight) asks one more, up to this many per stripe ...
+const READ_AHEAD_MAX: u64 = 16;
+/// ... and this many more than READ_AHEAD over all stripes of the process (memory).
+const READ_AHEAD_EXTRA: u64 = 24;
+static READ_AHEAD_EXTRA_USED: AtomicU64 = AtomicU64::new(0);
 /// Opening a stripe GETs its first and last bytes at once (header; tail and manifest)
 /// instead of a HEAD then each: one round trip, not three.
 const OPEN_HEAD: u64 = 64 << 10;
 const OPEN_TAIL: u64 = 1 << 20;
 
-/// Ranged GETs in flight ahead of a stripe's reader; PAGEVAULT_READ_AHEAD (1 to 64)
-/// overrides it, a tuning knob documented in docs/guide/10-object-stores.md.
-fn read_ahead() -> u64 {
-    static N: OnceLock<u64> = OnceLock::new();
+/// Ranged GETs in flight ahead of a stripe's reader when PAGEVAULT_READ_AHEAD (1 to 64)
+/// fixes it, a tuning knob documented in docs/guide/10-object-stores.md; else None: it adapts.
+fn fixed_read_ahead() -> Option<u64> {
+    static N: OnceLock<Option<u64>> = OnceLock::new();
     *N.get_or_init(|| {
         std::env::var("PAGEVAULT_READ_AHEAD")
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|&n| (1..=64).contains(&n))
-            .unwrap_or(READ_AHEAD)
     })
+}
+
+/// Takes one chunk of the read-ahead memory shared by all stripes, if one is left.
+fn take_extra_read_ahead() -> bool {
+    READ_AHEAD_EXTRA_USED
+        .fetch_update(Relaxed, Relaxed, |n| {
+            (n < READ_AHEAD_EXTRA).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+fn give_back_read_ahead(n: u64) {
+    READ_AHEAD_EXTRA_USED.fetch_sub(n, Relaxed);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

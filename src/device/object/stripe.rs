@@ -319,6 +319,29 @@ pub(super) struct ReadState {
     /// Chunk buffers done with, for the next GETs: fresh 8 MiB buffers are mapped and
     /// faulted in page by page, a fifth of a restore's CPU.
     free: Vec<Vec<u8>>,
+    /// GETs in flight ahead of the reader: READ_AHEAD, one more each time the reader
+    /// waits for a chunk read ahead.
+    depth: u64,
+}
+
+impl ReadState {
+    fn depth(&self) -> u64 {
+        fixed_read_ahead().unwrap_or(self.depth.max(READ_AHEAD))
+    }
+
+    /// The reader waited for a chunk it asked ahead: ask one more, while memory allows.
+    fn waited(&mut self) {
+        let d = self.depth();
+        if fixed_read_ahead().is_none() && d < READ_AHEAD_MAX && take_extra_read_ahead() {
+            self.depth = d + 1;
+        }
+    }
+}
+
+impl Drop for ReadState {
+    fn drop(&mut self) {
+        give_back_read_ahead(self.depth.saturating_sub(READ_AHEAD));
+    }
 }
 
 pub(super) struct ObjectSource {
@@ -404,7 +427,12 @@ impl ObjectSource {
         }
         let (s, e) = self.chunk_range(c);
         let h = match st.chunks.remove(&c) {
-            Some(h) => h,
+            Some(h) => {
+                if !h.is_finished() {
+                    st.waited();
+                }
+                h
+            }
             None => self.fetch(s, e, st.free.pop().unwrap_or_default()),
         };
         let b = self.wait(h)?;
@@ -458,7 +486,7 @@ impl StripeSource for ObjectSource {
             st.free.push(b);
         }
         let chunks = self.len.div_ceil(READ_CHUNK);
-        for c in first..(last + 1 + read_ahead()).min(chunks) {
+        for c in first..(last + 1 + st.depth()).min(chunks) {
             if !st.ready.contains_key(&c) && !st.chunks.contains_key(&c) {
                 let (s, e) = self.chunk_range(c);
                 let b = st.free.pop().unwrap_or_default();
