@@ -35,20 +35,12 @@ DELAYS=${DELAYS:-0 25}
 PG_BIN=/usr/lib/postgresql/15/bin
 parse_options --work=WORK --rate=RATE --secs=SECS --runs=RUNS --delays=DELAYS --no-build=NO_BUILD=1 -- "$@"
 for v in RATE SECS RUNS; do need_posint "--${v,,}" "${!v}"; done
-for d in $DELAYS; do [[ $d =~ ^[0-9]+$ ]] || { echo "--delays: '$d' is not a number of milliseconds" >&2; exit 2; }; done
+need_delays "$DELAYS"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (runs PostgreSQL as postgres)" >&2; exit 2; }
 ensure_binary
-for t in "$PG_BIN/initdb" openssl node; do
-    [ -x "$t" ] || command -v "$t" >/dev/null || die "$t is missing (scripts/setup.sh, bench/README.md)"
-done
+need_tools "$PG_BIN/initdb" openssl node
 
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-chmod 755 "$WORK"
-cd /
-RUNDIR=$WORK/results/archive-delay-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RUNDIR"
-snapshot_binary "$RUNDIR"
+bench_rundir archive-delay
 chmod 755 "$RUNDIR" "$PV"
 D=$WORK/cluster DATA=$WORK/cluster/data
 PORT=$(free_port 55671)

@@ -259,3 +259,27 @@ minio_stop() {
     [ -z "$MINIO_PID" ] || { kill "$MINIO_PID" 2>/dev/null || true; wait "$MINIO_PID" 2>/dev/null || true; }
     MINIO_PID=""
 }
+
+# need_tools PATH|COMMAND...: dies naming the first missing.
+need_tools() {
+    local t
+    for t in "$@"; do
+        [ -x "$t" ] || command -v "$t" >/dev/null || die "$t is missing (scripts/setup.sh, bench/README.md)"
+    done
+}
+# need_delays "0 25": each a number of milliseconds, or a usage error.
+need_delays() {
+    local d
+    for d in $1; do [[ $d =~ ^[0-9]+$ ]] || { echo "--delays: '$d' is not a number of milliseconds" >&2; exit 2; }; done
+}
+# bench_rundir NAME: WORK made absolute and entered from /, RUNDIR=WORK/results/NAME-DATE made,
+# the binary snapshot there (snapshot_binary).
+bench_rundir() {
+    mkdir -p "$WORK"
+    WORK=$(cd "$WORK" && pwd)
+    chmod 755 "$WORK"
+    cd /
+    RUNDIR=$WORK/results/$1-$(date +%Y%m%d-%H%M%S)
+    mkdir -p "$RUNDIR"
+    snapshot_binary "$RUNDIR"
+}

@@ -35,21 +35,13 @@ PG_BIN=/usr/lib/postgresql/15/bin
 TOOLS=${PAGEVAULT_TOOLS:-/var/tmp/pagevault-tools}
 parse_options --work=WORK --calls=CALLS --runs=RUNS --delays=DELAYS --no-build=NO_BUILD=1 -- "$@"
 for v in CALLS RUNS; do need_posint "--${v,,}" "${!v}"; done
-for d in $DELAYS; do [[ $d =~ ^[0-9]+$ ]] || { echo "--delays: '$d' is not a number of milliseconds" >&2; exit 2; }; done
+need_delays "$DELAYS"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (runs PostgreSQL as postgres)" >&2; exit 2; }
 ensure_binary
 MINIO=$TOOLS/bin/minio
-for t in "$MINIO" "$PG_BIN/initdb" openssl node; do
-    [ -x "$t" ] || command -v "$t" >/dev/null || die "$t is missing (scripts/setup.sh, bench/README.md)"
-done
+need_tools "$MINIO" "$PG_BIN/initdb" openssl node
 
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-chmod 755 "$WORK"
-cd /
-RUNDIR=$WORK/results/prefetch-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RUNDIR"
-snapshot_binary "$RUNDIR"
+bench_rundir prefetch
 D=$WORK/cluster DATA=$WORK/cluster/data ARCH=$WORK/cluster/arch PGW=$WORK/run
 PORT=55651
 psql_db() { "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $PORT -U postgres -d postgres "$@"; }

@@ -39,20 +39,12 @@ PG_BIN=/usr/lib/postgresql/15/bin
 parse_options --work=WORK --scale=SCALE --text-mb=TEXT_MB --runs=RUNS --delays=DELAYS --no-build=NO_BUILD=1 -- "$@"
 for v in SCALE RUNS; do need_posint "--${v,,}" "${!v}"; done
 [[ $TEXT_MB =~ ^[0-9]+$ ]] || { echo "--text-mb must be a number (0: none)" >&2; exit 2; }
-for d in $DELAYS; do [[ $d =~ ^[0-9]+$ ]] || { echo "--delays: '$d' is not a number of milliseconds" >&2; exit 2; }; done
+need_delays "$DELAYS"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (runs PostgreSQL as postgres)" >&2; exit 2; }
 ensure_binary
-for t in "$PG_BIN/initdb" "$PG_BIN/pgbench" openssl node; do
-    [ -x "$t" ] || command -v "$t" >/dev/null || die "$t is missing (scripts/setup.sh, bench/README.md)"
-done
+need_tools "$PG_BIN/initdb" "$PG_BIN/pgbench" openssl node
 
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-chmod 755 "$WORK"
-cd /
-RUNDIR=$WORK/results/store-delay-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RUNDIR"
-snapshot_binary "$RUNDIR"
+bench_rundir store-delay
 D=$WORK/cluster DATA=$WORK/cluster/data OUT=$WORK/out
 PORT=$(free_port 55661)
 pg_stop() { as_pg "$PG_BIN/pg_ctl" -D "$1" -w -m fast stop >/dev/null 2>&1 || true; }

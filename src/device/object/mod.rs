@@ -182,7 +182,7 @@ async fn get_range(
     range: std::ops::Range<u64>,
     e_tag: Option<String>,
     version: Option<String>,
-    mut buf: Vec<u8>,
+    buf: Vec<u8>,
 ) -> object_store::Result<Vec<u8>> {
     let want = range.end - range.start;
     let opts = GetOptions {
@@ -191,7 +191,17 @@ async fn get_range(
         version,
         ..Default::default()
     };
-    let mut body = store.get_opts(path, opts).await?.into_stream();
+    read_body(store.get_opts(path, opts).await?, buf, want).await
+}
+
+/// Streams a GET's body into `buf` (cleared first); a body of another length than `want`
+/// is an error.
+async fn read_body(
+    r: object_store::GetResult,
+    mut buf: Vec<u8>,
+    want: u64,
+) -> object_store::Result<Vec<u8>> {
+    let mut body = r.into_stream();
     buf.clear();
     while let Some(part) = body.try_next().await? {
         buf.extend_from_slice(&part);
@@ -220,17 +230,7 @@ async fn get_part(
     };
     let r = store.get_opts(path, opts).await?;
     let (meta, at, want) = (r.meta.clone(), r.range.start, r.range.end - r.range.start);
-    let mut buf = Vec::with_capacity(want as usize);
-    let mut body = r.into_stream();
-    while let Some(part) = body.try_next().await? {
-        buf.extend_from_slice(&part);
-    }
-    if buf.len() as u64 != want {
-        return Err(object_store::Error::Generic {
-            store: "pagevault",
-            source: format!("the store sent {} bytes of a {want}-byte range", buf.len()).into(),
-        });
-    }
+    let buf = read_body(r, Vec::with_capacity(want as usize), want).await?;
     Ok((meta, at, buf))
 }
 
