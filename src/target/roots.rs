@@ -151,13 +151,23 @@ impl Roots {
         rustix::fs::symlinkat(target, &*dir, name).map_err(io::Error::from)
     }
 
+    /// The descriptor of root `p` itself (a tablespace's directory, whose parent is
+    /// not the restore's to open).
+    fn root(&self, p: &Path) -> Option<&OwnedFd> {
+        self.list.iter().find(|(r, _)| r == p).map(|(_, fd)| fd)
+    }
+
     /// Gives `p` (a link itself, never what it points to) to uid:gid.
     pub fn chown(&self, p: &Path, (uid, gid): (u32, u32)) -> io::Result<()> {
-        let (dir, name) = self.parent(p)?;
         let (uid, gid) = (
             rustix::fs::Uid::from_raw_unchecked(uid),
             rustix::fs::Gid::from_raw_unchecked(gid),
         );
+        if let Some(fd) = self.root(p) {
+            return rustix::fs::fchown(fd, Some(uid), Some(gid))
+                .map_err(|e| named(p, "cannot chown", e.into()));
+        }
+        let (dir, name) = self.parent(p)?;
         rustix::fs::chownat(&*dir, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| named(p, "cannot chown", e.into()))
     }
@@ -165,12 +175,6 @@ impl Roots {
     /// Sets the mode and modification time of `p`, a file or directory the restore
     /// made (a link there is refused).
     pub fn set_mode_and_mtime(&self, p: &Path, mode: u32, mtime: i64) -> io::Result<()> {
-        let (dir, name) = self.parent(p)?;
-        let st = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
-        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
-            return Err(named(p, "refused", io::Error::other("it is a link")));
-        }
-        rustix::fs::chmodat(&*dir, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
         let t = rustix::fs::Timestamps {
             last_access: rustix::fs::Timespec {
                 tv_sec: 0,
@@ -181,6 +185,16 @@ impl Roots {
                 tv_nsec: 0,
             },
         };
+        if let Some(fd) = self.root(p) {
+            rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))?;
+            return Ok(rustix::fs::futimens(fd, &t)?);
+        }
+        let (dir, name) = self.parent(p)?;
+        let st = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+            return Err(named(p, "refused", io::Error::other("it is a link")));
+        }
+        rustix::fs::chmodat(&*dir, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
         rustix::fs::utimensat(&*dir, name, &t, AtFlags::SYMLINK_NOFOLLOW)?;
         Ok(())
     }
