@@ -71,9 +71,15 @@ pub struct RestoreArgs {
     /// Restore over what the target holds (a stopped server's data directory), writing
     /// only what differs from the set: matching files kept, relation files compared by
     /// chunk, files the set does not hold removed. Refuses a running server's directory,
-    /// and one of another cluster (without --force).
-    #[arg(long)]
-    pub delta: bool,
+    /// and one of another cluster (without --force). `--delta wal` (PostgreSQL, from a
+    /// repository) reads no relation page in place: the pages that can differ are those
+    /// the archive's block summaries list from the copy's last checkpoint (or where its
+    /// timeline left the set's) to the set's end, and those its own pg_wal changed; only
+    /// they are written. It refuses, saying why, when that cannot be proven (summaries
+    /// missing, WAL the copy wrote that its pg_wal no longer holds), and `--delta` is the
+    /// answer then.
+    #[arg(long, num_args = 0..=1, default_missing_value = "compare", value_name = "compare|wal")]
+    pub delta: Option<DeltaMode>,
     /// With --delta: restore over a data directory of another cluster (another system
     /// identifier in its global/pg_control), which is refused without it. Lifts that
     /// refusal only.
@@ -172,13 +178,23 @@ pub struct TargetArgs {
     pub timeline: Option<crate::ops::restore::TimelineTarget>,
 }
 
+/// `--delta`'s way of telling what differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeltaMode {
+    /// Read and compare every file in place.
+    Compare,
+    /// Write the pages the WAL says can differ; read none.
+    Wal,
+}
+
 impl RestoreArgs {
     pub fn options(&self) -> RestoreOptions {
         RestoreOptions {
             read: self.read.options(),
             to: self.to.clone(),
             replace: self.replace,
-            delta: self.delta,
+            delta: self.delta.is_some(),
+            delta_wal: self.delta == Some(DeltaMode::Wal),
             force: self.force,
             until: self.target.until.clone(),
             until_lsn: self.target.until_lsn.clone(),
@@ -252,6 +268,18 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
             crate::units::human(d.compared_bytes),
             crate::units::human(d.written_bytes)
         );
+        if let Some(w) = &r.delta_wal {
+            println!(
+                "Delta by WAL: pages changed from {} to {} ({} summarized segments) and in the copy's own WAL from {} to {} ({} segments); {} in place proven the set's, neither read nor written.",
+                w.from_lsn,
+                w.to_lsn,
+                w.summaries,
+                w.copy_wal_from,
+                w.copy_wal_to,
+                w.copy_segments,
+                crate::units::human(d.proven_bytes)
+            );
+        }
     }
     let w = &r.writes;
     if w.direct_bytes + w.buffered_bytes > 0 {

@@ -4,6 +4,7 @@
 //! A leaf module: it knows nothing of repositories, devices or the pipeline.
 
 pub mod bin;
+pub mod control;
 pub mod facts;
 pub mod history;
 pub mod page;

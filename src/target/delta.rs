@@ -9,6 +9,7 @@
 use crate::engine::restore::Held;
 use crate::format::manifest::{EntryKind, Manifest};
 use anyhow::{Context, Result};
+use roaring::RoaringBitmap;
 use rustix::fs::{Mode, OFlags, RenameFlags};
 use serde::Serialize;
 use std::cell::RefCell;
@@ -41,6 +42,9 @@ pub struct DeltaReport {
     pub compared_bytes: u64,
     /// Bytes written into the target.
     pub written_bytes: u64,
+    /// `--delta wal`: bytes of files in place that the WAL proves the set's: neither
+    /// read nor written.
+    pub proven_bytes: u64,
 }
 
 /// Per restored file: whether any byte of it changed; and the byte counts.
@@ -48,6 +52,16 @@ pub struct Delta {
     changed: Vec<AtomicBool>,
     compared: AtomicU64,
     written: AtomicU64,
+    by_wal: Option<ByWal>,
+}
+
+/// `--delta wal`: per file, the pages that can differ from the set's (None: the file is
+/// compared as without it), and the length each file in place had.
+struct ByWal {
+    page: u64,
+    pages: Vec<Option<RoaringBitmap>>,
+    old_len: Vec<AtomicU64>,
+    proven: AtomicU64,
 }
 
 /// What a thread last read of a file in place: a chunk `holds` found different is
@@ -71,7 +85,50 @@ impl Delta {
             changed: (0..files).map(|_| AtomicBool::new(false)).collect(),
             compared: AtomicU64::new(0),
             written: AtomicU64::new(0),
+            by_wal: None,
         }
+    }
+
+    /// Only `pages` (per file, in `page`-byte pages) of the files in place can differ
+    /// from the set's: the others are neither read nor written.
+    pub(super) fn by_wal(&mut self, page: u64, pages: Vec<Option<RoaringBitmap>>) {
+        let old_len = pages.iter().map(|_| AtomicU64::new(0)).collect();
+        self.by_wal = Some(ByWal {
+            page,
+            pages,
+            old_len,
+            proven: AtomicU64::new(0),
+        });
+    }
+
+    /// File `i` in place was `len` bytes long before it was cut or extended.
+    pub(super) fn found_len(&self, i: usize, len: u64) {
+        if let Some(w) = &self.by_wal {
+            w.old_len[i].store(len, Relaxed);
+        }
+    }
+
+    /// The pages of file `i` that can differ, and the length it had, under `--delta wal`.
+    fn plan(&self, i: usize) -> Option<(&RoaringBitmap, u64, u64)> {
+        let w = self.by_wal.as_ref()?;
+        let bm = w.pages[i].as_ref()?;
+        Some((bm, w.page, w.old_len[i].load(Relaxed)))
+    }
+
+    /// Whether the WAL proves that file `i` in place holds the set's bytes at
+    /// `offset..offset + len`: no page there can differ, and the file had them.
+    pub(super) fn proven(&self, i: usize, offset: u64, len: usize) -> bool {
+        let Some((bm, page, old_len)) = self.plan(i) else {
+            return false;
+        };
+        let end = offset + len as u64;
+        let pages = (offset / page) as u32..end.div_ceil(page) as u32;
+        let same = end <= old_len && bm.range_cardinality(pages) == 0;
+        if same {
+            let w = self.by_wal.as_ref().expect("a plan");
+            w.proven.fetch_add(len as u64, Relaxed);
+        }
+        same
     }
 
     pub(super) fn mark_changed(&self, i: usize) {
@@ -107,6 +164,9 @@ impl Delta {
             f.write_all_at(data, offset)?;
             self.written.fetch_add(data.len() as u64, Relaxed);
             return Ok(());
+        }
+        if let Some((bm, page, old_len)) = self.plan(i) {
+            return self.put_pages(f, i, offset, data, bm, page, old_len);
         }
         THERE.with_borrow_mut(|t| {
             let n = match t.key.take() {
@@ -144,6 +204,44 @@ impl Delta {
         })
     }
 
+    /// `--delta wal`: writes the pages of `data` that can differ (listed in `bm`, or
+    /// past the file's old length), without reading what is there.
+    #[allow(clippy::too_many_arguments)]
+    fn put_pages(
+        &self,
+        f: &File,
+        i: usize,
+        offset: u64,
+        data: &[u8],
+        bm: &RoaringBitmap,
+        page: u64,
+        old_len: u64,
+    ) -> io::Result<()> {
+        let end = offset + data.len() as u64;
+        let differs = |p: u64| bm.contains(p as u32) || (p + 1) * page > old_len;
+        let (mut p, mut wrote) = (offset / page, 0u64);
+        while p * page < end {
+            if !differs(p) {
+                p += 1;
+                continue;
+            }
+            let first = p;
+            while p * page < end && differs(p) {
+                p += 1;
+            }
+            let (s, e) = ((first * page).max(offset), (p * page).min(end));
+            f.write_all_at(&data[(s - offset) as usize..(e - offset) as usize], s)?;
+            wrote += e - s;
+        }
+        let w = self.by_wal.as_ref().expect("a plan");
+        w.proven.fetch_add(data.len() as u64 - wrote, Relaxed);
+        if wrote > 0 {
+            self.mark_changed(i);
+            self.written.fetch_add(wrote, Relaxed);
+        }
+        Ok(())
+    }
+
     /// Makes `len` bytes at `offset` zeros, writing only the blocks that are not.
     pub(super) fn zeros(
         &self,
@@ -174,6 +272,7 @@ impl Delta {
             removed_dirs: swept.dirs,
             compared_bytes: self.compared.load(Relaxed),
             written_bytes: self.written.load(Relaxed),
+            proven_bytes: (self.by_wal.as_ref()).map_or(0, |w| w.proven.load(Relaxed)),
             ..DeltaReport::default()
         };
         for (found, changed) in found.zip(&self.changed) {

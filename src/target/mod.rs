@@ -5,6 +5,7 @@
 use crate::engine::restore::FrameSink;
 use crate::format::manifest::{EntryKind, FileEntry, IdIndex, Manifest};
 use anyhow::{anyhow, bail, Context, Result};
+use roaring::RoaringBitmap;
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
@@ -175,6 +176,7 @@ impl FrameSink for Target {
     fn holds(&self, q: crate::engine::restore::Held, _scratch: &mut [u8]) -> io::Result<bool> {
         self.files.ensure(q.file)?;
         match self.files.delta_of(q.file) {
+            Some((d, i, true)) if d.proven(i, q.offset, q.len) => Ok(true),
             Some((d, i, true)) => {
                 let f = self.file(q.file)?;
                 d.holds(&f, i, &q).map_err(|e| self.named(q.file, e))
@@ -396,6 +398,7 @@ impl Files {
                         if !m.is_file() || m.nlink() != 1 {
                             return Err(io::Error::other("not a regular file of one link"));
                         }
+                        d.found_len(i, m.len());
                         if m.len() != size {
                             d.mark_changed(i);
                             f.set_len(size)?;
@@ -455,6 +458,21 @@ impl Files {
     pub fn keep_sparse(&self, ids: impl IntoIterator<Item = u32>) {
         let found = ids.into_iter().filter_map(|id| self.index.get(id));
         self.sparse.lock().unwrap().extend(found);
+    }
+
+    /// `--delta wal`: the pages of each file in place that can differ from the set's,
+    /// by its manifest path and size (None: compared whole); `page` bytes a page.
+    pub fn by_wal(
+        &mut self,
+        m: &Manifest,
+        page: u64,
+        pages: impl Fn(&str, u64) -> Option<RoaringBitmap>,
+    ) {
+        let Some(d) = &mut self.delta else {
+            return;
+        };
+        let files = m.files.iter().filter(|f| f.kind == EntryKind::File);
+        d.by_wal(page, files.map(|f| pages(&f.path, f.size)).collect());
     }
 
     /// A delta restore's state for file `id`: its index and whether it was in place.

@@ -3,6 +3,7 @@
 
 pub mod delay;
 pub mod forge;
+pub mod oracle;
 pub mod pagemask;
 pub mod pg;
 pub mod stores;

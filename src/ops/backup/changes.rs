@@ -193,8 +193,19 @@ fn live_map(
 /// The pages (from the file's start) to read of one file, or None to read it whole:
 /// a file the base does not hold, a non-relation file, a free space map or init fork.
 fn file_pages(map: &BlockMap, base: &Base, rel_path: &str, size: u64) -> Option<RoaringBitmap> {
+    if !base.files.contains(rel_path) {
+        return None;
+    }
+    rel_pages(map, rel_path, size)
+}
+
+/// The pages (from the file's start) of relation file `rel_path` (`size` bytes) that
+/// `map` says may have changed, or None when it cannot say: not a relation file, a
+/// free space map or init fork (not WAL-logged page by page), or a visibility map
+/// across a summary of older rules.
+pub(crate) fn rel_pages(map: &BlockMap, rel_path: &str, size: u64) -> Option<RoaringBitmap> {
     let r = RelPath::parse(rel_path)?;
-    if !base.files.contains(rel_path) || r.fork == FSM_FORK || r.fork == INIT_FORK {
+    if r.fork == FSM_FORK || r.fork == INIT_FORK {
         return None;
     }
     let blocks = size.div_ceil(crate::pg::page::BLCKSZ as u64) as u32;

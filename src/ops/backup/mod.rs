@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-mod changes;
+pub(crate) mod changes;
 mod dest;
 mod guard;
 mod record;

@@ -3,6 +3,7 @@
 //! the files into the target in one pass (chain.rs), checks every file against its
 //! manifest checksum, and hands the rest to the source's [`Restorer`].
 
+mod by_wal;
 mod chain;
 mod only;
 mod recovery;
@@ -44,6 +45,8 @@ pub struct RestoreOptions {
     pub replace: bool,
     /// Restore over what the target holds, writing only what differs from the set.
     pub delta: bool,
+    /// With `delta`: only the pages the WAL says can differ are written (PostgreSQL).
+    pub delta_wal: bool,
     /// `--delta` over a data directory of another cluster (PostgreSQL).
     pub force: bool,
     /// Recovery targets (PostgreSQL): time, LSN, transaction id, restore point.
@@ -224,6 +227,9 @@ pub struct RestoreReport {
     /// What `--delta` kept, rewrote, created and removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delta: Option<target::DeltaReport>,
+    /// `--delta wal`: what told the pages that can differ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_wal: Option<by_wal::ByWal>,
     /// The databases `--db-include`/`--db-exclude` left out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub left_out: Option<LeftOut>,
@@ -374,6 +380,10 @@ fn restore_with(
     let m = &sets.newest().set.manifest;
     let (mut restorer, wal_check) = check(o, &sets)?;
     let mut left_out = LeftOut::choose(&o.db_include, &o.db_exclude, m)?;
+    // Read before the sweep: the copy's pg_wal tells what it changed.
+    let wal_plan = (o.delta && o.delta_wal)
+        .then(|| by_wal::plan(&o.to, sets.repo.as_ref(), m))
+        .transpose()?;
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
     if let (Some(repo), Some(entry), true) = (&sets.repo, &sets.newest().entry, !o.stage_only) {
         let probe = wal::probe_name(wal_check.as_ref(), entry).filter(|_| restorer.recovers());
@@ -443,7 +453,12 @@ fn restore_with(
     let emptying =
         (!trash.is_empty()).then(|| std::thread::spawn(move || target::empty_trash(&trash)));
     let roots = Arc::new(target::Roots::open(roots_list)?);
-    let files = target::lay_out(m, &place, o.delta, roots.clone())?;
+    let mut files = target::lay_out(m, &place, o.delta, roots.clone())?;
+    if let Some(p) = &wal_plan {
+        files.by_wal(m, crate::pg::page::BLCKSZ as u64, |path, size| {
+            p.pages(path, size)
+        });
+    }
     if let Some(l) = &left_out {
         files.keep_sparse(l.ids(m));
     }
@@ -523,6 +538,7 @@ fn restore_with(
         chain: links,
         report: None,
         delta,
+        delta_wal: wal_plan.map(|p| p.report),
         left_out,
         overwritten: overwritten.clone(),
         warnings: (overwritten.iter().map(|w| w.message.clone()))

@@ -1,0 +1,180 @@
+//! `restore --delta wal` (issue 55) against a real PostgreSQL 15 archiving into the
+//! repository. A full and an incremental of a pgbench cluster; the cluster runs on past
+//! the incremental (pages changed before and after a checkpoint, a table added), then
+//! crashes. The delta by WAL over its data directory reads no relation page in place,
+//! writes a small part of them, and leaves every relation file equal page for page
+//! (masked as wal_consistency_checking masks) to a fresh restore of the same chain;
+//! started, it recovers to the restore point and PostgreSQL's checkers find nothing.
+//! What it cannot prove is refused, untouched: a copy whose pg_wal lost the WAL it
+//! wrote past the set's end.
+
+mod common;
+
+use common::oracle::{compare, relations};
+use common::pg::{amcheck, check_restored, check_restored_with, push_cmd, restore_repo};
+use common::pg::{as_postgres, postgres_dir, Pg, PgOptions};
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+
+fn backup(url: &str, repo: &str, ty: &str) -> Value {
+    json(&["backup", "--source", url, "--repo", repo, "--type", ty])
+}
+
+fn rows(pg: &Pg) -> String {
+    pg.sql(
+        "SELECT (SELECT count(*) || '/' || sum(abalance) FROM pgbench_accounts) || ' ' || \
+         (SELECT md5(string_agg(aid || ':' || abalance, ',' ORDER BY aid)) FROM pgbench_accounts) || ' ' || \
+         (to_regclass('added_later') IS NOT NULL)::text",
+    )
+}
+
+/// Changes the rows of every `n`th page of pgbench_accounts.
+fn change_pages(pg: &Pg, n: u32) {
+    pg.sql(&format!(
+        "UPDATE pgbench_accounts SET abalance = abalance + 3 WHERE (ctid::text::point)[0]::bigint % {n} = 0"
+    ));
+}
+
+/// Sum of the sizes of the relation files under `dir/base`.
+fn relation_bytes(dir: &Path) -> u64 {
+    let mut t = 0;
+    for db in std::fs::read_dir(dir.join("base")).unwrap() {
+        for f in std::fs::read_dir(db.unwrap().path()).unwrap() {
+            let f = f.unwrap();
+            if f.file_name()
+                .to_string_lossy()
+                .starts_with(|c: char| c.is_ascii_digit())
+            {
+                t += f.metadata().unwrap().len();
+            }
+        }
+    }
+    t
+}
+
+#[test]
+fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
+    let repo = s(&postgres_dir("repo").join("repo"));
+    // Few buffers: pages changed after the last checkpoint reach the files before the
+    // crash. Small segments: the copy's WAL spans several.
+    let mut pg = Pg::start_with(&PgOptions {
+        checksums: true,
+        archive: Some(push_cmd(&repo)),
+        wal_segsize_mb: Some(1),
+        extra_conf: "shared_buffers = 1MB\n".into(),
+        ..PgOptions::default()
+    });
+    pg.pgbench_init(5);
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    backup(&url, &repo, "full");
+    change_pages(&pg, 97);
+    pg.sql("VACUUM pgbench_accounts");
+    let incr = backup(&url, &repo, "incr");
+    let (db, rels) = relations(&pg, "postgres");
+    pg.sql("SELECT pg_create_restore_point('wal_point')");
+    let want = rows(&pg);
+    pg.switch_and_wait();
+
+    // The cluster runs on: pages changed before a checkpoint and after it, a table added.
+    change_pages(&pg, 53);
+    pg.sql("CREATE TABLE added_later AS SELECT g FROM generate_series(1, 20000) g");
+    let added = pg.sql("SELECT pg_relation_filepath('added_later')");
+    pg.sql("CHECKPOINT");
+    change_pages(&pg, 41);
+    // It crashes: what it changed after the checkpoint is in its pg_wal only.
+    let pg_ctl = pg.tool("pg_ctl");
+    as_postgres(
+        &pg_ctl,
+        &["-D", &s(&pg.data), "-m", "immediate", "-w", "stop"],
+    );
+    pg.stop();
+    let data = pg.data.clone();
+    let to = s(&data);
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "restore", "--repo", &repo, "--to", &to, "--owner", "postgres",
+        ]
+        .map(String::from)
+        .to_vec();
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a.extend(["--until-name", "wal_point"].map(String::from));
+        a
+    };
+
+    // The copy's pg_wal lost the WAL it wrote past the set's end, up to and with its
+    // last checkpoint's redo segment: refused, naming a segment, nothing written.
+    let controldata = pg.tool("pg_controldata");
+    let cd = as_postgres(&controldata, &["-D", &to]);
+    let field = |k: &str| -> String {
+        let l = cd
+            .lines()
+            .find(|l| l.starts_with(k))
+            .unwrap_or_else(|| panic!("{k}: {cd}"));
+        l.split(':').nth(1).unwrap().trim().to_string()
+    };
+    let redo_wal = field("Latest checkpoint's REDO WAL file");
+    let redo_lsn = field("Latest checkpoint's REDO location");
+    let control = std::fs::read(data.join("global/pg_control")).unwrap();
+    let wal = data.join("pg_wal");
+    let aside = postgres_dir("aside");
+    let moved: Vec<String> = (std::fs::read_dir(&wal).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.len() == 24 && *n <= redo_wal)
+        .collect();
+    assert!(moved.contains(&redo_wal), "{moved:?}");
+    for n in &moved {
+        std::fs::rename(wal.join(n), aside.join(n)).unwrap();
+    }
+    let e = fails(&strs(&args(&["--delta", "wal"])), 1);
+    assert!(
+        e.contains("--delta wal cannot tell") && e.contains("no longer holds"),
+        "{e}"
+    );
+    assert!(e.contains("Nothing was written"), "{e}");
+    assert_eq!(
+        std::fs::read(data.join("global/pg_control")).unwrap(),
+        control
+    );
+    for n in &moved {
+        std::fs::rename(aside.join(n), wal.join(n)).unwrap();
+    }
+
+    // The delta by WAL.
+    let before = relation_bytes(&data);
+    let r = json(&strs(&args(&["--delta", "wal"])));
+    let d = &r["delta"];
+    let n = |k: &str| d[k].as_u64().unwrap();
+    assert!(
+        r["delta_wal"]["copy_segments"].as_u64().unwrap() >= 3,
+        "{r}"
+    );
+    assert_eq!(r["delta_wal"]["copy_state"], "in production", "{r}");
+    assert!(n("proven_bytes") > before / 2, "{before}: {r}");
+    assert!(n("written_bytes") < before / 4, "{before}: {r}");
+    // Only what is not a relation's main or map fork was read to compare.
+    assert!(n("compared_bytes") < before / 20, "{before}: {r}");
+    assert!(!data.join(&added).exists(), "{added}: not in the chain");
+    // The copy's control file as pg_controldata reads it.
+    assert_eq!(r["delta_wal"]["copy_redo"], redo_lsn.as_str(), "{r}");
+
+    // Page for page what a fresh restore of the same chain holds.
+    let (fresh, full) = restore_repo(&repo, &["--until-name", "wal_point"]);
+    assert_eq!(full["chain"].as_array().unwrap().len(), 2, "{full}");
+    assert_eq!(full["chain"][1]["set_id"], incr["set_id"], "{full}");
+    let base = format!("base/{db}");
+    let (bad, pages, _masked) = compare(&data.join(&base), &fresh.join(&base), &rels);
+    assert!(pages > 1000, "{pages}");
+    assert!(
+        bad.is_empty(),
+        "{} page(s) differ:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    check_restored(&fresh, &want, rows);
+    check_restored_with(Path::new(&data), &want, rows, amcheck);
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
