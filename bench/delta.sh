@@ -12,6 +12,8 @@
 #      seconds (its processes and their children) recorded:
 #      pagevault restore into an empty directory (the full restore),
 #      pagevault restore --delta over a fresh copy of the drifted directory,
+#      pagevault restore --delta wal over a fresh copy of the drifted directory (the
+#      pages to write from the block summaries and the copy's own WAL, none read),
 #      pgbackrest restore into an empty directory,
 #      pgbackrest restore --delta over a fresh copy of the drifted directory.
 # Prints one markdown table (median seconds (min-max), median CPU seconds, pagevault's
@@ -135,6 +137,8 @@ for ((k = 1; k <= REPS; k++)); do
     timed pagevault full "$k" "$PV" restore --repo "$PVREPO" --to "$R" --owner postgres --json
     drifted_target
     timed pagevault delta "$k" "$PV" restore --repo "$PVREPO" --to "$R" --owner postgres --delta --json
+    drifted_target
+    timed pagevault deltawal "$k" "$PV" restore --repo "$PVREPO" --to "$R" --owner postgres --delta wal --json
     empty_target
     timed pgbackrest full "$k" BR restore
     drifted_target
@@ -159,18 +163,22 @@ def cell(tool, phase):
     return f"{statistics.median(v):.2f}" + (f" ({min(v):.2f}-{max(v):.2f})" if len(v) > 1 else "")
 print(f"database {int(os.environ['DB_BYTES']) / 2**30:.2f} GiB; 1% of pgbench_accounts' pages changed since the set\n")
 print("Each cell: the median seconds (min-max) of its runs; CPU: median CPU seconds.\n")
-print("| tool | full restore s | full CPU s | delta restore s | delta CPU s |")
-print("|---|---:|---:|---:|---:|")
+print("| tool | full restore s | full CPU s | delta restore s | delta CPU s | delta wal s | delta wal CPU s |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 fmt = lambda x: "-" if x is None else f"{x:.2f}"
 for t in ("pagevault", "pgbackrest"):
-    print(f"| {t} | {cell(t, 'full')} | {fmt(med(t, 'full', 'cpu_s'))} | {cell(t, 'delta')} | {fmt(med(t, 'delta', 'cpu_s'))} |")
-w, c = med("pagevault", "delta", "written_bytes"), med("pagevault", "delta", "compared_bytes")
-if w is not None:
-    print(f"\npagevault --delta wrote {w / 2**20:.1f} MiB and compared {c / 2**20:.1f} MiB (medians).")
+    print(f"| {t} | {cell(t, 'full')} | {fmt(med(t, 'full', 'cpu_s'))} | {cell(t, 'delta')} | {fmt(med(t, 'delta', 'cpu_s'))} | {cell(t, 'deltawal')} | {fmt(med(t, 'deltawal', 'cpu_s'))} |")
+for phase, name in (("delta", "--delta"), ("deltawal", "--delta wal")):
+    w, c = med("pagevault", phase, "written_bytes"), med("pagevault", phase, "compared_bytes")
+    if w is not None:
+        print(f"\npagevault {name} wrote {w / 2**20:.1f} MiB and compared {c / 2**20:.1f} MiB (medians).")
 print("\nGoals (ratios of the medians above):")
 pf, pd, bd = med("pagevault", "full"), med("pagevault", "delta"), med("pgbackrest", "delta")
 if pf and pd:
     print(f"- delta / full restore (pagevault) = {pd / pf:.3f} (goal <= 0.25)")
+pw = med("pagevault", "deltawal")
+if pf and pw:
+    print(f"- delta wal / full restore (pagevault) = {pw / pf:.3f} (goal <= 0.25)")
 if pd and bd:
     print(f"- delta: pgbackrest / pagevault = {bd / pd:.2f}x (goal > 1x)")
 PY

@@ -6,7 +6,10 @@
 //! (masked as wal_consistency_checking masks) to a fresh restore of the same chain;
 //! started, it recovers to the restore point and PostgreSQL's checkers find nothing.
 //! What it cannot prove is refused, untouched: a copy whose pg_wal lost the WAL it
-//! wrote past the set's end.
+//! wrote past the set's end. And a failover: the old primary ran on past the point where
+//! a restored copy was promoted (timeline 2), checkpointed and crashed; a delta by WAL of
+//! the new primary's set over it reads its timeline-1 WAL from the switch point, and the
+//! result equals a fresh restore page for page and recovers along timeline 2.
 
 mod common;
 
@@ -173,6 +176,93 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
     );
     check_restored(&fresh, &want, rows);
     check_restored_with(Path::new(&data), &want, rows, amcheck);
+}
+
+/// A cluster archiving into `repo` whose changed pages reach its files before a crash,
+/// with small segments, keeping its WAL (`wal_keep_size`).
+fn small_buffers(repo: &str) -> Pg {
+    let pg = Pg::start_with(&PgOptions {
+        checksums: true,
+        archive: Some(push_cmd(repo)),
+        wal_segsize_mb: Some(1),
+        extra_conf: "shared_buffers = 1MB\nwal_keep_size = 1GB\n".into(),
+        ..PgOptions::default()
+    });
+    pg.pgbench_init(3);
+    pg
+}
+
+fn crash(pg: &mut Pg) {
+    let pg_ctl = pg.tool("pg_ctl");
+    as_postgres(
+        &pg_ctl,
+        &["-D", &s(&pg.data), "-m", "immediate", "-w", "stop"],
+    );
+    pg.stop();
+}
+
+#[test]
+fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
+    let repo = s(&postgres_dir("repo").join("repo"));
+    let mut a = small_buffers(&repo);
+    let a_url = format!("{}?pgdata={}", a.url(), a.data.display());
+    backup(&a_url, &repo, "full");
+    change_pages(&a, 31);
+    a.sql("SELECT pg_create_restore_point('failover')");
+    a.switch_and_wait();
+
+    // The failover: a copy restored to that point is promoted onto timeline 2.
+    let (b_data, _) = restore_repo(&repo, &["--until-name", "failover"]);
+    let mut b = Pg::adopt_archiving(&b_data, &push_cmd(&repo));
+    b.wait_promoted();
+    // The old primary runs on, on timeline 1, checkpoints and crashes.
+    change_pages(&a, 23);
+    a.sql("CHECKPOINT");
+    change_pages(&a, 19);
+    crash(&mut a);
+
+    change_pages(&b, 13);
+    let b_url = format!("{}?pgdata={}", b.url(), b.data.display());
+    let set = backup(&b_url, &repo, "full");
+    let (db, rels) = relations(&b, "postgres");
+    b.sql("SELECT pg_create_restore_point('after')");
+    let want = rows(&b);
+    b.switch_and_wait();
+    b.stop();
+
+    let to = s(&a.data);
+    let r = json(&[
+        "restore",
+        "--repo",
+        &repo,
+        "--to",
+        &to,
+        "--owner",
+        "postgres",
+        "--delta",
+        "wal",
+        "--until-name",
+        "after",
+    ]);
+    assert_eq!(r["chain"][0]["set_id"], set["set_id"], "{r}");
+    let w = &r["delta_wal"];
+    assert_eq!(w["copy_timeline"], 1, "{r}");
+    // The copy's WAL is read from where timeline 2 left timeline 1, before its redo.
+    assert!(w["copy_wal_from"].as_str() < w["copy_redo"].as_str(), "{r}");
+    assert!(r["delta"]["written_bytes"].as_u64().unwrap() > 0, "{r}");
+
+    let (fresh, _) = restore_repo(&repo, &["--until-name", "after"]);
+    let base = format!("base/{db}");
+    let (bad, pages, _) = compare(&a.data.join(&base), &fresh.join(&base), &rels);
+    assert!(pages > 500, "{pages}");
+    assert!(
+        bad.is_empty(),
+        "{} page(s) differ:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    check_restored(&fresh, &want, rows);
+    check_restored_with(&a.data, &want, rows, amcheck);
 }
 
 fn strs(v: &[String]) -> Vec<&str> {
