@@ -45,6 +45,8 @@ pub struct DeltaReport {
     /// `--delta wal`: bytes of files in place that the WAL proves the set's: neither
     /// read nor written.
     pub proven_bytes: u64,
+    /// `--delta wal`: stored bytes of the frames of those, stepped over unread.
+    pub stored_bytes_not_read: u64,
 }
 
 /// Per restored file: whether any byte of it changed; and the byte counts.
@@ -99,6 +101,11 @@ impl Delta {
             old_len,
             proven: AtomicU64::new(0),
         });
+    }
+
+    /// Whether `--delta wal` gave the pages that can differ.
+    pub(super) fn by_wal_set(&self) -> bool {
+        self.by_wal.is_some()
     }
 
     /// File `i` in place was `len` bytes long before it was cut or extended.

@@ -173,6 +173,17 @@ impl FrameSink for Target {
         }
         Ok(())
     }
+    fn proven(&self, file: u32, offset: u64, len: usize) -> io::Result<bool> {
+        if self
+            .files
+            .delta_of(file)
+            .is_none_or(|(d, _, _)| !d.by_wal_set())
+        {
+            return Ok(false);
+        }
+        self.files.ensure(file)?;
+        Ok(matches!(self.files.delta_of(file), Some((d, i, true)) if d.proven(i, offset, len)))
+    }
     fn holds(&self, q: crate::engine::restore::Held, _scratch: &mut [u8]) -> io::Result<bool> {
         self.files.ensure(q.file)?;
         match self.files.delta_of(q.file) {

@@ -232,6 +232,16 @@ fn check(
 /// gets its checksum made and told (`Shared::done`): its error is the run's, as it is.
 fn record(sh: &Shared, fi: usize, h: &FrameHeader, digest: [u8; 32]) -> Result<Result<()>, String> {
     sh.stored_total.fetch_add(h.stored_len as u64, Relaxed);
+    record_digest(sh, fi, h, digest)
+}
+
+/// Records a frame's digest for its file's checksum (a frame stepped over too).
+pub(super) fn record_digest(
+    sh: &Shared,
+    fi: usize,
+    h: &FrameHeader,
+    digest: [u8; 32],
+) -> Result<Result<()>, String> {
     let (f, t) = (&sh.files[fi], sh.p.transfer_size as u64);
     let chunks = (!f.sparse).then(|| f.size.div_ceil(t));
     match sh.state.record(fi, h.offset / t, digest, chunks) {

@@ -334,6 +334,13 @@ impl FrameSink for LayerSink<'_> {
         Ok(())
     }
 
+    fn proven(&self, file: u32, offset: u64, len: usize) -> io::Result<bool> {
+        match self.to(file) {
+            Some(to) => self.inner.proven(to, offset, len),
+            None => Ok(false),
+        }
+    }
+
     fn holds(&self, q: Held, scratch: &mut [u8]) -> io::Result<bool> {
         // Only a chunk this frame gives whole: no newer set wrote a page of it.
         let Some(to) = self.to(q.file) else {

@@ -55,6 +55,13 @@ pub trait FrameSink: Sync {
     fn holds(&self, _q: Held, _scratch: &mut [u8]) -> io::Result<bool> {
         Ok(false)
     }
+    /// A delta restore's question before a frame of a plain set is read: does `file`
+    /// hold the set's bytes at `offset..offset + len` (the frame's chunk), proven
+    /// without reading them (`--delta wal`)? True: only the frame's header is read, and
+    /// its digest counts for the file's checksum as a checked frame's would.
+    fn proven(&self, _file: u32, _offset: u64, _len: usize) -> io::Result<bool> {
+        Ok(false)
+    }
     /// A merge's question once a Data frame is checked (`raw`: its bytes): take its
     /// stored bytes as they are (compressed, decrypted)? True: `write_stored` gets them.
     fn keeps(&self, _k: &Kept, _raw: &[u8]) -> io::Result<bool> {
@@ -145,6 +152,8 @@ pub struct Outcome {
     /// Stored bytes (frame payloads, as `stored_bytes` counts them) of the files left
     /// out, stepped over unread.
     pub left_out_bytes: u64,
+    /// Stored bytes of frames whose bytes the target was proven to hold, stepped over.
+    pub proven_bytes: u64,
 }
 
 /// What every stage of one run shares.
@@ -165,6 +174,8 @@ struct Shared<'a> {
     target_lane: Arc<Lane>,
     stored_total: AtomicU64,
     left_out_total: AtomicU64,
+    /// Stored bytes of frames stepped over because the target holds them (`proven`).
+    proven_total: AtomicU64,
 }
 
 struct Item {
@@ -216,6 +227,7 @@ pub fn run(
         target_lane: live.write_lanes(1)[0].clone(),
         stored_total: AtomicU64::new(0),
         left_out_total: AtomicU64::new(0),
+        proven_total: AtomicU64::new(0),
     };
     live.pool_size.store(p.buffer_count as u64, Relaxed);
     let read_lanes = live.read_lanes(stripes.len());
@@ -296,6 +308,7 @@ pub fn run(
         waits,
         pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
         left_out_bytes: sh.left_out_total.load(Relaxed),
+        proven_bytes: sh.proven_total.load(Relaxed),
     })
 }
 

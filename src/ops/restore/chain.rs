@@ -328,5 +328,6 @@ fn add(a: Outcome, b: Outcome) -> Outcome {
         waits: big.waits,
         pool_bytes: big.pool_bytes.max(small.pool_bytes),
         left_out_bytes: big.left_out_bytes + small.left_out_bytes,
+        proven_bytes: big.proven_bytes + small.proven_bytes,
     }
 }

@@ -476,11 +476,14 @@ fn restore_with(
         show,
         &mut phases,
     );
-    let delta = target.files.delta_report(swept);
+    let mut delta = target.files.delta_report(swept);
     let threads = (o.read.threads).unwrap_or_else(crate::engine::default_threads);
     let writes = target.write_report(o.write_depth(threads));
     drop(target);
     let (out, links) = written.with_context(incomplete)?;
+    if let Some(d) = &mut delta {
+        d.stored_bytes_not_read = out.proven_bytes;
+    }
     if let Some(l) = &mut left_out {
         l.stored_bytes_not_read = out.left_out_bytes;
     }
