@@ -186,16 +186,17 @@ pub fn plan(to: &Path, repo: Option<&Repo>, newest: &Manifest) -> Result<WalPlan
     let (mut copy_end, mut segments) = (scan_from * seg, 0u64);
     for segno in scan_from.. {
         let name = name_of(segno);
-        let (s, full) = match copy_segment(&wal.join(&name), &name, sysid, major, prev.as_ref()) {
-            Ok(Some(s)) => s,
-            Ok(None) => break,
-            Err(e) => {
-                return Err(no(format!(
-                    "the copy's '{}': {e}",
-                    wal.join(&name).display()
-                )))
-            }
-        };
+        let (s, full) =
+            match copy_segment(&wal.join(&name), &name, seg, sysid, major, prev.as_ref()) {
+                Ok(Some(s)) => s,
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(no(format!(
+                        "the copy's '{}': {e}",
+                        wal.join(&name).display()
+                    )))
+                }
+            };
         let head_lost = segments > 0 && s.flags & summary::HEAD_SKIPPED != 0;
         if s.flags & (summary::MINIMAL | summary::UNSUPPORTED) != 0 || head_lost {
             return Err(no(format!("the copy's {name}: {}", s.note)));
@@ -253,8 +254,8 @@ pub fn plan(to: &Path, repo: Option<&Repo>, newest: &Manifest) -> Result<WalPlan
 fn read_control(to: &Path) -> Result<control::Control, String> {
     let p = to.join(crate::pg::PG_CONTROL);
     let mut b = vec![];
-    let f =
-        crate::sys::open_regular(&p).map_err(|e| format!("cannot read '{}': {e}", p.display()))?;
+    let f = crate::sys::open_regular_nofollow(&p)
+        .map_err(|e| format!("cannot read '{}': {e}", p.display()))?;
     f.take(1 << 16)
         .read_to_end(&mut b)
         .map_err(|e| format!("cannot read '{}': {e}", p.display()))?;
@@ -304,14 +305,14 @@ fn parting(a: &[Span], b: &[Span]) -> u64 {
 /// Whether `p` is a segment of the copy starting at `start` (not a file recycled ahead).
 fn holds_segment(p: &Path, start: u64) -> bool {
     let mut head = [0u8; 16];
-    let read = crate::sys::open_regular(p).and_then(|mut f| f.read_exact(&mut head));
+    let read = crate::sys::open_regular_nofollow(p).and_then(|mut f| f.read_exact(&mut head));
     read.is_ok() && read_u64(&head, 8) == start
 }
 
 /// A small text file of the copy, never through a link.
 fn read_small(p: &Path) -> std::io::Result<String> {
     let mut s = String::new();
-    crate::sys::open_regular(p)?
+    crate::sys::open_regular_nofollow(p)?
         .take(1 << 20)
         .read_to_string(&mut s)?;
     Ok(s)
@@ -323,21 +324,27 @@ fn read_small(p: &Path) -> std::io::Result<String> {
 fn copy_segment(
     p: &Path,
     name: &str,
+    seg_size: u64,
     sysid: u64,
     major: u32,
     prev: Option<&summary::Summary>,
 ) -> Result<Option<(summary::Summary, bool)>, String> {
-    let f = match crate::sys::open_regular(p) {
+    let f = match crate::sys::open_regular_nofollow(p) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
     let n: WalName = parse_name(name).expect("a segment name");
     let mut bytes = vec![];
-    f.take(1 << 30)
+    f.take(seg_size + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| e.to_string())?;
     let len = bytes.len() as u64;
+    if len != seg_size {
+        return Err(format!(
+            "it is {len} bytes, a segment of this cluster {seg_size}"
+        ));
+    }
     let info = match walpage::check_first_page(name, &n, len, &bytes) {
         Ok(i) => i,
         // A file recycled ahead of use: nothing of this segment yet.
