@@ -246,6 +246,17 @@ fn print_text(r: &StatusReport) {
                 .map(|o| format!(", oldest {o}"))
                 .unwrap_or_default()
         );
+        if let Some(l) = &sp.lacks {
+            println!(
+                "spool lag         this repository lacks {} of them ({}){}",
+                l.files,
+                human(l.bytes),
+                l.oldest
+                    .as_deref()
+                    .map(|o| format!(", oldest {o}"))
+                    .unwrap_or_default()
+            );
+        }
         if let (Some(e), Some(s)) = (&sp.pusher_error, sp.pusher_failing_seconds) {
             println!("pusher failing    for {}: {e}", ago(s as f64));
         }
