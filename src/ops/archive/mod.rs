@@ -314,7 +314,8 @@ pub fn push_async(
             let failing = (state.repos.iter()).find(|r| r.tag == tag && r.failing_since.is_some());
             if let Some(r) = failing {
                 warnings.push(format!(
-                    "the pusher has failed to archive into {spec} for {} s: it lacks {} files                      ({}, the oldest {}), which stay in '{}' until it holds them: {}",
+                    "the pusher has failed to archive into {spec} for {} s: it lacks {} files \
+                     ({}, the oldest {}), which stay in '{}' until it holds them: {}",
                     spool::unix_now().saturating_sub(r.failing_since.unwrap_or_default()),
                     lacks.files,
                     crate::units::human(lacks.bytes),

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 /// How long a worker with nothing to push waits before it looks again.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// How often a worker backing off counts again what its repository lacks.
+const LACKS_EVERY: Duration = Duration::from_secs(1);
 
 /// What the workers of one drain share.
 pub(super) struct Run<'a> {
@@ -281,6 +283,9 @@ impl<'a> Run<'a> {
     /// Records a failed round of repository `i` and waits before its next (or gives up
     /// past `give_up`).
     fn fail(&self, i: usize, e: &str, backoff: &mut Duration) -> Result<()> {
+        if let Some(Ok(l)) = self.tags.get(i).map(|t| self.spool.lacking(t)) {
+            self.set_lacks(i, l);
+        }
         let (since, lag) = {
             let mut st = lock(&self.state);
             let (since, lag) = match st.repos.get_mut(i) {
@@ -330,8 +335,16 @@ impl<'a> Run<'a> {
             }
         }
         let until = Instant::now() + *backoff;
+        let mut counted = Instant::now();
         while Instant::now() < until && !self.stopped() {
             std::thread::sleep(Duration::from_millis(100));
+            // What it lacks grows while it waits: counted again each second.
+            if let (Some(t), true) = (self.tags.get(i), counted.elapsed() >= LACKS_EVERY) {
+                if let Ok(l) = self.spool.lacking(t) {
+                    self.set_lacks(i, l);
+                }
+                counted = Instant::now();
+            }
         }
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
         Ok(())
