@@ -176,6 +176,33 @@ fn async_archiving_keeps_what_the_stopped_store_lacks_and_the_directory_gets_eve
     let lacks = j["repositories"][1]["spool"]["lacks"]["files"].as_u64();
     assert!(lacks >= Some(4), "{j}");
 
+    // Prometheus: what the spool keeps for each, and which lags.
+    let r = run(&[
+        "status",
+        "--config",
+        &cfg,
+        "--stanza",
+        "main",
+        "--prometheus",
+    ]);
+    let prom = r.stdout;
+    for line in [
+        format!("pagevault_spool_files{{repo=\"{local}\"}} 0"),
+        format!("pagevault_wal_lagging{{repo=\"{local}\"}} 0"),
+        format!("pagevault_repository_up{{repo=\"{s3}\"}} 0"),
+        format!("pagevault_wal_lagging{{repo=\"{s3}\"}} 1"),
+    ] {
+        assert!(
+            prom.lines().any(|l| l == line),
+            "{line}: {prom}\n{}",
+            r.stderr
+        );
+    }
+    let kept_for_s3 = format!("pagevault_spool_files{{repo=\"{s3}\"}} ");
+    let kept_for_s3: Option<u64> =
+        (prom.lines()).find_map(|l| l.strip_prefix(&kept_for_s3)?.parse().ok());
+    assert!(kept_for_s3 >= Some(4), "{prom}");
+
     // MinIO back: the spool drains, both hold every segment.
     m.restart();
     let all = upto(&switch(&pg));
