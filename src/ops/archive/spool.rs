@@ -316,6 +316,13 @@ impl Spool {
         files
             .into_iter()
             .filter_map(|e| {
+                // A mark's temp file a killed pusher left (`.NAME.in-TAG.PID.tmp`).
+                if e.name.starts_with('.')
+                    && e.name.ends_with(".tmp")
+                    && e.name.contains(HELD_INFIX)
+                {
+                    return (e.age_secs > ORPHAN_GRACE.as_secs()).then(|| self.ready.join(&e.name));
+                }
                 let mark = (e.name.rsplit_once(HELD_INFIX)).map(|(stem, _)| (SRC_SUFFIX, stem));
                 let orphan = match [SUM_SUFFIX, SRC_SUFFIX, DONE_SUFFIX]
                     .into_iter()
@@ -406,6 +413,23 @@ mod tests {
         let mut orphans = sp.orphan_summaries();
         orphans.sort();
         assert_eq!(orphans, [src.clone(), sum.clone()]);
+        // So are a repository's mark and a mark's temp file a killed pusher left.
+        let mark = sp.ready().join(held_name(seg, "0123456789abcdef"));
+        let tmp = sp
+            .ready()
+            .join(format!(".{seg}.in-0123456789abcdef.77.tmp"));
+        for p in [&mark, &tmp] {
+            std::fs::write(p, b"m").unwrap();
+            let f = std::fs::File::options().write(true).open(p).unwrap();
+            f.set_modified(old).unwrap();
+        }
+        let mut orphans = sp.orphan_summaries();
+        orphans.sort();
+        assert_eq!(
+            orphans,
+            [tmp.clone(), mark.clone(), src.clone(), sum.clone()]
+        );
+        std::fs::remove_file(&tmp).unwrap();
         // With its segment there, at any age, neither is.
         std::fs::write(sp.ready().join(seg), b"x").unwrap();
         assert!(sp.orphan_summaries().is_empty());
