@@ -78,7 +78,7 @@ pub struct PushArgs {
     /// The spool directory (local, on a file system that survives a reboot; not pg_wal).
     #[arg(long)]
     pub spool: Option<PathBuf>,
-    /// Files the pusher stores at once.
+    /// Files the pusher stores at once (into each repository, with several).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub process_max: u16,
     /// Warn on every push while the spool holds more than this (e.g. 4G); nothing is dropped.
