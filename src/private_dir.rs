@@ -35,6 +35,10 @@ pub struct Entry {
     pub len: u64,
     /// Seconds since its last change (0 for one dated in the future).
     pub age_secs: u64,
+    /// Its inode and change time (nanoseconds): another file, or this one written or
+    /// renamed since, has another pair.
+    pub ino: u64,
+    pub changed_ns: i128,
 }
 
 /// A uid and its user name, for messages.
@@ -362,19 +366,33 @@ impl PrivateDir {
             if name == "." || name == ".." {
                 continue;
             }
-            let Ok(st) = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
-                continue;
-            };
-            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-                continue;
+            if let Some(e) = self.entry_at(name, now) {
+                out.push(e);
             }
-            out.push(Entry {
-                name: name.to_string(),
-                len: st.st_size as u64,
-                age_secs: (now - st.st_mtime).max(0) as u64,
-            });
         }
         Ok(out)
+    }
+
+    /// Regular file `name` as [`PrivateDir::files`] lists it; None when it is not one.
+    pub fn entry(&self, name: &str) -> Option<Entry> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.entry_at(name, now)
+    }
+
+    fn entry_at(&self, name: &str, now: i64) -> Option<Entry> {
+        let st = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return None;
+        }
+        Some(Entry {
+            name: name.to_string(),
+            len: st.st_size as u64,
+            age_secs: (now - st.st_mtime).max(0) as u64,
+            ino: st.st_ino,
+            changed_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+        })
     }
 
     /// Whether it holds nothing at all.

@@ -2,7 +2,9 @@
 //! `promtool check rules` and their unit tests `promtool test rules`; every pagevault
 //! metric the rules and the Grafana dashboard name is one `status --prometheus` prints
 //! for a real repository (PostgreSQL with archived WAL, a drill, an async spool, the
-//! source's lag); the dashboard's picture is the one scripts/render-dashboard.py draws.
+//! source's lag); the dashboard's picture is the one scripts/render-dashboard.py draws;
+//! with several repositories each one's metrics carry its `repo` label and the Nagios
+//! check takes the worst state.
 
 mod common;
 
@@ -158,6 +160,85 @@ fn the_rules_and_the_dashboard_name_only_metrics_pagevault_prints() {
     // The sample the picture is drawn from names the same metrics as this output.
     let sample = std::fs::read_to_string(root().join("docs/grafana/sample.prom")).unwrap();
     assert_eq!(pagevault_names(&sample), pagevault_names(&prom), "{sample}");
+}
+
+#[test]
+fn several_repositories_give_each_its_labelled_metrics_and_the_nagios_check_the_worst() {
+    let (d, src) = tree_in_tempdir();
+    let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
+    ok(&["init", "--repo", &a]);
+    ok(&["init", "--repo", &b]);
+    let source = format!("files:{}", s(&src));
+    ok(&["backup", "--source", &source, "--repo", &a]);
+    let both = |extra: &[&str]| {
+        let mut args = vec!["status", "--repo", a.as_str(), "--repo", b.as_str()];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let r = both(&["--prometheus"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let prom = r.stdout;
+    // promtool lints the exposition: a family's samples together, under one HELP and TYPE.
+    let mut lint = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(prom.as_bytes())
+        .unwrap();
+    let out = lint.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}\n{prom}");
+    for name in ["repository_up", "sets", "wal_lagging"] {
+        let types = prom
+            .matches(&format!("# TYPE pagevault_{name} gauge\n"))
+            .count();
+        assert_eq!(types, 1, "{name}: {prom}");
+    }
+    for line in [
+        format!("pagevault_sets{{repo=\"{a}\"}} 1"),
+        format!("pagevault_sets{{repo=\"{b}\"}} 0"),
+        format!("pagevault_repository_up{{repo=\"{b}\"}} 1"),
+        format!("pagevault_wal_lagging{{repo=\"{a}\"}} 0"),
+    ] {
+        assert!(prom.lines().any(|l| l == line), "{line}: {prom}");
+    }
+    assert!(
+        prom.contains(&format!(
+            "pagevault_newest_backup_age_seconds{{repo=\"{a}\",type=\"full\"}}"
+        )),
+        "{prom}"
+    );
+
+    // Nagios: `b` holds no backup set: CRITICAL, the worst, though `a` is fresh.
+    let r = both(&["--warn-age", "1h", "--crit-age", "2h"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    let line = r.stdout.lines().next().unwrap();
+    assert!(
+        line.starts_with(&format!(
+            "PAGEVAULT CRITICAL - {a}: OK, the newest backup finished"
+        )) && line.contains(&format!("; {b}: CRITICAL, no backup set | age_1=")),
+        "{line}"
+    );
+    // A set in each: OK, each one's age in the performance data.
+    ok(&["backup", "--source", &source, "--repo", &b]);
+    let r = both(&["--warn-age", "1h", "--crit-age", "2h"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let line = r.stdout.lines().next().unwrap();
+    assert!(
+        line.starts_with("PAGEVAULT OK - ") && line.contains(" age_2="),
+        "{line}"
+    );
+    // Past the warning age in both, not the critical one: WARNING.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let r = both(&["--warn-age", "1s", "--crit-age", "1h"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("PAGEVAULT WARNING - "), "{}", r.stdout);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! naming an unreachable one while the other still gets it; archive-get passes over a
 //! damaged copy in the first and serves the second's, saying so; status names the
 //! repository whose WAL lags; a restore takes the chain from the first repository holding
-//! it; a list naming one repository twice is refused.
+//! it; a list naming one repository twice is refused, by the async spool too.
 
 mod common;
 use common::pg::Pg;
@@ -439,28 +439,26 @@ fn a_list_naming_one_repository_twice_is_refused() {
         126,
     );
     assert!(e.contains("same repository"), "{e}");
-    // The async spool stores into one repository.
-    let other = s(&d.path().join("other"));
-    ok(&["init", "--repo", &other]);
-    let spool = s(&d.path().join("spool"));
+    // Nor does the async spool, before it takes the file.
+    let spool = d.path().join("spool");
     let e = fails(
         &[
             "archive-push",
             "--repo",
             &dir,
             "--repo",
-            &other,
+            &format!("{dir}//"),
             "--async",
             "--spool",
-            &spool,
+            &s(&spool),
             &s(&h),
         ],
         1,
     );
-    assert!(
-        e.contains("--async and --drain store into one repository"),
-        "{e}"
-    );
+    assert!(e.contains("same repository"), "{e}");
+    assert!(!spool.join("ready/00000002.history").exists());
+    let other = s(&d.path().join("other"));
+    ok(&["init", "--repo", &other]);
     // --to-repo picks among the stanza's repositories, never beside --repo.
     let cfg = config(
         d.path(),

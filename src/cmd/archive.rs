@@ -14,7 +14,8 @@
 //! ```
 //!
 //! With several `--repo`, a push stores into all at once and a get reads from the first
-//! holding an intact copy (ops/archive/many.rs).
+//! holding an intact copy (ops/archive/many.rs); an async push's spool keeps a file until
+//! every one holds it (ops/archive/pusher.rs).
 //!
 //! Exit 0 only when the file is durable in every repository, or in the spool (push), or
 //! complete at its destination (get). archive-push fails with exit 1 (PostgreSQL retries it).
@@ -39,6 +40,7 @@ use std::path::{Path, PathBuf};
   archive_command = 'pagevault archive-push --stanza main %p'   (repo ... from [stanza.main], docs/CONFIG.md)
   archive_command = 'pagevault archive-push %p --repo /backup/repo --repo s3://bucket/repo'   (into both at once)
   archive_command = 'pagevault archive-push %p --repo s3://bucket/repo --async --spool /var/spool/pagevault'
+  archive_command = 'pagevault archive-push --stanza main %p --async --spool /var/spool/pagevault'   (every repository of the stanza)
   pagevault archive-push --drain --spool /var/spool/pagevault --repo s3://bucket/repo   (push what waits, now)")]
 pub struct PushArgs {
     /// The segment to archive (%p in archive_command); not with --drain.
@@ -46,7 +48,8 @@ pub struct PushArgs {
     pub path: Option<PathBuf>,
     /// The repository to archive into. Repeat to archive into several at once (a
     /// stanza's repo list does): the push succeeds only once every one holds the file,
-    /// and a failure names the repository. --async and --drain take one.
+    /// and a failure names the repository. With --async, the spool keeps each file
+    /// until every one holds it, each pushed to on its own.
     #[arg(long, required = true)]
     pub repo: Vec<String>,
     /// Store each segment's block summary beside it (which blocks its records change):
@@ -67,13 +70,15 @@ pub struct PushArgs {
     /// time, retrying until each is stored: nothing is dropped, and the repository's
     /// gaps are what the spool still holds. An unreachable repository does not stop
     /// archiving; the spool grows, and every push warns in PostgreSQL's log past
-    /// --spool-max.
+    /// --spool-max. With several --repo, each has its own pushes and retries (one down
+    /// delays no other), and every push names in PostgreSQL's log a repository that
+    /// fails and what it lacks.
     #[arg(long = "async", requires = "spool")]
     pub asynchronous: bool,
     /// The spool directory (local, on a file system that survives a reboot; not pg_wal).
     #[arg(long)]
     pub spool: Option<PathBuf>,
-    /// Files the pusher stores at once.
+    /// Files the pusher stores at once (into each repository, with several).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub process_max: u16,
     /// Warn on every push while the spool holds more than this (e.g. 4G); nothing is dropped.
@@ -165,13 +170,6 @@ impl GetArgs {
 }
 
 pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
-    if a.repo.len() > 1 && (a.drain || a.asynchronous) {
-        anyhow::bail!(
-            "--async and --drain store into one repository, and {} are given: archive \
-             synchronously into several, or name one --repo",
-            a.repo.join(", ")
-        );
-    }
     if a.drain {
         return run_drain(&a, store);
     }
@@ -250,7 +248,7 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
     let p = archive::push_async(
         &archive::AsyncOptions {
             path,
-            repo: a.repo[0].clone(),
+            repos: a.repo.clone(),
             spool: a.spool.clone().expect("clap requires --spool with --async"),
             no_summaries: a.summaries == "off",
             spool_max: a.spool_max,
@@ -268,8 +266,19 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
         archive::Pusher::Running => "the pusher runs".to_string(),
         archive::Pusher::Started { pid } => format!("started the pusher (pid {pid})"),
     };
+    let lacking: Vec<String> = (p.repositories.iter())
+        .filter(|r| r.lacks.files > 0)
+        .map(|r| {
+            format!(
+                "{} lacks {} ({})",
+                r.repo,
+                r.lacks.files,
+                human(r.lacks.bytes)
+            )
+        })
+        .collect();
     println!(
-        "pagevault: spooled {} ({}{}{}) in {:.3} s; {} files ({}) wait for the repository, {pusher}",
+        "pagevault: spooled {} ({}{}{}) in {:.3} s; {} files ({}) wait for the {}, {pusher}",
         p.name,
         human(p.raw_bytes),
         if p.already { ", spooled before" } else { "" },
@@ -279,7 +288,12 @@ fn run_push_async(a: &PushArgs, path: PathBuf) -> Result<()> {
         },
         p.seconds,
         p.backlog.files,
-        human(p.backlog.bytes)
+        human(p.backlog.bytes),
+        match lacking.is_empty() {
+            true if p.repositories.is_empty() => "repository".to_string(),
+            true => "repositories".to_string(),
+            false => format!("repositories ({})", lacking.join(", ")),
+        }
     );
     Ok(())
 }
@@ -303,7 +317,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
     let d = archive::pusher::drain(
         &archive::pusher::DrainOptions {
             spool: spool.clone(),
-            repo: a.repo[0].clone(),
+            repos: a.repo.clone(),
             process_max: a.process_max as usize,
             linger: std::time::Duration::from_secs(2),
             give_up: (!a.pusher).then_some(std::time::Duration::from_secs(a.give_up)),
@@ -348,6 +362,17 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
         d.failures,
         d.left.files
     );
+    for r in &d.repositories {
+        println!(
+            "pagevault: into {}: {} files ({}), {} failed rounds; it lacks {} files ({})",
+            r.repo,
+            r.pushed,
+            human(r.stored_bytes),
+            r.failures,
+            r.lacks.files,
+            human(r.lacks.bytes)
+        );
+    }
     Ok(())
 }
 

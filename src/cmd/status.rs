@@ -3,7 +3,7 @@
 
 use super::print_json;
 use crate::device::object::StoreOptions;
-use crate::ops::status::{status, StatusOptions, StatusReport};
+use crate::ops::status::{status, StatusOptions, StatusReport, WalLag};
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
@@ -12,7 +12,8 @@ use std::path::PathBuf;
 #[derive(Args)]
 pub struct StatusArgs {
     /// The repository. Repeat for several (a stanza's repo list gives them all): each
-    /// one's status, and which lag behind the others in WAL (text and --json only).
+    /// one's status, and which lag behind the others in WAL; --prometheus labels each
+    /// one's metrics by its `repo`, and the Nagios check checks each and takes the worst.
     #[arg(long, required = true)]
     pub repo: Vec<String>,
     /// A PostgreSQL server (postgres://USER@HOST:PORT/DB) whose WAL the repository
@@ -83,38 +84,17 @@ pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
     if a.json {
         print_json(&serde_json::to_value(&r)?);
     } else if a.prometheus {
-        print!("{}", prometheus(&r));
+        print!("{}", prometheus(std::slice::from_ref(&r), None));
     }
     let checked = check_age(&r, a.warn_age, a.crit_age);
     if nagios {
         // The plugin line first (state, summary, performance data), then the long output.
-        let word = match &checked {
-            Ok(()) => "OK".to_string(),
-            Err(e) => {
-                let text = format!("{e:#}");
-                text.split(':').next().unwrap_or("UNKNOWN").to_string()
-            }
-        };
-        let summary = match &checked {
-            Ok(()) => r
-                .newest_backup_age_seconds
-                .map_or("no backup set".to_string(), |a| {
-                    format!("the newest backup finished {} ago", ago(a))
-                }),
-            Err(e) => {
-                let text = format!("{e:#}");
-                let rest = text.split_once(": ").map_or(text.as_str(), |(_, t)| t);
-                one_line(rest)
-            }
-        };
-        let limit = |l: Option<f64>| l.map_or(String::new(), |l| format!("{l:.0}"));
-        let perf = match r.newest_backup_age_seconds {
-            Some(age) => format!(
-                " | age={age:.0}s;{};{};0",
-                limit(a.warn_age),
-                limit(a.crit_age)
-            ),
-            None => String::new(),
+        let (word, summary) = plugin(&r, &checked);
+        let perf = perf("age", &r, a.warn_age, a.crit_age);
+        let perf = if perf.is_empty() {
+            perf
+        } else {
+            format!(" | {perf}")
         };
         println!("PAGEVAULT {word} - {summary}{perf}");
     }
@@ -132,16 +112,38 @@ pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
     }
 }
 
-/// Several repositories: each one's status, then which lag in WAL.
-fn run_all(a: &StatusArgs, store: &StoreOptions, nagios: bool) -> Result<()> {
-    if nagios || a.prometheus {
-        anyhow::bail!(
-            "--prometheus, --warn-age and --crit-age watch one repository: run one check per \
-             --repo ({})",
-            a.repo.join(", ")
-        );
+/// The Nagios state word and summary of one report's check.
+fn plugin(r: &StatusReport, checked: &Result<()>) -> (String, String) {
+    match checked {
+        Ok(()) => (
+            "OK".to_string(),
+            r.newest_backup_age_seconds
+                .map_or("no backup set".to_string(), |a| {
+                    format!("the newest backup finished {} ago", ago(a))
+                }),
+        ),
+        Err(e) => {
+            let text = format!("{e:#}");
+            let word = text.split(':').next().unwrap_or("UNKNOWN").to_string();
+            let rest = text.split_once(": ").map_or(text.as_str(), |(_, t)| t);
+            (word, one_line(rest))
+        }
     }
-    let all = crate::ops::status::status_of_all(
+}
+
+/// Nagios performance data of one report: its newest backup's age as `label`.
+fn perf(label: &str, r: &StatusReport, warn: Option<f64>, crit: Option<f64>) -> String {
+    let limit = |l: Option<f64>| l.map_or(String::new(), |l| format!("{l:.0}"));
+    match r.newest_backup_age_seconds {
+        Some(age) => format!("{label}={age:.0}s;{};{};0", limit(warn), limit(crit)),
+        None => String::new(),
+    }
+}
+
+/// Several repositories: each one's status, then which lag in WAL. The Nagios check
+/// checks each and takes the worst state; Prometheus gets each one's metrics.
+fn run_all(a: &StatusArgs, store: &StoreOptions, nagios: bool) -> Result<()> {
+    let all = match crate::ops::status::status_of_all(
         &StatusOptions {
             repo: String::new(),
             source: a.source.clone(),
@@ -150,9 +152,50 @@ fn run_all(a: &StatusArgs, store: &StoreOptions, nagios: bool) -> Result<()> {
             store: store.clone(),
         },
         &a.repo,
-    )?;
+    ) {
+        Ok(all) => all,
+        Err(e) if nagios => {
+            println!("PAGEVAULT UNKNOWN - {}", one_line(&format!("{e:#}")));
+            return Err(super::Exit { code: 3, error: e }.into());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut worst: (u8, String, Vec<String>) = (0, "OK".into(), vec![]);
+    if nagios {
+        let (mut parts, mut perfs) = (vec![], vec![]);
+        for (i, r) in all.repositories.iter().enumerate() {
+            let checked = check_age(r, a.warn_age, a.crit_age);
+            let code = (checked.as_ref().err())
+                .and_then(|e| e.downcast_ref::<super::Exit>())
+                .map_or(0, |x| x.code);
+            let (word, summary) = plugin(r, &checked);
+            let part = format!("{}: {word}, {summary}", r.repo);
+            if code > worst.0 {
+                (worst.0, worst.1) = (code, word);
+            }
+            if code > 0 {
+                worst.2.push(part.clone());
+            }
+            parts.push(part);
+            perfs.push(perf(&format!("age_{}", i + 1), r, a.warn_age, a.crit_age));
+        }
+        perfs.retain(|p| !p.is_empty());
+        let perf = match perfs.is_empty() {
+            true => String::new(),
+            false => format!(" | {}", perfs.join(" ")),
+        };
+        println!(
+            "PAGEVAULT {} - {}{perf}",
+            worst.1,
+            one_line(&parts.join("; "))
+        );
+    }
     if a.json {
         print_json(&serde_json::to_value(&all)?);
+    } else if a.prometheus {
+        print!("{}", prometheus(&all.repositories, Some(&all.wal_lagging)));
+        // The metrics carry what could not be read (pagevault_repository_up).
+        return Ok(());
     } else {
         for (i, r) in all.repositories.iter().enumerate() {
             if i > 0 {
@@ -169,6 +212,16 @@ fn run_all(a: &StatusArgs, store: &StoreOptions, nagios: bool) -> Result<()> {
         for l in &all.wal_lagging {
             println!("WAL lags          {}: {}", super::shown(&l.repo), l.why);
         }
+    }
+    if nagios {
+        return match worst.0 {
+            0 => Ok(()),
+            code => Err(super::Exit {
+                code,
+                error: anyhow::anyhow!("{}", worst.2.join("; ")),
+            }
+            .into()),
+        };
     }
     let errors: Vec<String> = (all.repositories.iter())
         .flat_map(|r| r.errors.iter().map(move |e| format!("{}: {e}", r.repo)))
@@ -246,6 +299,17 @@ fn print_text(r: &StatusReport) {
                 .map(|o| format!(", oldest {o}"))
                 .unwrap_or_default()
         );
+        if let Some(l) = &sp.lacks {
+            println!(
+                "spool lag         this repository lacks {} of them ({}){}",
+                l.files,
+                human(l.bytes),
+                l.oldest
+                    .as_deref()
+                    .map(|o| format!(", oldest {o}"))
+                    .unwrap_or_default()
+            );
+        }
         if let (Some(e), Some(s)) = (&sp.pusher_error, sp.pusher_failing_seconds) {
             println!("pusher failing    for {}: {e}", ago(s as f64));
         }
@@ -354,14 +418,57 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-fn prometheus(r: &StatusReport) -> String {
-    let repo = label(&r.repo);
-    let mut out = String::new();
-    let mut metric = |name: &str, help: &str, rows: Vec<(String, f64)>| {
-        out += &format!("# HELP pagevault_{name} {help}\n# TYPE pagevault_{name} gauge\n");
-        for (labels, v) in rows {
-            out += &format!("pagevault_{name}{{repo=\"{repo}\"{labels}}} {v}\n");
+/// A metric family: its name (after `pagevault_`), help and sample lines.
+type Family = (String, String, Vec<String>);
+
+/// Metrics in Prometheus's text format: each family's HELP and TYPE once, then its
+/// samples of every report (the `repo` label tells repositories apart); with `lagging`
+/// (several repositories), which of them lags in WAL.
+fn prometheus(reports: &[StatusReport], lagging: Option<&[WalLag]>) -> String {
+    let mut all: Vec<Family> = vec![];
+    for r in reports {
+        let mut fams = families(r);
+        if let Some(lags) = lagging {
+            let lags = lags.iter().any(|l| l.repo == r.repo);
+            fams.push((
+                "wal_lagging".into(),
+                "1 when the repository lags behind another of the list in WAL, or lacks files \
+                 the spool keeps for it (status's WAL lags says why)."
+                    .into(),
+                vec![format!(
+                    "pagevault_wal_lagging{{repo=\"{}\"}} {}",
+                    label(&r.repo),
+                    u8::from(lags)
+                )],
+            ));
         }
+        for (name, help, lines) in fams {
+            match all.iter_mut().find(|f| f.0 == name) {
+                Some(f) => f.2.extend(lines),
+                None => all.push((name, help, lines)),
+            }
+        }
+    }
+    let mut out = String::new();
+    for (name, help, lines) in all {
+        out += &format!("# HELP pagevault_{name} {help}\n# TYPE pagevault_{name} gauge\n");
+        for l in lines {
+            out += &l;
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// One report's metric families.
+fn families(r: &StatusReport) -> Vec<Family> {
+    let repo = label(&r.repo);
+    let mut out: Vec<Family> = vec![];
+    let mut metric = |name: &str, help: &str, rows: Vec<(String, f64)>| {
+        let lines = (rows.into_iter())
+            .map(|(labels, v)| format!("pagevault_{name}{{repo=\"{repo}\"{labels}}} {v}"))
+            .collect();
+        out.push((name.to_string(), help.to_string(), lines));
     };
     let one = |v: f64| vec![(String::new(), v)];
     metric(
@@ -374,6 +481,29 @@ fn prometheus(r: &StatusReport) -> String {
         "What status could not read: the repository, the source's WAL position, the spool.",
         one(r.errors.len() as f64),
     );
+    // What the spool keeps for the repository counts most while it cannot be read.
+    if let Some(sp) = &r.spool {
+        // With several repositories, what waits for this one: what it lacks.
+        let (files, bytes) = sp
+            .lacks
+            .as_ref()
+            .map_or((sp.files, sp.bytes), |l| (l.files, l.bytes));
+        metric(
+            "spool_files",
+            "WAL files waiting in archive-push's spool for the repository.",
+            vec![(String::new(), files as f64)],
+        );
+        metric(
+            "spool_bytes",
+            "Bytes waiting in archive-push's spool.",
+            vec![(String::new(), bytes as f64)],
+        );
+        metric(
+            "pusher_failing_seconds",
+            "Seconds the spool's pusher has failed to store files (0: it does not fail).",
+            vec![(String::new(), sp.pusher_failing_seconds.unwrap_or(0) as f64)],
+        );
+    }
     if !r.repository_up {
         return out;
     }
@@ -423,23 +553,6 @@ fn prometheus(r: &StatusReport) -> String {
             "newest_wal_age_seconds",
             "Seconds since the newest WAL segment was archived.",
             vec![(String::new(), a)],
-        );
-    }
-    if let Some(sp) = &r.spool {
-        metric(
-            "spool_files",
-            "WAL files waiting in archive-push's spool for the repository.",
-            vec![(String::new(), sp.files as f64)],
-        );
-        metric(
-            "spool_bytes",
-            "Bytes waiting in archive-push's spool.",
-            vec![(String::new(), sp.bytes as f64)],
-        );
-        metric(
-            "pusher_failing_seconds",
-            "Seconds the spool's pusher has failed to store files (0: it does not fail).",
-            vec![(String::new(), sp.pusher_failing_seconds.unwrap_or(0) as f64)],
         );
     }
     metric(

@@ -153,6 +153,10 @@ pub struct SpoolStatus {
     pub pusher_last_pushed: Option<String>,
     pub pusher_error: Option<String>,
     pub pusher_failing_seconds: Option<u64>,
+    /// With several repositories: what of the spool this one lacks (the pusher's error
+    /// above is then its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lacks: Option<super::archive::spool::Backlog>,
 }
 
 pub(crate) fn spool_status(dir: &std::path::Path) -> Result<SpoolStatus> {
@@ -173,7 +177,25 @@ pub(crate) fn spool_status(dir: &std::path::Path) -> Result<SpoolStatus> {
         pusher_last_pushed: st.last_pushed,
         pusher_error: st.last_error,
         pusher_failing_seconds: st.failing_since.map(|t| unix_now().saturating_sub(t)),
+        lacks: None,
     })
+}
+
+/// Narrows `sp` to repository `spec` of several: what it lacks, its pusher's error.
+fn spool_of_repo(sp: &mut SpoolStatus, spec: &str) -> Result<()> {
+    use super::archive::spool::{repo_tag, unix_now, Spool};
+    let Some(spool) = Spool::inspect(std::path::Path::new(&sp.dir))? else {
+        return Ok(());
+    };
+    let tag = repo_tag(spec);
+    sp.lacks = Some(spool.lacking(&tag)?);
+    let st = spool.state().unwrap_or_default();
+    if let Some(r) = st.repos.iter().find(|r| r.tag == tag) {
+        sp.pusher_last_pushed = r.last_pushed.clone();
+        sp.pusher_error = r.last_error.clone();
+        sp.pusher_failing_seconds = r.failing_since.map(|t| unix_now().saturating_sub(t));
+    }
+    Ok(())
 }
 
 fn age(now: DateTime<Utc>, t: DateTime<Utc>) -> f64 {
@@ -355,7 +377,7 @@ pub struct StatusOfAll {
 /// orders by timeline and position, so the greatest is the newest.
 pub fn status_of_all(o: &StatusOptions, repos: &[String]) -> Result<StatusOfAll> {
     crate::repo::many::refuse_repeats(repos)?;
-    let reports: Vec<StatusReport> = std::thread::scope(|s| {
+    let mut reports: Vec<StatusReport> = std::thread::scope(|s| {
         let handles: Vec<_> = (repos.iter())
             .map(|r| {
                 let o = StatusOptions {
@@ -372,6 +394,13 @@ pub fn status_of_all(o: &StatusOptions, repos: &[String]) -> Result<StatusOfAll>
             })
             .collect::<Result<Vec<_>>>()
     })?;
+    for (r, spec) in reports.iter_mut().zip(repos) {
+        if let Some(sp) = &mut r.spool {
+            if let Err(e) = spool_of_repo(sp, spec) {
+                r.errors.push(format!("the spool cannot be read: {e:#}"));
+            }
+        }
+    }
     let newest = (reports.iter())
         .filter_map(|r| r.newest_wal.as_ref().map(|n| (n, &r.repo)))
         .fold(None::<(&String, &String)>, |best, (n, repo)| match best {
@@ -380,14 +409,34 @@ pub fn status_of_all(o: &StatusOptions, repos: &[String]) -> Result<StatusOfAll>
         });
     let mut wal_lagging = vec![];
     for r in &reports {
-        let why = match (&r.newest_wal, newest) {
-            _ if !r.repository_up => "its archive cannot be read".to_string(),
-            (None, Some((n, by))) => format!("it holds no WAL; {by} holds up to {n}"),
-            (Some(mine), Some((n, by))) if mine < n => {
-                format!("its newest segment is {mine}; {by} holds up to {n}")
+        let mut why: Vec<String> = vec![];
+        match (&r.newest_wal, newest) {
+            _ if !r.repository_up => why.push("its archive cannot be read".to_string()),
+            (None, Some((n, by))) => why.push(format!("it holds no WAL; {by} holds up to {n}")),
+            (Some(mine), Some((n, by))) if mine < n => why.push(format!(
+                "its newest segment is {mine}; {by} holds up to {n}"
+            )),
+            _ => {}
+        }
+        // The spool keeps what it lacks: archived for PostgreSQL, not yet here.
+        if let Some((sp, l)) = (r.spool.as_ref()).and_then(|sp| Some((sp, sp.lacks.as_ref()?))) {
+            if l.files > 0 {
+                why.push(format!(
+                    "it lacks {} files ({}) the spool '{}' keeps for it, the oldest {}",
+                    l.files,
+                    crate::units::human(l.bytes),
+                    sp.dir,
+                    l.oldest.as_deref().unwrap_or("-")
+                ));
+                if let (Some(e), Some(secs)) = (&sp.pusher_error, sp.pusher_failing_seconds) {
+                    why.push(format!("pushes into it have failed for {secs} s: {e}"));
+                }
             }
-            _ => continue,
-        };
+        }
+        if why.is_empty() {
+            continue;
+        }
+        let why = why.join("; ");
         wal_lagging.push(WalLag {
             repo: r.repo.clone(),
             newest_wal: r.newest_wal.clone(),

@@ -182,8 +182,9 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
 pub struct AsyncOptions {
     /// The file to archive (`%p`).
     pub path: PathBuf,
-    /// The repository the pusher stores into: a directory must be one already.
-    pub repo: String,
+    /// The repositories the pusher stores into (a directory must be one already): the
+    /// spool keeps a file until every one holds it.
+    pub repos: Vec<String>,
     pub spool: PathBuf,
     pub no_summaries: bool,
     /// Past this many bytes waiting, every push warns (and still spools).
@@ -216,6 +217,16 @@ pub struct AsyncPushed {
     pub pusher: Pusher,
     /// What PostgreSQL's log should show: the spool past its limit, the pusher failing.
     pub warnings: Vec<String>,
+    /// With several repositories: what of the spool each one lacks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<RepoLacks>,
+}
+
+/// What of the spool a repository lacks.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepoLacks {
+    pub repo: String,
+    pub lacks: spool::Backlog,
 }
 
 /// `archive-push --async`: the file durable in the spool (checked, summarized) when
@@ -225,7 +236,10 @@ pub fn push_async(
     start: impl FnOnce(&spool::Spool) -> Result<u32>,
 ) -> Result<AsyncPushed> {
     let t0 = std::time::Instant::now();
-    Repo::refuse_unmade_dir(&o.repo)?;
+    crate::repo::many::refuse_repeats(&o.repos)?;
+    for r in &o.repos {
+        Repo::refuse_unmade_dir(r)?;
+    }
     let sp = spool::Spool::open(&o.spool)?;
     let prev = sp.last_summary();
     let ahead = ready_after(&o.path, &sp.ready(), o.look_ahead);
@@ -291,11 +305,31 @@ pub fn push_async(
             crate::units::human(o.spool_max)
         ));
     }
-    if let (Some(e), Some(since)) = sp
-        .state()
-        .map(|s| (s.last_error, s.failing_since))
-        .unwrap_or_default()
-    {
+    let state = sp.state().unwrap_or_default();
+    let mut repositories = vec![];
+    if o.repos.len() > 1 {
+        for spec in &o.repos {
+            let tag = spool::repo_tag(spec);
+            let lacks = sp.lacking(&tag)?;
+            let failing = (state.repos.iter()).find(|r| r.tag == tag && r.failing_since.is_some());
+            if let Some(r) = failing {
+                warnings.push(format!(
+                    "the pusher has failed to archive into {spec} for {} s: it lacks {} files \
+                     ({}, the oldest {}), which stay in '{}' until it holds them: {}",
+                    spool::unix_now().saturating_sub(r.failing_since.unwrap_or_default()),
+                    lacks.files,
+                    crate::units::human(lacks.bytes),
+                    lacks.oldest.as_deref().unwrap_or("-"),
+                    sp.dir.display(),
+                    r.last_error.as_deref().unwrap_or("")
+                ));
+            }
+            repositories.push(RepoLacks {
+                repo: spec.clone(),
+                lacks,
+            });
+        }
+    } else if let (Some(e), Some(since)) = (state.last_error, state.failing_since) {
         warnings.push(format!(
             "the pusher has failed to archive for {} s ({} files wait in '{}'): {e}",
             spool::unix_now().saturating_sub(since),
@@ -304,6 +338,7 @@ pub fn push_async(
         ));
     }
     Ok(AsyncPushed {
+        repositories,
         spooled_ahead: ahead_done.iter().filter(|s| !s.already).count(),
         name: got.name,
         raw_bytes: got.raw_bytes,

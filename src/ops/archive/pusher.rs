@@ -1,36 +1,40 @@
 //! The pusher of `archive-push --async`: ships what waits in the spool to the
-//! repository, several files at once, and removes each from the spool only once the
-//! repository holds it. A failure is retried (1 s, doubling to 16 s) until it passes:
-//! nothing is ever dropped. It ends once the spool stayed empty for `linger`.
+//! repositories, several files at once, and removes each from the spool only once every
+//! repository holds it. Each repository has its own worker, which retries a failure (1 s,
+//! doubling to 16 s) until it passes: one repository down delays no other, and nothing
+//! is ever dropped. It ends once the spool stayed empty for `linger`.
 
-use super::spool::{pushed_name, unix_now, Backlog, PusherState, Spool};
-use crate::pg::{parse_name, Kind};
-use crate::repo::wal::check_still_plain;
-use crate::repo::wal::spooled::{
-    mark_done, push_spooled, read_spooled_summary, retire, SUM_SUFFIX,
-};
-use crate::repo::Repo;
+mod unlinker;
+mod worker;
+
+use super::spool::{repo_tag, unix_now, Backlog, PusherState, RepoPusher, Spool};
 use anyhow::{anyhow, bail, Result};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use unlinker::Unlinker;
+use worker::Run;
 
 /// At most this many files per round: files spooled meanwhile join the next one.
 const BATCH: usize = 64;
 const BACKOFF_MAX: Duration = Duration::from_secs(16);
 /// The longest an upload waits for a call copying files into the spool.
 const YIELD_MAX: Duration = Duration::from_millis(250);
+/// How often files left behind (summaries, identities, marks) are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct DrainOptions {
     pub spool: PathBuf,
-    pub repo: String,
-    /// Files pushed at once.
+    /// The repositories (at least one): a file leaves the spool once every one holds it.
+    pub repos: Vec<String>,
+    /// Files pushed at once, into each repository.
     pub process_max: usize,
     /// How long an empty spool is watched before the pusher ends.
     pub linger: Duration,
-    /// Give up (an error) once pushes have failed this long; None: retry for ever.
+    /// Give up (an error) once pushes into a repository have failed this long, after the
+    /// others pushed what they could; None: retry for ever.
     pub give_up: Option<Duration>,
     /// How long to wait for a running pusher to end; None: end at once.
     pub wait_for_lock: Option<Duration>,
@@ -44,19 +48,37 @@ pub struct DrainOptions {
     pub store: crate::device::object::StoreOptions,
 }
 
+/// One repository's part of a drain, with several.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RepoDrained {
+    pub repo: String,
+    /// Files pushed into it, and their bytes as stored.
+    pub pushed: u64,
+    pub stored_bytes: u64,
+    pub failures: u64,
+    /// What of the spool it lacks at the end.
+    pub lacks: Backlog,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Drained {
     /// False when another pusher held the spool: this one did nothing.
     pub ran: bool,
+    /// Files that left the spool (stored into every repository), and their bytes.
     pub pushed: u64,
     pub raw_bytes: u64,
+    /// Bytes stored, into all repositories together.
     pub stored_bytes: u64,
+    /// Failed rounds, of all repositories together.
     pub failures: u64,
     pub seconds: f64,
     /// What still waits (another pusher's, or files spooled as this one ended).
     pub left: Backlog,
     /// Requests to an object store, and retries, while it ran.
     pub object_store: crate::device::object::RetryStats,
+    /// With several repositories, each one's part.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<RepoDrained>,
 }
 
 /// Pushes the spool empty. `say` gets one line per event (the log).
@@ -64,6 +86,10 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
     if o.sign && o.store.key.is_none() {
         bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
     }
+    if o.repos.is_empty() {
+        bail!("no repository to push into");
+    }
+    crate::repo::many::refuse_repeats(&o.repos)?;
     let t0 = Instant::now();
     let before = crate::device::object::retry_stats();
     let spool = Spool::open(&o.spool)?;
@@ -78,9 +104,27 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
         return Ok(out);
     };
     out.ran = true;
-    let mut state = PusherState {
+    let tags: Vec<String> = match o.repos.len() {
+        1 => vec![],
+        _ => o.repos.iter().map(|r| repo_tag(r)).collect(),
+    };
+    out.repositories = (o.repos.iter())
+        .take(if tags.is_empty() { 0 } else { o.repos.len() })
+        .map(|r| RepoDrained {
+            repo: r.clone(),
+            ..Default::default()
+        })
+        .collect();
+    let state = PusherState {
         pid: std::process::id(),
         updated: unix_now(),
+        repos: (o.repos.iter().zip(&tags))
+            .map(|(r, t)| RepoPusher {
+                repo: r.clone(),
+                tag: t.clone(),
+                ..Default::default()
+            })
+            .collect(),
         ..PusherState::default()
     };
     spool.set_state(&state);
@@ -88,109 +132,117 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
     for p in spool.pushed_leftovers() {
         unlinker.send(p);
     }
-    let mut repo: Option<Repo> = None;
-    let mut backoff = Duration::from_secs(1);
+    let (tx, rx) = mpsc::channel();
+    let run = Run::new(o, &spool, &unlinker, tags.clone(), state, out, tx);
+    // Files every repository held when the last pusher stopped.
+    if run.several() {
+        for w in spool.waiting_files()? {
+            let _ = run.leave_if_held(&w);
+        }
+    }
+    let ended = std::thread::scope(|s| -> Result<()> {
+        loop {
+            run.set_stop(false);
+            let workers: Vec<_> = (0..o.repos.len())
+                .map(|i| {
+                    let run = &run;
+                    s.spawn(move || run.work(i))
+                })
+                .collect();
+            let end = watch(&run, &workers, &rx, say);
+            run.set_stop(true);
+            let mut errors = vec![];
+            for h in workers {
+                match h.join() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => errors.push(e),
+                    Err(_) => errors.push(anyhow!("a pusher's worker panicked")),
+                }
+            }
+            for line in rx.try_iter() {
+                say(&line);
+            }
+            let lingered = end?;
+            let mut errors = errors.into_iter();
+            if let Some(e) = errors.next() {
+                let others: Vec<String> = errors.map(|e| format!("{e:#}")).collect();
+                return Err(match others.is_empty() {
+                    true => e,
+                    false => e.context(others.join("; ")),
+                });
+            }
+            if !lingered {
+                return Ok(());
+            }
+            // A file spooled after the last listing finds the lock free and starts a
+            // pusher, or is seen here once the lock is given up.
+            drop(lock);
+            if spool.waiting()?.is_empty() {
+                return Ok(());
+            }
+            match spool.try_lock()? {
+                Some(l) => lock = l,
+                None => return Ok(()),
+            }
+        }
+    });
+    let (mut state, mut out) = run.into_parts();
+    state.updated = unix_now();
+    spool.set_state(&state);
+    ended?;
+    out.left = spool.backlog()?;
+    for (r, t) in out.repositories.iter_mut().zip(&tags) {
+        r.lacks = spool.lacking(t)?;
+    }
+    out.seconds = t0.elapsed().as_secs_f64();
+    out.object_store = crate::device::object::retry_stats().since(before);
+    Ok(out)
+}
+
+/// Watches the workers and the spool: true once the spool stayed empty for `linger`,
+/// false once the workers ended (a worker that failed or gave up ends the drain at
+/// once in the background pusher; by hand, once the others have nothing left to push).
+fn watch(
+    run: &Run,
+    workers: &[std::thread::ScopedJoinHandle<Result<()>>],
+    rx: &mpsc::Receiver<String>,
+    say: &mut dyn FnMut(&str),
+) -> Result<bool> {
+    let o = run.o;
     let mut idle = Instant::now();
+    let mut swept: Option<Instant> = None;
     loop {
+        for line in rx.try_iter() {
+            say(&line);
+        }
         if let Some(sig) = crate::interrupt::received() {
             bail!(
                 "{}: {} files pushed, the rest stays in the spool",
                 crate::interrupt::error(sig),
-                out.pushed
+                run.pushed_files()
             );
         }
-        for p in spool.orphan_summaries() {
-            let _ = std::fs::remove_file(p);
+        let ended: Vec<bool> = workers.iter().map(|h| h.is_finished()).collect();
+        if ended.iter().all(|e| *e) {
+            return Ok(false);
         }
-        let waiting = spool.waiting()?;
-        if waiting.is_empty() {
-            if idle.elapsed() < o.linger {
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-            // A file spooled after the listing above finds the lock free and starts a
-            // pusher, or is seen here once the lock is given up.
-            drop(lock);
-            if spool.waiting()?.is_empty() {
-                break;
-            }
-            match spool.try_lock()? {
-                Some(l) => lock = l,
-                None => break,
-            }
-            continue;
+        let rest_idle = ended.iter().enumerate().all(|(i, e)| *e || run.idle(i));
+        if ended.iter().any(|e| *e) && (o.give_up.is_none() || rest_idle) {
+            return Ok(false);
         }
-        idle = Instant::now();
-        let r = match &repo {
-            Some(r) => r,
-            None => match super::open_for_push(&o.repo, o.sign, &o.store) {
-                Ok(r) => repo.insert(r),
-                Err(e) => {
-                    let e = format!("cannot open the repository: {e:#}");
-                    fail(&spool, &mut state, &mut out, &e, say, o, &mut backoff)?;
-                    continue;
-                }
-            },
-        };
-        let batch = &waiting[..waiting.len().min(BATCH)];
-        let backlog: u64 = waiting.iter().map(|(_, b)| b).sum();
-        let yielding = yields(o, backlog);
-        let sum_path = |name: &str| spool.ready().join(format!("{name}{SUM_SUFFIX}"));
-        let mut results = crate::par::map_index(batch.len(), o.process_max.max(1), |i| {
-            let name = &batch[i].0;
-            let sum = read_spooled_summary(&sum_path(name));
-            if yielding {
-                spool.yield_to_spooling(YIELD_MAX);
+        if swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            for p in run.spool.orphan_summaries() {
+                let _ = std::fs::remove_file(p);
             }
-            push_spooled(r, &spool.ready().join(name), sum, o.summaries)
-        });
-        // Once for the batch, before any spooled file goes: a plain repository is
-        // still plain.
-        if let Err(e) = check_still_plain(r, results.iter().flatten()) {
-            let e = format!("{e:#}");
-            results = results.into_iter().map(|_| Err(anyhow!("{e}"))).collect();
+            swept = Some(Instant::now());
         }
-        let results = results.into_iter().zip(batch).map(|(res, (name, _))| {
-            let p = res?;
-            mark_done(&spool.ready(), name);
-            unlinker.remove(&spool.ready(), name)?;
-            let _ = std::fs::remove_file(sum_path(name));
-            Ok::<_, anyhow::Error>(p)
-        });
-        let mut failed = None;
-        for (res, (name, _)) in results.zip(batch) {
-            match res {
-                Ok(p) => {
-                    out.pushed += 1;
-                    out.raw_bytes += p.raw_bytes;
-                    out.stored_bytes += p.stored_bytes;
-                    state.pushed += 1;
-                    state.last_pushed = Some(p.name.clone());
-                    say(&format!(
-                        "pushed {} ({:?}, {} -> {} bytes, {:.3} s)",
-                        p.name, p.outcome, p.raw_bytes, p.stored_bytes, p.seconds
-                    ));
-                }
-                Err(e) => failed = Some(format!("{name}: {e:#}")),
-            }
+        if !run.spool.waiting()?.is_empty() {
+            idle = Instant::now();
+        } else if idle.elapsed() >= o.linger {
+            return Ok(true);
         }
-        match failed {
-            Some(e) => fail(&spool, &mut state, &mut out, &e, say, o, &mut backoff)?,
-            None => {
-                backoff = Duration::from_secs(1);
-                state.last_error = None;
-                state.failing_since = None;
-                state.updated = unix_now();
-                spool.set_state(&state);
-            }
-        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    state.updated = unix_now();
-    spool.set_state(&state);
-    out.left = spool.backlog()?;
-    out.seconds = t0.elapsed().as_secs_f64();
-    out.object_store = crate::device::object::retry_stats().since(before);
-    Ok(out)
 }
 
 /// Whether uploads wait for a push copying files into the spool: only where they and
@@ -203,100 +255,13 @@ fn yields(o: &DrainOptions, backlog: u64) -> bool {
     cores < wanted && backlog < o.yield_below
 }
 
-/// Takes stored files out of the spool off the pusher's path: a segment into the pool
-/// of files to write over while it has room ([`retire`]); any other file is renamed
-/// out of the listing and unlinked on a thread of its own (on a file system mounted
-/// with `discard`, about 20 ms for 16 MiB). A file a killed pusher left so is removed
-/// by the next ([`Spool::pushed_leftovers`]).
-struct Unlinker {
-    tx: Option<mpsc::Sender<PathBuf>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Unlinker {
-    fn start() -> Unlinker {
-        let (tx, rx) = mpsc::channel::<PathBuf>();
-        let thread = std::thread::spawn(move || {
-            for p in rx {
-                let _ = std::fs::remove_file(p);
-            }
-        });
-        Unlinker {
-            tx: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn send(&self, p: PathBuf) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(p);
-        }
-    }
-
-    /// Takes `dir/name` out of the spool at once: into the pool of segments to write
-    /// over, or its bytes go later.
-    fn remove(&self, dir: &Path, name: &str) -> std::io::Result<()> {
-        if parse_name(name).is_some_and(|n| n.kind == Kind::Segment) && retire(dir, name)? {
-            return Ok(());
-        }
-        let gone = dir.join(pushed_name(name));
-        std::fs::rename(dir.join(name), &gone)?;
-        self.send(gone);
-        Ok(())
-    }
-}
-
-impl Drop for Unlinker {
-    /// Waits for the removals asked for: the spool's room is back when the pusher ends.
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Records a failed round and waits before the next (or gives up past `give_up`).
-fn fail(
-    spool: &Spool,
-    state: &mut PusherState,
-    out: &mut Drained,
-    e: &str,
-    say: &mut dyn FnMut(&str),
-    o: &DrainOptions,
-    backoff: &mut Duration,
-) -> Result<()> {
-    out.failures += 1;
-    let since = *state.failing_since.get_or_insert(unix_now());
-    state.last_error = Some(e.to_string());
-    state.updated = unix_now();
-    spool.set_state(state);
-    say(&format!(
-        "push failed, retrying in {} s: {e}",
-        backoff.as_secs()
-    ));
-    if let Some(g) = o.give_up {
-        if unix_now().saturating_sub(since) >= g.as_secs() {
-            bail!(
-                "pushes have failed for {} s, the last: {e}; {} files stay in the spool '{}'",
-                unix_now().saturating_sub(since),
-                spool.backlog().map_or(0, |b| b.files),
-                spool.dir.display()
-            );
-        }
-    }
-    let until = Instant::now() + *backoff;
-    while Instant::now() < until && crate::interrupt::received().is_none() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    *backoff = (*backoff * 2).min(BACKOFF_MAX);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::repo::wal::spooled::{spool_copy, POOL};
+    use crate::ops::archive::spool::Waiting;
+    use crate::repo::wal::spooled::{spool_copy, POOL, SUM_SUFFIX};
+    use crate::repo::Repo;
+    use std::path::Path;
 
     fn seg(n: u64) -> String {
         format!("0000000100000000{n:08X}")
@@ -306,7 +271,7 @@ mod tests {
     fn once(spool: &Spool, repo: &str) -> DrainOptions {
         DrainOptions {
             spool: spool.dir.clone(),
-            repo: repo.to_string(),
+            repos: vec![repo.to_string()],
             process_max: 2,
             linger: Duration::ZERO,
             give_up: Some(Duration::ZERO),
@@ -328,40 +293,11 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_file_leaves_the_listing_at_once_into_the_pool_or_removed() {
-        let d = tempfile::tempdir().unwrap();
-        let spool = Spool::open(d.path()).unwrap();
-        let ready = spool.ready();
-        let pool = ready.join(POOL);
-        let u = Unlinker::start();
-        // Eight go into the pool to be written over; the ninth and a history file go.
-        for i in 1..=9 {
-            std::fs::write(ready.join(seg(i)), b"x").unwrap();
-            u.remove(&ready, &seg(i)).unwrap();
-        }
-        std::fs::write(ready.join("00000002.history"), b"1\t0/1\tx\n").unwrap();
-        u.remove(&ready, "00000002.history").unwrap();
-        assert!(spool.waiting().unwrap().is_empty());
-        drop(u);
-        assert_eq!(std::fs::read_dir(&pool).unwrap().count(), 8);
-        assert!(!ready.join(pushed_name(&seg(9))).exists());
-        assert!(!ready.join(pushed_name("00000002.history")).exists());
-        // A pusher killed between the rename and the unlink leaves the file hidden; only
-        // such names are swept.
-        std::fs::write(ready.join(pushed_name(&seg(10))), b"x").unwrap();
-        std::fs::write(ready.join(".notwal.pushed"), b"x").unwrap();
-        assert_eq!(
-            spool.pushed_leftovers(),
-            [ready.join(pushed_name(&seg(10)))]
-        );
-    }
-
-    #[test]
     fn uploads_yield_only_on_few_cores_while_the_pusher_keeps_up() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let o = |process_max, yield_below| DrainOptions {
             spool: PathBuf::new(),
-            repo: String::new(),
+            repos: vec![],
             process_max,
             linger: Duration::ZERO,
             give_up: None,
@@ -410,8 +346,61 @@ mod tests {
     }
 
     #[test]
+    fn a_file_stays_spooled_until_the_last_repository_holds_it_and_each_gets_it_once() {
+        let d = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&d.path().join("spool")).unwrap();
+        let ready = spool.ready();
+        spool_segments(d.path(), &ready, 3..=5);
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+        Repo::open(a, true, &Default::default()).unwrap();
+        // `b` holds no repository yet: its pushes fail, `a` gets every file.
+        let o = DrainOptions {
+            repos: vec![a.to_string(), b.to_string()],
+            ..once(&spool, a)
+        };
+        let e = format!("{:#}", drain(&o, &mut |_| {}).unwrap_err());
+        assert!(e.contains(&format!("pushes into {b} have failed")), "{e}");
+        let stored = |repo: &str, n| {
+            let r = Repo::open(repo, false, &Default::default()).unwrap();
+            crate::repo::wal::archived_path(&r, &seg(n))
+                .unwrap()
+                .exists()
+        };
+        assert!((3..=5).all(|n| stored(a, n)));
+        assert_eq!(spool.waiting().unwrap().len(), 3);
+        let (ta, tb) = (repo_tag(a), repo_tag(b));
+        assert_eq!(spool.lacking(&ta).unwrap().files, 0);
+        assert_eq!(spool.lacking(&tb).unwrap().files, 3);
+        let st = spool.state().unwrap();
+        assert!(st.repos[0].failing_since.is_none() && st.repos[1].failing_since.is_some());
+        assert!(st.last_error.unwrap().starts_with(&format!("into {b}: ")));
+        // A mark that speaks for another file of that name is not taken: seg 5 goes
+        // into `a` again.
+        let w5 = spool.waiting_file(&seg(5)).unwrap();
+        let stale = Waiting {
+            id: "1 2 3\n".into(),
+            ..w5.clone()
+        };
+        spool.mark_held(&stale, &ta).unwrap();
+        assert!(!spool.holds(&w5, &ta));
+        // `b` back: it gets the three, `a` only the one whose mark lies, and they leave.
+        Repo::open(b, true, &Default::default()).unwrap();
+        let j = drain(&o, &mut |_| {}).unwrap();
+        assert_eq!((j.pushed, j.left.files), (3, 0), "{j:?}");
+        let each: Vec<u64> = j.repositories.iter().map(|r| r.pushed).collect();
+        assert_eq!(each, [1, 3]);
+        assert!((3..=5).all(|n| stored(a, n) && stored(b, n)));
+        let left: Vec<String> = (std::fs::read_dir(&ready).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".in-") || n.ends_with(SUM_SUFFIX))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
     fn a_segment_whose_spooled_summary_is_lost_is_summarized_again() {
-        use crate::repo::wal::{spooled::SUM_SUFFIX, summary, testing::segment};
+        use crate::repo::wal::{summary, testing::segment};
         let d = tempfile::tempdir().unwrap();
         let spool = Spool::open(&d.path().join("spool")).unwrap();
         let ready = spool.ready();

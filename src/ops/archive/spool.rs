@@ -7,6 +7,9 @@
 //!                         times): PostgreSQL's call for that unchanged file needs no read
 //! SPOOL/ready/NAME.done   that identity once the repository holds the file, until PostgreSQL
 //!                         asks for it (or for an hour)
+//! SPOOL/ready/NAME.in-TAG with several repositories: repository TAG holds this very
+//!                         file ([`repo_tag`]; the file's inode and change time, so a
+//!                         mark never speaks for another file of that name)
 //! SPOOL/last.sum          the last spooled segment's summary: the next one continues it
 //! SPOOL/pusher.lock       held (flock) by the pusher while it runs
 //! SPOOL/pusher.json       the pusher's state: what waits, what it pushed, its last error
@@ -14,8 +17,10 @@
 //! ```
 //!
 //! A file leaves `ready/` only once the repository holds it durably (and its summary),
-//! so a pusher killed at any point loses nothing: the next one pushes it again, and a
-//! push of what the repository holds already is a no-op.
+//! every repository with several, so a pusher killed at any point loses nothing: the
+//! next one pushes it again, and a push of what the repository holds already is a no-op.
+//! A mark is written once its repository holds the file, and removed before the file
+//! leaves: a mark lost or left behind makes a repository get the file again, never skip it.
 
 use crate::pg::parse_name;
 use crate::private_dir::PrivateDir;
@@ -61,7 +66,7 @@ const WHAT: &str = "the spool";
 const WHAT_READY: &str = "the spool's ready directory";
 
 /// What waits in the spool.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Backlog {
     pub files: u64,
     pub bytes: u64,
@@ -83,6 +88,76 @@ pub struct PusherState {
     /// succeeds again.
     pub last_error: Option<String>,
     pub failing_since: Option<u64>,
+    /// With several repositories: each one's part (the fields above then speak of
+    /// files stored into every one, and of the repository failing longest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repos: Vec<RepoPusher>,
+}
+
+/// One repository's pusher, with several.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RepoPusher {
+    pub repo: String,
+    /// Its marks' tag ([`repo_tag`]).
+    pub tag: String,
+    pub pushed: u64,
+    pub last_pushed: Option<String>,
+    pub last_error: Option<String>,
+    pub failing_since: Option<u64>,
+    /// The spooled files it lacks, as last counted.
+    pub lacks: Backlog,
+}
+
+/// A WAL file waiting in the spool, and which copy of it: inode, change time, size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    pub name: String,
+    pub len: u64,
+    pub id: String,
+}
+
+impl Waiting {
+    fn of(e: crate::private_dir::Entry) -> Waiting {
+        Waiting {
+            id: format!("{} {} {}\n", e.ino, e.changed_ns, e.len),
+            name: e.name,
+            len: e.len,
+        }
+    }
+}
+
+/// What [`Backlog`] the files `w` make.
+pub fn backlog_of<'a>(w: impl IntoIterator<Item = &'a Waiting>) -> Backlog {
+    let mut b = Backlog::default();
+    for w in w {
+        b.files += 1;
+        b.bytes += w.len;
+        if b.oldest.as_ref().is_none_or(|o| &w.name < o) {
+            b.oldest = Some(w.name.clone());
+        }
+        if b.newest.as_ref().is_none_or(|n| &w.name > n) {
+            b.newest = Some(w.name.clone());
+        }
+    }
+    b
+}
+
+/// The marker of a repository's marks in the names of `ready/`.
+const HELD_INFIX: &str = ".in-";
+/// A mark is one line; more is damage.
+const MARK_MAX: u64 = 128;
+
+/// How the spool names a repository in its marks: 16 hex digits of BLAKE3 of what its
+/// specification names ([`crate::repo::many::identity`]), so two spellings of one
+/// repository share its marks, and a repository put in the list later has none.
+pub fn repo_tag(spec: &str) -> String {
+    let h = blake3::hash(crate::repo::many::identity(spec).as_bytes());
+    hex::encode(&h.as_bytes()[..8])
+}
+
+/// The mark of repository `tag` on spooled file `name`.
+pub fn held_name(name: &str, tag: &str) -> String {
+    format!("{name}{HELD_INFIX}{tag}")
 }
 
 pub fn unix_now() -> u64 {
@@ -149,6 +224,62 @@ impl Spool {
         Ok(out)
     }
 
+    /// [`Spool::waiting`], each file with its identity.
+    pub fn waiting_files(&self) -> Result<Vec<Waiting>> {
+        let mut out: Vec<Waiting> = (self.ready.files())
+            .with_context(|| format!("cannot list the spool '{}'", self.ready.path().display()))?
+            .into_iter()
+            .filter(|e| parse_name(&e.name).is_some())
+            .map(Waiting::of)
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Spooled file `name` as it is now; None once it left.
+    pub fn waiting_file(&self, name: &str) -> Option<Waiting> {
+        self.ready.entry(name).map(Waiting::of)
+    }
+
+    /// Marks `w` as held by repository `tag` (unsynced: a mark lost to a crash makes
+    /// the push again, which finds the file stored).
+    pub fn mark_held(&self, w: &Waiting, tag: &str) -> Result<()> {
+        let mark = held_name(&w.name, tag);
+        (self.ready.replace(&mark, w.id.as_bytes()))
+            .with_context(|| format!("cannot write '{}'", self.ready.join(&mark).display()))
+    }
+
+    /// Whether repository `tag` holds this very copy of `w`.
+    pub fn holds(&self, w: &Waiting, tag: &str) -> bool {
+        (self.ready.read(&held_name(&w.name, tag), MARK_MAX)).is_some_and(|b| b == w.id.as_bytes())
+    }
+
+    /// Removes the marks of `tags` on `name`.
+    pub fn unmark(&self, name: &str, tags: &[String]) -> Result<()> {
+        for t in tags {
+            let mark = held_name(name, t);
+            (self.ready.remove(&mark))
+                .with_context(|| format!("cannot remove '{}'", self.ready.join(&mark).display()))?;
+        }
+        Ok(())
+    }
+
+    /// What waits for repository `tag`: the WAL files without its mark. By name only
+    /// (`status`, which may run as another user, reads no file); the pusher checks each
+    /// mark against its file.
+    pub fn lacking(&self, tag: &str) -> Result<Backlog> {
+        let files = (self.ready.files())
+            .with_context(|| format!("cannot list the spool '{}'", self.ready.path().display()))?;
+        let names: std::collections::HashSet<&str> =
+            files.iter().map(|e| e.name.as_str()).collect();
+        let lack: Vec<Waiting> = (files.iter())
+            .filter(|e| parse_name(&e.name).is_some())
+            .filter(|e| !names.contains(held_name(&e.name, tag).as_str()))
+            .map(|e| Waiting::of(e.clone()))
+            .collect();
+        Ok(backlog_of(&lack))
+    }
+
     pub fn backlog(&self) -> Result<Backlog> {
         let w = self.waiting()?;
         Ok(Backlog {
@@ -174,19 +305,29 @@ impl Spool {
             .collect()
     }
 
-    /// Summaries and source identities whose WAL file is gone (a pusher stopped between
-    /// the removals) for [`ORPHAN_GRACE`], and identities of stored files PostgreSQL has
-    /// not asked for in [`DONE_KEEP`]. A push writes a file's summary and identity before
-    /// it puts the file in place: one written just now is not an orphan.
+    /// Summaries, source identities and repositories' marks whose WAL file is gone (a
+    /// pusher stopped between the removals) for [`ORPHAN_GRACE`], and identities of
+    /// stored files PostgreSQL has not asked for in [`DONE_KEEP`]. A push writes a file's
+    /// summary and identity before it puts the file in place: one written just now is not
+    /// an orphan.
     pub fn orphan_summaries(&self) -> Vec<PathBuf> {
         use crate::repo::wal::spooled::{DONE_SUFFIX, SRC_SUFFIX, SUM_SUFFIX};
         let files = self.ready.files().unwrap_or_default();
         files
             .into_iter()
             .filter_map(|e| {
+                // A mark's temp file a killed pusher left (`.NAME.in-TAG.PID.tmp`).
+                if e.name.starts_with('.')
+                    && e.name.ends_with(".tmp")
+                    && e.name.contains(HELD_INFIX)
+                {
+                    return (e.age_secs > ORPHAN_GRACE.as_secs()).then(|| self.ready.join(&e.name));
+                }
+                let mark = (e.name.rsplit_once(HELD_INFIX)).map(|(stem, _)| (SRC_SUFFIX, stem));
                 let orphan = match [SUM_SUFFIX, SRC_SUFFIX, DONE_SUFFIX]
                     .into_iter()
-                    .find_map(|s| Some((s, e.name.strip_suffix(s)?)))?
+                    .find_map(|s| Some((s, e.name.strip_suffix(s)?)))
+                    .or(mark)?
                 {
                     (_, stem) if parse_name(stem).is_none() => false,
                     (DONE_SUFFIX, _) => e.age_secs > DONE_KEEP.as_secs(),
@@ -272,6 +413,23 @@ mod tests {
         let mut orphans = sp.orphan_summaries();
         orphans.sort();
         assert_eq!(orphans, [src.clone(), sum.clone()]);
+        // So are a repository's mark and a mark's temp file a killed pusher left.
+        let mark = sp.ready().join(held_name(seg, "0123456789abcdef"));
+        let tmp = sp
+            .ready()
+            .join(format!(".{seg}.in-0123456789abcdef.77.tmp"));
+        for p in [&mark, &tmp] {
+            std::fs::write(p, b"m").unwrap();
+            let f = std::fs::File::options().write(true).open(p).unwrap();
+            f.set_modified(old).unwrap();
+        }
+        let mut orphans = sp.orphan_summaries();
+        orphans.sort();
+        assert_eq!(
+            orphans,
+            [tmp.clone(), mark.clone(), src.clone(), sum.clone()]
+        );
+        std::fs::remove_file(&tmp).unwrap();
         // With its segment there, at any age, neither is.
         std::fs::write(sp.ready().join(seg), b"x").unwrap();
         assert!(sp.orphan_summaries().is_empty());
