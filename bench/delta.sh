@@ -19,7 +19,13 @@
 # Prints one markdown table (median seconds (min-max), median CPU seconds, pagevault's
 # bytes written) and the goals' ratios; keeps everything under WORK/results/.
 #
-# Usage: bench/delta.sh [--work DIR] [--scale N] [--reps N] [--no-build]
+# --transfer-size SIZE: pagevault's backup chunk (--max-transfer-size, default 1M); a
+# delta restore reads and decompresses every chunk that holds a changed page.
+# --pattern spread|range: the 1% of pgbench_accounts' pages changed is every 100th page
+# (spread, the default) or the first 1% of its pages (range: recent rows, say).
+#
+# Usage: bench/delta.sh [--work DIR] [--scale N] [--reps N] [--transfer-size SIZE]
+#                       [--pattern spread|range] [--no-build]
 # Environment: WORK_DIR, SCALE (400 = about 6 GB), REPS (3), PG17 (bin/ of PostgreSQL 17,
 #              default /var/tmp/pagevault-tools/pg17/bin), PGBACKREST (default
 #              /var/tmp/pagevault-tools/bin/pgbackrest), PAGEVAULT, NO_BUILD=1, QUIET_BUDGET
@@ -32,7 +38,10 @@ SCALE=${SCALE:-400}
 REPS=${REPS:-3}
 PG_BIN=${PG17:-/var/tmp/pagevault-tools/pg17/bin}
 PGBR=${PGBACKREST:-/var/tmp/pagevault-tools/bin/pgbackrest}
-parse_options --work=WORK --scale=SCALE --reps=REPS --no-build=NO_BUILD=1 -- "$@"
+TRANSFER=${TRANSFER:-1M}
+PATTERN=${PATTERN:-spread}
+parse_options --work=WORK --scale=SCALE --reps=REPS --transfer-size=TRANSFER --pattern=PATTERN --no-build=NO_BUILD=1 -- "$@"
+case $PATTERN in spread|range) ;; *) echo "--pattern: spread or range" >&2; exit 2 ;; esac
 need_posint --scale "$SCALE"
 need_posint --reps "$REPS"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
@@ -91,11 +100,16 @@ DB_BYTES=$(psql_db -c "SELECT pg_database_size('bench')")
 
 SRC="postgres://postgres@127.0.0.1:$PORT/postgres?pgdata=$DATA"
 log "full backups"
-as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --json > "$RUNDIR/pagevault-backup.out"
+as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --max-transfer-size "$TRANSFER" --json > "$RUNDIR/pagevault-backup.out"
 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup > "$RUNDIR/pgbackrest-backup.out" 2>&1
 
 log "1% of pgbench_accounts' pages changed, the server stopped"
-psql_db -c "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE ((ctid::text::point)[0])::bigint % 100 = 0 AND ((ctid::text::point)[1])::int <= 5" \
+if [ "$PATTERN" = spread ]; then
+    WHICH="((ctid::text::point)[0])::bigint % 100 = 0"
+else
+    WHICH="((ctid::text::point)[0])::bigint < (SELECT pg_relation_size('pgbench_accounts') / 8192 / 100)"
+fi
+psql_db -c "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE $WHICH AND ((ctid::text::point)[1])::int <= 5" \
     -c "CHECKPOINT"
 as_pg "$PG_BIN/pg_ctl" -D "$DATA" -w -m fast stop >/dev/null
 rm -rf "$DRIFTED"
@@ -147,7 +161,7 @@ done
 rm -rf "$R"
 
 # ------------------------------------------------------------- the table ----
-export RESULTS DB_BYTES
+export RESULTS DB_BYTES PATTERN TRANSFER
 python3 - > "$RUNDIR/table.md" <<'PY'
 import csv, os, statistics
 rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
@@ -161,7 +175,7 @@ def cell(tool, phase):
     if not v:
         return "-"
     return f"{statistics.median(v):.2f}" + (f" ({min(v):.2f}-{max(v):.2f})" if len(v) > 1 else "")
-print(f"database {int(os.environ['DB_BYTES']) / 2**30:.2f} GiB; 1% of pgbench_accounts' pages changed since the set\n")
+print(f"database {int(os.environ['DB_BYTES']) / 2**30:.2f} GiB; 1% of pgbench_accounts' pages changed since the set ({os.environ['PATTERN']}); pagevault's chunk {os.environ['TRANSFER']}\n")
 print("Each cell: the median seconds (min-max) of its runs; CPU: median CPU seconds.\n")
 print("| tool | full restore s | full CPU s | delta restore s | delta CPU s | delta wal s | delta wal CPU s |")
 print("|---|---:|---:|---:|---:|---:|---:|")

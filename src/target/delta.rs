@@ -122,6 +122,11 @@ impl Delta {
         Some((bm, w.page, w.old_len[i].load(Relaxed)))
     }
 
+    /// Whether `--delta wal` gave file `i`'s pages that can differ.
+    pub(super) fn planned(&self, i: usize) -> bool {
+        self.plan(i).is_some()
+    }
+
     /// Whether the WAL proves that file `i` in place holds the set's bytes at
     /// `offset..offset + len`: no page there can differ, and the file had them.
     pub(super) fn proven(&self, i: usize, offset: u64, len: usize) -> bool {
