@@ -275,14 +275,39 @@ fn by_timeline(spans: &[history::Span], first: u64, last: u64, seg: u64) -> Vec<
 /// stored bytes, size and BLAKE3 of the WAL), on `threads` threads. Refuses the
 /// chain if any fails, naming each. Returns how long it took.
 pub fn verify(repo: &Repo, chain: &WalChain, threads: usize) -> Result<Duration> {
+    verify_with(repo, &[], chain, threads).map(|(took, _)| took)
+}
+
+/// [`verify`], a file that fails in `repo` checked in `others` in turn: one intact there
+/// is what recovery's restore_command reads (it falls back the same way), and is told in
+/// the notes returned.
+pub fn verify_with(
+    repo: &Repo,
+    others: &[Repo],
+    chain: &WalChain,
+    threads: usize,
+) -> Result<(Duration, Vec<String>)> {
     let t0 = Instant::now();
     let failed = std::sync::Mutex::new(vec![]);
+    let served = std::sync::Mutex::new(vec![]);
     crate::par::each_index(chain.files.len(), threads, |i| {
         if crate::interrupt::received().is_some() {
             return;
         }
-        if let Err(e) = wal::verify(repo, &chain.files[i]) {
-            failed.lock().unwrap().push((i, format!("{e:#}")));
+        let name = &chain.files[i];
+        if let Err(e) = wal::verify(repo, name) {
+            let e = format!("{e:#}");
+            match others.iter().find(|o| wal::verify(o, name).is_ok()) {
+                Some(o) => served.lock().unwrap().push((
+                    i,
+                    format!(
+                        "WAL file {name} fails its checks in {} ({e}); recovery reads the intact copy in {}",
+                        repo.describe(),
+                        o.describe()
+                    ),
+                )),
+                None => failed.lock().unwrap().push((i, e)),
+            }
         }
     });
     if let Some(sig) = crate::interrupt::received() {
@@ -301,7 +326,9 @@ pub fn verify(repo: &Repo, chain: &WalChain, threads: usize) -> Result<Duration>
             shown.join("; ")
         );
     }
-    Ok(t0.elapsed())
+    let mut served = served.into_inner().unwrap();
+    served.sort();
+    Ok((t0.elapsed(), served.into_iter().map(|(_, m)| m).collect()))
 }
 
 #[cfg(test)]

@@ -343,7 +343,7 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
     let newest = sets.newest();
     let wal_check = match (&sets.repo, &newest.entry) {
         (Some(repo), Some(entry)) if restorer.recovers() && !o.stage_only => {
-            check_wal_chain(repo, entry, &newest.set.manifest.extra, o)?
+            check_wal_chain(repo, &sets.others, entry, &newest.set.manifest.extra, o)?
         }
         _ => None,
     };

@@ -15,6 +15,7 @@ use std::time::Duration;
 /// the archive (and intact, unless `no_verify_wal`).
 pub(super) fn check_wal_chain(
     repo: &Repo,
+    others: &[String],
     entry: &CatalogEntry,
     extra: &Extra,
     o: &RestoreOptions,
@@ -50,21 +51,27 @@ pub(super) fn check_wal_chain(
         .filter(|d| on.contains(d.segment.as_str()) || own(&d.segment))
         .map(|d| (own(&d.segment), d))
         .collect();
-    let verified = match o.no_verify_wal {
-        true => None,
+    let (verified, elsewhere) = match o.no_verify_wal {
+        true => (None, vec![]),
         false => {
             // Objects are downloaded: more requests in flight than cores.
             let threads = match repo.store().local_path("wal") {
                 Some(_) => crate::engine::default_threads(),
                 None => 8,
             };
-            Some(walchain::verify(repo, &chain, threads)?)
+            // The repositories restore_command falls back on, those that open.
+            let others: Vec<Repo> = (others.iter())
+                .filter_map(|r| Repo::open(r, false, &o.read.store).ok())
+                .collect();
+            let (took, notes) = walchain::verify_with(repo, &others, &chain, threads)?;
+            (Some(took), notes)
         }
     };
     Ok(Some(WalCheck {
         chain,
         verified,
         damaged,
+        elsewhere,
     }))
 }
 
@@ -73,6 +80,8 @@ pub(super) struct WalCheck {
     chain: walchain::WalChain,
     /// How long reading and checking every file took (None: `no_verify_wal`).
     verified: Option<Duration>,
+    /// Files damaged in the chain's repository and intact in another one.
+    elsewhere: Vec<String>,
     /// Segments marked damaged when archived, in WAL order: of the chain, or (true)
     /// of the set's own WAL, start to stop.
     damaged: Vec<(bool, wal::damaged::Damaged)>,
@@ -101,6 +110,7 @@ impl WalCheck {
 
     /// One sentence per damaged segment the chain passes: recovery stops at the first.
     pub(super) fn warnings(&self) -> Vec<String> {
+        let elsewhere = self.elsewhere.iter().cloned();
         (self.damaged.iter())
             .map(|(own, d)| {
                 let what = match own {
@@ -119,6 +129,7 @@ impl WalCheck {
                     d.segment, d.note
                 )
             })
+            .chain(elsewhere)
             .collect()
     }
 
@@ -128,6 +139,7 @@ impl WalCheck {
             .map(|(own, d)| json!({"segment": d.segment, "note": d.note, "set_needs_it": own}))
             .collect::<Vec<_>>());
         j["verified"] = json!(self.verified.is_some());
+        j["served_elsewhere"] = json!(self.elsewhere);
         j["verify_seconds"] = json!(self.verified.map(|d| d.as_secs_f64()));
         j
     }
