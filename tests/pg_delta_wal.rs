@@ -13,11 +13,12 @@
 
 mod common;
 
-use common::oracle::{compare, relations};
+use common::oracle::{compare, relations, Rel};
 use common::pg::{amcheck, check_restored, check_restored_with, push_cmd, restore_repo};
 use common::pg::{as_postgres, postgres_dir, Pg, PgOptions};
 use common::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 fn backup(url: &str, repo: &str, ty: &str) -> Value {
@@ -169,17 +170,19 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
     let (fresh, full) = restore_repo(&repo, &["--until-name", "wal_point"]);
     assert_eq!(full["chain"].as_array().unwrap().len(), 2, "{full}");
     assert_eq!(full["chain"][1]["set_id"], incr["set_id"], "{full}");
-    let base = format!("base/{db}");
-    let (bad, pages, _masked) = compare(&data.join(&base), &fresh.join(&base), &rels);
-    assert!(pages > 1000, "{pages}");
-    assert!(
-        bad.is_empty(),
-        "{} page(s) differ:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    same_pages(&data, &fresh, db, &rels, 1000);
     check_restored(&fresh, &want, rows);
     check_restored_with(Path::new(&data), &want, rows, amcheck);
+}
+
+/// Every relation file of database `db` in `a` equals `b`'s page for page, masked as
+/// wal_consistency_checking masks, over more than `min` pages.
+fn same_pages(a: &Path, b: &Path, db: u32, rels: &BTreeMap<String, Rel>, min: u64) {
+    let base = format!("base/{db}");
+    let (bad, pages, _) = compare(&a.join(&base), &b.join(&base), rels);
+    assert!(pages > min, "{pages}");
+    let shown = bad.join("\n");
+    assert!(bad.is_empty(), "{} page(s) differ:\n{shown}", bad.len());
 }
 
 /// A cluster archiving into `repo` whose changed pages reach its files before a crash,
@@ -256,15 +259,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     assert!(r["delta"]["written_bytes"].as_u64().unwrap() > 0, "{r}");
 
     let (fresh, _) = restore_repo(&repo, &["--until-name", "after"]);
-    let base = format!("base/{db}");
-    let (bad, pages, _) = compare(&a.data.join(&base), &fresh.join(&base), &rels);
-    assert!(pages > 500, "{pages}");
-    assert!(
-        bad.is_empty(),
-        "{} page(s) differ:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    same_pages(&a.data, &fresh, db, &rels, 500);
     check_restored(&fresh, &want, rows);
     check_restored_with(&a.data, &want, rows, amcheck);
 }
