@@ -44,6 +44,12 @@ parse_options --work=WORK --scale=SCALE --reps=REPS --transfer-size=TRANSFER --p
 case $PATTERN in spread|range) ;; *) echo "--pattern: spread or range" >&2; exit 2 ;; esac
 need_posint --scale "$SCALE"
 need_posint --reps "$REPS"
+# At its peak: the cluster (about 15 MB a scale unit) and its pg_wal (about as much
+# again, up to max_wal_size) three times (data, drifted copy, restore), two repositories.
+mkdir -p "$WORK"
+NEED_GB=$(( SCALE * 15 * 6 / 1024 + 5 ))
+FREE_GB=$(df --output=avail -BG "$WORK" | tail -1 | tr -dc 0-9)
+[ "$FREE_GB" -ge "$NEED_GB" ] || die "--scale $SCALE needs about $NEED_GB GB free under $WORK; it has $FREE_GB GB"
 [ "$(id -u)" -eq 0 ] || { echo "run as root (drops the page cache, runs PostgreSQL as postgres)" >&2; exit 2; }
 ensure_binary
 need_pkg jq jq
