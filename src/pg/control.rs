@@ -122,14 +122,6 @@ pub fn parse(b: &[u8]) -> Result<Control, String> {
     Ok(c)
 }
 
-/// backup_label's `START WAL LOCATION: X/Y (file NAME)` position.
-pub fn label_start_lsn(label: &str) -> Option<u64> {
-    let line = label
-        .lines()
-        .find_map(|l| l.strip_prefix("START WAL LOCATION: "))?;
-    super::parse_lsn(line.split_whitespace().next()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,12 +156,5 @@ mod tests {
         let crc = crc32c::crc32c(&state[..296]);
         state[296..300].copy_from_slice(&crc.to_le_bytes());
         assert!(parse(&state).unwrap_err().contains("state 9"));
-    }
-
-    #[test]
-    fn the_start_of_a_backup_label() {
-        let label = "START WAL LOCATION: 0/5000028 (file 000000020000000000000005)\n";
-        assert_eq!(label_start_lsn(label), Some(0x500_0028));
-        assert_eq!(label_start_lsn("CHECKPOINT LOCATION: 0/5\n"), None);
     }
 }

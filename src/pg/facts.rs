@@ -217,16 +217,35 @@ fn databases(m: &Extra) -> Result<BTreeMap<u32, String>, String> {
 /// The WAL file backup_label's `START WAL LOCATION: X/Y (file NAME)` line names, when
 /// it is a segment name.
 pub fn label_start_wal(label: &str) -> Option<String> {
-    let line = label
-        .lines()
-        .find_map(|l| l.strip_prefix("START WAL LOCATION: "))?;
-    let name = line.split_once("(file ")?.1.strip_suffix(')')?;
+    let name = start_line(label)?
+        .split_once("(file ")?
+        .1
+        .strip_suffix(')')?;
     (name.len() == 24 && name.bytes().all(|c| c.is_ascii_hexdigit())).then(|| name.to_string())
+}
+
+/// backup_label's `START WAL LOCATION: X/Y (file NAME)` line, after its label.
+fn start_line(label: &str) -> Option<&str> {
+    label
+        .lines()
+        .find_map(|l| l.strip_prefix("START WAL LOCATION: "))
+}
+
+/// The position backup_label's `START WAL LOCATION` line gives.
+pub fn label_start_lsn(label: &str) -> Option<u64> {
+    super::parse_lsn(start_line(label)?.split_whitespace().next()?)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::label_start_wal;
+    use super::{label_start_lsn, label_start_wal};
+
+    #[test]
+    fn the_start_position_of_a_backup_label() {
+        let label = "START WAL LOCATION: 0/5000028 (file 000000020000000000000005)\n";
+        assert_eq!(label_start_lsn(label), Some(0x500_0028));
+        assert_eq!(label_start_lsn("CHECKPOINT LOCATION: 0/5\n"), None);
+    }
 
     #[test]
     fn the_start_wal_file_of_a_backup_label() {

@@ -187,8 +187,8 @@ impl FrameSink for Target {
     fn holds(&self, q: crate::engine::restore::Held, _scratch: &mut [u8]) -> io::Result<bool> {
         self.files.ensure(q.file)?;
         match self.files.delta_of(q.file) {
-            Some((d, i, true)) if d.proven(i, q.offset, q.len) => Ok(true),
-            // Its pages that can differ are written from the frame, none compared.
+            // `--delta wal`: the read stage stepped over what the WAL proves; the pages
+            // that can differ are written from the frame, none compared.
             Some((d, i, true)) if d.planned(i) => Ok(false),
             Some((d, i, true)) => {
                 let f = self.file(q.file)?;

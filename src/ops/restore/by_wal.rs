@@ -17,7 +17,7 @@ use crate::ops::backup::changes::rel_pages;
 use crate::pg::control::{self, State};
 use crate::pg::facts::PgFacts;
 use crate::pg::history::{self, Span};
-use crate::pg::walname::WalName;
+use crate::pg::walname::{Kind, WalName};
 use crate::pg::{format_lsn, parse_name, segment_name_for, walpage};
 use crate::repo::wal::summary::{self, BlockMap};
 use crate::repo::Repo;
@@ -96,8 +96,8 @@ pub fn plan(to: &Path, repo: Option<&Repo>, newest: &Manifest) -> Result<WalPlan
         )));
     }
     let label = std::fs::read_to_string(to.join("backup_label")).ok();
-    let redo =
-        (label.as_deref().and_then(control::label_start_lsn)).map_or(c.redo, |l| l.min(c.redo));
+    let redo = (label.as_deref().and_then(crate::pg::facts::label_start_lsn))
+        .map_or(c.redo, |l| l.min(c.redo));
     let text = crate::repo::wal::read_history(repo, set_tli)?;
     let set_hist = history::parse(set_tli, text.as_deref())
         .map_err(|e| no(format!("the archive's history of timeline {set_tli}: {e}")))?;
@@ -269,13 +269,9 @@ fn copy_timeline(to: &Path, c: &control::Control) -> u32 {
     if let Ok(d) = std::fs::read_dir(to.join("pg_wal")) {
         for e in d.flatten() {
             let name = e.file_name();
-            let name = name.to_string_lossy();
-            if let Some(t) = name
-                .strip_suffix(".history")
-                .filter(|t| t.len() == 8)
-                .and_then(|t| u32::from_str_radix(t, 16).ok())
-            {
-                tli = tli.max(t);
+            let history = parse_name(&name.to_string_lossy()).filter(|n| n.kind == Kind::History);
+            if let Some(n) = history {
+                tli = tli.max(n.tli);
             }
         }
     }
