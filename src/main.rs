@@ -176,6 +176,7 @@ fn main() -> ExitCode {
             Command::Sql(a) => cmd::sql::run(a, &store),
             Command::Demo(a) => cmd::demo::run(&a.dir, a.size_mb),
             Command::Generate(a) => cmd::generate::run(a, Cli::command().version(VERSION)),
+            Command::RemoveSwept(a) => cmd::restore::run_remove_swept(a),
             Command::Check(_) => unreachable!("run above"),
         }),
     });

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::forge;
 use common::pg::{bin_dir, check_database, connect_args, postgres_dir, push_cmd, Pg};
 use common::*;
 use std::os::unix::fs::MetadataExt;
@@ -130,6 +131,28 @@ fn one_database_is_restored_and_the_other_is_neither_read_nor_written() {
     assert!(e.contains("built in"), "{e}");
     assert!(!target.exists(), "a refused restore wrote nothing");
 
+    // A frame of the database left out, between two others of it, damaged in its
+    // header: the restore steps over it by the frame index, never reading it.
+    let full = &history_ids(&repo)[0];
+    let dir = std::path::Path::new(&repo).join("sets").join(full);
+    let stripe = (std::fs::read_dir(&dir).unwrap().flatten())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "pv"))
+        .unwrap();
+    let mut b = std::fs::read(&stripe).unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&forge::manifest_json(&b)).unwrap();
+    let left_ids: std::collections::HashSet<u64> = (m["files"].as_array().unwrap().iter())
+        .filter(|f| (f["path"].as_str().unwrap()).starts_with(&format!("base/{big_oid}/")))
+        .map(|f| f["id"].as_u64().unwrap())
+        .collect();
+    let frames = forge::frames_of(&b);
+    let left = |at: usize| left_ids.contains(&(forge::u32_at(&b, at + 8) as u64));
+    let hit = (1..frames.len() - 1)
+        .find(|&i| left(frames[i - 1]) && left(frames[i]) && left(frames[i + 1]))
+        .map(|i| frames[i])
+        .expect("three frames of the database left out in a row");
+    b[hit + 40] ^= 0xff;
+    std::fs::write(&stripe, &b).unwrap();
     let j = json(&[
         "restore",
         "--repo",

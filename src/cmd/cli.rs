@@ -141,6 +141,10 @@ pub enum Command {
     /// definitions (packaging and docs).
     #[command(hide = true)]
     Generate(super::generate::GenerateArgs),
+    /// Remove what a delta restore moved aside and left to this process (started by
+    /// `restore --delta`).
+    #[command(hide = true)]
+    RemoveSwept(super::restore::RemoveSweptArgs),
 }
 
 #[derive(Args)]

@@ -237,9 +237,59 @@ pub fn shower(
 pub fn run_restore(a: RestoreArgs, store: &StoreOptions) -> Result<()> {
     let mut o = a.options();
     o.read.store = store.clone();
-    let r = restore::restore(&o, &shower(a.read.stats, a.read.json))?;
+    let mut r = restore::restore(&o, &shower(a.read.stats, a.read.json))?;
+    if let Some(d) = r.delta.as_mut().filter(|d| !d.still_removing.is_empty()) {
+        d.removal_pid = remove_in_background(&d.still_removing);
+    }
     print_restore(&r, a.read.json);
     Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct RemoveSweptArgs {
+    /// The `.pagevault-swept` directories to remove.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+}
+
+/// Starts `pagevault remove-swept` on what a delta restore moved aside and had not yet
+/// removed, at a low priority, in its own process group: the restore does not wait for
+/// it. None when it cannot start: then it is removed here, before the restore returns.
+fn remove_in_background(dirs: &[PathBuf]) -> Option<u32> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let started = std::env::current_exe().and_then(|exe| {
+        Command::new(exe)
+            .arg("remove-swept")
+            .args(dirs)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+    });
+    match started {
+        Ok(child) => Some(child.id()),
+        Err(e) => {
+            super::log::warn(
+                &format!(
+                    "cannot start the removal of what --delta moved aside ({e}); removing it now"
+                ),
+                serde_json::json!({}),
+            );
+            let never = std::sync::atomic::AtomicBool::new(false);
+            if let Err(e) = crate::target::remove_swept(dirs, &never) {
+                super::log::warn(&format!("{e:#}: remove it by hand"), serde_json::json!({}));
+            }
+            None
+        }
+    }
+}
+
+pub fn run_remove_swept(a: RemoveSweptArgs) -> Result<()> {
+    crate::target::check_swept(&a.dirs)?;
+    let _ = rustix::process::nice(10);
+    crate::target::remove_swept(&a.dirs, &std::sync::atomic::AtomicBool::new(false))
 }
 
 pub fn print_restore(r: &RestoreReport, json: bool) {
@@ -268,6 +318,15 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
             crate::units::human(d.compared_bytes),
             crate::units::human(d.written_bytes)
         );
+        if let Some(pid) = d.removal_pid {
+            let dirs: Vec<String> = (d.still_removing.iter())
+                .map(|p| format!("'{}'", p.display()))
+                .collect();
+            println!(
+                "Delta: what was moved aside is still being removed, in the background (pid {pid}): {}.",
+                dirs.join(", ")
+            );
+        }
         if let Some(w) = &r.delta_wal {
             println!(
                 "Delta by WAL: pages changed from {} to {} ({} summarized segments) and in the copy's own WAL from {} to {} ({} segments); {} in place proven the set's, neither read nor written.",

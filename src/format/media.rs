@@ -30,6 +30,7 @@ use super::{
     SIGNED_VERSION, STRIPES_MAX,
 };
 use crate::crypt::{DataKey, SetMac, DOMAIN_MANIFEST, TAG_LEN};
+use crate::format::frame::FRAME_HEADER_LEN;
 
 pub const MEDIA_MAGIC: &[u8; 8] = b"PAGEVLT1";
 pub const TAIL_MAGIC: &[u8; 8] = b"PVTAIL01";
@@ -204,9 +205,22 @@ pub struct Tail {
     pub frame_count: u64,
     pub body_end: u64,
     pub manifest_crc: u32,
+    /// The frame index after the stored manifest: every frame's header in stripe order
+    /// (0: none, as in stripes written before it).
+    pub index_len: u32,
+    pub index_crc: u32,
 }
 
+/// A frame index holds at most this many bytes (`FRAME_HEADER_LEN` per frame): a
+/// stripe with more frames has none, and readers step over frames by their headers.
+pub const INDEX_MAX: u32 = 64 << 20;
+
 impl Tail {
+    /// Where the frame index starts: right after the stored manifest.
+    pub fn index_offset(&self) -> u64 {
+        self.manifest_offset + self.manifest_len
+    }
+
     pub fn encode(&self) -> [u8; TAIL_LEN] {
         let mut b = [0u8; TAIL_LEN];
         b[0..8].copy_from_slice(TAIL_MAGIC);
@@ -216,6 +230,8 @@ impl Tail {
         put_u64(&mut b, 32, self.frame_count);
         put_u64(&mut b, 40, self.body_end);
         put_u32(&mut b, 48, self.manifest_crc);
+        put_u32(&mut b, 52, self.index_len);
+        put_u32(&mut b, 56, self.index_crc);
         let crc = crc32c::crc32c(&b[..60]);
         put_u32(&mut b, 60, crc);
         b
@@ -248,6 +264,8 @@ impl Tail {
             frame_count: get_u64(b, 32),
             body_end: get_u64(b, 40),
             manifest_crc: get_u32(b, 48),
+            index_len: get_u32(b, 52),
+            index_crc: get_u32(b, 56),
         };
         let fits = t
             .manifest_offset
@@ -261,6 +279,22 @@ impl Tail {
                 detail: format!(
                     "manifest at {} (+{}) and body end {} do not fit a stripe of {stripe_len} bytes",
                     t.manifest_offset, t.manifest_len, t.body_end
+                ),
+            });
+        }
+        let index_fits = (t.manifest_offset.checked_add(t.manifest_len))
+            .and_then(|o| o.checked_add(t.index_len as u64))
+            .is_some_and(|end| end <= at);
+        if t.index_len > INDEX_MAX
+            || !(t.index_len as usize).is_multiple_of(FRAME_HEADER_LEN)
+            || !index_fits
+        {
+            return Err(FormatError::Invalid {
+                field: "frame index length",
+                offset: at + 52,
+                detail: format!(
+                    "{} bytes: not a multiple of {FRAME_HEADER_LEN} up to {INDEX_MAX} between the manifest and the tail",
+                    t.index_len
                 ),
             });
         }
@@ -317,9 +351,17 @@ impl StoredManifest {
         StoredManifest { bytes, raw_len }
     }
 
-    /// What a stripe holds after the stored manifest: a signed set's tag, the zero
-    /// padding to the block size, then a block that ends with the tail.
-    pub fn suffix(&self, body_end: u64, frame_count: u64, block: u64, guard: Guard) -> Vec<u8> {
+    /// What a stripe holds after the stored manifest: a signed set's tag, the frame
+    /// `index` (its frames' headers, or nothing), the zero padding to the block size, then
+    /// a block that ends with the tail.
+    pub fn suffix(
+        &self,
+        body_end: u64,
+        frame_count: u64,
+        block: u64,
+        guard: Guard,
+        index: &[u8],
+    ) -> Vec<u8> {
         let tag = match guard {
             Guard::Sign(mac, header) => mac
                 .manifest
@@ -327,10 +369,17 @@ impl StoredManifest {
                 .to_vec(),
             _ => vec![],
         };
+        let index = match index.len() as u64 == frame_count * FRAME_HEADER_LEN as u64
+            && index.len() <= INDEX_MAX as usize
+        {
+            true => index,
+            false => &[],
+        };
         let stored_len = (self.bytes.len() + tag.len()) as u64;
-        let mlen = super::pad_to(stored_len, block);
+        let mlen = super::pad_to(stored_len + index.len() as u64, block);
         let mut out = vec![0u8; (mlen - self.bytes.len() as u64 + block) as usize];
         out[..tag.len()].copy_from_slice(&tag);
+        out[tag.len()..tag.len() + index.len()].copy_from_slice(index);
         let tail = Tail {
             manifest_offset: body_end,
             manifest_len: stored_len,
@@ -338,6 +387,8 @@ impl StoredManifest {
             frame_count,
             body_end,
             manifest_crc: crc32c::crc32c_append(crc32c::crc32c(&self.bytes), &tag),
+            index_len: index.len() as u32,
+            index_crc: crc32c::crc32c(index),
         };
         let n = out.len();
         out[n - TAIL_LEN..].copy_from_slice(&tail.encode());
@@ -357,7 +408,7 @@ pub fn trailer(
     let stored = zstd::bulk::compress(manifest_raw, 3).expect("zstd compresses in memory");
     let m = StoredManifest::new(stored, manifest_raw.len() as u64, guard);
     let mut out = m.bytes.clone();
-    out.extend(m.suffix(body_end, frame_count, block, guard));
+    out.extend(m.suffix(body_end, frame_count, block, guard, &[]));
     out
 }
 
@@ -520,9 +571,27 @@ pub(crate) mod tests {
             frame_count: 5,
             body_end: 8192,
             manifest_crc: 77,
+            index_len: 0,
+            index_crc: 0,
         };
         let b = t.encode();
         assert_eq!(Tail::decode(&b, 8192 + 100 + 64).unwrap(), t);
+        // A frame index: whole headers, between the manifest and the tail.
+        let indexed = Tail {
+            index_len: 5 * FRAME_HEADER_LEN as u32,
+            index_crc: 9,
+            ..t.clone()
+        };
+        let end = 8192 + 100 + 5 * FRAME_HEADER_LEN as u64 + 64;
+        assert_eq!(Tail::decode(&indexed.encode(), end).unwrap(), indexed);
+        assert_eq!(indexed.index_offset(), 8292);
+        assert!(Tail::decode(&indexed.encode(), end - 1).is_err());
+        let torn = Tail {
+            index_len: 5 * FRAME_HEADER_LEN as u32 - 1,
+            ..indexed.clone()
+        };
+        let e = Tail::decode(&torn.encode(), end).unwrap_err().to_string();
+        assert!(e.contains("frame index length"), "{e}");
         // The same tail in a stripe too short to hold its manifest is rejected.
         assert!(Tail::decode(&b, 8192 + 64).is_err());
         // Manifest lengths: none, or a raw length no zstd frame of that size holds.

@@ -215,7 +215,9 @@ pub fn verify(o: &VerifyOptions, show: Show) -> Result<VerifyReport> {
         || repo
             .as_ref()
             .is_some_and(|(_, catalog)| chain::stale_vm_sets(catalog).contains(&m.set_id));
-    let params = engine_params(&o.read, &set);
+    let mut params = engine_params(&o.read, &set);
+    // Every header read is checked against the frame index too.
+    params.use_index = true;
     let ids = regular_files(m);
     let progress = Arc::new(Progress::default());
     let shown = show(progress.clone(), "verify");
@@ -371,6 +373,7 @@ pub(crate) fn engine_params(o: &ReadOptions, set: &OpenSet) -> restore::Params {
         seal: set.seal.clone(),
         sign: set.sign.clone(),
         left_out: Default::default(),
+        use_index: false,
     }
 }
 

@@ -264,6 +264,7 @@ impl Teed {
             frames: s.frame_count,
             body_end: s.end,
             sink: s.sink.take().expect("finished once"),
+            index: vec![],
         })
     }
 

@@ -5,8 +5,9 @@ use crate::crypt::load::GIVE_KEY;
 use crate::crypt::{SetMac, DOMAIN_MANIFEST, MAC_LEN};
 use crate::device::object::StoreOptions;
 use crate::device::{self, Since, StripeSource};
-use crate::engine::restore::StripeIn;
+use crate::engine::restore::{IndexAt, StripeIn};
 use crate::engine::Seal;
+use crate::format::frame::FRAME_HEADER_LEN;
 use crate::format::manifest::{EntryKind, Manifest};
 use crate::format::media::{MediaHeader, Tail, MIN_BLOCK, TAIL_LEN};
 use crate::format::seal::{header_bound, manifest_aad, KeyUse};
@@ -207,6 +208,13 @@ fn open_one(spec: &str, version: Option<&str>, o: &StoreOptions) -> Result<Opene
     if tail.frame_count > room {
         bail!(
             "stripe '{name}': its tail counts {} frames, but its body holds at most {room}: {FORGED}",
+            tail.frame_count
+        );
+    }
+    if tail.index_len > 0 && tail.index_len as u64 != tail.frame_count * FRAME_HEADER_LEN as u64 {
+        bail!(
+            "stripe '{name}': its frame index holds {} bytes for {} frames: {FORGED}",
+            tail.index_len,
             tail.frame_count
         );
     }
@@ -429,6 +437,11 @@ pub fn open_pinned(specs: &[String], pins: &[Option<String>], o: &StoreOptions) 
             body_start: o.header.block_size as u64,
             body_end: o.tail.body_end,
             frames: o.tail.frame_count,
+            index: (o.tail.index_len > 0).then(|| IndexAt {
+                offset: o.tail.index_offset(),
+                len: o.tail.index_len as u64,
+                crc: o.tail.index_crc,
+            }),
         })
         .collect();
     Ok(OpenSet {

@@ -127,7 +127,12 @@ pub fn commit(
             continue;
         }
         let mut sink = s.sink;
-        let t = stored.suffix(s.body_end, s.frames, block_size, guard);
+        // Plain sets carry a frame index (what is stepped over is read from it).
+        let index = match guard {
+            Guard::Plain => &s.index[..],
+            _ => &[],
+        };
+        let t = stored.suffix(s.body_end, s.frames, block_size, guard, index);
         // A stripe whose manifest or trailer cannot be written (a full disk) is aborted.
         let r = match sink
             .write_all(&stored.bytes)
@@ -189,6 +194,7 @@ mod tests {
                     frames: 0,
                     body_end: h.len() as u64,
                     sink,
+                    index: vec![],
                 }
             })
             .collect()

@@ -47,6 +47,12 @@ pub struct DeltaReport {
     pub proven_bytes: u64,
     /// `--delta wal`: stored bytes of the frames of those, stepped over unread.
     pub stored_bytes_not_read: u64,
+    /// What the sweep moved aside and was not yet removed when the data was in place:
+    /// its removal goes on in a process of its own (`removal_pid`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub still_removing: Vec<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removal_pid: Option<u32>,
 }
 
 /// Per restored file: whether any byte of it changed; and the byte counts.
@@ -321,7 +327,7 @@ fn read_full(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
 pub struct Swept {
     pub files: u64,
     pub dirs: u64,
-    /// Where it moved them, one directory per root: `empty_trash` removes them.
+    /// Where it moved them, one directory per root (`trash::Emptying` removes them).
     pub trash: Vec<PathBuf>,
 }
 
@@ -366,15 +372,6 @@ impl Trash {
         let (from, to) = (rustix::fs::CWD, &self.fd);
         rustix::fs::renameat_with(from, p, to, name, RenameFlags::NOREPLACE).is_ok()
     }
-}
-
-/// Removes what `sweep` moved aside (never through a link).
-pub fn empty_trash(trash: &[PathBuf]) -> Result<()> {
-    for t in trash {
-        std::fs::remove_dir_all(t)
-            .with_context(|| format!("--delta: cannot remove '{}'", t.display()))?;
-    }
-    Ok(())
 }
 
 /// Removes from `roots` (the target, tablespace directories) everything a fresh restore
@@ -519,7 +516,7 @@ mod tests {
         assert!(root.join(TRASH).join("1").exists());
         let out: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().collect();
         assert_eq!(out.len(), 1, "only 'keep' outside: {out:?}");
-        empty_trash(&s.trash).unwrap();
+        super::super::trash::remove_swept(&s.trash, &AtomicBool::new(false)).unwrap();
         assert!(!root.join(TRASH).exists());
         let mut left: Vec<String> = walkdir::WalkDir::new(&root)
             .min_depth(1)

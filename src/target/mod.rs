@@ -20,10 +20,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 mod delta;
 mod direct;
 mod roots;
-pub use delta::{empty_trash, sweep, DeltaReport, Swept};
+mod trash;
+pub use delta::{sweep, DeltaReport, Swept};
 pub use direct::{DirectWrites, WriteReport};
 pub use roots::Roots;
 use rustix::fs::OFlags;
+pub use trash::{check_swept, remove_swept, Emptying};
 
 /// Writes frames into the restored files, opened lazily and kept open while they last.
 pub struct Target {
@@ -694,7 +696,12 @@ pub fn lookup_user(name: &str) -> Result<(u32, u32)> {
 /// Gives `root` and everything under it to uid:gid, links included (what is theirs
 /// already is left as it is).
 pub fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<()> {
-    for e in walkdir::WalkDir::new(root) {
+    // What a delta moved aside stays its remover's.
+    let swept = |e: &walkdir::DirEntry| e.depth() == 1 && e.file_name() == delta::TRASH;
+    for e in walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_entry(|e| !swept(e))
+    {
         let e = e?;
         let m = e.metadata()?;
         if (m.uid(), m.gid()) == (uid, gid) {

@@ -90,9 +90,16 @@ pub fn with_stored_manifest(b: &[u8], stored: &[u8], raw_len: u64) -> Vec<u8> {
     let block = block_of(b);
     let tail = &b[b.len() - 64..];
     let off = u64_at(tail, 8) as usize;
+    // The frame index after the manifest goes along.
+    let index_at = off + u64_at(tail, 16) as usize;
+    let index = b[index_at..index_at + u32_at(tail, 52) as usize].to_vec();
     let mut out = b[..off].to_vec();
     out.extend(stored);
-    out.resize(off + stored.len().div_ceil(block) * block + block, 0);
+    out.extend(&index);
+    out.resize(
+        off + (stored.len() + index.len()).div_ceil(block) * block + block,
+        0,
+    );
     let mut t = tail.to_vec();
     put_u64(&mut t, 16, stored.len() as u64);
     put_u64(&mut t, 24, raw_len);

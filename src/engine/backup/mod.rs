@@ -270,6 +270,9 @@ pub struct StripeResult {
     pub frames: u64,
     pub body_end: u64,
     pub sink: Box<dyn StripeSink>,
+    /// Every frame's header in stripe order (the frame index), or nothing past
+    /// `INDEX_MAX`.
+    pub index: Vec<u8>,
 }
 
 pub struct Outcome {
@@ -302,8 +305,8 @@ pub struct Outcome {
     pub held: Option<super::adapt::Held>,
 }
 
-/// A stripe writer's sink, frames written and offset reached.
-type WriterEnd = (Box<dyn StripeSink>, u64, u64);
+/// A stripe writer's sink, frames written, offset reached and frame index.
+type WriterEnd = (Box<dyn StripeSink>, u64, u64, Vec<u8>);
 
 /// What every stage of one run shares.
 struct Shared<'a> {
@@ -463,7 +466,7 @@ pub fn run(
     let mut files = sh.state;
     let failed = failed.or_else(|| files.finish(plan, t).err());
     if let Some(e) = failed {
-        for (sink, _, _) in stripe_results.into_iter().flatten() {
+        for (sink, _, _, _) in stripe_results.into_iter().flatten() {
             sink.abort();
         }
         return Err(e);
@@ -500,10 +503,11 @@ pub fn run(
         stripes: stripe_results
             .into_iter()
             .flatten()
-            .map(|(sink, frames, body_end)| StripeResult {
+            .map(|(sink, frames, body_end, index)| StripeResult {
                 frames,
                 body_end,
                 sink,
+                index,
             })
             .collect(),
         read_bytes: sh.read_st.bytes.load(Relaxed),

@@ -5,10 +5,13 @@ use super::{Item, Shared, WriterEnd};
 use crate::device::StripeSink;
 use crate::engine::pool;
 use crate::engine::stats::Lane;
+use crate::format::frame::FRAME_HEADER_LEN;
+use crate::format::media::INDEX_MAX;
 use crossbeam_channel::Receiver;
 use std::time::Instant;
 
-/// Stripe `i`'s writer; returns its sink, frames written and the offset reached.
+/// Stripe `i`'s writer; returns its sink, frames written, the offset reached and the
+/// frame index (each frame's header; none past `INDEX_MAX`).
 pub(super) fn writer(
     sh: &Shared,
     i: usize,
@@ -20,13 +23,14 @@ pub(super) fn writer(
     let (abort, write_st) = (sh.abort, &sh.write_st);
     let mut written = header.len() as u64;
     let mut frames = 0u64;
+    let mut index = Some(Vec::new());
     let t0 = Instant::now();
     if let Err(e) = sink.write_all(header) {
         abort.fail(crate::fault::like_io(
             &e,
             format!("stripe {}: write failed: {e}", i + 1),
         ));
-        return (sink, 0, 0);
+        return (sink, 0, 0, vec![]);
     }
     if !header.is_empty() {
         lane.op(header.len() as u64, t0.elapsed());
@@ -47,7 +51,12 @@ pub(super) fn writer(
         lane.op(item.frame_len as u64, took);
         written += item.frame_len as u64;
         frames += 1;
+        let header = &item.buf.frame(item.frame_len)[..FRAME_HEADER_LEN];
+        index = index.filter(|x| x.len() + FRAME_HEADER_LEN <= INDEX_MAX as usize);
+        if let Some(x) = &mut index {
+            x.extend_from_slice(header);
+        }
         sh.pool.put(item.buf);
     }
-    (sink, frames, written)
+    (sink, frames, written, index.unwrap_or_default())
 }

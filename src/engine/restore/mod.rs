@@ -105,6 +105,17 @@ pub struct StripeIn {
     pub body_start: u64,
     pub body_end: u64,
     pub frames: u64,
+    /// Where its frame index is, when it has one.
+    pub index: Option<IndexAt>,
+}
+
+/// A stripe's frame index: every frame's header in stripe order, `len` bytes at
+/// `offset`, with their CRC32C.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexAt {
+    pub offset: u64,
+    pub len: u64,
+    pub crc: u32,
 }
 
 /// A regular file of a set, as its manifest lists it.
@@ -135,6 +146,9 @@ pub struct Params {
     /// Files left out (their manifest ids): only their frames' headers are read, to
     /// step over them; nothing of them is checked or written.
     pub left_out: Arc<HashSet<u32>>,
+    /// Read each stripe's frame index, when it has one: frames stepped over are then
+    /// not read at all, and every header read is checked against it.
+    pub use_index: bool,
 }
 
 /// Told each file's checksum recomputed from the frames read (or what is missing), by

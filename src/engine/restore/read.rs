@@ -1,6 +1,6 @@
 //! The read stage: one thread per stripe reads its frames in order.
 
-use super::{Item, Shared};
+use super::{Item, Shared, StripeIn};
 use crate::engine::pool;
 use crate::engine::stats::{Lane, Progress};
 use crate::format::frame::{FrameHeader, FRAME_HEADER_LEN};
@@ -30,6 +30,16 @@ pub(super) fn read_stripe(
             false => anyhow!("{m} (the stripe is truncated or unreadable)"),
         }
     };
+    // With the frame index, a frame stepped over is not read at all.
+    let index = match sh.p.use_index {
+        true => load_index(st)?,
+        false => None,
+    };
+    let entry = |i: u64| {
+        let ix = index.as_deref()?;
+        let at = i as usize * FRAME_HEADER_LEN;
+        ix.get(at..at + FRAME_HEADER_LEN)
+    };
     st.source.reading_from(at);
     if st.frames > 0 {
         if at + FRAME_HEADER_LEN as u64 > st.body_end {
@@ -46,6 +56,9 @@ pub(super) fn read_stripe(
     for i in 0..st.frames {
         let header = FrameHeader::decode_in(&hdr, at, sh.p.seal.is_some())
             .map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
+        // A header read from the stripe must be its index entry (one taken from the
+        // index is).
+        agrees(st, entry(i), &hdr, i, at)?;
         let total = pad_to((FRAME_HEADER_LEN as u64) + header.stored_len as u64, block);
         let more = i + 1 < st.frames;
         let next = at + total;
@@ -61,9 +74,7 @@ pub(super) fn read_stripe(
         {
             // Stepped over: the target holds its bytes; its digest is the file's.
             if more {
-                st.source
-                    .read_exact_at(&mut hdr, next)
-                    .map_err(|e| io_err(e, next))?;
+                next_header(st, entry(i + 1), &mut hdr, next).map_err(|e| io_err(e, next))?;
             }
             sh.proven_total.fetch_add(header.stored_len as u64, Relaxed);
             progress.done.fetch_add(total, Relaxed);
@@ -74,11 +85,9 @@ pub(super) fn read_stripe(
             continue;
         }
         if sh.p.left_out.contains(&header.file_id) {
-            // Stepped over: only the next frame's header is read.
+            // Stepped over: only the next frame's header is read (or the index's).
             if more {
-                st.source
-                    .read_exact_at(&mut hdr, next)
-                    .map_err(|e| io_err(e, next))?;
+                next_header(st, entry(i + 1), &mut hdr, next).map_err(|e| io_err(e, next))?;
             }
             sh.left_out_total
                 .fetch_add(header.stored_len as u64, Relaxed);
@@ -130,6 +139,56 @@ pub(super) fn read_stripe(
         );
     }
     Ok(())
+}
+
+/// The stripe's frame index (every frame's header in order), checked against its CRC,
+/// when it has one.
+fn load_index(st: &StripeIn) -> Result<Option<Vec<u8>>> {
+    let Some(ix) = st.index else {
+        return Ok(None);
+    };
+    let mut b = vec![0u8; ix.len as usize];
+    st.source.read_exact_at(&mut b, ix.offset).map_err(|e| {
+        anyhow!(
+            "stripe '{}': cannot read its frame index at offset {}: {e}",
+            st.name,
+            ix.offset
+        )
+    })?;
+    let crc = crc32c::crc32c(&b);
+    if crc != ix.crc {
+        bail!(
+            "stripe '{}': its frame index at offset {} is damaged (CRC32C {crc:08x}, expected {:08x}); {INDEX_HINT}",
+            st.name,
+            ix.offset,
+            ix.crc
+        );
+    }
+    Ok(Some(b))
+}
+
+const INDEX_HINT: &str = "the set is damaged: run verify, and restore without --delta wal or --db-include, which step over frames by the index";
+
+/// The next frame's header: the index's entry, else read at `at`.
+fn next_header(st: &StripeIn, entry: Option<&[u8]>, hdr: &mut [u8], at: u64) -> io::Result<()> {
+    match entry {
+        Some(e) => {
+            hdr.copy_from_slice(e);
+            Ok(())
+        }
+        None => st.source.read_exact_at(hdr, at),
+    }
+}
+
+/// Whether a frame's header is its index entry.
+fn agrees(st: &StripeIn, entry: Option<&[u8]>, read: &[u8], i: u64, at: u64) -> Result<()> {
+    match entry {
+        Some(e) if e != read => bail!(
+            "stripe '{}': frame {i} at offset {at} differs from its frame index entry; {INDEX_HINT}",
+            st.name
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the sink holds a plain set's frame's bytes already (`FrameSink::proven`): its

@@ -749,11 +749,11 @@ fn pipeline(
         let (sinks, prior): (Vec<_>, Vec<_>) = out
             .stripes
             .into_iter()
-            .map(|s| (s.sink, (s.frames, s.body_end)))
+            .map(|s| (s.sink, (s.frames, s.body_end, s.index)))
             .unzip();
         // Sequence numbers go on from the first run's: a sealed frame's nonce is its own.
         let params2 = Params {
-            first_seq: prior.iter().map(|(f, _)| f).sum(),
+            first_seq: prior.iter().map(|(f, _, _)| f).sum(),
             ..params.clone()
         };
         let more = backup::run(
@@ -772,9 +772,9 @@ fn pipeline(
             .stripes
             .into_iter()
             .zip(prior)
-            .map(|(mut s, (f, b))| {
-                s.frames += f;
-                s.body_end += b;
+            .map(|(mut s, (f, b, index))| {
+                (s.frames, s.body_end) = (s.frames + f, s.body_end + b);
+                s.index = [index, s.index].concat();
                 s
             })
             .collect();

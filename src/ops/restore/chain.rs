@@ -247,6 +247,8 @@ pub(super) fn write_chain(
             // A buffer queued for each writer, and one each is writing.
             params.buffer_count += 2 * params.write_depth;
         }
+        // Frames are stepped over: the index spares reading their headers.
+        params.use_index = left_out.is_some() || o.delta_wal;
         if let Some(l) = left_out {
             let skip = l.ids(m);
             ids.retain(|f| !skip.contains(&f.id));

@@ -449,9 +449,7 @@ fn restore_with(
         false => target::Swept::default(),
     };
     // What the sweep moved aside goes while the set is written.
-    let trash = swept.trash.clone();
-    let emptying =
-        (!trash.is_empty()).then(|| std::thread::spawn(move || target::empty_trash(&trash)));
+    let emptying = (!swept.trash.is_empty()).then(|| target::Emptying::start(swept.trash.clone()));
     let roots = Arc::new(target::Roots::open(roots_list)?);
     let mut files = target::lay_out(m, &place, o.delta, roots.clone())?;
     if let Some(p) = &wal_plan {
@@ -489,11 +487,10 @@ fn restore_with(
     }
     target::finish_entries(m, &place, &roots, owner.filter(|_| !o.stage_only))?;
     phases.mark("links, owners, modes, times");
-    if let Some(t) = emptying {
-        t.join()
-            .expect("removal panicked")
-            .with_context(incomplete)?;
-        phases.mark("remove what the set does not hold");
+    // What is left of it is not waited for: the caller removes it after the restore.
+    let left = emptying.map(target::Emptying::stop).transpose();
+    if let Some(d) = &mut delta {
+        d.still_removing = left.with_context(incomplete)?.unwrap_or_default();
     }
     restorer.link(&o.to, owner)?;
     let mut notes = vec![];
