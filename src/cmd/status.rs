@@ -2,8 +2,10 @@
 //! Prometheus's text format (node_exporter's textfile collector), or a Nagios check.
 
 use super::print_json;
+use crate::cmd::config::RepoOptions;
 use crate::device::object::StoreOptions;
 use crate::ops::status::{status, StatusOptions, StatusReport, WalLag};
+use crate::repo::many::RepoStore;
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
@@ -16,6 +18,11 @@ pub struct StatusArgs {
     /// one's metrics by its `repo`, and the Nagios check checks each and takes the worst.
     #[arg(long, required = true)]
     pub repo: Vec<String>,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo (status: this one instead of them all).
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// A PostgreSQL server (postgres://USER@HOST:PORT/DB) whose WAL the repository
     /// archives: the archiving lag is measured against it.
     #[arg(long)]
@@ -61,10 +68,19 @@ pub(crate) fn parse_age(s: &str) -> Result<f64, String> {
     Ok(n * mult)
 }
 
-pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
+/// Each repository opens with its own key and endpoint (`repos`).
+pub fn run(a: StatusArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
     let nagios = (a.warn_age.is_some() || a.crit_age.is_some()) && !a.json && !a.prometheus;
     if a.repo.len() > 1 {
-        return run_all(&a, store, nagios);
+        let stores = match repos.stores(&a.repo, store) {
+            Ok(s) => s,
+            Err(e) if nagios => {
+                println!("PAGEVAULT UNKNOWN - {}", one_line(&format!("{e:#}")));
+                return Err(super::Exit { code: 3, error: e }.into());
+            }
+            Err(e) => return Err(e),
+        };
+        return run_all(&a, &stores, nagios);
     }
     let r = match status(&StatusOptions {
         repo: a.repo[0].clone(),
@@ -142,16 +158,16 @@ fn perf(label: &str, r: &StatusReport, warn: Option<f64>, crit: Option<f64>) -> 
 
 /// Several repositories: each one's status, then which lag in WAL. The Nagios check
 /// checks each and takes the worst state; Prometheus gets each one's metrics.
-fn run_all(a: &StatusArgs, store: &StoreOptions, nagios: bool) -> Result<()> {
+fn run_all(a: &StatusArgs, repos: &[RepoStore], nagios: bool) -> Result<()> {
     let all = match crate::ops::status::status_of_all(
         &StatusOptions {
             repo: String::new(),
             source: a.source.clone(),
             password_file: a.password_file.clone(),
             spool: a.spool.clone(),
-            store: store.clone(),
+            store: StoreOptions::default(),
         },
-        &a.repo,
+        repos,
     ) {
         Ok(all) => all,
         Err(e) if nagios => {

@@ -15,7 +15,7 @@ use std::time::Duration;
 /// the archive (and intact, unless `no_verify_wal`).
 pub(super) fn check_wal_chain(
     repo: &Repo,
-    others: &[String],
+    others: &[crate::repo::many::RepoStore],
     entry: &CatalogEntry,
     extra: &Extra,
     o: &RestoreOptions,
@@ -61,7 +61,7 @@ pub(super) fn check_wal_chain(
             };
             // The repositories restore_command falls back on, those that open.
             let others: Vec<Repo> = (others.iter())
-                .filter_map(|r| Repo::open(r, false, &o.read.store).ok())
+                .filter_map(|r| Repo::open(&r.spec, false, &r.store).ok())
                 .collect();
             let (took, notes) = walchain::verify_with(repo, &others, &chain, threads)?;
             (Some(took), notes)
