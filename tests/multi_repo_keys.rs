@@ -1,0 +1,279 @@
+//! A stanza's repositories with keys of their own (issue 54): PostgreSQL 15 archives
+//! through `--stanza` into two encrypted directory repositories, each sealed with its
+//! own key; a backup goes to each; `--repo-index` picks one; a key file that cannot be
+//! used names its repository; and once the first repository is lost (made again,
+//! empty), a restore takes the chain from the second and the restored server's
+//! restore_command opens each repository with its own key through the configuration.
+
+mod common;
+
+use common::pg::{check_restored, postgres_dir, run_as_postgres, Pg};
+use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+fn rows(pg: &Pg) -> String {
+    pg.sql("SELECT count(*) || ':' || sum(g) FROM t")
+}
+
+/// pagevault as the postgres user (the key files are its own), which must succeed.
+fn pg_ok(args: &[&str]) -> String {
+    let r = run_as_postgres(args);
+    assert_eq!(r.code, 0, "{args:?}:\n{}\n{}", r.stdout, r.stderr);
+    r.stdout
+}
+
+fn pg_json(args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    serde_json::from_str(&pg_ok(&a)).expect("valid JSON")
+}
+
+/// A key file of the postgres user: 32 bytes from `seed`, mode 0600.
+fn pg_key(dir: &Path, name: &str, seed: u64) -> String {
+    let k = key_file(dir, name, seed, true);
+    common::pg::give_to_postgres(Path::new(&k));
+    k
+}
+
+/// A configuration file root owns (mode 0644, so the server reads it), stanza `main`
+/// with repositories `first` and `second`, each with its key file.
+fn config(dir: &Path, name: &str, a: &str, ka: &str, b: &str, kb: &str) -> String {
+    let p = dir.join(name);
+    fs::write(
+        &p,
+        format!(
+            "[stanza.main]\n\n[[stanza.main.repo]]\nname = \"first\"\npath = \"{a}\"\nkey-file = \"{ka}\"\n\n\
+             [[stanza.main.repo]]\nname = \"second\"\npath = \"{b}\"\nkey-file = \"{kb}\"\nkeep-full = 4\n"
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+    s(&p)
+}
+
+/// The archived copy of WAL file `name` in directory repository `repo`.
+fn archived(repo: &str, name: &str) -> bool {
+    let dir = Path::new(repo).join("wal").join(&name[..8]);
+    fs::read_dir(dir).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(name))
+    })
+}
+
+#[test]
+fn repositories_with_keys_of_their_own_archive_back_up_and_recover() {
+    let dir = postgres_dir("keys");
+    let (ka, kb) = (
+        pg_key(&dir, "first.key", 11),
+        pg_key(&dir, "second.key", 22),
+    );
+    let a = s(&postgres_dir("first").join("repo"));
+    let b = s(&postgres_dir("second").join("repo"));
+    pg_ok(&["init", "--repo", &a, "--key-file", &ka]);
+    pg_ok(&["init", "--repo", &b, "--key-file", &kb]);
+    let cfg = config(&dir, "pagevault.toml", &a, &ka, &b, &kb);
+    let st = ["--config", &cfg, "--stanza", "main"];
+
+    // --show-config names each repository's key file and its settings.
+    let shown = ok(&[
+        "history",
+        "--config",
+        &cfg,
+        "--stanza",
+        "main",
+        "--repo-index",
+        "second",
+        "--show-config",
+    ]);
+    assert!(shown.contains(&format!("key-file={kb}")), "{shown}");
+    assert!(
+        shown.lines().any(|l| l.contains(&b) && l.contains("used")),
+        "{shown}"
+    );
+    assert!(
+        !shown.lines().any(|l| l.contains(&a) && l.contains("used")),
+        "{shown}"
+    );
+
+    let push = format!("{} archive-push %p --config {cfg} --stanza main", bin());
+    let pg = Pg::start(true, Some(&push));
+    pg.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g");
+    let url = format!("{}?pgdata={}", pg.url(), pg.data.display());
+    let mut backup = vec!["backup", "--source", &url];
+    backup.extend_from_slice(&st);
+    pg_json(&backup);
+    backup.extend_from_slice(&["--to-repo", "2"]);
+    pg_json(&backup);
+    pg.sql("INSERT INTO t SELECT g FROM generate_series(1001, 30000) g");
+    let seg = pg.switch_and_wait();
+    pg.sql("SELECT pg_create_restore_point('newest')");
+    let want = rows(&pg);
+    pg.switch_and_wait();
+
+    // Each repository holds the segment, sealed with its own key: the second's copy
+    // does not open with the first's key, and opens with its own.
+    assert!(archived(&a, &seg) && archived(&b, &seg), "{seg}");
+    let get = |repo: &str, key: &str, out: &str| {
+        let out = s(&dir.join(out));
+        let r = run_as_postgres(&["archive-get", &seg, &out, "--repo", repo, "--key-file", key]);
+        (r, Path::new(&out).exists())
+    };
+    let (wrong, there) = get(&b, &ka, "wrong");
+    assert!(
+        wrong.code != 0 && !there && wrong.stderr.contains("wrong key"),
+        "{}",
+        wrong.stderr
+    );
+    let (r, there) = get(&b, &kb, "second");
+    assert!(r.code == 0 && there, "{}", r.stderr);
+    let (r, there) = get(&a, &ka, "first");
+    assert!(r.code == 0 && there, "{}", r.stderr);
+
+    // --repo-index picks one: each lists its own set only.
+    let ids = |sel: &str| -> Vec<String> {
+        let mut h = vec!["history", "--repo-index", sel];
+        h.extend_from_slice(&st);
+        (pg_json(&h)["sets"].as_array().unwrap().iter())
+            .map(|s| s["set_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (first, second) = (ids("first"), ids("2"));
+    assert_eq!((first.len(), second.len()), (1, 1), "{first:?} {second:?}");
+    assert_ne!(first, second);
+    let mut v = vec!["verify", "--repo-index", "2"];
+    v.extend_from_slice(&st);
+    let verified = pg_json(&v);
+    assert_eq!(verified["valid"], true, "{verified}");
+    let mut one = vec!["status", "--repo-index", "second"];
+    one.extend_from_slice(&st);
+    let status = pg_json(&one);
+    assert_eq!(status["repo"].as_str(), Some(b.as_str()), "{status}");
+
+    // A key file of the second that cannot be read names the second.
+    let missing = s(&dir.join("absent.key"));
+    let bad = config(&dir, "bad.toml", &a, &ka, &b, &missing);
+    let r = run_as_postgres(&[
+        "history",
+        "--config",
+        &bad,
+        "--stanza",
+        "main",
+        "--repo-index",
+        "2",
+    ]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("repository 'second' (2)") && r.stderr.contains(&missing),
+        "{}",
+        r.stderr
+    );
+    let r = run_as_postgres(&["status", "--config", &bad, "--stanza", "main"]);
+    assert!(
+        r.code != 0 && r.stderr.contains("repository 'second' (2)") && r.stderr.contains(&missing),
+        "{}",
+        r.stderr
+    );
+    // The first's key for the second: refused by the second (its path named).
+    let swapped = config(&dir, "swapped.toml", &a, &ka, &b, &ka);
+    let r = run_as_postgres(&[
+        "history",
+        "--config",
+        &swapped,
+        "--stanza",
+        "main",
+        "--repo-index",
+        "2",
+    ]);
+    assert!(r.code != 0 && r.stderr.contains(&b), "{}", r.stderr);
+
+    // The first is lost and made again, empty: the chain comes from the second, and the
+    // restore_command reads each repository with its own key from the configuration.
+    fs::remove_dir_all(&a).unwrap();
+    pg_ok(&["init", "--repo", &a, "--key-file", &ka]);
+    let target = postgres_dir("restored").join("data");
+    let to = s(&target);
+    let mut restore = vec![
+        "restore",
+        "--to",
+        &to,
+        "--owner",
+        "postgres",
+        "--until-name",
+        "newest",
+        "--json",
+    ];
+    restore.extend_from_slice(&st);
+    let r: serde_json::Value = serde_json::from_str(&ok(&restore)).unwrap();
+    let warnings = r["warnings"].to_string();
+    assert!(warnings.contains(&a), "{r}");
+    let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
+    let line = conf
+        .lines()
+        .find(|l| l.starts_with("restore_command"))
+        .unwrap();
+    assert!(
+        line.contains(&format!("--config {cfg}"))
+            && line.contains("--stanza main")
+            && line.contains(&format!("--repo {b} --repo {a}"))
+            && !line.contains("--key-file"),
+        "{line}"
+    );
+    drop(pg);
+    check_restored(&target, &want, rows);
+}
+
+/// --repo-index is refused beside --repo, and a place or name the stanza lacks lists
+/// its repositories; a repository's key settings are checked when the file is read.
+#[test]
+fn repo_index_and_repository_keys_are_checked() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
+    let k = key_file(d.path(), "k", 1, false);
+    let cfg = config(d.path(), "c.toml", &a, &k, &b, &k);
+    let e = fails(
+        &[
+            "history",
+            "--config",
+            &cfg,
+            "--stanza",
+            "main",
+            "--repo-index",
+            "2",
+            "--repo",
+            &a,
+        ],
+        2,
+    );
+    assert!(e.contains("--repo-index picks one"), "{e}");
+    let e = fails(
+        &[
+            "expire",
+            "--config",
+            &cfg,
+            "--stanza",
+            "main",
+            "--repo-index",
+            "offsite",
+        ],
+        2,
+    );
+    assert!(
+        e.contains("--repo-index offsite")
+            && e.contains("'first' (1)")
+            && e.contains("'second' (2)"),
+        "{e}"
+    );
+    let e = fails(&["history", "--repo-index", "1", "--repo", &a], 2);
+    assert!(e.contains("--repo-index"), "{e}");
+    let p = d.path().join("both.toml");
+    fs::write(
+        &p,
+        format!("[stanza.main]\n[[stanza.main.repo]]\npath = \"{a}\"\nkey-file = \"{k}\"\npassphrase-file = \"{k}\"\n"),
+    )
+    .unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    let e = fails(&["history", "--config", &s(&p), "--stanza", "main"], 2);
+    assert!(e.contains("not both") && e.contains("both.toml"), "{e}");
+}
