@@ -277,3 +277,41 @@ fn repo_index_and_repository_keys_are_checked() {
     let e = fails(&["history", "--config", &s(&p), "--stanza", "main"], 2);
     assert!(e.contains("not both") && e.contains("both.toml"), "{e}");
 }
+
+/// `copy --stanza main --repo A --to-repo B`: each opens with its own key, B's from its
+/// table unless --to-key-file names another; restore --repo-index reads B with its key.
+#[test]
+fn a_copy_between_repositories_of_a_stanza_opens_each_with_its_own_key() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let src = d.join("src");
+    make_tree(&src);
+    let (a, b) = (s(&d.join("a")), s(&d.join("b")));
+    let (ka, kb) = (key_file(d, "ka", 1, false), key_file(d, "kb", 2, true));
+    ok(&["init", "--repo", &a, "--key-file", &ka]);
+    ok(&["init", "--repo", &b, "--key-file", &kb]);
+    let cfg = config(d, "c.toml", &a, &ka, &b, &kb);
+    let st = ["--config", cfg.as_str(), "--stanza", "main"];
+    let source = format!("files:{}", s(&src));
+    let mut backup = vec!["backup", "--source", &source];
+    backup.extend_from_slice(&st);
+    let id = json(&backup)["set_id"].as_str().unwrap().to_string();
+    let mut copy = vec!["copy", "--repo", &a, "--to-repo", &b];
+    copy.extend_from_slice(&st);
+    let j = json(&copy);
+    assert_eq!(j["sets"][0]["set_id"].as_str(), Some(id.as_str()), "{j}");
+    // Sealed with B's key: it opens with that key alone.
+    let v = json(&["verify", "--repo", &b, "--key-file", &kb]);
+    assert_eq!(v["valid"], true, "{v}");
+    let e = fails(&["verify", "--repo", &b, "--key-file", &ka], 1);
+    assert!(e.contains("wrong key"), "{e}");
+    // --to-key-file still wins: A's key for B is refused by B.
+    copy.extend_from_slice(&["--to-key-file", &ka, "--all"]);
+    let e = fails(&copy, 1);
+    assert!(e.contains("wrong key"), "{e}");
+    let out = s(&d.join("out"));
+    let mut restore = vec!["restore", "--repo-index", "second", "--to", &out];
+    restore.extend_from_slice(&st);
+    ok(&restore);
+    assert_same_tree(&src, Path::new(&out));
+}

@@ -233,4 +233,28 @@ mod tests {
         let e = parse("repo = [{ path = \"/a\", name = \"x\" }, { path = \"/b\", name = \"x\" }]");
         assert!(e.unwrap_err().contains("both named 'x'"));
     }
+
+    #[test]
+    fn a_repository_may_hold_its_own_key_and_endpoint() {
+        let two = parse(
+            "[[repo]]\npath = \"/b/main\"\n[[repo]]\nname = \"off\"\npath = \"s3://b/main\"\n\
+             key_file = \"/k/off.key\"\ns3-endpoint = \"https://s3.example.net\"\n",
+        )
+        .unwrap();
+        assert!(!two[0].has_own_key() && two[1].has_own_key());
+        assert_eq!(
+            two[1].get("s3-endpoint").and_then(Value::as_str),
+            Some("https://s3.example.net")
+        );
+        assert!(two[1].shown.contains(&"key-file=/k/off.key".to_string()));
+        let p = parse("[[repo]]\npath = \"/a\"\npassphrase-file = \"/k/p\"\n").unwrap();
+        assert!(p[0].has_own_key());
+        let e = parse("[[repo]]\npath = \"/a\"\nkey-file = \"/k\"\npassphrase-file = \"/p\"\n");
+        assert!(e.unwrap_err().contains("not both"));
+        let e = parse("[[repo]]\npath = \"/a\"\nkey-file = 3\n").unwrap_err();
+        assert!(e.contains("'key-file' is a string"), "{e}");
+        let e =
+            parse("[[repo]]\npath = \"/a\"\ncredentials-env = { AWS_SECRET_ACCESS_KEY = \"X\" }\n");
+        assert!(e.unwrap_err().contains("credentials-env is the stanza's"));
+    }
 }
