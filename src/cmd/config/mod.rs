@@ -407,7 +407,11 @@ fn stanza_repositories(
             "--{flag} picks one of the stanza's repositories and --repo {r} names one itself: give one of them"
         ),
         (Some((_, flag)), None) if left_to_cli("repo", path, m, ids) => {
-            bail!("--{flag} picks a repository and --to/--from name devices: give one of them")
+            let other = match flag {
+                "to-repo" => "--to names devices",
+                _ => "--from names stripes",
+            };
+            bail!("--{flag} picks a repository and {other}: give one of them")
         }
         (Some((sel, flag)), None) if list.is_empty() => bail!(
             "--{flag} {sel} picks one of a stanza's repositories: give --stanza NAME, its repo a list (docs/CONFIG.md)"
