@@ -50,7 +50,9 @@ pub struct PushArgs {
     /// The repository to archive into. Repeat to archive into several at once (a
     /// stanza's repo list does): the push succeeds only once every one holds the file,
     /// and a failure names the repository. With --async, the spool keeps each file
-    /// until every one holds it, each pushed to on its own.
+    /// until every one holds it, each pushed to on its own. Each repository of a
+    /// stanza is sealed with its own key-file or passphrase-file and reached at its own
+    /// s3-endpoint when its [[stanza.NAME.repo]] table gives them.
     #[arg(long, required = true)]
     pub repo: Vec<String>,
     /// Store each segment's block summary beside it (which blocks its records change):
@@ -125,7 +127,9 @@ pub struct GetArgs {
     pub dest: PathBuf,
     /// The repository to fetch from. Repeat to fall back: the first that holds an intact
     /// copy serves, the others passed over are named on stderr (prefetch reads the
-    /// first).
+    /// first). Each repository of a stanza opens with its own key and endpoint when its
+    /// table gives them (a restore_command over such repositories names --config and
+    /// --stanza).
     #[arg(long, required = true)]
     pub repo: Vec<String>,
     /// The most segments fetched ahead: a background fetcher brings the next segments,

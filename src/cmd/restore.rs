@@ -21,7 +21,8 @@ pub struct ReadArgs {
     /// Take the set (and the WAL) from this repository instead of --from. restore: repeat
     /// to fall back, the set taken from the first repository that holds the chain, the
     /// others named after it in the restore_command written (archive-get falls back in
-    /// turn); verify reads one.
+    /// turn; when the stanza gives them keys or endpoints of their own, it names
+    /// --config and --stanza instead of a key); verify reads one.
     #[arg(long)]
     pub repo: Vec<String>,
     /// Of the stanza's repositories (--stanza), use this one: its name or its place N

@@ -16,6 +16,7 @@ pub struct StatusArgs {
     /// The repository. Repeat for several (a stanza's repo list gives them all): each
     /// one's status, and which lag behind the others in WAL; --prometheus labels each
     /// one's metrics by its `repo`, and the Nagios check checks each and takes the worst.
+    /// Each opens with its own key and endpoint when the stanza gives them.
     #[arg(long, required = true)]
     pub repo: Vec<String>,
     /// Of the stanza's repositories (--stanza), use this one: its name or its place N
