@@ -288,10 +288,16 @@ fn a_copy_between_repositories_of_a_stanza_opens_each_with_its_own_key() {
     make_tree(&src);
     let (a, b) = (s(&d.join("a")), s(&d.join("b")));
     let (ka, kb) = (key_file(d, "ka", 1, false), key_file(d, "kb", 2, true));
-    ok(&["init", "--repo", &a, "--key-file", &ka]);
-    ok(&["init", "--repo", &b, "--key-file", &kb]);
     let cfg = config(d, "c.toml", &a, &ka, &b, &kb);
     let st = ["--config", cfg.as_str(), "--stanza", "main"];
+    // init makes each with its own key.
+    for sel in ["1", "second"] {
+        let mut init = vec!["init", "--repo-index", sel];
+        init.extend_from_slice(&st);
+        ok(&init);
+    }
+    let e = fails(&["history", "--repo", &b, "--key-file", &ka], 1);
+    assert!(e.contains("wrong key"), "{e}");
     let source = format!("files:{}", s(&src));
     let mut backup = vec!["backup", "--source", &source];
     backup.extend_from_slice(&st);
@@ -314,4 +320,18 @@ fn a_copy_between_repositories_of_a_stanza_opens_each_with_its_own_key() {
     restore.extend_from_slice(&st);
     ok(&restore);
     assert_same_tree(&src, Path::new(&out));
+    // A stanza of one repository with its own key: status opens it with that key.
+    let one = d.join("one.toml");
+    fs::write(
+        &one,
+        format!("[stanza.main]\n[[stanza.main.repo]]\npath = \"{b}\"\nkey-file = \"{kb}\"\n"),
+    )
+    .unwrap();
+    fs::set_permissions(&one, fs::Permissions::from_mode(0o600)).unwrap();
+    let st = json(&["status", "--config", &s(&one), "--stanza", "main"]);
+    assert_eq!(
+        (st["repo"].as_str(), st["sets"].as_u64()),
+        (Some(b.as_str()), Some(1)),
+        "{st}"
+    );
 }

@@ -184,8 +184,12 @@ pub fn run_push(a: PushArgs, store: &StoreOptions, repos: &RepoOptions) -> Resul
         .expect("clap requires a path without --drain");
     if a.asynchronous {
         // The pusher signs with each repository's key: refused here, not after spooling.
-        for r in repos.stores(&a.repo, store)? {
-            if a.sign && r.store.key.is_none() {
+        let stores = match a.sign {
+            true => repos.stores(&a.repo, store)?,
+            false => vec![],
+        };
+        for r in stores {
+            if r.store.key.is_none() {
                 anyhow::bail!(
                     "--sign needs a key, and {} has none: {}",
                     r.spec,

@@ -72,23 +72,28 @@ pub(crate) fn parse_age(s: &str) -> Result<f64, String> {
 /// Each repository opens with its own key and endpoint (`repos`).
 pub fn run(a: StatusArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
     let nagios = (a.warn_age.is_some() || a.crit_age.is_some()) && !a.json && !a.prometheus;
-    if a.repo.len() > 1 {
-        let stores = match repos.stores(&a.repo, store) {
-            Ok(s) => s,
-            Err(e) if nagios => {
-                println!("PAGEVAULT UNKNOWN - {}", one_line(&format!("{e:#}")));
-                return Err(super::Exit { code: 3, error: e }.into());
-            }
-            Err(e) => return Err(e),
-        };
-        return run_all(&a, &stores, nagios);
+    let stores = match repos.stores(&a.repo, store) {
+        Ok(s) => s,
+        Err(e) if nagios => {
+            println!("PAGEVAULT UNKNOWN - {}", one_line(&format!("{e:#}")));
+            return Err(super::Exit { code: 3, error: e }.into());
+        }
+        Err(e) => return Err(e),
+    };
+    if let [one] = stores.as_slice() {
+        return run_one(&a, one, nagios);
     }
+    run_all(&a, &stores, nagios)
+}
+
+/// One repository's status.
+fn run_one(a: &StatusArgs, one: &RepoStore, nagios: bool) -> Result<()> {
     let r = match status(&StatusOptions {
-        repo: a.repo[0].clone(),
+        repo: one.spec.clone(),
         source: a.source.clone(),
         password_file: a.password_file.clone(),
         spool: a.spool.clone(),
-        store: store.clone(),
+        store: one.store.clone(),
     }) {
         Ok(r) => r,
         // Nagios reads stdout's first line: a check that could not run is UNKNOWN (3).
