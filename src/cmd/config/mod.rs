@@ -475,12 +475,20 @@ pub fn print(e: &Effective) {
         println!("  repositories of the stanza:");
     }
     for r in &e.repositories {
+        // What it does not set itself is the stanza's: said, so none reads as "none".
+        let mut shown = r.shown.clone();
+        if !r.has_own_key() {
+            shown.push("key=stanza's".into());
+        }
+        if r.get("s3-endpoint").is_none() {
+            shown.push("s3-endpoint=stanza's".into());
+        }
         println!(
             "    {:<14}  {:<30}  {}{}",
             r.label(),
             r.path,
             if r.used { "used " } else { "" },
-            r.shown.join(" ")
+            shown.join(" ")
         );
     }
 }
