@@ -276,6 +276,37 @@ fn repo_index_and_repository_keys_are_checked() {
     fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
     let e = fails(&["history", "--config", &s(&p), "--stanza", "main"], 2);
     assert!(e.contains("not both") && e.contains("both.toml"), "{e}");
+    // The stanza's passphrase for the first, the second's own key file: each repository
+    // opens with its own, one by one and together.
+    let phrase = d.path().join("phrase");
+    fs::write(&phrase, "correct horse battery staple\n").unwrap();
+    fs::set_permissions(&phrase, fs::Permissions::from_mode(0o600)).unwrap();
+    ok(&["init", "--repo", &a, "--passphrase-file", &s(&phrase)]);
+    ok(&["init", "--repo", &b, "--key-file", &k]);
+    let mixed = d.path().join("mixed.toml");
+    fs::write(
+        &mixed,
+        format!(
+            "[stanza.main]\npassphrase-file = \"{}\"\n[[stanza.main.repo]]\npath = \"{a}\"\n\
+             [[stanza.main.repo]]\npath = \"{b}\"\nkey-file = \"{k}\"\n",
+            s(&phrase)
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&mixed, fs::Permissions::from_mode(0o600)).unwrap();
+    let m = ["--config", mixed.to_str().unwrap(), "--stanza", "main"];
+    for sel in ["1", "2"] {
+        let mut h = vec!["history", "--repo-index", sel];
+        h.extend_from_slice(&m);
+        ok(&h);
+    }
+    let mut st = vec!["status"];
+    st.extend_from_slice(&m);
+    let all = json(&st);
+    let up: Vec<bool> = (all["repositories"].as_array().unwrap().iter())
+        .map(|r| r["repository_up"].as_bool().unwrap())
+        .collect();
+    assert_eq!(up, [true, true], "{all}");
 }
 
 /// `copy --stanza main --repo A --to-repo B`: each opens with its own key, B's from its

@@ -241,16 +241,10 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
                 continue;
             }
             // A repository's own key replaces the stanza's, whichever option gives either.
-            let own_key = selected.is_some_and(|i| repositories[i].has_own_key());
-            if own_key && matches!(long, "key-file" | "passphrase-file") {
-                if let Some(v) = selected.and_then(|i| repositories[i].get(long)) {
-                    let e = &repositories[selected.unwrap_or_default()];
-                    let origin = Some(repo_origin(stanza.as_deref(), e));
-                    let args =
-                        file::as_args(f, origin.as_deref(), long, v, a).map_err(Failure::Config)?;
-                    extra.extend(args);
-                    from_file.insert(id.to_string(), origin);
-                }
+            let used = selected.map(|i| &repositories[i]);
+            if used.is_some_and(|e| e.has_own_key() && e.get(long).is_none())
+                && matches!(long, "key-file" | "passphrase-file")
+            {
                 continue;
             }
             // The settings of the repository used win over the stanza's.
