@@ -222,6 +222,33 @@ fn repositories_with_keys_of_their_own_archive_back_up_and_recover() {
     );
     drop(pg);
     check_restored(&target, &want, rows);
+
+    // The first removed for good: a restore from the second alone writes its key.
+    fs::remove_dir_all(&a).unwrap();
+    let target = postgres_dir("alone").join("data");
+    let to = s(&target);
+    let mut restore = vec![
+        "restore",
+        "--to",
+        &to,
+        "--owner",
+        "postgres",
+        "--until-name",
+        "newest",
+    ];
+    restore.extend_from_slice(&["--repo-index", "2"]);
+    restore.extend_from_slice(&st);
+    ok(&restore);
+    let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
+    let line = conf
+        .lines()
+        .find(|l| l.starts_with("restore_command"))
+        .unwrap();
+    assert!(
+        line.contains(&format!("--repo {b} --key-file {kb}")) && !line.contains(&a),
+        "{line}"
+    );
+    check_restored(&target, &want, rows);
 }
 
 /// --repo-index is refused beside --repo, and a place or name the stanza lacks lists
