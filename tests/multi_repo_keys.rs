@@ -369,7 +369,12 @@ fn a_copy_between_repositories_of_a_stanza_opens_each_with_its_own_key() {
     assert_eq!(v["valid"], true, "{v}");
     let e = fails(&["verify", "--repo", &b, "--key-file", &ka], 1);
     assert!(e.contains("wrong key"), "{e}");
-    // --to-key-file still wins: A's key for B is refused by B.
+    // The source's key given on the command line stays the source's: B opens with its
+    // own (nothing left to copy); --to-key-file still wins: A's key, refused by B.
+    let mut given = copy.clone();
+    given.extend_from_slice(&["--key-file", &ka]);
+    let j = json(&given);
+    assert_eq!(j["sets_copied"], 0, "{j}");
     copy.extend_from_slice(&["--to-key-file", &ka, "--all"]);
     let e = fails(&copy, 1);
     assert!(e.contains("wrong key"), "{e}");

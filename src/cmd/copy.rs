@@ -57,7 +57,7 @@ pub struct CopyArgs {
 /// else with its own key and endpoint when it is one of the stanza's repositories
 /// (`repos`), else with the source's.
 pub fn run(a: CopyArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
-    let own = repos.store_of(&a.to_repo, store)?;
+    let own = repos.own_store(&a.to_repo, store)?;
     let key = match (&a.to_key_file, &a.to_passphrase_file) {
         (Some(_), Some(_)) => bail!("give --to-key-file or --to-passphrase-file, not both"),
         (Some(f), None) => Some(read_key_file(f)?),

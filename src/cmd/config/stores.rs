@@ -54,13 +54,23 @@ impl RepoOptions {
     /// The options repository `spec` opens with: `base` (the run's) with the key and
     /// endpoint of its own table. A key file that does not load names the repository.
     pub fn store_of(&self, spec: &str, base: &StoreOptions) -> Result<StoreOptions> {
+        self.resolve(spec, base, true)
+    }
+
+    /// As [`store_of`](Self::store_of), its own key and endpoint winning over those of
+    /// the command line too: `copy`'s destination, whose --key-file is the source's.
+    pub fn own_store(&self, spec: &str, base: &StoreOptions) -> Result<StoreOptions> {
+        self.resolve(spec, base, false)
+    }
+
+    fn resolve(&self, spec: &str, base: &StoreOptions, cli_wins: bool) -> Result<StoreOptions> {
         let mut out = base.clone();
         let Some(e) = self.entry_of(spec) else {
             return Ok(out);
         };
         let path = |k: &str| e.get(k).and_then(|v| v.as_str()).map(Path::new);
         let (kf, pf) = (path("key-file"), path("passphrase-file"));
-        if !self.key_given && (kf.is_some() || pf.is_some()) {
+        if !(cli_wins && self.key_given) && (kf.is_some() || pf.is_some()) {
             let key = crate::crypt::load::key_source(kf, pf, self.server)
                 .with_context(|| format!("repository {} ({}): its key", e.label(), e.path))?;
             if key.is_some() {
@@ -68,7 +78,7 @@ impl RepoOptions {
             }
             out.key = key;
         }
-        if let (false, Some(u)) = (self.endpoint_given, e.get("s3-endpoint")) {
+        if let (false, Some(u)) = (cli_wins && self.endpoint_given, e.get("s3-endpoint")) {
             out.s3_endpoint = u.as_str().map(str::to_string);
         }
         Ok(out)
