@@ -4,6 +4,8 @@
 //! used names its repository; and once the first repository is lost (made again,
 //! empty), a restore takes the chain from the second and the restored server's
 //! restore_command opens each repository with its own key through the configuration.
+//! A repository in MinIO is reached at the endpoint of its own table; `copy` between a
+//! stanza's repositories seals with the destination's own key.
 
 mod common;
 
@@ -397,4 +399,94 @@ fn a_copy_between_repositories_of_a_stanza_opens_each_with_its_own_key() {
         (Some(b.as_str()), Some(1)),
         "{st}"
     );
+}
+
+/// A repository in MinIO reached at the endpoint of its own table, sealed with its own
+/// key, beside a directory that takes the stanza's key; the stanza's endpoint (and
+/// AWS_ENDPOINT_URL) lead nowhere.
+#[test]
+fn a_repository_in_minio_is_reached_at_its_own_endpoint_with_its_own_key() {
+    let minio = common::stores::shared().minio.endpoint();
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let dir = s(&d.join("local"));
+    let s3 = format!("s3://pvtest/{}", common::stores::unique("keys"));
+    let (kd, ks) = (key_file(d, "kd", 5, false), key_file(d, "ks", 6, true));
+    ok(&["init", "--repo", &dir, "--key-file", &kd]);
+    ok(&[
+        "init",
+        "--repo",
+        &s3,
+        "--key-file",
+        &ks,
+        "--s3-endpoint",
+        &minio,
+    ]);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let cfg = d.join("pagevault.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[stanza.main]\nkey-file = \"{kd}\"\ns3-endpoint = \"{dead}\"\n\
+             [[stanza.main.repo]]\nname = \"local\"\npath = \"{dir}\"\n\
+             [[stanza.main.repo]]\nname = \"offsite\"\npath = \"{s3}\"\n\
+             key-file = \"{ks}\"\ns3-endpoint = \"{minio}\"\n"
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&cfg, fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = s(&cfg);
+    let env = [
+        ("AWS_ENDPOINT_URL", dead.as_str()),
+        ("PAGEVAULT_RETRY_SECONDS", "1"),
+    ];
+    let pg = Pg::start(false, None);
+    let name = pg.sql("SELECT pg_walfile_name(pg_current_wal_insert_lsn())");
+    pg.sql("SELECT pg_switch_wal()");
+    let seg = d.join(&name);
+    fs::copy(pg.data.join("pg_wal").join(&name), &seg).unwrap();
+    drop(pg);
+    let st = ["--config", cfg.as_str(), "--stanza", "main"];
+    let mut push = vec!["archive-push", seg.to_str().unwrap(), "--json"];
+    push.extend_from_slice(&st);
+    let r = run_env(&push, &env);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let each = j["repositories"].as_array().unwrap();
+    assert!(each.iter().all(|r| r["outcome"] == "archived"), "{j}");
+    // The copy in MinIO opens with its own key only.
+    let get = |key: &str, out: &str| {
+        let out = s(&d.join(out));
+        let a = [
+            "archive-get",
+            &name,
+            &out,
+            "--repo",
+            &s3,
+            "--key-file",
+            key,
+            "--s3-endpoint",
+            &minio,
+        ];
+        (run_env(&a, &env), Path::new(&out).exists())
+    };
+    let (r, there) = get(&kd, "wrong");
+    assert!(
+        r.code != 0 && !there && r.stderr.contains("wrong key"),
+        "{}",
+        r.stderr
+    );
+    let (r, there) = get(&ks, "right");
+    assert!(r.code == 0 && there, "{}", r.stderr);
+    assert_eq!(fs::read(d.join("right")).unwrap(), fs::read(&seg).unwrap());
+    // status reads both, each with its own key at its own endpoint.
+    let mut status = vec!["status", "--json"];
+    status.extend_from_slice(&st);
+    let r = run_env(&status, &env);
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let up: Vec<bool> = (j["repositories"].as_array().unwrap().iter())
+        .map(|r| r["repository_up"].as_bool().unwrap())
+        .collect();
+    assert_eq!(up, [true, true], "{j}");
+    assert_eq!(j["wal_lagging"].as_array().unwrap().len(), 0, "{j}");
 }
