@@ -207,6 +207,16 @@ fn repositories_with_keys_of_their_own_archive_back_up_and_recover() {
         "--json",
     ];
     restore.extend_from_slice(&st);
+    // A configuration the server's user cannot read: refused before anything is written.
+    fs::set_permissions(&cfg, fs::Permissions::from_mode(0o600)).unwrap();
+    let e = fails(&restore, 1);
+    assert!(
+        e.contains("restore_command this restore would write fails")
+            && e.contains("configuration file"),
+        "{e}"
+    );
+    assert!(fs::read_dir(&target).map_or(true, |mut d| d.next().is_none()));
+    fs::set_permissions(&cfg, fs::Permissions::from_mode(0o644)).unwrap();
     let r: serde_json::Value = serde_json::from_str(&ok(&restore)).unwrap();
     let warnings = r["warnings"].to_string();
     assert!(warnings.contains(&a), "{r}");

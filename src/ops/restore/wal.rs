@@ -202,7 +202,7 @@ pub(crate) fn probe_restore_command(
     let said = String::from_utf8_lossy(&out.stderr);
     let said = said.trim();
     bail!(
-        "the restore_command this restore would write fails when run as {who} on {name} ({}{}{said}): the server would stop its recovery (or end it early); make the key file and the repository readable by {who} (a key file it reads must not be readable by group or others: chmod 600, owned by that user), then restore again; nothing was written",
+        "the restore_command this restore would write fails when run as {who} on {name} ({}{}{said}): the server would stop its recovery (or end it early); make the key files, the configuration file it names (if any) and the repositories readable by {who} (a key file it reads must not be readable by group or others: chmod 600, owned by that user), then restore again; nothing was written",
         match out.status.code() {
             Some(c) => format!("exit {c}"),
             None => "killed by a signal".into(),
