@@ -117,3 +117,65 @@ impl RepoOptions {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::config::{repos, Setting};
+
+    fn effective(text: &str, origin: &str) -> Effective {
+        let v: toml::Table = toml::from_str(text).unwrap();
+        let setting = |o: &str| Setting {
+            option: o.into(),
+            values: vec![],
+            origin: origin.into(),
+        };
+        Effective {
+            command: "status".into(),
+            config_file: None,
+            stanza: Some("main".into()),
+            settings: vec![setting("key-file"), setting("s3-endpoint")],
+            repositories: repos::entries(&v["repo"]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn each_repository_takes_its_own_key_and_endpoint_unless_the_command_line_gives_them() {
+        let d = tempfile::tempdir().unwrap();
+        let key = d.path().join("k");
+        std::fs::write(&key, [7u8; 32]).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let text = format!(
+            "[[repo]]\npath = \"/b/one\"\n[[repo]]\nname = \"off\"\npath = \"s3://b/two\"\n\
+             key-file = \"{}\"\ns3-endpoint = \"https://s3.example.net\"\n",
+            key.display()
+        );
+        let base = StoreOptions {
+            s3_endpoint: Some("https://base.example.net".into()),
+            key: None,
+        };
+        let file = RepoOptions::new(&effective(&text, "file:main"), None);
+        let all = file
+            .stores(&["/b/one/".into(), "S3://b//two".into()], &base)
+            .unwrap();
+        assert_eq!(all[0].store, base);
+        assert!(all[1].store.key.is_some());
+        assert_eq!(
+            all[1].store.s3_endpoint.as_deref(),
+            Some("https://s3.example.net")
+        );
+        // Given on the command line: the same for every repository, except copy's
+        // destination, which keeps its own.
+        let cli = RepoOptions::new(&effective(&text, "cli"), None);
+        assert_eq!(cli.store_of("s3://b/two", &base).unwrap(), base);
+        assert!(cli.own_store("s3://b/two", &base).unwrap().key.is_some());
+        // A key file that cannot be used names its repository and the file.
+        std::fs::remove_file(&key).unwrap();
+        let e = format!("{:#}", file.store_of("s3://b/two", &base).unwrap_err());
+        assert!(
+            e.contains("repository 'off' (2)") && e.contains(&key.display().to_string()),
+            "{e}"
+        );
+    }
+}
