@@ -304,6 +304,25 @@ fn repo_index_and_repository_keys_are_checked() {
             && e.contains("'second' (2)"),
         "{e}"
     );
+    let e = fails(
+        &[
+            "key",
+            "rotate",
+            "--config",
+            &cfg,
+            "--stanza",
+            "main",
+            "--repo-index",
+            "9",
+            "--new-key-file",
+            &k,
+        ],
+        2,
+    );
+    assert!(
+        e.contains("--repo-index 9") && e.contains("'second' (2)"),
+        "{e}"
+    );
     let e = fails(&["history", "--repo-index", "1", "--repo", &a], 2);
     assert!(e.contains("--repo-index"), "{e}");
     let p = d.path().join("both.toml");
