@@ -140,6 +140,10 @@ fn main() -> ExitCode {
         cli.passphrase_file.as_deref(),
         server,
     )
+    .map_err(|e| match config::key_owner(&effective) {
+        Some(r) => e.context(format!("repository {} ({}): its key", r.label(), r.path)),
+        None => e,
+    })
     .and_then(|k| {
         // No core dump, ptrace or /proc/PID/mem of the user may hold the key.
         if k.is_some() {
@@ -151,24 +155,26 @@ fn main() -> ExitCode {
         s3_endpoint: cli.s3_endpoint.clone(),
         key,
     });
+    // Each repository of the stanza opens with its own key and endpoint, if it has them.
+    let repos = config::RepoOptions::new(&effective, server);
     let run = std::panic::AssertUnwindSafe(|| match cli.command {
         // A key that does not load is one of its findings.
         Command::Check(a) => cmd::check::run(a, store, cli.s3_endpoint.clone()),
         command => store.and_then(|store| match command {
             Command::Backup(a) => cmd::backup::run(a, &store),
-            Command::Restore(a) => cmd::restore::run_restore(a, &store),
+            Command::Restore(a) => cmd::restore::run_restore(a, &store, &repos),
             Command::Verify(a) => cmd::restore::run_verify(a, &store),
             Command::Header(a) => cmd::info::run_header(a, &store),
             Command::Files(a) => cmd::info::run_files(a, &store),
-            Command::ArchivePush(a) => cmd::archive::run_push(a, &store),
-            Command::ArchiveGet(a) => cmd::archive::run_get(a, &store),
+            Command::ArchivePush(a) => cmd::archive::run_push(a, &store, &repos),
+            Command::ArchiveGet(a) => cmd::archive::run_get(a, &store, &repos),
             Command::Init(a) => cmd::init::run(a, &store),
             Command::History(a) => cmd::history::run(a, &store),
-            Command::Status(a) => cmd::status::run(a, &store),
+            Command::Status(a) => cmd::status::run(a, &store, &repos),
             Command::Expire(a) => cmd::expire::run(a, &store),
             Command::Estimate(a) => cmd::estimate::run(a, &store),
             Command::Merge(a) => cmd::merge::run(a, &store),
-            Command::Copy(a) => cmd::copy::run(a, &store),
+            Command::Copy(a) => cmd::copy::run(a, &store, &repos),
             Command::Drill(a) => cmd::drill::run(a, &store),
             Command::Key(a) => cmd::key::run(a, &store),
             Command::Bench(a) => cmd::bench::run(a),

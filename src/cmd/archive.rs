@@ -25,6 +25,7 @@
 //! that cannot be read, exits 126: PostgreSQL treats a status above 125 as fatal and
 //! stops recovery with an error, instead of ending it early and promoting.
 
+use crate::cmd::config::RepoOptions;
 use crate::device::object::StoreOptions;
 use crate::ops::archive;
 use crate::repo::wal;
@@ -49,7 +50,9 @@ pub struct PushArgs {
     /// The repository to archive into. Repeat to archive into several at once (a
     /// stanza's repo list does): the push succeeds only once every one holds the file,
     /// and a failure names the repository. With --async, the spool keeps each file
-    /// until every one holds it, each pushed to on its own.
+    /// until every one holds it, each pushed to on its own. Each repository of a
+    /// stanza is sealed with its own key-file or passphrase-file and reached at its own
+    /// s3-endpoint when its [[stanza.NAME.repo]] table gives them.
     #[arg(long, required = true)]
     pub repo: Vec<String>,
     /// Store each segment's block summary beside it (which blocks its records change):
@@ -124,7 +127,9 @@ pub struct GetArgs {
     pub dest: PathBuf,
     /// The repository to fetch from. Repeat to fall back: the first that holds an intact
     /// copy serves, the others passed over are named on stderr (prefetch reads the
-    /// first).
+    /// first). Each repository of a stanza opens with its own key and endpoint when its
+    /// table gives them (a restore_command over such repositories names --config and
+    /// --stanza).
     #[arg(long, required = true)]
     pub repo: Vec<String>,
     /// The most segments fetched ahead: a background fetcher brings the next segments,
@@ -147,7 +152,7 @@ pub struct GetArgs {
 }
 
 impl GetArgs {
-    fn options(&self, store: &StoreOptions) -> archive::GetOptions {
+    fn options(&self, store: &StoreOptions, repos: &RepoOptions) -> Result<archive::GetOptions> {
         let asked_by_server = self.dest.file_name().is_some_and(|n| n == "RECOVERYXLOG");
         let prefetch = self
             .prefetch
@@ -158,38 +163,47 @@ impl GetArgs {
                 .unwrap_or(Path::new("."))
                 .join(archive::prefetch::DEFAULT_DIR)
         });
-        archive::GetOptions {
+        Ok(archive::GetOptions {
             name: self.name.clone(),
             dest: self.dest.clone(),
-            repos: self.repo.clone(),
+            repos: repos.stores(&self.repo, store)?,
             prefetch,
             prefetch_dir,
-            store: store.clone(),
-        }
+        })
     }
 }
 
-pub fn run_push(a: PushArgs, store: &StoreOptions) -> Result<()> {
+/// Each repository opens with its own key and endpoint (`repos`).
+pub fn run_push(a: PushArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
     if a.drain {
-        return run_drain(&a, store);
+        return run_drain(&a, store, repos);
     }
     let path = a
         .path
         .clone()
         .expect("clap requires a path without --drain");
     if a.asynchronous {
-        // The pusher signs with the key: refused here, not after spooling.
-        if a.sign && store.key.is_none() {
-            anyhow::bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+        // The pusher signs with each repository's key: refused here, not after spooling.
+        let stores = match a.sign {
+            true => repos.stores(&a.repo, store)?,
+            false => vec![],
+        };
+        for r in stores {
+            if r.store.key.is_none() {
+                anyhow::bail!(
+                    "--sign needs a key, and {} has none: {}",
+                    r.spec,
+                    crate::crypt::load::GIVE_KEY
+                );
+            }
         }
         return run_push_async(&a, path);
     }
     let all = archive::push(&archive::PushOptions {
         path,
-        repos: a.repo,
+        repos: repos.stores(&a.repo, store)?,
         no_summaries: a.summaries == "off",
         sign: a.sign,
-        store: store.clone(),
     })?;
     let p = &all.pushed;
     for w in &p.warnings {
@@ -307,7 +321,7 @@ fn start_pusher(spool: &archive::spool::Spool) -> Result<u32> {
     .context("cannot start the pusher")
 }
 
-fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
+fn run_drain(a: &PushArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
     let spool = a.spool.clone().expect("clap requires --spool with --drain");
     // The background pusher yields the cores to PostgreSQL and to archive_command, whose
     // speed is what keeps pg_wal small; it catches up when they rest.
@@ -317,7 +331,7 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
     let d = archive::pusher::drain(
         &archive::pusher::DrainOptions {
             spool: spool.clone(),
-            repos: a.repo.clone(),
+            repos: repos.stores(&a.repo, store)?,
             process_max: a.process_max as usize,
             linger: std::time::Duration::from_secs(2),
             give_up: (!a.pusher).then_some(std::time::Duration::from_secs(a.give_up)),
@@ -325,7 +339,6 @@ fn run_drain(a: &PushArgs, store: &StoreOptions) -> Result<()> {
             wait_for_lock: (!a.pusher).then_some(std::time::Duration::from_secs(300)),
             sign: a.sign,
             summaries: a.summaries == "on",
-            store: store.clone(),
         },
         &mut |line| {
             eprintln!(
@@ -411,19 +424,20 @@ pub fn get_status(e: &anyhow::Error) -> u8 {
     }
 }
 
-pub fn run_get(a: GetArgs, store: &StoreOptions) -> Result<()> {
-    let o = a.options(store);
+/// Each repository opens with its own key and endpoint (`repos`).
+pub fn run_get(a: GetArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
+    let o = a.options(store, repos)?;
     if let Some(seg_size) = a.fetch_ahead {
         // The segments it fetches readable and writable by this user only.
         crate::sys::private_umask(false);
         let f = archive::prefetch::fetch_ahead(&archive::prefetch::FetchOptions {
             dir: o.prefetch_dir,
-            repo: o.repos[0].clone(),
+            repo: o.repos[0].spec.clone(),
             first: o.name.clone(),
             seg_size,
             window: o.prefetch,
             linger: std::time::Duration::from_secs(10),
-            store: o.store,
+            store: o.repos[0].store.clone(),
         })?;
         let ms = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{:.0} ms", s * 1e3));
         println!(

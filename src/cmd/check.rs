@@ -36,6 +36,11 @@ pub struct CheckArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// Seconds to wait for the switched WAL segment to reach the repository.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub timeout: u64,

@@ -39,7 +39,8 @@ pub struct Cli {
     /// 32`), mode 0600. A backup or archive-push given a key encrypts (a backup with
     /// --sign signs instead); every command that reads an encrypted or signed set or
     /// repository needs it, and checks every frame's tag with it. Also
-    /// PAGEVAULT_KEY_FILE.
+    /// PAGEVAULT_KEY_FILE. A stanza's repository may hold its own key-file or
+    /// passphrase-file (docs/CONFIG.md); this option and the variables win for all.
     #[arg(long, global = true, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
     /// A passphrase (the file's first line, mode 0600) instead of a key file, made a

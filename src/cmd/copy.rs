@@ -3,6 +3,7 @@
 
 use super::printed_json;
 use super::restore::shower;
+use crate::cmd::config::RepoOptions;
 use crate::crypt::load::{read_key_file, read_passphrase_file};
 use crate::device::object::StoreOptions;
 use crate::ops::copy::{copy, CopyOptions};
@@ -30,13 +31,15 @@ pub struct CopyArgs {
     /// Copy every set the destination lacks, and all the archived WAL it lacks.
     #[arg(long)]
     pub all: bool,
-    /// The destination's key file (default: --key-file, the source's key).
+    /// The destination's key file (default: the destination's own key-file when it is
+    /// one of the stanza's repositories with one, else the source's key).
     #[arg(long, value_name = "FILE")]
     pub to_key_file: Option<PathBuf>,
-    /// The destination's passphrase file (default: --passphrase-file).
+    /// The destination's passphrase file (default as --to-key-file's).
     #[arg(long, value_name = "FILE")]
     pub to_passphrase_file: Option<PathBuf>,
-    /// Endpoint of the destination's S3-compatible server (default: --s3-endpoint).
+    /// Endpoint of the destination's S3-compatible server (default: the destination's
+    /// own s3-endpoint when the stanza gives it one, else --s3-endpoint).
     #[arg(long, value_name = "URL")]
     pub to_s3_endpoint: Option<String>,
     /// Threads checking frames (default: one per core).
@@ -50,18 +53,22 @@ pub struct CopyArgs {
     pub json: bool,
 }
 
-pub fn run(a: CopyArgs, store: &StoreOptions) -> Result<()> {
+/// The destination opens with --to-key-file / --to-passphrase-file / --to-s3-endpoint,
+/// else with its own key and endpoint when it is one of the stanza's repositories
+/// (`repos`), else with the source's.
+pub fn run(a: CopyArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
+    let own = repos.own_store(&a.to_repo, store)?;
     let key = match (&a.to_key_file, &a.to_passphrase_file) {
         (Some(_), Some(_)) => bail!("give --to-key-file or --to-passphrase-file, not both"),
         (Some(f), None) => Some(read_key_file(f)?),
         (None, Some(f)) => Some(read_passphrase_file(f)?),
-        (None, None) => store.key.clone(),
+        (None, None) => own.key.clone(),
     };
     if key.is_some() {
         crate::sys::not_dumpable().context("cannot make the process not dumpable")?;
     }
     let to_store = StoreOptions {
-        s3_endpoint: a.to_s3_endpoint.clone().or(store.s3_endpoint.clone()),
+        s3_endpoint: a.to_s3_endpoint.clone().or(own.s3_endpoint.clone()),
         key,
     };
     let o = CopyOptions {

@@ -16,6 +16,11 @@ pub struct DrillArgs {
     /// The repository.
     #[arg(long)]
     pub repo: String,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// The set to restore (default: the newest chain).
     #[arg(long)]
     pub set: Option<String>,

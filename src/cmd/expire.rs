@@ -39,6 +39,11 @@ pub struct ExpireArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// Keep the N newest full backups that are not damaged, every set after the oldest
     /// of them and the WAL from its start.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]

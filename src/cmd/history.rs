@@ -13,6 +13,11 @@ pub struct HistoryArgs {
     /// The repository.
     #[arg(long)]
     pub repo: String,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

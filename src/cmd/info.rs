@@ -19,6 +19,11 @@ pub struct InfoArgs {
     /// Describe a set of this repository instead (the newest, or --set).
     #[arg(long)]
     pub repo: Option<String>,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// The set of --repo to describe (an id or its first characters).
     #[arg(long, requires = "repo")]
     pub set: Option<String>,

@@ -26,6 +26,11 @@ pub struct InitArgs {
     /// azure://CONTAINER/PREFIX, gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
+    /// Of the stanza's repositories (--stanza), make this one: its name or its place N
+    /// (1 the first), with its own key (key-file or passphrase-file) and endpoint.
+    /// Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// Never overwrite or rename anything in it (for S3 Object Lock, Azure immutable
     /// storage). Needs --retain.
     #[arg(long, requires = "retain")]

@@ -32,6 +32,11 @@ pub struct RotateArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// The current key (default: --key-file / --passphrase-file or their variables).
     #[arg(long, value_name = "FILE")]
     pub old_key_file: Option<PathBuf>,

@@ -21,6 +21,11 @@ pub struct MergeArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo.
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// Merge the chain ending at this set (an id or its first characters; default: the newest).
     #[arg(long)]
     pub set: Option<String>,

@@ -21,9 +21,15 @@ pub struct ReadArgs {
     /// Take the set (and the WAL) from this repository instead of --from. restore: repeat
     /// to fall back, the set taken from the first repository that holds the chain, the
     /// others named after it in the restore_command written (archive-get falls back in
-    /// turn); verify reads one.
+    /// turn; when the stanza gives them keys or endpoints of their own, it names
+    /// --config and --stanza instead of a key); verify reads one.
     #[arg(long)]
     pub repo: Vec<String>,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo (restore: from this one alone).
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// The set to use from the repository (default: the newest usable full set).
     #[arg(long)]
     pub set: Option<String>,
@@ -46,7 +52,10 @@ impl ReadArgs {
         ReadOptions {
             from: self.from.clone(),
             repo: self.repo.first().cloned(),
-            fallback: self.repo.iter().skip(1).cloned().collect(),
+            fallback: crate::repo::many::RepoStore::all(
+                &self.repo.iter().skip(1).cloned().collect::<Vec<_>>(),
+                &StoreOptions::default(),
+            ),
             set: self.set.clone(),
             threads: self.threads.map(|t| t as usize),
             buffer_count: self.buffer_count.map(|b| b as usize),
@@ -234,9 +243,32 @@ pub fn shower(
     move |progress, verb| Box::new(Reporter::start(progress, stats, json, verb))
 }
 
-pub fn run_restore(a: RestoreArgs, store: &StoreOptions) -> Result<()> {
+/// Each repository opens with its own key and endpoint (`repos`); the restore_command
+/// written reaches them all.
+pub fn run_restore(
+    a: RestoreArgs,
+    store: &StoreOptions,
+    repos: &crate::cmd::config::RepoOptions,
+) -> Result<()> {
     let mut o = a.options();
-    o.read.store = store.clone();
+    if let [first, rest @ ..] = a.read.repo.as_slice() {
+        o.read.store = repos.store_of(first, store)?;
+        o.read.fallback = repos.stores(rest, store)?;
+        o.config = repos.config_ref(store);
+        if o.config.is_none() && o.read.fallback.iter().any(|r| r.store != o.read.store) {
+            return Err(super::Exit {
+                code: super::EXIT_USAGE,
+                error: anyhow::anyhow!(
+                    "the repositories do not share one key and endpoint: a restore_command \
+                     could not open each with its own; restore with --stanza NAME and the \
+                     configuration file that gives each repository's key"
+                ),
+            }
+            .into());
+        }
+    } else {
+        o.read.store = store.clone();
+    }
     let mut r = restore::restore(&o, &shower(a.read.stats, a.read.json))?;
     if let Some(d) = r.delta.as_mut().filter(|d| !d.still_removing.is_empty()) {
         d.removal_pid = remove_in_background(&d.still_removing);

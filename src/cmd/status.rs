@@ -2,8 +2,10 @@
 //! Prometheus's text format (node_exporter's textfile collector), or a Nagios check.
 
 use super::print_json;
+use crate::cmd::config::RepoOptions;
 use crate::device::object::StoreOptions;
 use crate::ops::status::{status, StatusOptions, StatusReport, WalLag};
+use crate::repo::many::RepoStore;
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
@@ -14,8 +16,14 @@ pub struct StatusArgs {
     /// The repository. Repeat for several (a stanza's repo list gives them all): each
     /// one's status, and which lag behind the others in WAL; --prometheus labels each
     /// one's metrics by its `repo`, and the Nagios check checks each and takes the worst.
+    /// Each opens with its own key and endpoint when the stanza gives them.
     #[arg(long, required = true)]
     pub repo: Vec<String>,
+    /// Of the stanza's repositories (--stanza), use this one: its name or its place N
+    /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
+    /// apply. Instead of --repo (status: this one instead of them all).
+    #[arg(long, value_name = "NAME|N")]
+    pub repo_index: Option<String>,
     /// A PostgreSQL server (postgres://USER@HOST:PORT/DB) whose WAL the repository
     /// archives: the archiving lag is measured against it.
     #[arg(long)]
@@ -61,17 +69,31 @@ pub(crate) fn parse_age(s: &str) -> Result<f64, String> {
     Ok(n * mult)
 }
 
-pub fn run(a: StatusArgs, store: &StoreOptions) -> Result<()> {
+/// Each repository opens with its own key and endpoint (`repos`).
+pub fn run(a: StatusArgs, store: &StoreOptions, repos: &RepoOptions) -> Result<()> {
     let nagios = (a.warn_age.is_some() || a.crit_age.is_some()) && !a.json && !a.prometheus;
-    if a.repo.len() > 1 {
-        return run_all(&a, store, nagios);
+    let stores = match repos.stores(&a.repo, store) {
+        Ok(s) => s,
+        Err(e) if nagios => {
+            println!("PAGEVAULT UNKNOWN - {}", one_line(&format!("{e:#}")));
+            return Err(super::Exit { code: 3, error: e }.into());
+        }
+        Err(e) => return Err(e),
+    };
+    if let [one] = stores.as_slice() {
+        return run_one(&a, one, nagios);
     }
+    run_all(&a, &stores, nagios)
+}
+
+/// One repository's status.
+fn run_one(a: &StatusArgs, one: &RepoStore, nagios: bool) -> Result<()> {
     let r = match status(&StatusOptions {
-        repo: a.repo[0].clone(),
+        repo: one.spec.clone(),
         source: a.source.clone(),
         password_file: a.password_file.clone(),
         spool: a.spool.clone(),
-        store: store.clone(),
+        store: one.store.clone(),
     }) {
         Ok(r) => r,
         // Nagios reads stdout's first line: a check that could not run is UNKNOWN (3).
@@ -142,16 +164,16 @@ fn perf(label: &str, r: &StatusReport, warn: Option<f64>, crit: Option<f64>) -> 
 
 /// Several repositories: each one's status, then which lag in WAL. The Nagios check
 /// checks each and takes the worst state; Prometheus gets each one's metrics.
-fn run_all(a: &StatusArgs, store: &StoreOptions, nagios: bool) -> Result<()> {
+fn run_all(a: &StatusArgs, repos: &[RepoStore], nagios: bool) -> Result<()> {
     let all = match crate::ops::status::status_of_all(
         &StatusOptions {
             repo: String::new(),
             source: a.source.clone(),
             password_file: a.password_file.clone(),
             spool: a.spool.clone(),
-            store: store.clone(),
+            store: StoreOptions::default(),
         },
-        &a.repo,
+        repos,
     ) {
         Ok(all) => all,
         Err(e) if nagios => {

@@ -375,13 +375,18 @@ pub struct StatusOfAll {
 
 /// Each repository's status, read at once, and the ones whose WAL lags: a segment name
 /// orders by timeline and position, so the greatest is the newest.
-pub fn status_of_all(o: &StatusOptions, repos: &[String]) -> Result<StatusOfAll> {
-    crate::repo::many::refuse_repeats(repos)?;
+pub fn status_of_all(
+    o: &StatusOptions,
+    repos: &[crate::repo::many::RepoStore],
+) -> Result<StatusOfAll> {
+    let specs = crate::repo::many::specs(repos);
+    crate::repo::many::refuse_repeats(&specs)?;
     let mut reports: Vec<StatusReport> = std::thread::scope(|s| {
         let handles: Vec<_> = (repos.iter())
             .map(|r| {
                 let o = StatusOptions {
-                    repo: r.clone(),
+                    repo: r.spec.clone(),
+                    store: r.store.clone(),
                     ..o.clone()
                 };
                 s.spawn(move || status(&o))
@@ -394,7 +399,7 @@ pub fn status_of_all(o: &StatusOptions, repos: &[String]) -> Result<StatusOfAll>
             })
             .collect::<Result<Vec<_>>>()
     })?;
-    for (r, spec) in reports.iter_mut().zip(repos) {
+    for (r, spec) in reports.iter_mut().zip(&specs) {
         if let Some(sp) = &mut r.spool {
             if let Err(e) = spool_of_repo(sp, spec) {
                 r.errors.push(format!("the spool cannot be read: {e:#}"));

@@ -33,8 +33,9 @@ pub struct ReadOptions {
     /// Take the set (and the WAL) from this repository instead of `from`.
     pub repo: Option<String>,
     /// Restore: repositories after `repo`, asked in order when it cannot serve the
-    /// chain, and named after it in the restore_command written.
-    pub fallback: Vec<String>,
+    /// chain, and named after it in the restore_command written; each with its own
+    /// options.
+    pub fallback: Vec<crate::repo::many::RepoStore>,
     /// The set of `repo` (an id or its first characters; default: the newest usable).
     pub set: Option<String>,
     /// Decompression threads (default: one per core).

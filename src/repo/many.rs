@@ -1,8 +1,36 @@
 //! Several repositories named together (a stanza's `repo` list, `--repo` repeated): each
 //! must be a different one, told apart by what it is, not by how it is spelled.
 
+use crate::device::object::StoreOptions;
 use anyhow::{bail, Result};
 use std::path::{Component, Path, PathBuf};
+
+/// One repository of several and the options it opens with: its own key and endpoint
+/// when its configuration gives them, else the run's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RepoStore {
+    pub spec: String,
+    pub store: StoreOptions,
+}
+
+impl RepoStore {
+    pub fn new(spec: &str, store: &StoreOptions) -> RepoStore {
+        RepoStore {
+            spec: spec.to_string(),
+            store: store.clone(),
+        }
+    }
+
+    /// Every one of `specs` with the same options.
+    pub fn all(specs: &[String], store: &StoreOptions) -> Vec<RepoStore> {
+        specs.iter().map(|s| RepoStore::new(s, store)).collect()
+    }
+}
+
+/// The specifications of `list`, in order.
+pub fn specs(list: &[RepoStore]) -> Vec<String> {
+    list.iter().map(|r| r.spec.clone()).collect()
+}
 
 /// What a repository specification names: an object store's URL with its scheme in lower
 /// case and no empty or trailing path parts; a directory's absolute path, `.` and `..`

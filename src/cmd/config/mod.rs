@@ -9,9 +9,11 @@
 
 mod file;
 mod repos;
+mod stores;
 
 pub use file::{ConfigFile, Known, DEFAULT_PATH};
 pub use repos::RepoEntry;
+pub use stores::RepoOptions;
 
 use anyhow::{bail, Result};
 use clap::parser::ValueSource;
@@ -21,7 +23,15 @@ use std::ffi::OsString;
 
 /// Options that mean different things to different commands, or name one run: never
 /// taken from a variable or a file.
-const PER_RUN: &[&str] = &["to", "from", "help", "version", "config", "show-config"];
+const PER_RUN: &[&str] = &[
+    "to",
+    "from",
+    "help",
+    "version",
+    "config",
+    "show-config",
+    "repo-index",
+];
 
 /// Options a file gives a command only from its own `[stanza.NAME.COMMAND]` table:
 /// `status --spool` is the async spool, the stanza's `spool` a backup's SQLite one
@@ -218,7 +228,7 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
                 // The list for a command that takes several, else the one it uses.
                 let several = matches!(a.get_action(), clap::ArgAction::Append);
                 for e in repositories.iter_mut() {
-                    e.used = several || selected == Some(e.n - 1);
+                    e.used = selected.map_or(several, |i| i == e.n - 1);
                 }
                 let used = repositories.iter().filter(|e| e.used);
                 extra.extend(used.map(|e| OsString::from(format!("--repo={}", e.path))));
@@ -226,26 +236,29 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
                 from_file.insert(id.to_string(), origin.flatten());
                 continue;
             }
+            // The key's variables outrank a file's key (crypt::load reads them).
+            if matches!(long, "key-file" | "passphrase-file") && crate::crypt::load::key_in_env() {
+                continue;
+            }
+            // A repository's own key replaces the stanza's, whichever option gives either.
+            let used = selected.map(|i| &repositories[i]);
+            if used.is_some_and(|e| e.has_own_key() && e.get(long).is_none())
+                && matches!(long, "key-file" | "passphrase-file")
+            {
+                continue;
+            }
             // The settings of the repository used win over the stanza's.
             if let Some((e, v)) = selected
                 .map(|i| &repositories[i])
                 .and_then(|e| Some((e, e.get(long)?)))
             {
-                let scope = stanza.as_ref().map(|s| format!("{s}.")).unwrap_or_default();
-                let origin = Some(format!(
-                    "{scope}repo.{}",
-                    e.name.clone().unwrap_or_else(|| e.n.to_string())
-                ));
+                let origin = Some(repo_origin(stanza.as_deref(), e));
                 let args =
                     file::as_args(f, origin.as_deref(), long, v, a).map_err(Failure::Config)?;
                 if !args.is_empty() {
                     extra.extend(args);
                     from_file.insert(id.to_string(), origin);
                 }
-                continue;
-            }
-            // The key's variables outrank a file's key (crypt::load reads them).
-            if matches!(long, "key-file" | "passphrase-file") && crate::crypt::load::key_in_env() {
                 continue;
             }
             let Some((origin, value)) = f.lookup(stanza.as_deref(), &path[0], long) else {
@@ -330,9 +343,29 @@ pub fn parse(root: Command, argv: Vec<OsString>) -> Result<(ArgMatches, Effectiv
     Ok((matches, effective))
 }
 
+/// Where a repository's own setting is said to come from: `main.repo.offsite`.
+fn repo_origin(stanza: Option<&str>, e: &RepoEntry) -> String {
+    let scope = stanza.map(|s| format!("{s}.")).unwrap_or_default();
+    format!(
+        "{scope}repo.{}",
+        e.name.clone().unwrap_or_else(|| e.n.to_string())
+    )
+}
+
+/// The repository whose own key this run loads (a command that uses one repository),
+/// for messages about its key file.
+pub fn key_owner(e: &Effective) -> Option<&RepoEntry> {
+    let from_repo = (e.settings.iter()).any(|s| {
+        matches!(s.option.as_str(), "key-file" | "passphrase-file") && s.origin.contains("repo.")
+    });
+    from_repo
+        .then(|| e.repositories.iter().find(|r| r.used && r.has_own_key()))
+        .flatten()
+}
+
 /// The stanza's repositories (for a command with `--repo`), and the one this run uses
-/// when it uses one: `--to-repo`'s, the one `--repo` names, else the first (a command
-/// that takes several uses them all, and none is picked).
+/// when it uses one: `--to-repo`'s or `--repo-index`'s, the one `--repo` names, else the
+/// first (a command that takes several uses them all, and none is picked).
 fn stanza_repositories(
     file: Option<&ConfigFile>,
     stanza: Option<&str>,
@@ -345,7 +378,11 @@ fn stanza_repositories(
         let v = m.try_get_raw(id).ok().flatten()?.next()?;
         Some(v.to_string_lossy().into_owned())
     };
-    let to_repo = (path[0] == "backup").then(|| one("to_repo")).flatten();
+    let to_repo = match path[0].as_str() {
+        "backup" => one("to_repo").map(|s| (s, "to-repo")),
+        _ if ids.contains(&"repo_index") => one("repo_index").map(|s| (s, "repo-index")),
+        _ => None,
+    };
     let Some(arg) = options.iter().find(|a| a.get_long() == Some("repo")) else {
         return Ok((vec![], None));
     };
@@ -360,16 +397,22 @@ fn stanza_repositories(
         .flatten();
     let several = matches!(arg.get_action(), clap::ArgAction::Append);
     let picked = match (to_repo, named) {
-        (Some(_), Some(r)) => bail!(
-            "--to-repo picks one of the stanza's repositories and --repo {r} names one itself: give one of them"
+        (Some((_, flag)), Some(r)) => bail!(
+            "--{flag} picks one of the stanza's repositories and --repo {r} names one itself: give one of them"
         ),
-        (Some(_), None) if left_to_cli("repo", path, m, ids) => {
-            bail!("--to-repo picks a repository and --to names devices: give one of them")
+        (Some((_, flag)), None) if left_to_cli("repo", path, m, ids) => {
+            let other = match flag {
+                "to-repo" => "--to names devices",
+                _ => "--from names stripes",
+            };
+            bail!("--{flag} picks a repository and {other}: give one of them")
         }
-        (Some(sel), None) if list.is_empty() => bail!(
-            "--to-repo {sel} picks one of a stanza's repositories: give --stanza NAME, its repo a list (docs/CONFIG.md)"
+        (Some((sel, flag)), None) if list.is_empty() => bail!(
+            "--{flag} {sel} picks one of a stanza's repositories: give --stanza NAME, its repo a list (docs/CONFIG.md)"
         ),
-        (Some(sel), None) => Some(repos::select(&list, &sel).map_err(anyhow::Error::msg)?.n - 1),
+        (Some((sel, flag)), None) => {
+            Some(repos::select(&list, &sel, flag).map_err(anyhow::Error::msg)?.n - 1)
+        }
         (None, Some(r)) if !several => {
             let id = crate::repo::many::identity(&r);
             list.iter()
@@ -426,12 +469,20 @@ pub fn print(e: &Effective) {
         println!("  repositories of the stanza:");
     }
     for r in &e.repositories {
+        // What it does not set itself is the stanza's: said, so none reads as "none".
+        let mut shown = r.shown.clone();
+        if !r.has_own_key() {
+            shown.push("key=stanza's".into());
+        }
+        if r.get("s3-endpoint").is_none() {
+            shown.push("s3-endpoint=stanza's".into());
+        }
         println!(
             "    {:<14}  {:<30}  {}{}",
             r.label(),
             r.path,
             if r.used { "used " } else { "" },
-            r.shown.join(" ")
+            shown.join(" ")
         );
     }
 }

@@ -1,7 +1,8 @@
 //! A stanza's repositories: `repo` is one path, a list of paths, or a list of tables
 //! (`[[stanza.main.repo]]`) each with `path`, an optional `name` and the settings that
 //! belong to where sets go, which win over the stanza's for the repository a command
-//! uses (`backup --to-repo`, or the one `--repo` names).
+//! uses (`backup --to-repo`, `--repo-index`, or the one `--repo` names): codec, stripes,
+//! retention, and the key and endpoint it opens with.
 
 use serde::Serialize;
 use toml::{Table, Value};
@@ -15,7 +16,13 @@ pub const REPO_KEYS: &[&str] = &[
     "keep-daily",
     "keep-weekly",
     "keep-monthly",
+    "key-file",
+    "passphrase-file",
+    "s3-endpoint",
 ];
+
+/// Settings of a repository that must be strings (paths, a URL).
+const STRING_KEYS: &[&str] = &["key-file", "passphrase-file", "s3-endpoint"];
 
 /// One repository of a stanza's list.
 #[derive(Debug, Clone, Serialize)]
@@ -44,6 +51,12 @@ impl RepoEntry {
 
     pub fn get(&self, option: &str) -> Option<&Value> {
         self.settings.get(option)
+    }
+
+    /// Its table names its own key (key-file or passphrase-file), which replaces the
+    /// stanza's whichever option that one is given by.
+    pub fn has_own_key(&self) -> bool {
+        self.get("key-file").is_some() || self.get("passphrase-file").is_some()
     }
 }
 
@@ -83,6 +96,15 @@ pub fn entries(v: &Value) -> Result<Vec<RepoEntry>, String> {
                         ("path" | "name", _) => {
                             return Err(format!("repository {n}: '{k}' is a string"))
                         }
+                        (key, v) if STRING_KEYS.contains(&key) && !v.is_str() => {
+                            return Err(format!(
+                                "repository {n}: '{k}' is a string, e.g. {key} = \"{}\"",
+                                match key {
+                                    "s3-endpoint" => "https://s3.example.net",
+                                    _ => "/etc/pagevault/offsite.key",
+                                }
+                            ))
+                        }
                         (key, v) if REPO_KEYS.contains(&key) => {
                             let text = match v {
                                 Value::String(s) => s.clone(),
@@ -93,6 +115,13 @@ pub fn entries(v: &Value) -> Result<Vec<RepoEntry>, String> {
                             };
                             e.shown.push(format!("{key}={text}"));
                             e.settings.insert(key.to_string(), v.clone());
+                        }
+                        ("credentials-env", _) => {
+                            return Err(format!(
+                                "repository {n}: credentials-env is the stanza's, for all its \
+                                 repositories (they are the process's variables); give this \
+                                 repository its own s3-endpoint, key-file or passphrase-file"
+                            ))
                         }
                         _ => {
                             return Err(format!(
@@ -105,6 +134,11 @@ pub fn entries(v: &Value) -> Result<Vec<RepoEntry>, String> {
                 }
             }
             _ => return Err(SHAPE.into()),
+        }
+        if e.get("key-file").is_some() && e.get("passphrase-file").is_some() {
+            return Err(format!(
+                "repository {n}: give it key-file or passphrase-file, not both"
+            ));
         }
         if e.path.is_empty() {
             return Err(format!(
@@ -143,8 +177,8 @@ fn checked_name(s: &str, n: usize) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// The repository `sel` picks: its name, or its place N (from 1).
-pub fn select<'a>(list: &'a [RepoEntry], sel: &str) -> Result<&'a RepoEntry, String> {
+/// The repository `sel` picks (given as `--FLAG`): its name, or its place N (from 1).
+pub fn select<'a>(list: &'a [RepoEntry], sel: &str, flag: &str) -> Result<&'a RepoEntry, String> {
     let by_place = sel
         .parse::<usize>()
         .ok()
@@ -157,7 +191,7 @@ pub fn select<'a>(list: &'a [RepoEntry], sel: &str) -> Result<&'a RepoEntry, Str
                 .map(|e| format!("{} {}", e.label(), e.path))
                 .collect();
             format!(
-                "--to-repo {sel}: the stanza has no such repository; it has {}",
+                "--{flag} {sel}: the stanza has no such repository; it has {}",
                 names.join(", ")
             )
         })
@@ -181,12 +215,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(two[1].get("keep-full").and_then(Value::as_integer), Some(8));
-        assert_eq!(select(&two, "offsite").unwrap().n, 2);
-        assert_eq!(select(&two, "1").unwrap().path, "/b/main");
-        assert!(select(&two, "3")
+        assert_eq!(select(&two, "offsite", "to-repo").unwrap().n, 2);
+        assert_eq!(select(&two, "1", "to-repo").unwrap().path, "/b/main");
+        assert!(select(&two, "3", "repo-index")
             .unwrap_err()
             .contains("no such repository"));
-        assert!(select(&two, "0").is_err());
+        assert!(select(&two, "0", "to-repo").is_err());
         let e = parse("repo = [\"/b/main\", \"/b/main/\"]").unwrap_err();
         assert!(e.contains("same repository"), "{e}");
         assert!(parse("repo = []").unwrap_err().contains("empty"));
@@ -198,5 +232,29 @@ mod tests {
         assert!(parse("[[repo]]\nname = \"2\"\npath = \"/a\"\n").is_err());
         let e = parse("repo = [{ path = \"/a\", name = \"x\" }, { path = \"/b\", name = \"x\" }]");
         assert!(e.unwrap_err().contains("both named 'x'"));
+    }
+
+    #[test]
+    fn a_repository_may_hold_its_own_key_and_endpoint() {
+        let two = parse(
+            "[[repo]]\npath = \"/b/main\"\n[[repo]]\nname = \"off\"\npath = \"s3://b/main\"\n\
+             key_file = \"/k/off.key\"\ns3-endpoint = \"https://s3.example.net\"\n",
+        )
+        .unwrap();
+        assert!(!two[0].has_own_key() && two[1].has_own_key());
+        assert_eq!(
+            two[1].get("s3-endpoint").and_then(Value::as_str),
+            Some("https://s3.example.net")
+        );
+        assert!(two[1].shown.contains(&"key-file=/k/off.key".to_string()));
+        let p = parse("[[repo]]\npath = \"/a\"\npassphrase-file = \"/k/p\"\n").unwrap();
+        assert!(p[0].has_own_key());
+        let e = parse("[[repo]]\npath = \"/a\"\nkey-file = \"/k\"\npassphrase-file = \"/p\"\n");
+        assert!(e.unwrap_err().contains("not both"));
+        let e = parse("[[repo]]\npath = \"/a\"\nkey-file = 3\n").unwrap_err();
+        assert!(e.contains("'key-file' is a string"), "{e}");
+        let e =
+            parse("[[repo]]\npath = \"/a\"\ncredentials-env = { AWS_SECRET_ACCESS_KEY = \"X\" }\n");
+        assert!(e.unwrap_err().contains("credentials-env is the stanza's"));
     }
 }

@@ -3,8 +3,8 @@
 //! intact copy, the others passed over and named.
 
 use super::open_for_push;
-use crate::device::object::StoreOptions;
-use crate::repo::{many, wal, Repo};
+use crate::repo::many::{self, RepoStore};
+use crate::repo::{wal, Repo};
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -18,24 +18,23 @@ pub struct RepoPushed {
     pub seconds: f64,
 }
 
-/// Stores `src` into every repository of `repos` at once, each on its own thread, so one
-/// slow or unreachable store delays no other. Ok only when every one holds it; else the
+/// Stores `src` into every repository of `repos` at once (each opened with its own
+/// options), each on its own thread, so one slow or unreachable store delays no other. Ok only when every one holds it; else the
 /// error names each that failed, what it said, and those that hold it.
 pub fn push_all(
-    repos: &[String],
+    repos: &[RepoStore],
     src: &Path,
     sign: bool,
     summaries: bool,
-    store: &StoreOptions,
 ) -> Result<(wal::Pushed, Vec<RepoPushed>)> {
-    many::refuse_repeats(repos)?;
-    let one = |spec: &String| -> Result<wal::Pushed> {
-        let repo = open_for_push(spec, sign, store)?;
+    many::refuse_repeats(&many::specs(repos))?;
+    let one = |r: &RepoStore| -> Result<wal::Pushed> {
+        let repo = open_for_push(&r.spec, sign, &r.store)?;
         wal::push_with(&repo, src, summaries)
     };
-    if let [spec] = repos {
-        let p = one(spec)?;
-        let each = vec![part(spec, &p)];
+    if let [r] = repos {
+        let p = one(r)?;
+        let each = vec![part(&r.spec, &p)];
         return Ok((p, each));
     }
     let results: Vec<Result<wal::Pushed>> = std::thread::scope(|s| {
@@ -49,13 +48,13 @@ pub fn push_all(
     });
     let mut first = None;
     let (mut held, mut failed) = (vec![], vec![]);
-    for (spec, r) in repos.iter().zip(results) {
+    for (rs, r) in repos.iter().zip(results) {
         match r {
             Ok(p) => {
-                held.push(part(spec, &p));
+                held.push(part(&rs.spec, &p));
                 first.get_or_insert(p);
             }
-            Err(e) => failed.push((spec, e)),
+            Err(e) => failed.push((&rs.spec, e)),
         }
     }
     if failed.is_empty() {
@@ -98,24 +97,20 @@ fn part(spec: &str, p: &wal::Pushed) -> RepoPushed {
 /// (unreachable, lacking it, damaged) and one naming the repository that served.
 /// `wal::NotArchived` only when every repository says it does not hold the file: one that
 /// could not be asked may hold it, and recovery must not end on a guess.
-pub fn fetch_first(
-    repos: &[String],
-    name: &str,
-    dest: &Path,
-    store: &StoreOptions,
-) -> Result<(u64, Vec<String>)> {
-    let one = |spec: &String| -> Result<u64> {
-        let repo = Repo::open(spec, false, store)?;
+pub fn fetch_first(repos: &[RepoStore], name: &str, dest: &Path) -> Result<(u64, Vec<String>)> {
+    let one = |r: &RepoStore| -> Result<u64> {
+        let repo = Repo::open(&r.spec, false, &r.store)?;
         wal::fetch(&repo, name, dest)
     };
-    if let [spec] = repos {
-        return one(spec).map(|b| (b, vec![]));
+    if let [r] = repos {
+        return one(r).map(|b| (b, vec![]));
     }
-    many::refuse_repeats(repos)?;
+    many::refuse_repeats(&many::specs(repos))?;
     let mut passed: Vec<String> = vec![];
     let mut all_absent = true;
-    for spec in repos {
-        match one(spec) {
+    for r in repos {
+        let spec = &r.spec;
+        match one(r) {
             Ok(bytes) => {
                 if !passed.is_empty() {
                     passed.push(format!("{name} served by {spec}"));

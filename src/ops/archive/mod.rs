@@ -18,14 +18,12 @@ use std::path::{Path, PathBuf};
 pub struct PushOptions {
     /// The file to archive (`%p`).
     pub path: PathBuf,
-    /// Every repository it goes into (at least one).
-    pub repos: Vec<String>,
+    /// Every repository it goes into (at least one), each with its own options.
+    pub repos: Vec<crate::repo::many::RepoStore>,
     /// Archive a segment without its block summary (incrementals over it read every page).
     pub no_summaries: bool,
     /// `--sign`: the key makes a new or plain repository signed, not encrypted.
     pub sign: bool,
-    /// Object-store options (`--s3-endpoint`).
-    pub store: crate::device::object::StoreOptions,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -34,14 +32,12 @@ pub struct GetOptions {
     pub name: String,
     /// Where it goes (`%p`).
     pub dest: PathBuf,
-    /// The repositories, in the order they are asked (at least one); the fetcher reads
-    /// the first.
-    pub repos: Vec<String>,
+    /// The repositories, in the order they are asked (at least one), each with its own
+    /// options; the fetcher reads the first.
+    pub repos: Vec<crate::repo::many::RepoStore>,
     /// Segments fetched ahead (0: none), into `prefetch_dir`.
     pub prefetch: usize,
     pub prefetch_dir: PathBuf,
-    /// Object-store options (`--s3-endpoint`).
-    pub store: crate::device::object::StoreOptions,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -65,10 +61,14 @@ pub struct PushedAll {
 
 /// Archives one file: durable in every repository when this returns Ok.
 pub fn push(o: &PushOptions) -> Result<PushedAll> {
-    if o.sign && o.store.key.is_none() {
-        bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+    if let Some(r) = (o.repos.iter()).find(|r| o.sign && r.store.key.is_none()) {
+        bail!(
+            "--sign needs a key, and {} has none: {}",
+            r.spec,
+            crate::crypt::load::GIVE_KEY
+        );
     }
-    let (pushed, each) = many::push_all(&o.repos, &o.path, o.sign, !o.no_summaries, &o.store)?;
+    let (pushed, each) = many::push_all(&o.repos, &o.path, o.sign, !o.no_summaries)?;
     Ok(PushedAll { pushed, each })
 }
 
@@ -96,7 +96,7 @@ pub fn get(o: &GetOptions, start: impl FnOnce(&Path, u64) -> Result<()>) -> Resu
     let is_seg = crate::pg::parse_name(&o.name).is_some_and(|n| n.kind == crate::pg::Kind::Segment);
     let passed_over = std::cell::RefCell::new(vec![]);
     let direct = || -> Result<u64> {
-        let (bytes, passed) = many::fetch_first(&o.repos, &o.name, &o.dest, &o.store)?;
+        let (bytes, passed) = many::fetch_first(&o.repos, &o.name, &o.dest)?;
         *passed_over.borrow_mut() = passed;
         Ok(bytes)
     };

@@ -27,8 +27,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct DrainOptions {
     pub spool: PathBuf,
-    /// The repositories (at least one): a file leaves the spool once every one holds it.
-    pub repos: Vec<String>,
+    /// The repositories (at least one), each with its own options: a file leaves the
+    /// spool once every one holds it.
+    pub repos: Vec<crate::repo::many::RepoStore>,
     /// Files pushed at once, into each repository.
     pub process_max: usize,
     /// How long an empty spool is watched before the pusher ends.
@@ -45,7 +46,6 @@ pub struct DrainOptions {
     pub sign: bool,
     /// Segments are stored with their block summaries: one the spool lacks is made again.
     pub summaries: bool,
-    pub store: crate::device::object::StoreOptions,
 }
 
 /// One repository's part of a drain, with several.
@@ -83,13 +83,17 @@ pub struct Drained {
 
 /// Pushes the spool empty. `say` gets one line per event (the log).
 pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
-    if o.sign && o.store.key.is_none() {
-        bail!("--sign needs a key: {}", crate::crypt::load::GIVE_KEY);
+    if let Some(r) = (o.repos.iter()).find(|r| o.sign && r.store.key.is_none()) {
+        bail!(
+            "--sign needs a key, and {} has none: {}",
+            r.spec,
+            crate::crypt::load::GIVE_KEY
+        );
     }
     if o.repos.is_empty() {
         bail!("no repository to push into");
     }
-    crate::repo::many::refuse_repeats(&o.repos)?;
+    crate::repo::many::refuse_repeats(&crate::repo::many::specs(&o.repos))?;
     let t0 = Instant::now();
     let before = crate::device::object::retry_stats();
     let spool = Spool::open(&o.spool)?;
@@ -106,12 +110,12 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
     out.ran = true;
     let tags: Vec<String> = match o.repos.len() {
         1 => vec![],
-        _ => o.repos.iter().map(|r| repo_tag(r)).collect(),
+        _ => o.repos.iter().map(|r| repo_tag(&r.spec)).collect(),
     };
     out.repositories = (o.repos.iter())
         .take(if tags.is_empty() { 0 } else { o.repos.len() })
         .map(|r| RepoDrained {
-            repo: r.clone(),
+            repo: r.spec.clone(),
             ..Default::default()
         })
         .collect();
@@ -120,7 +124,7 @@ pub fn drain(o: &DrainOptions, say: &mut dyn FnMut(&str)) -> Result<Drained> {
         updated: unix_now(),
         repos: (o.repos.iter().zip(&tags))
             .map(|(r, t)| RepoPusher {
-                repo: r.clone(),
+                repo: r.spec.clone(),
                 tag: t.clone(),
                 ..Default::default()
             })
@@ -259,6 +263,7 @@ fn yields(o: &DrainOptions, backlog: u64) -> bool {
 mod tests {
     use super::*;
     use crate::ops::archive::spool::Waiting;
+    use crate::repo::many::RepoStore;
     use crate::repo::wal::spooled::{spool_copy, POOL, SUM_SUFFIX};
     use crate::repo::Repo;
     use std::path::Path;
@@ -271,7 +276,7 @@ mod tests {
     fn once(spool: &Spool, repo: &str) -> DrainOptions {
         DrainOptions {
             spool: spool.dir.clone(),
-            repos: vec![repo.to_string()],
+            repos: RepoStore::all(&[repo.to_string()], &Default::default()),
             process_max: 2,
             linger: Duration::ZERO,
             give_up: Some(Duration::ZERO),
@@ -279,7 +284,6 @@ mod tests {
             yield_below: 0,
             sign: false,
             summaries: true,
-            store: Default::default(),
         }
     }
 
@@ -305,7 +309,6 @@ mod tests {
             yield_below,
             sign: false,
             summaries: true,
-            store: Default::default(),
         };
         let few = cores < cores.min(4) + 2 + 1;
         assert_eq!(yields(&o(2, 2 << 30), 1 << 30), few);
@@ -356,7 +359,7 @@ mod tests {
         Repo::open(a, true, &Default::default()).unwrap();
         // `b` holds no repository yet: its pushes fail, `a` gets every file.
         let o = DrainOptions {
-            repos: vec![a.to_string(), b.to_string()],
+            repos: RepoStore::all(&[a.to_string(), b.to_string()], &Default::default()),
             ..once(&spool, a)
         };
         let e = format!("{:#}", drain(&o, &mut |_| {}).unwrap_err());

