@@ -128,11 +128,6 @@ impl Delta {
         Some((bm, w.page, w.old_len[i].load(Relaxed)))
     }
 
-    /// Whether `--delta wal` gave file `i`'s pages that can differ.
-    pub(super) fn planned(&self, i: usize) -> bool {
-        self.plan(i).is_some()
-    }
-
     /// Whether the WAL proves that file `i` in place holds the set's bytes at
     /// `offset..offset + len`: no page there can differ, and the file had them.
     pub(super) fn proven(&self, i: usize, offset: u64, len: usize) -> bool {
@@ -178,13 +173,18 @@ impl Delta {
         offset: u64,
         data: &[u8],
     ) -> io::Result<()> {
-        if !found {
+        if let Some((bm, page, old_len)) = self.plan(i).filter(|_| found) {
+            return self.put_pages(f, i, offset, data, bm, page, old_len);
+        }
+        // Created by this restore, or under `--delta wal` a file the WAL gives no pages
+        // of: written whole, nothing read first.
+        if !found || self.by_wal.is_some() {
+            if found {
+                self.mark_changed(i);
+            }
             f.write_all_at(data, offset)?;
             self.written.fetch_add(data.len() as u64, Relaxed);
             return Ok(());
-        }
-        if let Some((bm, page, old_len)) = self.plan(i) {
-            return self.put_pages(f, i, offset, data, bm, page, old_len);
         }
         THERE.with_borrow_mut(|t| {
             let n = match t.key.take() {

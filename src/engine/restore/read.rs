@@ -53,6 +53,7 @@ pub(super) fn read_stripe(
             .read_exact_at(&mut hdr, at)
             .map_err(|e| io_err(e, at))?;
     }
+    let mut ahead = index.as_deref().map(|ix| Ahead::new(ix, at));
     for i in 0..st.frames {
         let header = FrameHeader::decode_in(&hdr, at, sh.p.seal.is_some())
             .map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
@@ -69,9 +70,12 @@ pub(super) fn read_stripe(
                 st.name, header.stored_len, st.body_end
             );
         }
-        if proven(sh, &header)
-            .map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?
-        {
+        let step = match &mut ahead {
+            Some(a) => a.next(sh, st, i)?,
+            None => decide(sh, &header),
+        }
+        .map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?;
+        if step == Some(Step::Proven) {
             // Stepped over: the target holds its bytes; its digest is the file's.
             if more {
                 next_header(st, entry(i + 1), &mut hdr, next).map_err(|e| io_err(e, next))?;
@@ -84,7 +88,7 @@ pub(super) fn read_stripe(
             at = next;
             continue;
         }
-        if sh.p.left_out.contains(&header.file_id) {
+        if step == Some(Step::LeftOut) {
             // Stepped over: only the next frame's header is read (or the index's).
             if more {
                 next_header(st, entry(i + 1), &mut hdr, next).map_err(|e| io_err(e, next))?;
@@ -139,6 +143,86 @@ pub(super) fn read_stripe(
         );
     }
     Ok(())
+}
+
+/// Why a frame is stepped over unread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The target holds its bytes (`--delta wal`).
+    Proven,
+    /// Its file is left out (`--db-include`).
+    LeftOut,
+}
+
+fn decide(sh: &Shared, h: &FrameHeader) -> Result<Option<Step>> {
+    if proven(sh, h)? {
+        return Ok(Some(Step::Proven));
+    }
+    Ok(sh.p.left_out.contains(&h.file_id).then_some(Step::LeftOut))
+}
+
+/// Frames decided ahead of the reader, by index, at most this many or this many bytes
+/// to read: those it will read are asked of the source at once, so a cold disk serves
+/// them together instead of one after another.
+const AHEAD_FRAMES: usize = 256;
+const AHEAD_BYTES: u64 = 32 << 20;
+
+/// With the frame index: each frame's step decided once, up to `AHEAD_*` frames ahead.
+struct Ahead<'a> {
+    index: &'a [u8],
+    /// Decisions for frames `j - decided.len()..j`, and what each to read spans.
+    decided: std::collections::VecDeque<(Result<Option<Step>>, u64)>,
+    j: u64,
+    at_j: u64,
+    bytes: u64,
+}
+
+impl<'a> Ahead<'a> {
+    fn new(index: &'a [u8], body_start: u64) -> Ahead<'a> {
+        Ahead {
+            index,
+            decided: Default::default(),
+            j: 0,
+            at_j: body_start,
+            bytes: 0,
+        }
+    }
+
+    /// Frame `i`'s step (frames before it taken already).
+    fn next(&mut self, sh: &Shared, st: &StripeIn, i: u64) -> Result<Result<Option<Step>>> {
+        let block = sh.p.block_size as u64;
+        while self.j < st.frames
+            && self.decided.len() < AHEAD_FRAMES
+            && (self.bytes < AHEAD_BYTES || self.decided.is_empty())
+        {
+            let e = self.j as usize * FRAME_HEADER_LEN;
+            let h = FrameHeader::decode_in(
+                &self.index[e..e + FRAME_HEADER_LEN],
+                self.at_j,
+                sh.p.seal.is_some(),
+            )
+            .map_err(|e| anyhow!("stripe '{}', frame index: {e}", st.name))?;
+            let total = pad_to((FRAME_HEADER_LEN as u64) + h.stored_len as u64, block);
+            let step = decide(sh, &h);
+            let read = match step {
+                Ok(None) if self.at_j + total <= st.body_end => {
+                    st.source.will_need(self.at_j, total);
+                    total
+                }
+                _ => 0,
+            };
+            self.bytes += read;
+            self.decided.push_back((step, read));
+            self.j += 1;
+            self.at_j += total;
+        }
+        let (step, read) = self
+            .decided
+            .pop_front()
+            .unwrap_or_else(|| (Err(anyhow!("frame {i} is past the frame index")), 0));
+        self.bytes -= read;
+        Ok(step)
+    }
 }
 
 /// The stripe's frame index (every frame's header in order), checked against its CRC,

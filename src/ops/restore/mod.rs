@@ -356,6 +356,27 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
     Ok((restorer, wal_check))
 }
 
+type Owner = Option<(u32, u32)>;
+
+/// `check`, then the owner looked up and the restore_command tried as the server will
+/// run it, before anything is written.
+fn check_and_probe(
+    o: &RestoreOptions,
+    sets: &Sets,
+) -> Result<(Box<dyn Restorer>, Option<WalCheck>, Owner)> {
+    let (restorer, wal_check) = check(o, sets)?;
+    let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
+    if let (Some(repo), Some(entry), true) = (&sets.repo, &sets.newest().entry, !o.stage_only) {
+        let probe = wal::probe_name(wal_check.as_ref(), entry).filter(|_| restorer.recovers());
+        if let Some((name, must_exist)) = probe {
+            let user = (o.owner.as_deref().zip(owner)).map(|(u, (uid, gid))| (u, uid, gid));
+            let command = restore_command_with(repo, &sets.others, o.config.as_ref())?;
+            wal::probe_restore_command(&command, &name, must_exist, user)?;
+        }
+    }
+    Ok((restorer, wal_check, owner))
+}
+
 /// Restores a set (or the chain ending at the newest set before the target) into `o.to`.
 pub fn restore(o: &RestoreOptions, show: Show) -> Result<RestoreReport> {
     restore_with(o, show, None)
@@ -384,25 +405,18 @@ fn restore_with(
     let full = &sets.full().manifest;
     // The restored cluster is the newest set's: its files, sizes, links and facts.
     let m = &sets.newest().set.manifest;
-    let (mut restorer, wal_check) = check(o, &sets)?;
+    // Read before the sweep, alongside the checks and the restore_command's trial (the
+    // copy's pg_wal tells what it changed); only read, and dropped if a check fails.
+    let (checked, wal_plan) = std::thread::scope(|s| {
+        let plan = (o.delta && o.delta_wal)
+            .then(|| s.spawn(|| by_wal::plan(&o.to, sets.repo.as_ref(), m)));
+        let checked = check_and_probe(o, &sets);
+        let plan = plan.map(|p| p.join().expect("the delta's plan panicked"));
+        (checked, plan)
+    });
+    let (mut restorer, wal_check, owner) = checked?;
+    let wal_plan = wal_plan.transpose()?;
     let mut left_out = LeftOut::choose(&o.db_include, &o.db_exclude, m)?;
-    // Read before the sweep: the copy's pg_wal tells what it changed.
-    let wal_plan = (o.delta && o.delta_wal)
-        .then(|| by_wal::plan(&o.to, sets.repo.as_ref(), m))
-        .transpose()?;
-    let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
-    if let (Some(repo), Some(entry), true) = (&sets.repo, &sets.newest().entry, !o.stage_only) {
-        let probe = wal::probe_name(wal_check.as_ref(), entry).filter(|_| restorer.recovers());
-        if let Some((name, must_exist)) = probe {
-            let user = o
-                .owner
-                .as_deref()
-                .zip(owner)
-                .map(|(u, (uid, gid))| (u, uid, gid));
-            let command = restore_command_with(repo, &sets.others, o.config.as_ref())?;
-            wal::probe_restore_command(&command, &name, must_exist, user)?;
-        }
-    }
     restorer.plan(&m.extra)?;
     restorer.check_places(o.delta)?;
     let mut phases = Phases::start();
