@@ -324,10 +324,7 @@ fn splice_frame(path: &str, dup: bool) {
         delta = last as i64 - body_end as i64;
     }
     out.extend_from_slice(rest);
-    let shift = |at: usize, by: i64| {
-        let v = (u64_at(&tail, at) as i64 + by) as u64;
-        v.to_le_bytes()
-    };
+    let shift = |at: usize, by: i64| ((u64_at(&tail, at) as i64 + by) as u64).to_le_bytes();
     let (m, f, e) = (
         shift(8, delta),
         shift(32, if dup { 1 } else { -1 }),

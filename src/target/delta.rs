@@ -68,8 +68,9 @@ pub struct Delta {
 struct ByWal {
     page: u64,
     pages: Vec<Option<RoaringBitmap>>,
+    /// Each file's size in the set.
+    sizes: Vec<u64>,
     old_len: Vec<AtomicU64>,
-    proven: AtomicU64,
 }
 
 /// What a thread last read of a file in place: a chunk `holds` found different is
@@ -99,13 +100,13 @@ impl Delta {
 
     /// Only `pages` (per file, in `page`-byte pages) of the files in place can differ
     /// from the set's: the others are neither read nor written.
-    pub(super) fn by_wal(&mut self, page: u64, pages: Vec<Option<RoaringBitmap>>) {
+    pub(super) fn by_wal(&mut self, page: u64, pages: Vec<Option<RoaringBitmap>>, sizes: Vec<u64>) {
         let old_len = pages.iter().map(|_| AtomicU64::new(0)).collect();
         self.by_wal = Some(ByWal {
             page,
             pages,
+            sizes,
             old_len,
-            proven: AtomicU64::new(0),
         });
     }
 
@@ -136,12 +137,17 @@ impl Delta {
         };
         let end = offset + len as u64;
         let pages = (offset / page) as u32..end.div_ceil(page) as u32;
-        let same = end <= old_len && bm.range_cardinality(pages) == 0;
-        if same {
-            let w = self.by_wal.as_ref().expect("a plan");
-            w.proven.fetch_add(len as u64, Relaxed);
-        }
-        same
+        end <= old_len && bm.range_cardinality(pages) == 0
+    }
+
+    /// Bytes of file `i` in place that the WAL proves the set's: its pages within both
+    /// its old length and the set's size that no WAL record changed.
+    fn proven_in(&self, i: usize) -> u64 {
+        let (Some(w), Some((bm, page, old_len))) = (&self.by_wal, self.plan(i)) else {
+            return 0;
+        };
+        let pages = old_len.min(w.sizes[i]) / page;
+        (pages - bm.range_cardinality(0..pages.min(u32::MAX as u64) as u32)) * page
     }
 
     pub(super) fn mark_changed(&self, i: usize) {
@@ -251,8 +257,6 @@ impl Delta {
             f.write_all_at(&data[(s - offset) as usize..(e - offset) as usize], s)?;
             wrote += e - s;
         }
-        let w = self.by_wal.as_ref().expect("a plan");
-        w.proven.fetch_add(data.len() as u64 - wrote, Relaxed);
         if wrote > 0 {
             self.mark_changed(i);
             self.written.fetch_add(wrote, Relaxed);
@@ -290,10 +294,13 @@ impl Delta {
             removed_dirs: swept.dirs,
             compared_bytes: self.compared.load(Relaxed),
             written_bytes: self.written.load(Relaxed),
-            proven_bytes: (self.by_wal.as_ref()).map_or(0, |w| w.proven.load(Relaxed)),
             ..DeltaReport::default()
         };
-        for (found, changed) in found.zip(&self.changed) {
+        for (i, (found, changed)) in found.zip(&self.changed).enumerate() {
+            r.proven_bytes += match found {
+                true => self.proven_in(i),
+                false => 0,
+            };
             match (found, changed.load(Relaxed)) {
                 (false, _) => r.created += 1,
                 (true, true) => r.rewritten += 1,

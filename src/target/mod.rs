@@ -488,8 +488,13 @@ impl Files {
         let Some(d) = &mut self.delta else {
             return;
         };
-        let files = m.files.iter().filter(|f| f.kind == EntryKind::File);
-        d.by_wal(page, files.map(|f| pages(&f.path, f.size)).collect());
+        let files: Vec<_> = (m.files.iter().filter(|f| f.kind == EntryKind::File)).collect();
+        let sizes = files.iter().map(|f| f.size).collect();
+        d.by_wal(
+            page,
+            files.iter().map(|f| pages(&f.path, f.size)).collect(),
+            sizes,
+        );
     }
 
     /// A delta restore's state for file `id`: its index and whether it was in place.

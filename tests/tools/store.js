@@ -6,7 +6,7 @@
 //   | sha B KEY OFFSET (SHA-256 of the bytes from OFFSET, hex)
 //   | mklocked B MODE:DAYS (object lock on, a default retention) | versions B [PREFIX]
 //   | rmversion B KEY [VERSION[:bypass]] (a versioned delete) | put B KEY TEXT
-//   | putnew B KEY TEXT (If-None-Match: *) | shaversion B KEY VERSION
+//   | putnew B KEY TEXT (If-None-Match: *) | putfile B KEY PATH | shaversion B KEY VERSION
 //   | denying ACTION,ACTION (temporary credentials denied those actions, tab separated)
 //   | retention B KEY (the current version's mode and retain-until)
 // Environment: AWS_* (with AWS_ENDPOINT_URL), AZURE_STORAGE_CONNECTION_STRING.
@@ -102,6 +102,15 @@ async function s3() {
     case 'put':
       await c.send(new s.PutObjectCommand({ Bucket: bucket, Key: key, Body: arg }));
       return;
+    case 'putfile': {
+      // The file at ARG, streamed in one PUT (a baseline upload of the same bytes).
+      const fs = require('fs');
+      const size = fs.statSync(arg).size;
+      await c.send(new s.PutObjectCommand({
+        Bucket: bucket, Key: key, Body: fs.createReadStream(arg), ContentLength: size,
+      }));
+      return;
+    }
     case 'retention': {
       const r = await c.send(new s.GetObjectRetentionCommand({ Bucket: bucket, Key: key }));
       console.log(`${r.Retention.Mode}\t${new Date(r.Retention.RetainUntilDate).toISOString()}`);
