@@ -162,10 +162,12 @@ fn decide(sh: &Shared, h: &FrameHeader) -> Result<Option<Step>> {
 }
 
 /// Frames decided ahead of the reader, by index, at most this many or this many bytes
-/// to read: those it will read are asked of the source at once, so a cold disk serves
-/// them together instead of one after another.
+/// to read: those it will read are asked of the source together, in ranges that take in
+/// gaps up to `AHEAD_GAP` (one large read costs less than several small ones), so a cold
+/// disk serves them at once instead of one after another. Refilled at half.
 const AHEAD_FRAMES: usize = 256;
 const AHEAD_BYTES: u64 = 32 << 20;
+const AHEAD_GAP: u64 = 256 << 10;
 
 /// With the frame index: each frame's step decided once, up to `AHEAD_*` frames ahead.
 struct Ahead<'a> {
@@ -190,7 +192,21 @@ impl<'a> Ahead<'a> {
 
     /// Frame `i`'s step (frames before it taken already).
     fn next(&mut self, sh: &Shared, st: &StripeIn, i: u64) -> Result<Result<Option<Step>>> {
+        if self.decided.len() <= AHEAD_FRAMES / 2 && self.bytes <= AHEAD_BYTES / 2 {
+            self.fill(sh, st)?;
+        }
+        let (step, read) = self
+            .decided
+            .pop_front()
+            .unwrap_or_else(|| (Err(anyhow!("frame {i} is past the frame index")), 0));
+        self.bytes -= read;
+        Ok(step)
+    }
+
+    fn fill(&mut self, sh: &Shared, st: &StripeIn) -> Result<()> {
         let block = sh.p.block_size as u64;
+        // The range to ask for next: [start, end).
+        let mut range: Option<(u64, u64)> = None;
         while self.j < st.frames
             && self.decided.len() < AHEAD_FRAMES
             && (self.bytes < AHEAD_BYTES || self.decided.is_empty())
@@ -204,9 +220,17 @@ impl<'a> Ahead<'a> {
             .map_err(|e| anyhow!("stripe '{}', frame index: {e}", st.name))?;
             let total = pad_to((FRAME_HEADER_LEN as u64) + h.stored_len as u64, block);
             let step = decide(sh, &h);
+            let (at, end) = (self.at_j, self.at_j + total);
             let read = match step {
-                Ok(None) if self.at_j + total <= st.body_end => {
-                    st.source.will_need(self.at_j, total);
+                Ok(None) if end <= st.body_end => {
+                    range = match range {
+                        Some((s, e)) if at <= e + AHEAD_GAP => Some((s, end)),
+                        Some((s, e)) => {
+                            st.source.will_need(s, e - s);
+                            Some((at, end))
+                        }
+                        None => Some((at, end)),
+                    };
                     total
                 }
                 _ => 0,
@@ -214,14 +238,12 @@ impl<'a> Ahead<'a> {
             self.bytes += read;
             self.decided.push_back((step, read));
             self.j += 1;
-            self.at_j += total;
+            self.at_j = end;
         }
-        let (step, read) = self
-            .decided
-            .pop_front()
-            .unwrap_or_else(|| (Err(anyhow!("frame {i} is past the frame index")), 0));
-        self.bytes -= read;
-        Ok(step)
+        if let Some((s, e)) = range {
+            st.source.will_need(s, e - s);
+        }
+        Ok(())
     }
 }
 
