@@ -52,7 +52,7 @@ for i in $(seq 1 $((SIZE_MB / 64))); do
     if [ $((i % 2)) -eq 0 ]; then
         head -c $((64 << 20)) /dev/urandom > "$SRC/r$i"
     else
-        yes "row $i of a text that compresses, with some words repeated $RANDOM" | head -c $((64 << 20)) > "$SRC/t$i"
+        head -c $((64 << 20)) < <(yes "row $i of a text that compresses, with some words repeated $RANDOM") > "$SRC/t$i"
     fi
 done
 "$PV" init --repo "$A" > "$RUNDIR/init.log"
