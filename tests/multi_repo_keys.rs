@@ -196,16 +196,7 @@ fn repositories_with_keys_of_their_own_archive_back_up_and_recover() {
     pg_ok(&["init", "--repo", &a, "--key-file", &ka]);
     let target = postgres_dir("restored").join("data");
     let to = s(&target);
-    let mut restore = vec![
-        "restore",
-        "--to",
-        &to,
-        "--owner",
-        "postgres",
-        "--until-name",
-        "newest",
-        "--json",
-    ];
+    let mut restore = restore_args(&to, &["--json"]);
     restore.extend_from_slice(&st);
     // A configuration the server's user cannot read: refused before anything is written.
     fs::set_permissions(&cfg, fs::Permissions::from_mode(0o600)).unwrap();
@@ -220,11 +211,7 @@ fn repositories_with_keys_of_their_own_archive_back_up_and_recover() {
     let r: serde_json::Value = serde_json::from_str(&ok(&restore)).unwrap();
     let warnings = r["warnings"].to_string();
     assert!(warnings.contains(&a), "{r}");
-    let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
-    let line = conf
-        .lines()
-        .find(|l| l.starts_with("restore_command"))
-        .unwrap();
+    let line = restore_command_in(&target);
     assert!(
         line.contains(&format!("--config {cfg}"))
             && line.contains("--stanza main")
@@ -239,28 +226,37 @@ fn repositories_with_keys_of_their_own_archive_back_up_and_recover() {
     fs::remove_dir_all(&a).unwrap();
     let target = postgres_dir("alone").join("data");
     let to = s(&target);
-    let mut restore = vec![
-        "restore",
-        "--to",
-        &to,
-        "--owner",
-        "postgres",
-        "--until-name",
-        "newest",
-    ];
-    restore.extend_from_slice(&["--repo-index", "2"]);
+    let mut restore = restore_args(&to, &["--repo-index", "2"]);
     restore.extend_from_slice(&st);
     ok(&restore);
-    let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
-    let line = conf
-        .lines()
-        .find(|l| l.starts_with("restore_command"))
-        .unwrap();
+    let line = restore_command_in(&target);
     assert!(
         line.contains(&format!("--repo {b} --key-file {kb}")) && !line.contains(&a),
         "{line}"
     );
     check_restored(&target, &want, rows);
+}
+
+/// A restore of the stanza's newest point into `to` as the server's user, with `extra`.
+fn restore_args<'a>(to: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "restore",
+        "--to",
+        to,
+        "--owner",
+        "postgres",
+        "--until-name",
+        "newest",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// The restore_command a restore wrote into `target`'s postgresql.auto.conf.
+fn restore_command_in(target: &std::path::Path) -> String {
+    let conf = fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
+    let line = conf.lines().find(|l| l.starts_with("restore_command"));
+    line.expect("a restore_command").to_string()
 }
 
 /// --repo-index is refused beside --repo, and a place or name the stanza lacks lists
