@@ -90,9 +90,14 @@ pub fn with_stored_manifest(b: &[u8], stored: &[u8], raw_len: u64) -> Vec<u8> {
     let block = block_of(b);
     let tail = &b[b.len() - 64..];
     let off = u64_at(tail, 8) as usize;
-    // The frame index after the manifest goes along.
-    let index_at = off + u64_at(tail, 16) as usize;
-    let index = b[index_at..index_at + u32_at(tail, 52) as usize].to_vec();
+    // The frame index after the manifest goes along (none where a damaged tail names
+    // bytes the stripe does not hold).
+    let index_at = (off as u64).saturating_add(u64_at(tail, 16));
+    let index_end = index_at.saturating_add(u32_at(tail, 52) as u64);
+    let index = (b
+        .get(index_at as usize..index_end as usize)
+        .unwrap_or_default())
+    .to_vec();
     let mut out = b[..off].to_vec();
     out.extend(stored);
     out.extend(&index);
