@@ -414,6 +414,59 @@ pub fn user_ids(name: &std::ffi::CStr) -> Result<Option<(u32, u32)>, io::Error> 
     Ok((!found.is_null()).then_some((pwd.pw_uid, pwd.pw_gid)))
 }
 
+/// The groups of user `name` whose primary group is `gid` (its own and those that list
+/// it), as a login or a service manager gives them.
+fn group_list(name: &std::ffi::CStr, gid: u32) -> io::Result<Vec<u32>> {
+    let mut n: libc::c_int = 32;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let asked = n;
+        // SAFETY: `groups` holds `n` entries; getgrouplist writes at most that many and
+        // sets `n` to the count (or to what it needs when it returns -1).
+        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        if rc >= 0 {
+            groups.truncate(n as usize);
+            return Ok(groups);
+        }
+        if n <= asked {
+            n = asked * 2;
+        }
+        if n > 65536 {
+            return Err(io::Error::other("the user belongs to too many groups"));
+        }
+    }
+}
+
+/// Makes `cmd` run as user `name` (`uid`, `gid`): its groups, its HOME, USER and
+/// LOGNAME, as a server started under that user runs the commands it is given. Only
+/// root may switch; the switch fails the spawn when it is refused.
+pub fn run_as(cmd: &mut std::process::Command, name: &str, uid: u32, gid: u32) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let c = std::ffi::CString::new(name).map_err(io::Error::other)?;
+    let groups: Vec<rustix::fs::Gid> = (group_list(&c, gid)?.into_iter())
+        .map(rustix::fs::Gid::from_raw)
+        .collect();
+    cmd.env("USER", name).env("LOGNAME", name);
+    if let Some((_, home)) = user_by_uid(uid) {
+        cmd.env("HOME", home);
+    }
+    let (uid, gid) = (
+        rustix::fs::Uid::from_raw(uid),
+        rustix::fs::Gid::from_raw(gid),
+    );
+    // SAFETY: between fork and exec the closure makes system calls only (no allocation,
+    // no lock): the groups first, then the group and the user, the user last.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::thread::set_thread_groups(&groups)?;
+            rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+            rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// The name and home directory of the effective user (libpq's defaults for the user
 /// to connect as and for `~/.pgpass`); None when the system knows no such user.
 pub fn current_user() -> Option<(String, std::path::PathBuf)> {
@@ -497,6 +550,34 @@ pub mod signal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_as_gives_the_user_its_ids_groups_and_home() {
+        let Ok(Some((uid, gid))) = user_ids(c"postgres") else {
+            return;
+        };
+        if !is_root() {
+            return;
+        }
+        let mut c = std::process::Command::new("/bin/sh");
+        c.args(["-c", "id -u; id -g; id -G; echo $HOME $USER"]);
+        run_as(&mut c, "postgres", uid, gid).unwrap();
+        let out = c.output().unwrap();
+        assert!(out.status.success());
+        let out = String::from_utf8(out.stdout).unwrap();
+        let id = |a: &str| {
+            let o = std::process::Command::new("id")
+                .args([a, "postgres"])
+                .output();
+            String::from_utf8(o.unwrap().stdout)
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        let home = user_by_uid(uid).unwrap().1;
+        let want = format!("{uid}\n{gid}\n{}\n{} postgres\n", id("-G"), home.display());
+        assert_eq!(out, want, "root's groups must not stay");
+    }
 
     #[test]
     fn open_regular_refuses_a_fifo_at_once_and_keeps_not_found() {

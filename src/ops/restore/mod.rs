@@ -307,7 +307,12 @@ pub const MARKER: &str = ".pagevault-restore-incomplete";
 
 /// The source's restorer, once the options and the target suit it, and the log
 /// chain recovery will need, checked before anything is written.
-fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
+/// `planned` gets the first WAL file recovery will fetch as soon as it is known.
+fn check(
+    o: &RestoreOptions,
+    sets: &Sets,
+    planned: &mut dyn FnMut(&str),
+) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
     if o.replace && o.delta {
         bail!("--replace and --delta exclude each other: --replace deletes what the target holds, --delta keeps what matches the set");
     }
@@ -348,9 +353,14 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
     // From the newest set's end: recovery starts there.
     let newest = sets.newest();
     let wal_check = match (&sets.repo, &newest.entry) {
-        (Some(repo), Some(entry)) if restorer.recovers() && !o.stage_only => {
-            check_wal_chain(repo, &sets.others, entry, &newest.set.manifest.extra, o)?
-        }
+        (Some(repo), Some(entry)) if restorer.recovers() && !o.stage_only => check_wal_chain(
+            repo,
+            &sets.others,
+            entry,
+            &newest.set.manifest.extra,
+            o,
+            planned,
+        )?,
         _ => None,
     };
     Ok((restorer, wal_check))
@@ -358,23 +368,44 @@ fn check(o: &RestoreOptions, sets: &Sets) -> Result<(Box<dyn Restorer>, Option<W
 
 type Owner = Option<(u32, u32)>;
 
-/// `check`, then the owner looked up and the restore_command tried as the server will
-/// run it, before anything is written.
+/// `check`, the owner looked up and the restore_command tried as the server will run
+/// it, before anything is written. The trial runs while the archive's WAL is verified:
+/// it needs only the name of the first file.
 fn check_and_probe(
     o: &RestoreOptions,
     sets: &Sets,
 ) -> Result<(Box<dyn Restorer>, Option<WalCheck>, Owner)> {
-    let (restorer, wal_check) = check(o, sets)?;
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
-    if let (Some(repo), Some(entry), true) = (&sets.repo, &sets.newest().entry, !o.stage_only) {
-        let probe = wal::probe_name(wal_check.as_ref(), entry).filter(|_| restorer.recovers());
-        if let Some((name, must_exist)) = probe {
-            let user = (o.owner.as_deref().zip(owner)).map(|(u, (uid, gid))| (u, uid, gid));
-            let command = restore_command_with(repo, &sets.others, o.config.as_ref())?;
-            wal::probe_restore_command(&command, &name, must_exist, user)?;
+    let user = (o.owner.as_deref().zip(owner)).map(|(u, (uid, gid))| (u, uid, gid));
+    let (repo, entry) = match (&sets.repo, &sets.newest().entry, o.stage_only) {
+        (Some(repo), Some(entry), false) => (repo, entry),
+        _ => {
+            let (restorer, wal_check) = check(o, sets, &mut |_| {})?;
+            return Ok((restorer, wal_check, owner));
         }
-    }
-    Ok((restorer, wal_check, owner))
+    };
+    let probe = |name: &str, must_exist: bool| -> Result<()> {
+        let command = restore_command_with(repo, &sets.others, o.config.as_ref())?;
+        wal::probe_restore_command(&command, name, must_exist, user)
+    };
+    let probe = &probe;
+    std::thread::scope(|s| {
+        let mut early = None;
+        let (restorer, wal_check) = check(o, sets, &mut |first| {
+            let first = first.to_string();
+            early = Some(s.spawn(move || probe(&first, true)));
+        })?;
+        match early {
+            Some(t) => t.join().expect("the restore_command trial panicked")?,
+            None => {
+                let late = wal::probe_name(wal_check.as_ref(), entry);
+                if let Some((name, must_exist)) = late.filter(|_| restorer.recovers()) {
+                    probe(&name, must_exist)?;
+                }
+            }
+        }
+        Ok((restorer, wal_check, owner))
+    })
 }
 
 /// Restores a set (or the chain ending at the newest set before the target) into `o.to`.

@@ -19,6 +19,7 @@ pub(super) fn check_wal_chain(
     entry: &CatalogEntry,
     extra: &Extra,
     o: &RestoreOptions,
+    planned: &mut dyn FnMut(&str),
 ) -> Result<Option<WalCheck>> {
     let (Some(tli), Some(stop)) = (
         entry.timeline,
@@ -40,6 +41,9 @@ pub(super) fn check_wal_chain(
         seg_size,
     };
     let chain = walchain::plan(repo, &from, end, o.timeline.and_then(|t| t.id(tli)))?;
+    if let Some(first) = chain.files.first() {
+        planned(first);
+    }
     // Recovery stops at a damaged segment: said, not refused (the WAL before it replays).
     let start = entry.start_lsn.as_deref().and_then(pg::parse_lsn);
     let own = |n: &str| {
@@ -155,7 +159,7 @@ pub(super) fn probe_name(check: Option<&WalCheck>, entry: &CatalogEntry) -> Opti
 }
 
 /// Runs `command`, the `restore_command` a restore writes, once on WAL file `name` as
-/// `user` (the server's, through runuser when root runs) before anything is written:
+/// `user` (the server's, when root runs) before anything is written:
 /// a key or repository the server cannot read would otherwise stop its recovery, or
 /// end it early. `must_exist`: the archive holds `name`, so only a fetch passes.
 pub(crate) fn probe_restore_command(
@@ -176,18 +180,12 @@ pub(crate) fn probe_restore_command(
     let line = command
         .replace("%f", name)
         .replace("%p", &dest.display().to_string());
-    let mut cmd = match user {
-        Some((u, _, _)) if crate::sys::is_root() => {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", u, "--", "/bin/sh", "-c", &line]);
-            c
-        }
-        _ => {
-            let mut c = std::process::Command::new("/bin/sh");
-            c.args(["-c", &line]);
-            c
-        }
-    };
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", &line]);
+    if let Some((u, uid, gid)) = user.filter(|_| crate::sys::is_root()) {
+        crate::sys::run_as(&mut cmd, u, uid, gid)
+            .with_context(|| format!("cannot run the restore_command probe as user '{u}'"))?;
+    }
     let out = cmd
         .stdin(std::process::Stdio::null())
         .output()
