@@ -647,14 +647,9 @@ pub fn finish_entries(
             .with_context(|| format!("cannot create link '{}'", p.display()))?;
         owner.map(|o| roots.chown(&p, o)).transpose()?;
     }
-    let finish = |p: &Path, f: &FileEntry| -> io::Result<()> {
-        owner.map(|o| roots.chown(p, o)).transpose()?;
-        // setuid and setgid bits from a set are dropped: a set is data, and a
-        // restore often runs as root. A mode or time that cannot be set is not worth
-        // failing a restore for.
-        let _ = roots.set_mode_and_mtime(p, f.mode & 0o1777, f.mtime);
-        Ok(())
-    };
+    // setuid and setgid bits from a set are dropped: a set is data, and a restore
+    // often runs as root.
+    let finish = |p: &Path, f: &FileEntry| roots.settle(p, owner, f.mode & 0o1777, f.mtime);
     let files: Vec<(PathBuf, &FileEntry)> = (m.files.iter())
         .filter(|f| f.kind == EntryKind::File)
         .map(|f| (place(&f.path), f))

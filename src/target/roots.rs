@@ -172,9 +172,18 @@ impl Roots {
             .map_err(|e| named(p, "cannot chown", e.into()))
     }
 
-    /// Sets the mode and modification time of `p`, a file or directory the restore
-    /// made (a link there is refused).
-    pub fn set_mode_and_mtime(&self, p: &Path, mode: u32, mtime: i64) -> io::Result<()> {
+    /// Gives `p`, a file or directory the restore made (a link there is refused), its
+    /// owner (when given), mode and modification time, each only where it differs (a
+    /// kept file's inode is not dirtied again). An owner that cannot be set is an error;
+    /// a mode or a time is not worth failing a restore for. A set keeps whole seconds:
+    /// a time within that second is left as it is.
+    pub fn settle(
+        &self,
+        p: &Path,
+        owner: Option<(u32, u32)>,
+        mode: u32,
+        mtime: i64,
+    ) -> io::Result<()> {
         let t = rustix::fs::Timestamps {
             last_access: rustix::fs::Timespec {
                 tv_sec: 0,
@@ -185,19 +194,60 @@ impl Roots {
                 tv_nsec: 0,
             },
         };
+        let ids = owner.map(|(u, g)| {
+            (
+                rustix::fs::Uid::from_raw_unchecked(u),
+                rustix::fs::Gid::from_raw_unchecked(g),
+            )
+        });
+        let chown_err = |e: rustix::io::Errno| named(p, "cannot chown", e.into());
+        let differs = |st: &rustix::fs::Stat| Differs {
+            owner: owner.is_some_and(|(u, g)| (st.st_uid, st.st_gid) != (u, g)),
+            mode: st.st_mode & 0o7777 != mode,
+            time: st.st_mtime != mtime.max(0),
+        };
         if let Some(fd) = self.root(p) {
-            rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))?;
-            return Ok(rustix::fs::futimens(fd, &t)?);
+            let d = differs(&rustix::fs::fstat(fd)?);
+            if let (true, Some((u, g))) = (d.owner, ids) {
+                rustix::fs::fchown(fd, Some(u), Some(g)).map_err(chown_err)?;
+            }
+            if d.mode {
+                let _ = rustix::fs::fchmod(fd, Mode::from_raw_mode(mode));
+            }
+            if d.time {
+                let _ = rustix::fs::futimens(fd, &t);
+            }
+            return Ok(());
         }
         let (dir, name) = self.parent(p)?;
-        let st = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let st = match rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(e) if owner.is_some() => return Err(chown_err(e)),
+            Err(_) => return Ok(()),
+        };
         if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
             return Err(named(p, "refused", io::Error::other("it is a link")));
         }
-        rustix::fs::chmodat(&*dir, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
-        rustix::fs::utimensat(&*dir, name, &t, AtFlags::SYMLINK_NOFOLLOW)?;
+        let d = differs(&st);
+        if let (true, Some((u, g))) = (d.owner, ids) {
+            rustix::fs::chownat(&*dir, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(chown_err)?;
+        }
+        if d.mode {
+            let _ = rustix::fs::chmodat(&*dir, name, Mode::from_raw_mode(mode), AtFlags::empty());
+        }
+        if d.time {
+            let _ = rustix::fs::utimensat(&*dir, name, &t, AtFlags::SYMLINK_NOFOLLOW);
+        }
         Ok(())
     }
+}
+
+/// What `Roots::settle` changes.
+struct Differs {
+    owner: bool,
+    mode: bool,
+    time: bool,
 }
 
 /// `rel` opened beneath `root` (never through a link); `full`, its path, only where the
@@ -248,9 +298,7 @@ mod tests {
         assert!(r.open_file(&root.join("d/last"), create, 0o600).is_err());
         assert!(r.create_dir_all(&root.join("evil/sub")).is_err());
         assert!(r.symlink("x", &root.join("evil/l")).is_err());
-        assert!(r
-            .set_mode_and_mtime(&root.join("d/last"), 0o777, 0)
-            .is_err());
+        assert!(r.settle(&root.join("d/last"), None, 0o777, 0).is_err());
         let e = r
             .open_file(&root.join("../outside/f"), create, 0o600)
             .unwrap_err();
@@ -266,7 +314,7 @@ mod tests {
         r.open_file(&root.join("a/b/c/f"), create | OFlags::EXCL, 0o600)
             .unwrap();
         r.symlink("f", &root.join("a/b/c/l")).unwrap();
-        r.set_mode_and_mtime(&root.join("a/b/c/f"), 0o640, 1_000_000)
+        r.settle(&root.join("a/b/c/f"), None, 0o640, 1_000_000)
             .unwrap();
         let m = std::fs::metadata(root.join("a/b/c/f")).unwrap();
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -274,5 +322,17 @@ mod tests {
             (m.permissions().mode() & 0o777, m.mtime()),
             (0o640, 1_000_000)
         );
+        // What already holds is not set again (the inode's change time stays).
+        let ctime = |m: &std::fs::Metadata| (m.ctime(), m.ctime_nsec());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        r.settle(&root.join("a/b/c/f"), None, 0o640, 1_000_000)
+            .unwrap();
+        let again = std::fs::metadata(root.join("a/b/c/f")).unwrap();
+        assert_eq!(ctime(&again), ctime(&m));
+        r.settle(&root.join("a/b/c/f"), None, 0o600, 1_000_000)
+            .unwrap();
+        let changed = std::fs::metadata(root.join("a/b/c/f")).unwrap();
+        assert_ne!(ctime(&changed), ctime(&m));
+        assert_eq!(changed.permissions().mode() & 0o777, 0o600);
     }
 }
