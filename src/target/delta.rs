@@ -375,7 +375,8 @@ impl Trash {
     /// caller removes it in place.
     fn take(&mut self, p: &Path) -> bool {
         self.next += 1;
-        let name = format!("{}", self.next);
+        // The process's id first: an interrupted restore's trash may hold "1", "2" ...
+        let name = format!("{}-{}", std::process::id(), self.next);
         let (from, to) = (rustix::fs::CWD, &self.fd);
         rustix::fs::renameat_with(from, p, to, name, RenameFlags::NOREPLACE).is_ok()
     }
@@ -520,7 +521,8 @@ mod tests {
         assert_eq!((s.files, s.dirs), (4, 2));
         // Moved aside, then removed.
         assert_eq!(s.trash, vec![root.join(TRASH)]);
-        assert!(root.join(TRASH).join("1").exists());
+        let first = format!("{}-1", std::process::id());
+        assert!(root.join(TRASH).join(first).exists());
         let out: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().collect();
         assert_eq!(out.len(), 1, "only 'keep' outside: {out:?}");
         super::super::trash::remove_swept(&s.trash, &AtomicBool::new(false)).unwrap();
@@ -541,6 +543,28 @@ mod tests {
         assert_eq!(left, [".marker", "d", "d/a"]);
         assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"x");
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn an_interrupted_restores_trash_takes_more() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join(TRASH)).unwrap();
+        // Left by a remover that was killed, named as an older release named them.
+        std::fs::write(root.join(TRASH).join("1"), b"old").unwrap();
+        std::fs::write(root.join("gone"), b"x").unwrap();
+        let mut m = sample();
+        m.files = vec![];
+        let place = |rel: &str| root.join(rel);
+        let s = sweep(&m, &place, std::slice::from_ref(&root), &root.join(".m")).unwrap();
+        assert_eq!(s.files, 1);
+        let moved = root.join(TRASH).join(format!("{}-1", std::process::id()));
+        assert_eq!(
+            std::fs::read(moved).unwrap(),
+            b"x",
+            "moved aside, not unlinked in place"
+        );
+        assert_eq!(std::fs::read(root.join(TRASH).join("1")).unwrap(), b"old");
     }
 
     #[test]
