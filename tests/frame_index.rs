@@ -114,3 +114,47 @@ fn a_tail_counting_another_index_length_is_refused() {
     let err = fails(&["verify", "--from", &stripe], 1);
     assert!(err.contains("frame index holds"), "{err}");
 }
+
+#[test]
+fn a_copy_carries_the_index_and_refuses_one_that_disagrees() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, _) = backup(t.path());
+    let (a, b, c) = (t.path().join("a"), t.path().join("b"), t.path().join("c"));
+    let j = json(&[
+        "backup",
+        "--source",
+        &format!("files:{}", s(&src)),
+        "--repo",
+        &s(&a),
+        "--max-transfer-size",
+        "64K",
+    ]);
+    let id = j["set_id"].as_str().unwrap().to_string();
+    ok(&["init", "--repo", &s(&b)]);
+    ok(&["copy", "--repo", &s(&a), "--to-repo", &s(&b)]);
+    let stripe = |r: &std::path::Path| r.join(format!("sets/{id}/1.pv"));
+    let (from, to) = (
+        std::fs::read(stripe(&a)).unwrap(),
+        std::fs::read(stripe(&b)).unwrap(),
+    );
+    let ((fa, la), (ta, lb)) = (index_of(&from), index_of(&to));
+    assert!(la > 20 * 80, "{la}");
+    assert_eq!(&from[fa..fa + la], &to[ta..ta + lb], "the copy's index");
+    ok(&["verify", "--repo", &s(&b)]);
+
+    // An entry that disagrees with its frame (its CRCs valid) stops the copy.
+    let mut bad = from.clone();
+    let e = fa + 2 * 80;
+    bad[e + 64] ^= 1;
+    let crc = crc32c::crc32c(&bad[e..e + 76]);
+    put_u32(&mut bad, e + 76, crc);
+    let crc = crc32c::crc32c(&bad[fa..fa + la]);
+    let n = bad.len();
+    put_u32(&mut bad, n - 64 + 56, crc);
+    fix_tail(&mut bad);
+    std::fs::write(stripe(&a), &bad).unwrap();
+    ok(&["init", "--repo", &s(&c)]);
+    let err = fails(&["copy", "--repo", &s(&a), "--to-repo", &s(&c)], 1);
+    assert!(err.contains("differs from its frame index entry"), "{err}");
+    assert!(!stripe(&c).exists());
+}

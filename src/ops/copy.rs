@@ -336,6 +336,16 @@ fn copy_set(
     let specs = (1..=n)
         .map(|i| b.stripe_spec(id, i))
         .collect::<Result<Vec<_>>>()?;
+    // A plain set's frames go byte for byte: each stripe's index goes with them, every
+    // entry compared with its frame as the engine reads it.
+    let plain = matches!((&p.frames, &p.guard), (Frames::AsStored, Guarding::Plain));
+    let indexes = match plain {
+        true => (set.stripes.iter())
+            .map(restore::load_index)
+            .collect::<Result<Vec<_>>>()
+            .with_context(|| ctx("not copied"))?,
+        false => vec![],
+    };
     let devices = write::devices(&specs, b.options())?;
     let headers = write::headers(&p.header, n);
     let block = set.header.block_size as u64;
@@ -368,7 +378,8 @@ fn copy_set(
         threads,
         ..ReadOptions::default()
     };
-    let params = engine_params(&ro, &set);
+    let mut params = engine_params(&ro, &set);
+    params.use_index = plain;
     let ids = regular_files(&m);
     let sums = Checksums::new(&m, &ids);
     let progress = Arc::new(Progress::default());
@@ -407,6 +418,9 @@ fn copy_set(
     if let Some(err) = failed {
         write::abort(stripes);
         return Err(err.context(ctx("not copied")));
+    }
+    for (s, ix) in stripes.iter_mut().zip(indexes) {
+        s.index = ix.unwrap_or_default();
     }
     let mut m2 = m.clone();
     match &p.repo_id {

@@ -130,7 +130,8 @@ impl StripeSource for Tee {
             return Err(io::Error::other("the copy stopped"));
         }
         let end = offset + buf.len() as u64;
-        if end <= s.next || s.next >= s.end {
+        // What lies past the body (the frame index) is not the copy's to take.
+        if end <= s.next || s.next >= s.end || offset >= s.end {
             return Ok(());
         }
         if offset > s.next {

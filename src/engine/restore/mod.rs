@@ -5,6 +5,7 @@ mod check;
 pub mod layers;
 pub mod merge;
 mod read;
+pub use read::load_index;
 mod write;
 
 use super::codec::CodecSpec;

@@ -249,7 +249,8 @@ impl<'a> Ahead<'a> {
 
 /// The stripe's frame index (every frame's header in order), checked against its CRC,
 /// when it has one.
-fn load_index(st: &StripeIn) -> Result<Option<Vec<u8>>> {
+/// Stripe `st`'s frame index, its CRC checked (None: it has none).
+pub fn load_index(st: &StripeIn) -> Result<Option<Vec<u8>>> {
     let Some(ix) = st.index else {
         return Ok(None);
     };
