@@ -44,6 +44,21 @@ fn index_of(b: &[u8]) -> (usize, usize) {
     (at, u32_at(tail, 52) as usize)
 }
 
+/// Stripe `b` with index entry `i`'s sequence number changed, every CRC made valid.
+fn disagreeing(b: &[u8], i: usize) -> Vec<u8> {
+    let (at, len) = index_of(b);
+    let mut bad = b.to_vec();
+    let e = at + i * 80;
+    bad[e + 64] ^= 1;
+    let c = crc32c::crc32c(&bad[e..e + 76]);
+    put_u32(&mut bad, e + 76, c);
+    let c = crc32c::crc32c(&bad[at..at + len]);
+    let n = bad.len();
+    put_u32(&mut bad, n - 64 + 56, c);
+    fix_tail(&mut bad);
+    bad
+}
+
 #[test]
 fn a_plain_stripe_indexes_every_frame_header_and_verify_checks_it() {
     let t = tempfile::tempdir().unwrap();
@@ -64,16 +79,7 @@ fn a_plain_stripe_indexes_every_frame_header_and_verify_checks_it() {
 
     // An index entry that disagrees with its frame (CRCs made valid): verify names it,
     // and a restore that reads every frame is not misled by it.
-    let mut bad = b.clone();
-    let e = at + 3 * 80;
-    bad[e + 64] ^= 1; // the entry's sequence number
-    let c = crc32c::crc32c(&bad[e..e + 76]);
-    put_u32(&mut bad, e + 76, c);
-    let c = crc32c::crc32c(&bad[at..at + len]);
-    let n = bad.len();
-    put_u32(&mut bad, n - 64 + 56, c);
-    fix_tail(&mut bad);
-    std::fs::write(&stripe, &bad).unwrap();
+    std::fs::write(&stripe, disagreeing(&b, 3)).unwrap();
     let err = fails(&["verify", "--from", &stripe], 1);
     assert!(err.contains("differs from its frame index entry"), "{err}");
 
@@ -143,16 +149,7 @@ fn a_copy_carries_the_index_and_refuses_one_that_disagrees() {
     ok(&["verify", "--repo", &s(&b)]);
 
     // An entry that disagrees with its frame (its CRCs valid) stops the copy.
-    let mut bad = from.clone();
-    let e = fa + 2 * 80;
-    bad[e + 64] ^= 1;
-    let crc = crc32c::crc32c(&bad[e..e + 76]);
-    put_u32(&mut bad, e + 76, crc);
-    let crc = crc32c::crc32c(&bad[fa..fa + la]);
-    let n = bad.len();
-    put_u32(&mut bad, n - 64 + 56, crc);
-    fix_tail(&mut bad);
-    std::fs::write(stripe(&a), &bad).unwrap();
+    std::fs::write(stripe(&a), disagreeing(&from, 2)).unwrap();
     ok(&["init", "--repo", &s(&c)]);
     let err = fails(&["copy", "--repo", &s(&a), "--to-repo", &s(&c)], 1);
     assert!(err.contains("differs from its frame index entry"), "{err}");
