@@ -414,6 +414,30 @@ pub fn user_ids(name: &std::ffi::CStr) -> Result<Option<(u32, u32)>, io::Error> 
     Ok((!found.is_null()).then_some((pwd.pw_uid, pwd.pw_gid)))
 }
 
+/// Starts this binary again with `args`, detached: its own process group (a signal to
+/// the caller's group does not reach it), stdin empty, stdout and stderr into `out` (or
+/// nowhere). Returns its pid; it is not waited for.
+pub fn spawn_detached<I, S>(args: I, out: Option<std::fs::File>) -> io::Result<u32>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let (stdout, stderr) = match out {
+        Some(f) => (Stdio::from(f.try_clone()?), Stdio::from(f)),
+        None => (Stdio::null(), Stdio::null()),
+    };
+    let child = Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()?;
+    Ok(child.id())
+}
+
 /// The groups of user `name` whose primary group is `gid` (its own and those that list
 /// it), as a login or a service manager gives them.
 fn group_list(name: &std::ffi::CStr, gid: u32) -> io::Result<Vec<u32>> {

@@ -32,7 +32,6 @@ use crate::repo::wal;
 use crate::units::human;
 use anyhow::{Context, Result};
 use clap::Args;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -399,18 +398,8 @@ fn start_fetcher(dir: &Path, seg_size: u64) -> Result<()> {
 /// background: in its own process group (PostgreSQL's signals to its archiver or
 /// startup process stop it not), its output appended to `out`.
 fn spawn_self(out: std::fs::File, extra: &[String]) -> Result<u32> {
-    use std::process::{Command, Stdio};
-    let exe = std::env::current_exe().context("cannot find pagevault's own binary")?;
-    let child = Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .process_group(0)
-        .spawn()
-        .context("cannot start it")?;
-    Ok(child.id())
+    let args = (std::env::args_os().skip(1)).chain(extra.iter().map(Into::into));
+    crate::sys::spawn_detached(args, Some(out)).context("cannot start it")
 }
 
 /// archive-get's status for a file that is there but cannot be used: above 125.

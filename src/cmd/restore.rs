@@ -288,20 +288,10 @@ pub struct RemoveSweptArgs {
 /// removed, at a low priority, in its own process group: the restore does not wait for
 /// it. None when it cannot start: then it is removed here, before the restore returns.
 fn remove_in_background(dirs: &[PathBuf]) -> Option<u32> {
-    use std::os::unix::process::CommandExt;
-    use std::process::{Command, Stdio};
-    let started = std::env::current_exe().and_then(|exe| {
-        Command::new(exe)
-            .arg("remove-swept")
-            .args(dirs)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-    });
+    let args = std::iter::once("remove-swept".as_ref()).chain(dirs.iter().map(|d| d.as_os_str()));
+    let started = crate::sys::spawn_detached(args, None);
     match started {
-        Ok(child) => Some(child.id()),
+        Ok(pid) => Some(pid),
         Err(e) => {
             super::log::warn(
                 &format!(
