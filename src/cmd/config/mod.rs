@@ -363,6 +363,19 @@ pub fn key_owner(e: &Effective) -> Option<&RepoEntry> {
         .flatten()
 }
 
+/// The stanza names several repositories and neither `--repo-index` nor `--repo` picks
+/// one: a command that takes one runs over each (`expire`, `check`, `verify`, `drill`).
+pub fn runs_each(e: &Effective) -> bool {
+    let origin = |o: &str| {
+        (e.settings.iter())
+            .find(|s| s.option == o)
+            .map(|s| s.origin.as_str())
+    };
+    e.repositories.len() > 1
+        && matches!(origin("repo-index"), None | Some("unset"))
+        && origin("repo").is_some_and(|o| o.starts_with("file:"))
+}
+
 /// The stanza's repositories (for a command with `--repo`), and the one this run uses
 /// when it uses one: `--to-repo`'s or `--repo-index`'s, the one `--repo` names, else the
 /// first (a command that takes several uses them all, and none is picked).
