@@ -249,11 +249,16 @@ fn drill_takes_the_chain_from_the_first_repository_holding_it_and_check_checks_e
             .map(str::to_string)
     };
     let (fa, fb) = (
-        line("'one' (1)", "archive_command"),
-        line("'two' (2)", "archive_command"),
+        line("'one' (1)", "wal-archived"),
+        line("'two' (2)", "wal-archived"),
     );
     assert!(fa.is_some_and(|l| l.starts_with("FAIL")), "{}", r.stdout);
     assert!(fb.is_some_and(|l| l.starts_with("ok")), "{}", r.stdout);
+    assert!(
+        line("'two' (2)", "restore_command").is_some_and(|l| l.starts_with("ok")),
+        "{}",
+        r.stdout
+    );
     assert!(
         r.stderr.contains("check failed in 1 of 2 repositories"),
         "{}",
