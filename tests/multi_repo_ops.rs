@@ -39,11 +39,23 @@ fn small_tree(dir: &Path) -> String {
     format!("files:{}", s(&src))
 }
 
-fn fulls(source: &str, repo: &str, n: usize) -> Vec<String> {
-    for _ in 0..n {
-        ok(&["backup", "--source", source, "--repo", repo]);
+/// `n` full backups of `source` into `repo`, opened with `key` when one is given: the
+/// repository's set ids.
+fn fulls(source: &str, repo: &str, key: &str, n: usize) -> Vec<String> {
+    let mut a = vec!["backup", "--source", source, "--repo", repo];
+    if !key.is_empty() {
+        a.extend(["--key-file", key]);
     }
-    history_ids(repo)
+    for _ in 0..n {
+        ok(&a);
+    }
+    let h = match key {
+        "" => json(&["history", "--repo", repo]),
+        k => json(&["history", "--repo", repo, "--key-file", k]),
+    };
+    (h["sets"].as_array().unwrap().iter())
+        .map(|s| s["set_id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn strs(v: &Value) -> Vec<String> {
@@ -57,16 +69,24 @@ fn expire_applies_each_repositorys_own_retention() {
     let d = tempfile::tempdir().unwrap();
     let source = small_tree(d.path());
     let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
-    let (sa, sb) = (fulls(&source, &a, 3), fulls(&source, &b, 3));
+    // Each repository encrypted with a key of its own: the stanza's opens the first,
+    // the second's table names its own.
+    let (ka, kb) = (
+        key_file(d.path(), "ka", 1, false),
+        key_file(d.path(), "kb", 2, true),
+    );
+    ok(&["init", "--repo", &a, "--key-file", &ka]);
+    ok(&["init", "--repo", &b, "--key-file", &kb]);
+    let (sa, sb) = (fulls(&source, &a, &ka, 3), fulls(&source, &b, &kb, 3));
     assert_eq!((sa.len(), sb.len()), (3, 3));
     // The stanza's keep-full 2 is what neither repository keeps: each one's own wins.
     let cfg = two_repos(
         d.path(),
-        "keep-full = 2",
+        &format!("keep-full = 2\nkey-file = \"{ka}\""),
         &a,
         "keep-full = 1",
         &b,
-        "keep-full = 3",
+        &format!("keep-full = 3\nkey-file = \"{kb}\""),
     );
     let base = ["expire", "--config", &cfg, "--stanza", "main"];
     let dry = json(&[&base[..], &["--dry-run"]].concat());
@@ -84,7 +104,8 @@ fn expire_applies_each_repositorys_own_retention() {
     assert_eq!(strs(&r[0]["expired"]), sa[..2], "{dry}");
     assert!(strs(&r[1]["expired"]).is_empty(), "{dry}");
     assert_eq!(r[0]["dry_run"], true);
-    assert_eq!((history_ids(&a), history_ids(&b)), (sa.clone(), sb.clone()));
+    assert_eq!(fulls(&source, &a, &ka, 0), sa);
+    assert_eq!(fulls(&source, &b, &kb, 0), sb);
     // Text: a heading per repository, then its lines.
     let text = ok(&base);
     let (one, two) = (
@@ -96,8 +117,8 @@ fn expire_applies_each_repositorys_own_retention() {
     assert!(one < two, "{text}");
     assert!(text[one..two].contains("2 expired"), "{text}");
     assert!(text[two..].contains("3 set(s) kept, 0 expired"), "{text}");
-    assert_eq!(history_ids(&a), sa[2..]);
-    assert_eq!(history_ids(&b), sb);
+    assert_eq!(fulls(&source, &a, &ka, 0), sa[2..]);
+    assert_eq!(fulls(&source, &b, &kb, 0), sb);
     // One repository, picked: the JSON of one repository, unchanged.
     let one = json(&[&base[..], &["--repo-index", "two"]].concat());
     assert!(
@@ -111,8 +132,8 @@ fn expire_goes_on_past_a_repository_it_cannot_open_and_names_it() {
     let d = tempfile::tempdir().unwrap();
     let source = small_tree(d.path());
     let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
-    fulls(&source, &a, 1);
-    let sb = fulls(&source, &b, 2);
+    fulls(&source, &a, "", 1);
+    let sb = fulls(&source, &b, "", 2);
     fs::remove_dir_all(&a).unwrap();
     let cfg = two_repos(d.path(), "", &a, "keep-full = 1", &b, "keep-full = 1");
     let args = ["expire", "--config", &cfg, "--stanza", "main", "--json"];
@@ -156,8 +177,8 @@ fn verify_checks_each_repository_and_names_the_damaged_one() {
     let d = tempfile::tempdir().unwrap();
     let source = small_tree(d.path());
     let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
-    fulls(&source, &a, 1);
-    let sb = fulls(&source, &b, 1);
+    fulls(&source, &a, "", 1);
+    let sb = fulls(&source, &b, "", 1);
     let cfg = two_repos(d.path(), "", &a, "", &b, "");
     let args = ["verify", "--config", &cfg, "--stanza", "main"];
     let text = ok(&args);

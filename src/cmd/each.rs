@@ -38,6 +38,8 @@ pub struct Outcome {
     pub json: Vec<Value>,
     /// The repositories that failed, each `'offsite' (2) PATH: why`.
     pub failed: Vec<String>,
+    /// Every failure may pass on a later run (a store that did not answer, a lock).
+    pub transient: bool,
 }
 
 impl Outcome {
@@ -46,14 +48,20 @@ impl Outcome {
         super::print_json(&json!({ "command": command, "repositories": self.json }));
     }
 
-    /// Ok when none failed; else an error naming each that did.
+    /// Ok when none failed; else an error naming each that did, transient when every
+    /// failure is (the run may pass later: exit 3).
     pub fn verdict(self, command: &str, of: usize) -> Result<()> {
-        match self.failed.len() {
-            0 => Ok(()),
-            n => anyhow::bail!(
-                "{command} failed in {n} of {of} repositories: {}",
-                self.failed.join("; ")
-            ),
+        let n = self.failed.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let msg = format!(
+            "{command} failed in {n} of {of} repositories: {}",
+            self.failed.join("; ")
+        );
+        match self.transient {
+            true => Err(crate::fault::transient(msg)),
+            false => Err(anyhow::Error::msg(msg)),
         }
     }
 }
@@ -70,6 +78,7 @@ pub fn each<A, R: Serialize>(
     let mut out = Outcome {
         json: vec![],
         failed: vec![],
+        transient: true,
     };
     for e in list {
         let (label, name, path) = (e.label.clone(), e.name.clone(), e.path.clone());
@@ -86,6 +95,7 @@ pub fn each<A, R: Serialize>(
                 }
                 if let Some(why) = failed(&r) {
                     out.failed.push(format!("{label} {path}: {why}"));
+                    out.transient = false;
                 }
             }
             Err(e) => {
@@ -94,6 +104,7 @@ pub fn each<A, R: Serialize>(
                     println!("  error: {}", super::shown(&format!("{e:#}")));
                 }
                 out.failed.push(format!("{label} {path}: {e:#}"));
+                out.transient &= crate::fault::is_transient(&e);
             }
         }
         // The repository's path and name win over a report's own `repo`.
