@@ -518,3 +518,38 @@ pub fn check_stanza_name(s: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn effective(list: &str, repo: &str, index: &str) -> Effective {
+        let v: toml::Table = toml::from_str(list).unwrap();
+        let setting = |o: &str, origin: &str| Setting {
+            option: o.into(),
+            values: vec![],
+            origin: origin.into(),
+        };
+        Effective {
+            command: "expire".into(),
+            config_file: None,
+            stanza: Some("main".into()),
+            settings: vec![setting("repo", repo), setting("repo-index", index)],
+            repositories: repos::entries(&v["repo"]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_command_runs_over_each_repository_when_none_is_picked() {
+        let two = "repo = [\"/b/one\", \"/b/two\"]";
+        assert!(runs_each(&effective(two, "file:main", "unset")));
+        assert!(!runs_each(&effective(two, "file:main", "cli")));
+        assert!(!runs_each(&effective(two, "cli", "unset")));
+        assert!(!runs_each(&effective(two, "env:PAGEVAULT_REPO", "unset")));
+        assert!(!runs_each(&effective(
+            "repo = \"/b/one\"",
+            "file:main",
+            "unset"
+        )));
+    }
+}
