@@ -156,6 +156,45 @@ fn expire_goes_on_past_a_repository_it_cannot_open_and_names_it() {
     assert_eq!(history_ids(&b), sb[1..]);
 }
 
+#[test]
+fn expire_past_an_unreachable_object_store_exits_3_and_expires_the_other() {
+    let d = tempfile::tempdir().unwrap();
+    let source = small_tree(d.path());
+    let b = s(&d.path().join("b"));
+    let sb = fulls(&source, &b, "", 2);
+    let s3 = "s3://pvtest/multi-ops-unreachable";
+    // Its own endpoint, where nothing answers; the directory has none.
+    let ep = format!("s3-endpoint = \"http://127.0.0.1:{}\"", free_port());
+    let cfg = two_repos(d.path(), "keep-full = 1", s3, &ep, &b, "");
+    let r = run_env(
+        &["expire", "--config", &cfg, "--stanza", "main"],
+        &[
+            ("PAGEVAULT_RETRY_SECONDS", "1"),
+            ("AWS_ACCESS_KEY_ID", "x"),
+            ("AWS_SECRET_ACCESS_KEY", "y"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "expire failed in 1 of 2 repositories: 'one' (1) {s3}"
+        )),
+        "{}",
+        r.stderr
+    );
+    let two = r
+        .stdout
+        .find(&format!("repository 'two' (2) {b}"))
+        .expect(&r.stdout);
+    assert!(
+        r.stdout[two..].contains("1 set(s) kept, 1 expired"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(fulls(&source, &b, "", 0), sb[1..]);
+}
+
 /// A byte in the middle of the first frame of 64 stored bytes or more of a stripe.
 fn payload_byte(path: &Path) -> usize {
     let b = fs::read(path).unwrap();
