@@ -67,7 +67,7 @@ impl Outcome {
 }
 
 /// Runs `one` for each repository in turn: with `json` false a heading, then `print`'s
-/// lines (given the repository's label); `failed` says why a report is a failure (None when it is not).
+/// lines (given the repository's label); `failed` says why a report is a failure.
 pub fn each<A, R: Serialize>(
     list: Vec<EachRepo<A>>,
     json: bool,
