@@ -39,6 +39,16 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
+/// The arguments of a command when it is `$v`.
+macro_rules! as_variant {
+    ($c:expr, $v:ident) => {
+        match $c {
+            Command::$v(a) => Some(a),
+            _ => None,
+        }
+    };
+}
+
 fn main() -> ExitCode {
     // Large transient buffers (HTTP bodies of object-store parts and ranges) go to mmap
     // and back to the system when freed: glibc's sliding threshold would otherwise keep
@@ -79,15 +89,6 @@ fn main() -> ExitCode {
         } else {
             EXIT_USAGE
         });
-    }
-    // PAGEVAULT_KEY_FILE is crypt::load's to read, with its rules: --passphrase-file
-    // outranks it, and PAGEVAULT_PASSPHRASE beside it is refused.
-    let origin = |o: &str| {
-        let s = effective.settings.iter().find(|s| s.option == o);
-        s.map(|s| s.origin.as_str())
-    };
-    if origin("key-file").is_some_and(|o| o.starts_with("env")) {
-        cli.key_file = None;
     }
     if cli.show_config {
         let json = config::wants_json(&effective);
@@ -135,32 +136,29 @@ fn main() -> ExitCode {
         }
         _ => None,
     };
-    let key = pagevault::crypt::load::key_source(
-        cli.key_file.as_deref(),
-        cli.passphrase_file.as_deref(),
-        server,
-    )
-    .map_err(|e| match config::key_owner(&effective) {
-        Some(r) => e.context(format!("repository {} ({}): its key", r.label(), r.path)),
-        None => e,
-    })
-    .and_then(|k| {
-        // No core dump, ptrace or /proc/PID/mem of the user may hold the key.
-        if k.is_some() {
-            pagevault::sys::not_dumpable().context("cannot make the process not dumpable")?;
-        }
-        Ok(k)
-    });
-    let store = key.map(|key| device::object::StoreOptions {
-        s3_endpoint: cli.s3_endpoint.clone(),
-        key,
-    });
+    let store = store_of(&mut cli, &effective, server);
     // Each repository of the stanza opens with its own key and endpoint, if it has them.
     let repos = config::RepoOptions::new(&effective, server);
-    let run = std::panic::AssertUnwindSafe(|| match cli.command {
+    // Several repositories and none picked: each, as --repo-index N runs it.
+    let each = matches!(
+        cli.command,
+        Command::Expire(_) | Command::Check(_) | Command::Verify(_) | Command::Drill(_)
+    ) && config::runs_each(&effective);
+    let each = each.then(|| each_repository(&effective, server));
+    let run = std::panic::AssertUnwindSafe(|| match (cli.command, each) {
+        (Command::Expire(a), Some(l)) => {
+            cmd::expire::run_each(a.json, pick(l, |c| as_variant!(c, Expire)))
+        }
+        (Command::Verify(a), Some(l)) => {
+            cmd::restore::run_verify_each(a.read.json, pick(l, |c| as_variant!(c, Verify)))
+        }
+        (Command::Check(a), Some(l)) => {
+            cmd::check::run_each(a.json, pick(l, |c| as_variant!(c, Check)), cli.s3_endpoint)
+        }
+        (Command::Drill(a), Some(l)) => cmd::drill::run_each(a, pick(l, |c| as_variant!(c, Drill))),
         // A key that does not load is one of its findings.
-        Command::Check(a) => cmd::check::run(a, store, cli.s3_endpoint.clone()),
-        command => store.and_then(|store| match command {
+        (Command::Check(a), None) => cmd::check::run(a, store, cli.s3_endpoint.clone()),
+        (command, _) => store.and_then(|store| match command {
             Command::Backup(a) => cmd::backup::run(a, &store),
             Command::Restore(a) => cmd::restore::run_restore(a, &store, &repos),
             Command::Verify(a) => cmd::restore::run_verify(a, &store),
@@ -212,6 +210,89 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::from(code)
+}
+
+/// The options the run's repository opens with: the key of --key-file or
+/// --passphrase-file (a repository's own, when the file gives it) and --s3-endpoint.
+fn store_of(
+    cli: &mut Cli,
+    effective: &config::Effective,
+    server: Option<u32>,
+) -> anyhow::Result<device::object::StoreOptions> {
+    // PAGEVAULT_KEY_FILE is crypt::load's to read, with its rules: --passphrase-file
+    // outranks it, and PAGEVAULT_PASSPHRASE beside it is refused.
+    let from_env =
+        (effective.settings.iter()).any(|s| s.option == "key-file" && s.origin.starts_with("env"));
+    if from_env {
+        cli.key_file = None;
+    }
+    let key = pagevault::crypt::load::key_source(
+        cli.key_file.as_deref(),
+        cli.passphrase_file.as_deref(),
+        server,
+    )
+    .map_err(|e| match config::key_owner(effective) {
+        Some(r) => e.context(format!("repository {} ({}): its key", r.label(), r.path)),
+        None => e,
+    })?;
+    // No core dump, ptrace or /proc/PID/mem of the user may hold the key.
+    if key.is_some() {
+        pagevault::sys::not_dumpable().context("cannot make the process not dumpable")?;
+    }
+    Ok(device::object::StoreOptions {
+        s3_endpoint: cli.s3_endpoint.clone(),
+        key,
+    })
+}
+
+/// Each repository of the stanza with the command and options `--repo-index N` gives:
+/// its own settings, key and endpoint, resolved as for one repository.
+fn each_repository(
+    effective: &config::Effective,
+    server: Option<u32>,
+) -> Vec<cmd::each::EachRepo<Command>> {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    (effective.repositories.iter())
+        .map(|r| {
+            let mut argv = argv.clone();
+            argv.splice(at..at, ["--repo-index".into(), r.n.to_string().into()]);
+            let run = match config::parse(Cli::command().version(VERSION), argv) {
+                Ok((m, e)) => Cli::from_arg_matches(&m)
+                    .map_err(|x| anyhow::anyhow!("{}", x.render()))
+                    .map(|mut cli| {
+                        let store = store_of(&mut cli, &e, server);
+                        (cli.command, store)
+                    }),
+                Err(config::Failure::Usage(x)) => Err(anyhow::anyhow!("{}", x.render())),
+                Err(config::Failure::Config(x)) => Err(x),
+            };
+            cmd::each::EachRepo {
+                label: r.label(),
+                name: r.name.clone(),
+                path: r.path.clone(),
+                run,
+            }
+        })
+        .collect()
+}
+
+/// The arguments of one command out of each repository's.
+fn pick<A>(
+    list: Vec<cmd::each::EachRepo<Command>>,
+    of: impl Fn(Command) -> Option<A>,
+) -> Vec<cmd::each::EachRepo<A>> {
+    (list.into_iter())
+        .map(|e| cmd::each::EachRepo {
+            label: e.label,
+            name: e.name,
+            path: e.path,
+            run: e.run.and_then(|(c, store)| {
+                let a = of(c).ok_or_else(|| anyhow::anyhow!("another command parsed"))?;
+                Ok((a, store))
+            }),
+        })
+        .collect()
 }
 
 /// A failed run's exit status and its kind, as docs/PROGRAMS.md lists them.

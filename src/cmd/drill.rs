@@ -1,16 +1,18 @@
 //! `pagevault drill`: arguments -> options, the use case (ops::drill), report -> text
 //! or JSON; exit 1 when the drill failed.
 
+use super::each::EachRepo;
 use crate::device::object::StoreOptions;
 use crate::ops::check::Outcome;
 use crate::ops::drill::{self, DrillOptions, DrillReport};
+use crate::repo::many::RepoStore;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  pagevault drill --repo /backups/main\n  pagevault drill --repo s3://bk/main --s3-endpoint http://127.0.0.1:9000 --sql checks.sql --json\n  pagevault drill --repo /backups/main --until '2026-11-21 10:00:00+00' --scratch /mnt/scratch --keep\n\nA drill restores the newest chain (or --set, --until ...) into a scratch directory, starts PostgreSQL there on a free 127.0.0.1 port with archiving off, replays the archived WAL to its newest point (or the target), runs pg_amcheck over every database (amcheck installed in the copy where missing), checks the visibility maps (pg_visibility's pg_check_visible and pg_check_frozen over every table, and index-only against sequential counts; pg_visibility installed in the copy where missing, the check skipped where the server has none) and runs the checks of --sql, stops the server and removes the scratch. It reports the set restored (the newest of its chain, or --set), restore and replay seconds, the point reached, its lag (RPO) behind the newest archived WAL or the --until time (none with --until-lsn, --until-xid or --until-name, whose target has no time to measure to) and the whole time (RTO), and records the result in the repository (tagged with the key in an encrypted or signed repository, so a forged record shows as forged): `status` shows the last drill. A stripe overwritten after its backup is read at the version the backup wrote, and named in a warning. The source cluster is never touched. Exit 1 when any check failed."
+    after_help = "Examples:\n  pagevault drill --repo /backups/main\n  pagevault drill --repo s3://bk/main --s3-endpoint http://127.0.0.1:9000 --sql checks.sql --json\n  pagevault drill --repo /backups/main --until '2026-11-21 10:00:00+00' --scratch /mnt/scratch --keep\n\nA drill restores the newest chain (or --set, --until ...) into a scratch directory, starts PostgreSQL there on a free 127.0.0.1 port with archiving off, replays the archived WAL to its newest point (or the target), runs pg_amcheck over every database (amcheck installed in the copy where missing), checks the visibility maps (pg_visibility's pg_check_visible and pg_check_frozen over every table, and index-only against sequential counts; pg_visibility installed in the copy where missing, the check skipped where the server has none) and runs the checks of --sql, stops the server and removes the scratch. It reports the set restored (the newest of its chain, or --set), restore and replay seconds, the point reached, its lag (RPO) behind the newest archived WAL or the --until time (none with --until-lsn, --until-xid or --until-name, whose target has no time to measure to) and the whole time (RTO), and records the result in the repository (tagged with the key in an encrypted or signed repository, so a forged record shows as forged): `status` shows the last drill. A stripe overwritten after its backup is read at the version the backup wrote, and named in a warning. The source cluster is never touched. Exit 1 when any check failed. A stanza naming several repositories (--stanza, no --repo-index): the chain from the first holding it, as restore takes it, each passed over named with why."
 )]
 pub struct DrillArgs {
     /// The repository.
@@ -18,7 +20,7 @@ pub struct DrillArgs {
     pub repo: String,
     /// Of the stanza's repositories (--stanza), use this one: its name or its place N
     /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
-    /// apply. Instead of --repo.
+    /// apply. Instead of --repo. Without either, the first holding the chain.
     #[arg(long, value_name = "NAME|N")]
     pub repo_index: Option<String>,
     /// The set to restore (default: the newest chain).
@@ -67,6 +69,46 @@ pub struct DrillArgs {
 }
 
 pub fn run(a: DrillArgs, store: &StoreOptions) -> Result<()> {
+    drill_with(a, store, vec![], vec![])
+}
+
+/// Over the stanza's repositories: the chain from the first holding it, as a restore
+/// takes it; one whose key or settings are refused is passed over, named.
+pub fn run_each(a: DrillArgs, list: Vec<EachRepo<DrillArgs>>) -> Result<()> {
+    let mut passed_over = vec![];
+    let mut usable = vec![];
+    for e in list {
+        let path = super::shown(&e.path);
+        match e.take() {
+            Ok((a, store)) => usable.push((a, store)),
+            Err(x) => passed_over.push(format!("passed over {path}: {x:#}")),
+        }
+    }
+    let mut usable = usable.into_iter();
+    let Some((first, store)) = usable.next() else {
+        anyhow::bail!(
+            "no repository of the stanza can be drilled: {}",
+            passed_over.join("; ")
+        );
+    };
+    let fallback = usable.map(|(b, s)| RepoStore::new(&b.repo, &s)).collect();
+    drill_with(
+        DrillArgs {
+            json: a.json,
+            ..first
+        },
+        &store,
+        fallback,
+        passed_over,
+    )
+}
+
+fn drill_with(
+    a: DrillArgs,
+    store: &StoreOptions,
+    fallback: Vec<RepoStore>,
+    passed_over: Vec<String>,
+) -> Result<()> {
     let o = DrillOptions {
         repo: a.repo.clone(),
         set: a.set.clone(),
@@ -87,6 +129,8 @@ pub fn run(a: DrillArgs, store: &StoreOptions) -> Result<()> {
         timeout: std::time::Duration::from_secs_f64(a.timeout.max(1.0)),
         threads: a.threads.map(|t| t as usize),
         store: store.clone(),
+        fallback,
+        passed_over,
     };
     let r = drill::drill(&o, &super::restore::shower(None, a.json))?;
     if !super::printed_json(&r, a.json) {
@@ -115,6 +159,12 @@ fn print_text(r: &DrillReport) {
             "FAILED"
         }
     );
+    if let Some(why) = &r.served_because {
+        println!("  chain from {}: {why}", super::shown(&r.repo));
+    }
+    for p in &r.passed_over {
+        println!("  {}", super::shown(p));
+    }
     for c in &r.checks {
         let word = match c.status {
             Outcome::Ok => "ok  ",

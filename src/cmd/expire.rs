@@ -1,9 +1,10 @@
 //! `pagevault expire`: retention (see ops::expire).
 
+use super::each::{each, EachRepo};
 use super::{print_json, shown};
 use crate::device::object::StoreOptions;
 use crate::ops::expire::plan::parse_duration;
-use crate::ops::expire::{expire, ExpireOptions, Rules};
+use crate::ops::expire::{expire, ExpireOptions, ExpireReport, Rules};
 use crate::units::human;
 use anyhow::Result;
 use clap::Args;
@@ -34,14 +35,17 @@ kept, listed and named \"locked until ...\" (`locked` in --json), and so is the 
 from the first file still held; a removal the store refuses keeps the set listed and
 names the refusal.
 Drill records (drills/) older than the oldest set left go too, never the newest
-(`drills` in --json); the retention holds them as it holds sets.")]
+(`drills` in --json); the retention holds them as it holds sets.
+A stanza naming several repositories (--stanza, no --repo-index): each expired with
+its own settings, key and endpoint, a heading per repository (`repositories` in
+--json); one that fails stops no other, and the exit is non-zero naming it.")]
 pub struct ExpireArgs {
     /// The repository (a directory, s3://BUCKET/PREFIX, azure://CONTAINER/PREFIX or gs://BUCKET/PREFIX).
     #[arg(long)]
     pub repo: String,
     /// Of the stanza's repositories (--stanza), use this one: its name or its place N
     /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
-    /// apply. Instead of --repo.
+    /// apply. Instead of --repo. Without either, each repository with its own.
     #[arg(long, value_name = "NAME|N")]
     pub repo_index: Option<String>,
     /// Keep the N newest full backups that are not damaged, every set after the oldest
@@ -69,8 +73,8 @@ pub struct ExpireArgs {
     pub json: bool,
 }
 
-pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
-    let r = expire(&ExpireOptions {
+fn options(a: ExpireArgs, store: StoreOptions) -> ExpireOptions {
+    ExpireOptions {
         repo: a.repo,
         rules: Rules {
             keep_full: a.keep_full.unwrap_or(0),
@@ -80,12 +84,39 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
             keep_monthly: a.keep_monthly,
         },
         dry_run: a.dry_run,
-        store: store.clone(),
-    })?;
-    if a.json {
+        store,
+    }
+}
+
+pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
+    let json = a.json;
+    let r = expire(&options(a, store.clone()))?;
+    if json {
         print_json(&serde_json::to_value(&r)?);
         return Ok(());
     }
+    print_text(&r);
+    Ok(())
+}
+
+/// Each repository of the stanza with its own retention, key and endpoint: a heading
+/// per repository, then its lines (`--json`: `repositories`); one failing stops no other.
+pub fn run_each(json: bool, list: Vec<EachRepo<ExpireArgs>>) -> Result<()> {
+    let of = list.len();
+    let out = each(
+        list,
+        json,
+        |a, store| expire(&options(a, store)),
+        |_, r| print_text(r),
+        |_| None,
+    );
+    if json {
+        out.print_json("expire");
+    }
+    out.verdict("expire", of)
+}
+
+fn print_text(r: &ExpireReport) {
     let (kept, gone) = match r.dry_run {
         true => ("would be kept", "would be removed"),
         false => ("kept", "removed"),
@@ -183,5 +214,4 @@ pub fn run(a: ExpireArgs, store: &StoreOptions) -> Result<()> {
         human(r.bytes_freed),
         if r.dry_run { "would be freed" } else { "freed" }
     );
-    Ok(())
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod copy;
 pub mod demo;
 pub mod drill;
+pub mod each;
 pub mod estimate;
 pub mod expire;
 pub mod generate;

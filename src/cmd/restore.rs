@@ -22,12 +22,12 @@ pub struct ReadArgs {
     /// to fall back, the set taken from the first repository that holds the chain, the
     /// others named after it in the restore_command written (archive-get falls back in
     /// turn; when the stanza gives them keys or endpoints of their own, it names
-    /// --config and --stanza instead of a key); verify reads one.
+    /// --config and --stanza instead of a key); verify reads one (a stanza's: each).
     #[arg(long)]
     pub repo: Vec<String>,
     /// Of the stanza's repositories (--stanza), use this one: its name or its place N
     /// (1 the first), as backup's --to-repo picks; its own key, endpoint and settings
-    /// apply. Instead of --repo (restore: from this one alone).
+    /// apply. Instead of --repo (restore: from this one alone; verify: without it, each).
     #[arg(long, value_name = "NAME|N")]
     pub repo_index: Option<String>,
     /// The set to use from the repository (default: the newest usable full set).
@@ -418,12 +418,48 @@ pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
     };
     let r = verify::verify(&o, &shower(a.read.stats, a.read.json))?;
     print_verify(&r, a.read.json);
-    if !r.valid {
+    match invalid(&r) {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
+}
+
+/// Each repository of the stanza verified in turn, with its own key and endpoint: a
+/// heading per repository, then its lines (`--json`: `repositories`).
+pub fn run_verify_each(json: bool, list: Vec<super::each::EachRepo<VerifyArgs>>) -> Result<()> {
+    let of = list.len();
+    let out = super::each::each(
+        list,
+        json,
+        |a, store| {
+            let o = VerifyOptions {
+                read: ReadOptions {
+                    store,
+                    ..a.read.options()
+                },
+            };
+            verify::verify(&o, &shower(a.read.stats, a.read.json))
+        },
+        |_, r| print_verify(r, false),
+        invalid,
+    );
+    if json {
+        out.print_json("verify");
+    }
+    out.verdict("verify", of)
+}
+
+/// Why a verified set fails (None when it passes).
+fn invalid(r: &VerifyReport) -> Option<String> {
+    if r.valid {
+        return None;
+    }
+    {
         let mut names: Vec<&str> = r.overwritten.iter().map(|w| w.stripe.as_str()).collect();
         if !r.records_overwritten.is_empty() {
             names.push("catalog records (above)");
         }
-        let inside = damaged_inside(&r);
+        let inside = damaged_inside(r);
         let mut why = vec![];
         if !names.is_empty() {
             why.push(format!("overwritten or deleted after the backup: {} (the versions the backup wrote are intact and were read; find who wrote the newer ones, and remove them with the store's own tools)", names.join(", ")));
@@ -437,9 +473,8 @@ pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
         if !inside.is_empty() {
             why.push(format!("archived WAL segment(s) {} it needs to be consistent could not be decoded when pushed: a recovery from it stops there before the set is consistent; check the server's storage, and take a new full backup", inside.join(", ")));
         }
-        anyhow::bail!("set {}: {}", r.set_id, why.join("; "));
+        Some(format!("set {}: {}", r.set_id, why.join("; ")))
     }
-    Ok(())
 }
 
 /// The damaged segments inside the WAL the verified set needs.

@@ -363,6 +363,19 @@ pub fn key_owner(e: &Effective) -> Option<&RepoEntry> {
         .flatten()
 }
 
+/// The stanza names several repositories and neither `--repo-index` nor `--repo` picks
+/// one: a command that takes one runs over each (`expire`, `check`, `verify`, `drill`).
+pub fn runs_each(e: &Effective) -> bool {
+    let origin = |o: &str| {
+        (e.settings.iter())
+            .find(|s| s.option == o)
+            .map(|s| s.origin.as_str())
+    };
+    e.repositories.len() > 1
+        && matches!(origin("repo-index"), None | Some("unset"))
+        && origin("repo").is_some_and(|o| o.starts_with("file:"))
+}
+
 /// The stanza's repositories (for a command with `--repo`), and the one this run uses
 /// when it uses one: `--to-repo`'s or `--repo-index`'s, the one `--repo` names, else the
 /// first (a command that takes several uses them all, and none is picked).
@@ -504,4 +517,39 @@ pub fn check_stanza_name(s: &str) -> Result<()> {
         bail!("stanza '{s}': a stanza is named with letters, digits, '-' and '_'");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn effective(list: &str, repo: &str, index: &str) -> Effective {
+        let v: toml::Table = toml::from_str(list).unwrap();
+        let setting = |o: &str, origin: &str| Setting {
+            option: o.into(),
+            values: vec![],
+            origin: origin.into(),
+        };
+        Effective {
+            command: "expire".into(),
+            config_file: None,
+            stanza: Some("main".into()),
+            settings: vec![setting("repo", repo), setting("repo-index", index)],
+            repositories: repos::entries(&v["repo"]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_command_runs_over_each_repository_when_none_is_picked() {
+        let two = "repo = [\"/b/one\", \"/b/two\"]";
+        assert!(runs_each(&effective(two, "file:main", "unset")));
+        assert!(!runs_each(&effective(two, "file:main", "cli")));
+        assert!(!runs_each(&effective(two, "cli", "unset")));
+        assert!(!runs_each(&effective(two, "env:PAGEVAULT_REPO", "unset")));
+        assert!(!runs_each(&effective(
+            "repo = \"/b/one\"",
+            "file:main",
+            "unset"
+        )));
+    }
 }

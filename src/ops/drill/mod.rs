@@ -17,6 +17,7 @@ use super::restore::{self, RestoreOptions, TimelineTarget};
 use super::verify::{ReadOptions, Show};
 use crate::pg::{self, Kind};
 use crate::private_dir::PrivateDir;
+use crate::repo::many::RepoStore;
 use crate::repo::{wal, Repo};
 use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, Utc};
@@ -50,6 +51,11 @@ pub struct DrillOptions {
     pub timeout: Duration,
     pub threads: Option<usize>,
     pub store: crate::device::object::StoreOptions,
+    /// The stanza's other repositories, after `repo`: the chain comes from the first
+    /// holding it, as a restore takes it.
+    pub fallback: Vec<RepoStore>,
+    /// Repositories passed over before the drill (their key or settings refused), why.
+    pub passed_over: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -98,6 +104,12 @@ pub struct DrillReport {
     /// The restore's warnings (stripes overwritten after their backup, read at the
     /// versions the backup wrote).
     pub warnings: Vec<String>,
+    /// Over several repositories: why `repo` served (the first holding the chain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_because: Option<String>,
+    /// The repositories passed over before the one that served, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub passed_over: Vec<String>,
 }
 
 impl DrillReport {
@@ -217,10 +229,37 @@ fn owner_for(o: &DrillOptions) -> Result<Option<String>> {
     }
 }
 
+/// Over several repositories, the first holding the chain (restore's choice) as the
+/// one drilled, and those passed over, why; else `o` as it is.
+fn served(o: &DrillOptions) -> Result<(DrillOptions, Option<String>, Vec<String>)> {
+    let mut passed_over = o.passed_over.clone();
+    if o.fallback.is_empty() {
+        return Ok((o.clone(), None, passed_over));
+    }
+    let mut ro = restore_options(o, Path::new("."), None);
+    ro.read.fallback = o.fallback.clone();
+    let (i, passed) = restore::chain_repository(&ro).map_err(|e| match passed_over.is_empty() {
+        true => e,
+        false => e.context(passed_over.join("; ")),
+    })?;
+    passed_over.extend(passed);
+    let mut out = o.clone();
+    if i > 0 {
+        let r = &o.fallback[i - 1];
+        (out.repo, out.store) = (r.spec.clone(), r.store.clone());
+    }
+    out.fallback.clear();
+    let n = o.fallback.len() + 1 + o.passed_over.len();
+    let why = format!("the first of the stanza's {n} repositories holding the chain");
+    Ok((out, Some(why), passed_over))
+}
+
 pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
     let t0 = Instant::now();
     let started = Utc::now();
     // Refusals before anything is written: no record.
+    let (o, served_because, passed_over) = served(o)?;
+    let o = &o;
     let repo = Repo::open(&o.repo, false, &o.store)?;
     if let Some(f) = &o.sql {
         std::fs::File::open(f).with_context(|| format!("cannot read --sql '{}'", f.display()))?;
@@ -263,6 +302,8 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
         recorded: None,
         record_error: None,
         warnings: vec![],
+        served_because,
+        passed_over,
     };
     let ran = run(o, &repo, &scratch.dir, owner.as_deref(), port, show, &mut r);
     r.rto_seconds = t0.elapsed().as_secs_f64();
@@ -317,6 +358,31 @@ pub fn drill(o: &DrillOptions, show: Show) -> Result<DrillReport> {
     Ok(r)
 }
 
+/// The restore a drill runs: the chain of `o.repo` into `to`.
+fn restore_options(o: &DrillOptions, to: &Path, owner: Option<&str>) -> RestoreOptions {
+    RestoreOptions {
+        read: ReadOptions {
+            repo: Some(o.repo.clone()),
+            set: o.set.clone(),
+            threads: o.threads,
+            store: o.store.clone(),
+            ..ReadOptions::default()
+        },
+        to: to.to_path_buf(),
+        until: o.until.clone(),
+        until_lsn: o.until_lsn.clone(),
+        until_xid: o.until_xid.clone(),
+        until_name: o.until_name.clone(),
+        timeline: o.timeline,
+        owner: owner.map(str::to_string),
+        tablespace_map: o.tablespace_map.clone(),
+        same_cluster: true,
+        // The drill writes its scratch server's own settings (it never archives).
+        archive_mode: Some(crate::ops::restore::ArchiveMode::Preserve),
+        ..RestoreOptions::default()
+    }
+}
+
 /// Restore, start, replay, check, stop: each step's result into `r.checks`; an error
 /// is a failure outside them.
 fn run(
@@ -329,27 +395,7 @@ fn run(
     r: &mut DrillReport,
 ) -> Result<()> {
     let data = scratch.join("data");
-    let ro = RestoreOptions {
-        read: ReadOptions {
-            repo: Some(o.repo.clone()),
-            set: o.set.clone(),
-            threads: o.threads,
-            store: o.store.clone(),
-            ..ReadOptions::default()
-        },
-        to: data.clone(),
-        until: o.until.clone(),
-        until_lsn: o.until_lsn.clone(),
-        until_xid: o.until_xid.clone(),
-        until_name: o.until_name.clone(),
-        timeline: o.timeline,
-        owner: owner.map(str::to_string),
-        tablespace_map: o.tablespace_map.clone(),
-        same_cluster: true,
-        // The drill writes its scratch server's own settings (it never archives).
-        archive_mode: Some(crate::ops::restore::ArchiveMode::Preserve),
-        ..RestoreOptions::default()
-    };
+    let ro = restore_options(o, &data, owner);
     let t = Instant::now();
     match restore::restore(&ro, show) {
         Ok(rr) => {

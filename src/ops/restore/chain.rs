@@ -60,31 +60,8 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
         o.until_lsn.as_deref(),
     )?;
     let sets = match &o.read.repo {
-        Some(first) => {
-            let all: Vec<RepoStore> = std::iter::once(RepoStore::new(first, &o.read.store))
-                .chain(o.read.fallback.iter().cloned())
-                .collect();
-            crate::repo::many::refuse_repeats(&crate::repo::many::specs(&all))?;
-            let mut passed_over = vec![];
-            let mut found = None;
-            for (i, r) in all.iter().enumerate() {
-                let spec = &r.spec;
-                match chain_in(o, r, &sel) {
-                    Ok(x) => {
-                        found = Some((i, x));
-                        break;
-                    }
-                    Err(e) if i + 1 == all.len() => {
-                        let before = passed_over.join("; ");
-                        return Err(match passed_over.is_empty() {
-                            true => e,
-                            false => e.context(format!("{before}; and {spec}")),
-                        });
-                    }
-                    Err(e) => passed_over.push(format!("passed over {spec}: {e:#}")),
-                }
-            }
-            let (i, (repo, links)) = found.expect("a chain or an error");
+        Some(_) => {
+            let (all, i, (repo, links), passed_over) = first_holding(o, &sel)?;
             let mut others = all;
             others.remove(i);
             Sets {
@@ -106,6 +83,48 @@ pub(super) fn open_sets(o: &RestoreOptions) -> Result<Sets> {
     };
     check_links(&sets.links)?;
     Ok(sets)
+}
+
+/// Every repository named (`--repo`, then the fallbacks), the place of the first holding
+/// the chain `sel` picks with that chain opened, and those passed over before it, why.
+#[allow(clippy::type_complexity)]
+fn first_holding(
+    o: &RestoreOptions,
+    sel: &chain::Selector,
+) -> Result<(Vec<RepoStore>, usize, (Repo, Vec<Link>), Vec<String>)> {
+    let first = o.read.repo.as_deref().unwrap_or_default();
+    let all: Vec<RepoStore> = std::iter::once(RepoStore::new(first, &o.read.store))
+        .chain(o.read.fallback.iter().cloned())
+        .collect();
+    crate::repo::many::refuse_repeats(&crate::repo::many::specs(&all))?;
+    let mut passed_over = vec![];
+    for (i, r) in all.iter().enumerate() {
+        let spec = &r.spec;
+        match chain_in(o, r, sel) {
+            Ok(x) => return Ok((all, i, x, passed_over)),
+            Err(e) if i + 1 == all.len() => {
+                let before = passed_over.join("; ");
+                return Err(match passed_over.is_empty() {
+                    true => e,
+                    false => e.context(format!("{before}; and {spec}")),
+                });
+            }
+            Err(e) => passed_over.push(format!("passed over {spec}: {e:#}")),
+        }
+    }
+    unreachable!("the last repository returns")
+}
+
+/// The repository a restore with `o` takes its chain from (its place among `--repo`
+/// and the fallbacks) and those it passes over, why: what `drill` restores from.
+pub fn chain_repository(o: &RestoreOptions) -> Result<(usize, Vec<String>)> {
+    let sel = chain::Selector::parse(
+        o.read.set.as_deref(),
+        o.until.as_deref(),
+        o.until_lsn.as_deref(),
+    )?;
+    let (_, i, _, passed_over) = first_holding(o, &sel)?;
+    Ok((i, passed_over))
 }
 
 /// The chain `sel` picks in repository `spec`, every set of it opened and checked.

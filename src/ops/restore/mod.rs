@@ -24,7 +24,7 @@ use crate::source::{self, Recovery, Restorer};
 use crate::target::{self, Target};
 use crate::units::mb_per_sec;
 use anyhow::{anyhow, bail, Context, Result};
-pub use chain::LinkReport;
+pub use chain::{chain_repository, LinkReport};
 use chain::{open_sets, Sets};
 pub use command::ConfigRef;
 pub(crate) use command::{restore_command, restore_command_with};
