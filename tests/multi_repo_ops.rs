@@ -138,14 +138,7 @@ fn expire_goes_on_past_a_repository_it_cannot_open_and_names_it() {
     let cfg = two_repos(d.path(), "", &a, "keep-full = 1", &b, "keep-full = 1");
     let args = ["expire", "--config", &cfg, "--stanza", "main", "--json"];
     let r = run(&args);
-    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stderr.contains("expire failed in 1 of 2 repositories")
-            && r.stderr.contains(&format!("'one' (1) {a}")),
-        "{}",
-        r.stderr
-    );
-    assert!(!r.stderr.contains("'two' (2)"), "{}", r.stderr);
+    failed_in_one(&r, "expire", &format!("'one' (1) {a}"), "'two' (2)");
     let j: Value = serde_json::from_str(&r.stdout).unwrap();
     let list = j["repositories"].as_array().unwrap();
     assert!(
@@ -228,14 +221,7 @@ fn verify_checks_each_repository_and_names_the_damaged_one() {
     bytes[at] ^= 0x5a;
     fs::write(&stripe, bytes).unwrap();
     let r = run(&args);
-    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stderr.contains("verify failed in 1 of 2 repositories")
-            && r.stderr.contains(&format!("'two' (2) {b}")),
-        "{}",
-        r.stderr
-    );
-    assert!(!r.stderr.contains("'one' (1)"), "{}", r.stderr);
+    failed_in_one(&r, "verify", &format!("'two' (2) {b}"), "'one' (1)");
     let one = r.stdout.find("repository 'one' (1)").expect(&r.stdout);
     let two = r.stdout.find("repository 'two' (2)").expect(&r.stdout);
     assert!(
@@ -325,4 +311,16 @@ fn drill_takes_the_chain_from_the_first_repository_holding_it_and_check_checks_e
         r.stderr
     );
     assert!(r.stderr.contains(&format!("'one' (1) {a}")), "{}", r.stderr);
+}
+
+/// `r` exited 1 naming the repository `failed` (its label and path) and not `ok`.
+fn failed_in_one(r: &Run, command: &str, failed: &str, ok: &str) {
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let said = format!("{command} failed in 1 of 2 repositories");
+    assert!(
+        r.stderr.contains(&said) && r.stderr.contains(failed),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains(ok), "{}", r.stderr);
 }

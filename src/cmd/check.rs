@@ -138,15 +138,20 @@ fn failed(r: &CheckReport) -> Option<String> {
     (!r.ok).then(|| failed.join(", "))
 }
 
+/// A check's status as its line starts.
+pub(super) fn status_word(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Ok => "ok  ",
+        Outcome::Warn => "WARN",
+        Outcome::Fail => "FAIL",
+        Outcome::Skip => "skip",
+    }
+}
+
 /// One line a check, its name after `prefix` (the repository's, over several).
 fn print_lines(r: &CheckReport, prefix: &str) {
     for k in &r.checks {
-        let word = match k.status {
-            Outcome::Ok => "ok  ",
-            Outcome::Warn => "WARN",
-            Outcome::Fail => "FAIL",
-            Outcome::Skip => "skip",
-        };
+        let word = status_word(k.status);
         let fix = k
             .fix
             .as_deref()

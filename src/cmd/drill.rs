@@ -3,7 +3,6 @@
 
 use super::each::EachRepo;
 use crate::device::object::StoreOptions;
-use crate::ops::check::Outcome;
 use crate::ops::drill::{self, DrillOptions, DrillReport};
 use crate::repo::many::RepoStore;
 use anyhow::Result;
@@ -166,12 +165,7 @@ fn print_text(r: &DrillReport) {
         println!("  {}", super::shown(p));
     }
     for c in &r.checks {
-        let word = match c.status {
-            Outcome::Ok => "ok  ",
-            Outcome::Warn => "WARN",
-            Outcome::Fail => "FAIL",
-            Outcome::Skip => "skip",
-        };
+        let word = super::check::status_word(c.status);
         let mut lines = c.detail.lines();
         println!(
             "  {word} {:<11} {}",
