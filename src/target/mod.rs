@@ -213,6 +213,11 @@ impl FrameSink for Target {
         if !self.writeback {
             return;
         }
+        // A kept file patched in place (--delta) takes scattered pages: starting their
+        // writeback frame by frame costs more than the final sync that writes them.
+        if matches!(self.files.delta_of(file), Some((_, _, true))) {
+            return;
+        }
         // Once per frame, not per page of a differential's frame.
         if let Ok(f) = self.file(file) {
             crate::device::disk::start_writeback(&f, offset, len);
