@@ -298,9 +298,10 @@ fn chart_points(dom: &str, id: &str) -> Vec<Vec<(f64, f64)>> {
 fn a_headless_browser_renders_the_charts() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    // Text at zstd level 12 on one thread: slow enough for several samples.
+    // Text at zstd level 12 on one thread: slow enough for several samples of 250 ms
+    // on a fast machine too (16 MiB was not).
     fs::create_dir_all(&src).unwrap();
-    fs::write(src.join("text"), bytes(5, 16 << 20, true)).unwrap();
+    fs::write(src.join("text"), bytes(5, 64 << 20, true)).unwrap();
     let page = dir.path().join("b.html");
     ok(&[
         "backup",
