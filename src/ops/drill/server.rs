@@ -22,17 +22,25 @@ pub(super) struct Server {
     stopped: bool,
 }
 
-/// `prog` run as `owner` (through runuser when root runs; PostgreSQL refuses root).
-pub(super) fn as_owner(owner: Option<&str>, prog: &Path) -> Command {
-    let mut c = match owner {
-        Some(u) if crate::sys::is_root() => {
-            let mut c = Command::new("runuser");
-            c.args(["-u", u, "--"]).arg(prog);
-            c
-        }
-        _ => Command::new(prog),
-    };
-    // Nothing from the caller's libpq environment redirects or alters a connection.
+/// `prog` run as `owner` when root runs (PostgreSQL refuses root): its uid, groups and
+/// home set between fork and exec, as the server's own user runs it.
+pub(super) fn as_owner(owner: Option<&str>, prog: &Path) -> Result<Command> {
+    let mut c = plain(prog);
+    if let Some(u) = owner.filter(|_| crate::sys::is_root()) {
+        let name = std::ffi::CString::new(u).map_err(|_| anyhow!("user '{u}': a NUL byte"))?;
+        let (uid, gid) = crate::sys::user_ids(&name)
+            .with_context(|| format!("cannot look up user '{u}'"))?
+            .ok_or_else(|| anyhow!("no user '{u}' on this system"))?;
+        crate::sys::run_as(&mut c, u, uid, gid)
+            .with_context(|| format!("cannot run '{}' as user '{u}'", prog.display()))?;
+    }
+    Ok(c)
+}
+
+/// `prog` with nothing of the caller's libpq environment that redirects or alters a
+/// connection, and no input.
+fn plain(prog: &Path) -> Command {
+    let mut c = Command::new(prog);
     for v in [
         "PGOPTIONS",
         "PGSERVICE",
@@ -102,7 +110,7 @@ impl Server {
         write("drill_ident.conf", "", ids)?;
         let log = scratch.join("server.log");
         let out = write("server.log", "", None)?;
-        let mut c = as_owner(owner, &bin.join("postgres"));
+        let mut c = as_owner(owner, &bin.join("postgres"))?;
         c.arg("-D").arg(data);
         let socket = scratch.display().to_string();
         for (k, v) in [
@@ -196,7 +204,7 @@ impl Server {
 
     /// A client program of the server's version, connected to `db` on its socket.
     pub fn client(&self, prog: &str, db: &str) -> Command {
-        let mut c = as_owner(None, &self.bin.join(prog));
+        let mut c = plain(&self.bin.join(prog));
         c.arg("-h").arg(&self.socket_dir).args([
             "-p",
             &self.port.to_string(),
@@ -218,14 +226,15 @@ impl Server {
         self.stopped = true;
         let pg_ctl = self.bin.join("pg_ctl");
         let mode = |m: &str| {
-            as_owner(self.owner.as_deref(), &pg_ctl)
-                .arg("-D")
-                .arg(&self.data)
-                .args(["-m", m, "-w", "-t", "120", "stop"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
+            as_owner(self.owner.as_deref(), &pg_ctl).is_ok_and(|mut c| {
+                c.arg("-D")
+                    .arg(&self.data)
+                    .args(["-m", m, "-w", "-t", "120", "stop"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            })
         };
         if !mode("fast") && !mode("immediate") {
             let _ = self.child.kill();
