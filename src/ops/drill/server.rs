@@ -18,20 +18,18 @@ pub(super) struct Server {
     pub port: u16,
     pub log: PathBuf,
     pub db_user: String,
-    owner: Option<String>,
+    /// The data directory's owner: name, uid, gid.
+    owner: Option<(String, u32, u32)>,
     stopped: bool,
 }
 
-/// `prog` run as `owner` when root runs (PostgreSQL refuses root): its uid, groups and
-/// home set between fork and exec, as the server's own user runs it.
-pub(super) fn as_owner(owner: Option<&str>, prog: &Path) -> Result<Command> {
+/// `prog` run as `owner` (its name, uid and gid) when root runs (PostgreSQL refuses
+/// root): its uid, groups and home set between fork and exec, as the server's own user
+/// runs it.
+fn as_owner(owner: Option<&(String, u32, u32)>, prog: &Path) -> Result<Command> {
     let mut c = plain(prog);
-    if let Some(u) = owner.filter(|_| crate::sys::is_root()) {
-        let name = std::ffi::CString::new(u).map_err(|_| anyhow!("user '{u}': a NUL byte"))?;
-        let (uid, gid) = crate::sys::user_ids(&name)
-            .with_context(|| format!("cannot look up user '{u}'"))?
-            .ok_or_else(|| anyhow!("no user '{u}' on this system"))?;
-        crate::sys::run_as(&mut c, u, uid, gid)
+    if let Some((u, uid, gid)) = owner.filter(|_| crate::sys::is_root()) {
+        crate::sys::run_as(&mut c, u, *uid, *gid)
             .with_context(|| format!("cannot run '{}' as user '{u}'", prog.display()))?;
     }
     Ok(c)
@@ -94,7 +92,14 @@ impl Server {
         if !port_free(port) {
             bail!("port {port} on 127.0.0.1 is in use: give another with --port");
         }
-        let ids = owner.map(crate::target::lookup_user).transpose()?;
+        let owner = match owner {
+            Some(u) => {
+                let (uid, gid) = crate::target::lookup_user(u)?;
+                Some((u.to_string(), uid, gid))
+            }
+            None => None,
+        };
+        let ids = owner.as_ref().map(|&(_, uid, gid)| (uid, gid));
         // The server's own files, the owner's, made new (never through a link).
         let top = super::config::open_dir(scratch)?;
         let write = |name: &str, text: &str, ids| -> Result<std::fs::File> {
@@ -110,7 +115,7 @@ impl Server {
         write("drill_ident.conf", "", ids)?;
         let log = scratch.join("server.log");
         let out = write("server.log", "", None)?;
-        let mut c = as_owner(owner, &bin.join("postgres"))?;
+        let mut c = as_owner(owner.as_ref(), &bin.join("postgres"))?;
         c.arg("-D").arg(data);
         let socket = scratch.display().to_string();
         for (k, v) in [
@@ -147,7 +152,7 @@ impl Server {
             port,
             log,
             db_user: db_user.to_string(),
-            owner: owner.map(str::to_string),
+            owner,
             stopped: false,
         })
     }
@@ -226,7 +231,7 @@ impl Server {
         self.stopped = true;
         let pg_ctl = self.bin.join("pg_ctl");
         let mode = |m: &str| {
-            as_owner(self.owner.as_deref(), &pg_ctl).is_ok_and(|mut c| {
+            as_owner(self.owner.as_ref(), &pg_ctl).is_ok_and(|mut c| {
                 c.arg("-D")
                     .arg(&self.data)
                     .args(["-m", m, "-w", "-t", "120", "stop"])
