@@ -1,7 +1,7 @@
 //! Several repositories per stanza (issue 54, 3-2-1), the commands that take one
 //! repository: `expire --stanza` applies each repository's own retention and goes on past
-//! one it cannot open, naming it; `verify --stanza` verifies each and names the one
-//! holding a damaged set; `drill --stanza` takes the chain from the first repository
+//! one it cannot open, naming it; `verify --stanza` (or `--repo` repeated) verifies each
+//! and names the one holding a damaged set; `drill --stanza` takes the chain from the first repository
 //! holding it, naming the one passed over; `check --stanza` checks each repository.
 
 mod common;
@@ -234,6 +234,34 @@ fn verify_checks_each_repository_and_names_the_damaged_one() {
     assert_eq!(
         (list[0]["valid"].as_bool(), list[0]["name"].as_str()),
         (Some(true), Some("one"))
+    );
+    assert!(
+        list[1]["error"].is_string() || list[1]["valid"] == false,
+        "{j}"
+    );
+}
+
+#[test]
+fn verify_checks_each_repository_the_command_line_names() {
+    let d = tempfile::tempdir().unwrap();
+    let source = small_tree(d.path());
+    let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
+    fulls(&source, &a, "", 1);
+    let sb = fulls(&source, &b, "", 1);
+    let args = ["verify", "--repo", &a, "--repo", &b];
+    let text = ok(&args);
+    assert_eq!(text.matches("every frame CRC").count(), 2, "{text}");
+    let stripe = Path::new(&b).join(format!("sets/{}/1.pv", sb[0]));
+    let at = payload_byte(&stripe);
+    let mut bytes = fs::read(&stripe).unwrap();
+    bytes[at] ^= 0x5a;
+    fs::write(&stripe, bytes).unwrap();
+    failed_in_one(&run(&args), "verify", &format!("2 {b}"), &format!("1 {a}"));
+    let j: Value = serde_json::from_str(&run(&[&args[..], &["--json"]].concat()).stdout).unwrap();
+    let list = j["repositories"].as_array().unwrap();
+    assert_eq!(
+        (list[0]["valid"].as_bool(), list[0]["repo"].as_str()),
+        (Some(true), Some(a.as_str()))
     );
     assert!(
         list[1]["error"].is_string() || list[1]["valid"] == false,

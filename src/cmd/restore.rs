@@ -13,7 +13,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct ReadArgs {
     /// A stripe of the set (a file path). Name every stripe, in any order.
     #[arg(long = "from", required_unless_present = "repo")]
@@ -22,7 +22,7 @@ pub struct ReadArgs {
     /// to fall back, the set taken from the first repository that holds the chain, the
     /// others named after it in the restore_command written (archive-get falls back in
     /// turn; when the stanza gives them keys or endpoints of their own, it names
-    /// --config and --stanza instead of a key); verify reads one (a stanza's: each).
+    /// --config and --stanza instead of a key); verify verifies each in turn.
     #[arg(long)]
     pub repo: Vec<String>,
     /// Of the stanza's repositories (--stanza), use this one: its name or its place N
@@ -229,7 +229,7 @@ impl RestoreArgs {
     }
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct VerifyArgs {
     #[command(flatten)]
     pub read: ReadArgs,
@@ -403,12 +403,21 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
 }
 
 pub fn run_verify(a: VerifyArgs, store: &StoreOptions) -> Result<()> {
-    if let [first, ..] = a.read.repo.as_slice() {
-        if a.read.repo.len() > 1 {
-            eprintln!(
-                "pagevault: verify reads one repository, the first: {first} (--repo names another)"
-            );
-        }
+    // Several --repo: each verified in turn, as a stanza's are.
+    if a.read.repo.len() > 1 {
+        let list = (a.read.repo.iter().enumerate())
+            .map(|(i, path)| {
+                let mut one = a.clone();
+                one.read.repo = vec![path.clone()];
+                super::each::EachRepo {
+                    label: (i + 1).to_string(),
+                    name: None,
+                    path: path.clone(),
+                    run: Ok((one, Ok(store.clone()))),
+                }
+            })
+            .collect();
+        return run_verify_each(a.read.json, list);
     }
     let o = VerifyOptions {
         read: ReadOptions {
