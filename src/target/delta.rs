@@ -22,8 +22,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// Compared and written in blocks of this size: a changed page rewrites its block only.
 const BLOCK: usize = 4096;
-/// Bytes of a file in place asked of the disk ahead of each comparison.
+/// Bytes of a file in place asked of the disk ahead of the comparisons, once every
+/// `COMPARE_STRIDE` bytes read: the kernel walks every page of a range asked, cached or
+/// not, so a range asked again at each small read costs more than the reads.
 const COMPARE_AHEAD: u64 = 8 << 20;
+const COMPARE_STRIDE: u64 = COMPARE_AHEAD / 2;
 
 /// What a delta restore did to the target (`restore --json`'s `delta`).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -316,7 +319,9 @@ fn read_full(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     // Frames of a file come in offset order: the next reads are asked of the disk now,
     // many at once, where the kernel's own read-ahead would wait for each.
     let end = offset + buf.len() as u64;
-    crate::sys::fadvise(f, end, COMPARE_AHEAD, crate::sys::Advice::WillNeed);
+    if offset.is_multiple_of(COMPARE_STRIDE) || offset / COMPARE_STRIDE != end / COMPARE_STRIDE {
+        crate::sys::fadvise(f, end, COMPARE_AHEAD, crate::sys::Advice::WillNeed);
+    }
     let mut done = 0;
     while done < buf.len() {
         match f.read_at(&mut buf[done..], offset + done as u64) {
