@@ -54,6 +54,8 @@ pub(super) fn read_stripe(
             .map_err(|e| io_err(e, at))?;
     }
     let mut ahead = index.as_deref().map(|ix| Ahead::new(ix, at));
+    // Frames stepped over between frames read close by are read through into this.
+    let mut through = Vec::new();
     for i in 0..st.frames {
         let header = FrameHeader::decode_in(&hdr, at, sh.p.seal.is_some())
             .map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
@@ -70,17 +72,34 @@ pub(super) fn read_stripe(
                 st.name, header.stored_len, st.body_end
             );
         }
-        let step = match &mut ahead {
+        let (step, read_through) = match &mut ahead {
             Some(a) => a.next(sh, st, i)?,
-            None => decide(sh, &header),
+            None => (decide(sh, &header), false),
+        };
+        let step = step.map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?;
+        if step.is_some() && read_through {
+            // Its bytes are not needed, but reading them keeps the reads in order: the
+            // kernel reads ahead of a sequential reader, not of one that skips.
+            through.resize(through.len().max(total as usize), 0);
+            let t0 = Instant::now();
+            // Not needed: a failure here is the next needed read's to report.
+            let _ = st.source.read_exact_at(&mut through[..total as usize], at);
+            let took = t0.elapsed();
+            read_st.busy(took);
+            read_st.op(total);
+            lane.op(total, took);
         }
-        .map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?;
+        let not_read = if read_through {
+            0
+        } else {
+            header.stored_len as u64
+        };
         if step == Some(Step::Proven) {
             // Stepped over: the target holds its bytes; its digest is the file's.
             if more {
                 next_header(st, entry(i + 1), &mut hdr, next).map_err(|e| io_err(e, next))?;
             }
-            sh.proven_total.fetch_add(header.stored_len as u64, Relaxed);
+            sh.proven_total.fetch_add(not_read, Relaxed);
             progress.done.fetch_add(total, Relaxed);
             let fi = sh.index.get(header.file_id).expect("a file proven");
             super::check::record_digest(sh, fi, &header, header.raw_hash)
@@ -93,8 +112,7 @@ pub(super) fn read_stripe(
             if more {
                 next_header(st, entry(i + 1), &mut hdr, next).map_err(|e| io_err(e, next))?;
             }
-            sh.left_out_total
-                .fetch_add(header.stored_len as u64, Relaxed);
+            sh.left_out_total.fetch_add(not_read, Relaxed);
             progress.done.fetch_add(total, Relaxed);
             at = next;
             continue;
@@ -164,7 +182,8 @@ fn decide(sh: &Shared, h: &FrameHeader) -> Result<Option<Step>> {
 /// Frames decided ahead of the reader, by index, at most this many or this many bytes
 /// to read: those it will read are asked of the source together, in ranges that take in
 /// gaps up to `AHEAD_GAP` (one large read costs less than several small ones), so a cold
-/// disk serves them at once instead of one after another. Refilled at half.
+/// disk serves them at once instead of one after another; the frames stepped over inside
+/// a range are read through. Refilled at half.
 const AHEAD_FRAMES: usize = 256;
 const AHEAD_BYTES: u64 = 32 << 20;
 const AHEAD_GAP: u64 = 256 << 10;
@@ -172,11 +191,16 @@ const AHEAD_GAP: u64 = 256 << 10;
 /// With the frame index: each frame's step decided once, up to `AHEAD_*` frames ahead.
 struct Ahead<'a> {
     index: &'a [u8],
-    /// Decisions for frames `j - decided.len()..j`, and what each to read spans.
-    decided: std::collections::VecDeque<(Result<Option<Step>>, u64)>,
+    /// Decisions for frames `j - decided.len()..j`, what each to read spans, and whether
+    /// one stepped over is read through.
+    decided: std::collections::VecDeque<(Result<Option<Step>>, u64, bool)>,
     j: u64,
     at_j: u64,
     bytes: u64,
+    /// Where the last frame to read ends, and the first frame stepped over since (frame
+    /// numbers): kept from one refill to the next, so that reading through goes on.
+    read_end: Option<u64>,
+    gap_from: Option<u64>,
 }
 
 impl<'a> Ahead<'a> {
@@ -187,20 +211,20 @@ impl<'a> Ahead<'a> {
             j: 0,
             at_j: body_start,
             bytes: 0,
+            read_end: None,
+            gap_from: None,
         }
     }
 
-    /// Frame `i`'s step (frames before it taken already).
-    fn next(&mut self, sh: &Shared, st: &StripeIn, i: u64) -> Result<Result<Option<Step>>> {
+    /// Frame `i`'s step (frames before it taken already), and whether it is read through.
+    fn next(&mut self, sh: &Shared, st: &StripeIn, i: u64) -> Result<(Result<Option<Step>>, bool)> {
         if self.decided.len() <= AHEAD_FRAMES / 2 && self.bytes <= AHEAD_BYTES / 2 {
             self.fill(sh, st)?;
         }
-        let (step, read) = self
-            .decided
-            .pop_front()
-            .unwrap_or_else(|| (Err(anyhow!("frame {i} is past the frame index")), 0));
+        let (step, read, through) = (self.decided.pop_front())
+            .unwrap_or_else(|| (Err(anyhow!("frame {i} is past the frame index")), 0, false));
         self.bytes -= read;
-        Ok(step)
+        Ok((step, through))
     }
 
     fn fill(&mut self, sh: &Shared, st: &StripeIn) -> Result<()> {
@@ -223,6 +247,18 @@ impl<'a> Ahead<'a> {
             let (at, end) = (self.at_j, self.at_j + total);
             let read = match step {
                 Ok(None) if end <= st.body_end => {
+                    // The frames stepped over since the last one read (those the reader
+                    // has not taken yet) are read through when the gap is small.
+                    let first = self.j - self.decided.len() as u64;
+                    if let (Some(g), Some(e)) = (self.gap_from, self.read_end) {
+                        if at <= e + AHEAD_GAP {
+                            let from = g.max(first) - first;
+                            self.decided
+                                .range_mut(from as usize..)
+                                .for_each(|d| d.2 = true);
+                        }
+                    }
+                    (self.read_end, self.gap_from) = (Some(end), None);
                     range = match range {
                         Some((s, e)) if at <= e + AHEAD_GAP => Some((s, end)),
                         Some((s, e)) => {
@@ -233,10 +269,13 @@ impl<'a> Ahead<'a> {
                     };
                     total
                 }
-                _ => 0,
+                _ => {
+                    self.gap_from = self.gap_from.or(Some(self.j));
+                    0
+                }
             };
             self.bytes += read;
-            self.decided.push_back((step, read));
+            self.decided.push_back((step, read, false));
             self.j += 1;
             self.at_j = end;
         }
