@@ -8,8 +8,9 @@
 #   2. five rows of every 100th block of pgbench_accounts updated (1% of its pages), a
 #      CHECKPOINT, the server stopped cleanly: its data directory is the "drifted" copy,
 #      kept aside;
-#   3. REPS times, the tools in turn, each timed with a cold page cache and its CPU
-#      seconds (its processes and their children) recorded:
+#   3. REPS times, the tools in turn, each timed with a cold page cache on an idle disk
+#      (synced, and no I/O for half a second) and its CPU seconds (its processes and
+#      their children) recorded:
 #      pagevault restore into an empty directory (the full restore),
 #      pagevault restore --delta over a fresh copy of the drifted directory,
 #      pagevault restore --delta wal over a fresh copy of the drifted directory (the
@@ -132,6 +133,7 @@ cpu_now() {
 timed() {
     local tool=$1 phase=$2 rep=$3; shift 3
     drop_caches
+    wait_disk_idle "$D"
     wait_quiet
     local t0 t1 c0 c1 out=$RUNDIR/$tool-$phase-$rep.out
     cpu_now; c0=$CPU; t0=$(now_ns)

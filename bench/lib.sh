@@ -204,6 +204,22 @@ cold_cache_check() {
 }
 drop_caches() { sync; if [ "$COLD_OK" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi; }
 
+# wait_disk_idle DIR: until no `pagevault remove-swept` runs (a delta restore's old WAL
+# removed after it returned) and the disk holding DIR did no I/O for half a second (a
+# previous run's unlinks and discards), at most 60 s: each timed run starts on an idle disk.
+wait_disk_idle() {
+    local dev ticks a b i
+    dev=$(lsblk -no PKNAME "$(findmnt -no SOURCE --target "$1")" 2>/dev/null | head -1)
+    [ -n "$dev" ] || dev=$(basename "$(findmnt -no SOURCE --target "$1")")
+    ticks() { awk -v d="$dev" '$3 == d {print $13}' /proc/diskstats; }
+    for ((i = 0; i < 120; i++)); do
+        pgrep -f 'pagevault remove-swept' > /dev/null && { sleep 0.5; continue; }
+        a=$(ticks); sleep 0.5; b=$(ticks)
+        [ -n "$a" ] && [ "$((b - a))" -lt 10 ] && return 0
+        [ -n "$a" ] || return 0
+    done
+}
+
 # delay_proxy_start TARGET_PORT ONE_WAY_MS: puts ONE_WAY_MS milliseconds of delay each way
 # (0, 10, 25, 50) in front of 127.0.0.1:TARGET_PORT, bandwidth unlimited: the test harness's
 # proxy (tests/common/delay.rs, through bench/delay-proxy.rs), built with rustc into WORK the
