@@ -39,6 +39,20 @@ fn small_tree(dir: &Path) -> String {
     format!("files:{}", s(&src))
 }
 
+/// A small tree's source and the paths of two repositories `a` and `b` beside it.
+fn tree_and_repos(dir: &Path) -> (String, String, String) {
+    let (a, b) = (s(&dir.join("a")), s(&dir.join("b")));
+    (small_tree(dir), a, b)
+}
+
+/// Flips a byte in the middle of the first frame of 64 stored bytes or more of `stripe`.
+fn damage(stripe: &Path) {
+    let at = payload_byte(stripe);
+    let mut bytes = fs::read(stripe).unwrap();
+    bytes[at] ^= 0x5a;
+    fs::write(stripe, bytes).unwrap();
+}
+
 /// `n` full backups of `source` into `repo`, opened with `key` when one is given: the
 /// repository's set ids.
 fn fulls(source: &str, repo: &str, key: &str, n: usize) -> Vec<String> {
@@ -67,8 +81,7 @@ fn strs(v: &Value) -> Vec<String> {
 #[test]
 fn expire_applies_each_repositorys_own_retention() {
     let d = tempfile::tempdir().unwrap();
-    let source = small_tree(d.path());
-    let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
+    let (source, a, b) = tree_and_repos(d.path());
     // Each repository encrypted with a key of its own: the stanza's opens the first,
     // the second's table names its own.
     let (ka, kb) = (
@@ -130,8 +143,7 @@ fn expire_applies_each_repositorys_own_retention() {
 #[test]
 fn expire_goes_on_past_a_repository_it_cannot_open_and_names_it() {
     let d = tempfile::tempdir().unwrap();
-    let source = small_tree(d.path());
-    let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
+    let (source, a, b) = tree_and_repos(d.path());
     fulls(&source, &a, "", 1);
     let sb = fulls(&source, &b, "", 2);
     fs::remove_dir_all(&a).unwrap();
@@ -207,19 +219,14 @@ fn payload_byte(path: &Path) -> usize {
 #[test]
 fn verify_checks_each_repository_and_names_the_damaged_one() {
     let d = tempfile::tempdir().unwrap();
-    let source = small_tree(d.path());
-    let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
+    let (source, a, b) = tree_and_repos(d.path());
     fulls(&source, &a, "", 1);
     let sb = fulls(&source, &b, "", 1);
     let cfg = two_repos(d.path(), "", &a, "", &b, "");
     let args = ["verify", "--config", &cfg, "--stanza", "main"];
     let text = ok(&args);
     assert_eq!(text.matches("every frame CRC").count(), 2, "{text}");
-    let stripe = Path::new(&b).join(format!("sets/{}/1.pv", sb[0]));
-    let at = payload_byte(&stripe);
-    let mut bytes = fs::read(&stripe).unwrap();
-    bytes[at] ^= 0x5a;
-    fs::write(&stripe, bytes).unwrap();
+    damage(&Path::new(&b).join(format!("sets/{}/1.pv", sb[0])));
     let r = run(&args);
     failed_in_one(&r, "verify", &format!("'two' (2) {b}"), "'one' (1)");
     let one = r.stdout.find("repository 'one' (1)").expect(&r.stdout);
@@ -244,18 +251,13 @@ fn verify_checks_each_repository_and_names_the_damaged_one() {
 #[test]
 fn verify_checks_each_repository_the_command_line_names() {
     let d = tempfile::tempdir().unwrap();
-    let source = small_tree(d.path());
-    let (a, b) = (s(&d.path().join("a")), s(&d.path().join("b")));
+    let (source, a, b) = tree_and_repos(d.path());
     fulls(&source, &a, "", 1);
     let sb = fulls(&source, &b, "", 1);
     let args = ["verify", "--repo", &a, "--repo", &b];
     let text = ok(&args);
     assert_eq!(text.matches("every frame CRC").count(), 2, "{text}");
-    let stripe = Path::new(&b).join(format!("sets/{}/1.pv", sb[0]));
-    let at = payload_byte(&stripe);
-    let mut bytes = fs::read(&stripe).unwrap();
-    bytes[at] ^= 0x5a;
-    fs::write(&stripe, bytes).unwrap();
+    damage(&Path::new(&b).join(format!("sets/{}/1.pv", sb[0])));
     failed_in_one(&run(&args), "verify", &format!("2 {b}"), &format!("1 {a}"));
     let j: Value = serde_json::from_str(&run(&[&args[..], &["--json"]].concat()).stdout).unwrap();
     let list = j["repositories"].as_array().unwrap();
