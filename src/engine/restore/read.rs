@@ -77,6 +77,8 @@ pub(super) fn read_stripe(
             None => (decide(sh, &header), false),
         };
         let step = step.map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?;
+        // Bounded as a frame read is: a forged length never sizes the scratch buffer.
+        let read_through = read_through && total as usize <= pool.buf_size;
         if step.is_some() && read_through {
             // Its bytes are not needed, but reading them keeps the reads in order: the
             // kernel reads ahead of a sequential reader, not of one that skips.
