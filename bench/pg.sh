@@ -21,7 +21,9 @@
 #     while reading a file of that size (cold): what an uncompressed restore needs of the disk
 #     (cold, also while reading only the size of pagevault's lz4 and zstd sets: compressed restores);
 #     and with a cold cache, reading that file alone: what any cold backup needs of the disk
-# Every timed command includes making its output durable (sync -f of the target afterwards).
+# Every timed command includes making its output durable (sync -f of the target afterwards);
+# the floor is fio's runtime plus that sync: a virtual disk acknowledges O_DIRECT writes into
+# its host's cache, and the flush is where they reach the disk.
 # Prints one markdown table (seconds, MB/s of the database size, backup size, restore seconds,
 # pagevault's speed over each peer with the same codec) and the verdicts of the goals:
 # pagevault >= 2x pgBackRest with the same codec and cores (backup and restore) and >= 1.5x
@@ -283,7 +285,7 @@ run_timed() {
     local phase=$1 tool=$2 variant=$3 sizep=$4 syncdir=$5; shift 5
     local tag="$SET.$tool.$variant.$CACHE.$REP.$phase"
     tag=${tag// /_}
-    local out=$RUNDIR/$tag.out err=$RUNDIR/$tag.err t0 t1 b0 b1 c0 c1 s0 s1 rc=0 bytes=""
+    local out=$RUNDIR/$tag.out err=$RUNDIR/$tag.err t0 ts t1 b0 b1 c0 c1 s0 s1 rc=0 bytes=""
     sync
     wait_quiet
     if [ "$CACHE" = cold ]; then drop_caches; fi
@@ -292,8 +294,11 @@ run_timed() {
     b0=$(busy_ticks)
     t0=$(now_ns)
     "$@" > "$out" 2> "$err" || rc=$?
+    ts=$(now_ns)
     if [ $rc -eq 0 ] && [ -n "$syncdir" ]; then sync -f "$syncdir" || rc=$?; fi
     t1=$(now_ns)
+    # The sync's own seconds: fio's floor is its runtime plus this (what makes its writes durable).
+    echo "$(((t1 - ts) / 1000))e-6" > "$out.sync"
     b1=$(busy_ticks)
     times > "$RUNDIR/times.tmp"
     s1=$(server_ticks)
@@ -579,7 +584,8 @@ python3 "$ROOT/bench/pg_table.py" > "$RUNDIR/table.md"
     echo "  other CPU % = the rest of the machine's busy CPU during the row's runs (max), in % of all cores: high values mean a disturbed row."
     echo "  pagevault ÷ this = this tool's seconds / pagevault's seconds with the same codec (pagevault's disk rows; the NUL rows only show the pipeline)."
     echo "  pgBackRest runs with archive-check=n (archive_mode is off here): its restores are timed, not started. pg_basebackup restore = untar (lz4 -d / zstd -d | tar -x)."
-    echo "  device floor = restore: fio writing the data directory's size, O_DIRECT, 2 writers x 8 MiB in flight (cold: while reading a file that size from the disk);"
+    echo "  device floor = restore: fio writing the data directory's size, O_DIRECT, 2 writers x 8 MiB in flight (cold: while reading a file that size from the disk),"
+    echo "  its runtime plus the sync -f after it (a virtual disk acknowledges O_DIRECT writes into its host's cache: the flush makes them durable);"
     echo "  backup (cold only): fio reading a file that size, O_DIRECT, 16 MiB in flight. Beside the cold pg_basebackup goal: any cold backup reads that much."
     echo "  An uncompressed backup's goals use the restore floor: it writes the data size too (cold: while reading it), as an uncompressed restore does."
     echo "  peer ÷ floor = about the most any tool could beat that peer by on this disk at that moment. A goal is called device-bound when pagevault's time"

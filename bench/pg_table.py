@@ -12,13 +12,22 @@ rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
 # (set, tool, variant, cache, phase) -> runs
 order, runs = group(rows, lambda r: (r["set"], r["tool"], r["variant"], r["cache"]))
 
+def synced(r):
+    """seconds of the sync -f after a run (0 for runs recorded before it was kept)"""
+    try:
+        return float(open(r["out"] + ".sync").read())
+    except (OSError, ValueError):
+        return 0.0
+
 def stat(k, phase):
     ok, failed = ok_runs(runs, k, phase)
     if not ok:
         return None, failed
     secs = [float(r["seconds"]) for r in ok]
-    if k[1] == "device":   # fio's own time of its I/O: it takes 0.3-0.5 s to start its jobs
-        secs = [max(j["job_runtime"] for j in json.load(open(r["out"]))["jobs"]) / 1000 for r in ok]
+    if k[1] == "device":   # fio's own time of its I/O (it takes 0.3-0.5 s to start its jobs)
+        # plus the sync after it: a virtual disk acknowledges O_DIRECT writes into its host's
+        # cache, and only the flush makes them durable, as every other tool's time includes.
+        secs = [max(j["job_runtime"] for j in json.load(open(r["out"]))["jobs"]) / 1000 + synced(r) for r in ok]
     sizes = [int(r["bytes"]) for r in ok if r["bytes"]]
     cpu = [float(r["cpu_s"]) for r in ok if r.get("cpu_s")]
     others = [max(0.0, int(r["busy_ticks"]) / HZ - float(r["cpu_s"] or 0)) / (NCPU * float(r["seconds"])) * 100
