@@ -200,7 +200,7 @@ fn restore_says_where_its_time_went_outside_the_pipeline() {
             .iter()
             .map(|p| p["phase"].as_str().unwrap())
             .collect();
-        let mut want = vec!["prepare target"];
+        let mut want = vec!["open and check", "prepare target"];
         want.extend(creation);
         want.extend([
             "links, owners, modes, times",
@@ -219,7 +219,7 @@ fn restore_says_where_its_time_went_outside_the_pipeline() {
         let text = ok(&["restore", "--from", &set, "--to", &to]);
         let line = text
             .lines()
-            .find(|l| l.starts_with("Where the time went: prepare target "))
+            .find(|l| l.starts_with("Where the time went: open and check "))
             .unwrap_or_else(|| panic!("no phase line in\n{text}"));
         assert!(
             line.contains(&format!(", {} ", creation[0])) && line.contains(", sync to disk "),

@@ -325,6 +325,8 @@ fn restore_with(
     merge: Option<&dyn ChunkOut>,
 ) -> Result<RestoreReport> {
     let retries = retry_stats();
+    // From the start: opening and checking are the restore's time too.
+    let mut phases = Phases::start();
     let sets = open_sets(o)?;
     if o.same_cluster {
         check_same_cluster(&sets)?;
@@ -349,9 +351,9 @@ fn restore_with(
     let mut left_out = LeftOut::choose(&o.db_include, &o.db_exclude, m)?;
     restorer.plan(&m.extra)?;
     restorer.check_places(o.delta)?;
-    let mut phases = Phases::start();
+    phases.mark("open and check");
     let progress = Arc::new(Progress::default());
-    // The timeline spans what the summary's seconds count.
+    // The timeline spans the writing, from the target's preparation on.
     let sampler = o
         .report
         .as_ref()
