@@ -77,8 +77,6 @@ pub(super) fn read_stripe(
             None => (decide(sh, &header), false),
         };
         let step = step.map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?;
-        // Bounded as a frame read is: a forged length never sizes the scratch buffer.
-        let read_through = read_through && total as usize <= pool.buf_size;
         if step.is_some() && read_through {
             // Its bytes are not needed, but reading them keeps the reads in order: the
             // kernel reads ahead of a sequential reader, not of one that skips.
@@ -249,20 +247,18 @@ impl<'a> Ahead<'a> {
             let (at, end) = (self.at_j, self.at_j + total);
             let read = match step {
                 Ok(None) if end <= st.body_end => {
+                    // Close to the last frame read (in this refill or the one before).
+                    let close = self.read_end.is_some_and(|e| at <= e + AHEAD_GAP);
                     // The frames stepped over since the last one read (those the reader
                     // has not taken yet) are read through when the gap is small.
                     let first = self.j - self.decided.len() as u64;
-                    if let (Some(g), Some(e)) = (self.gap_from, self.read_end) {
-                        if at <= e + AHEAD_GAP {
-                            let from = g.max(first) - first;
-                            self.decided
-                                .range_mut(from as usize..)
-                                .for_each(|d| d.2 = true);
-                        }
+                    if let Some(g) = self.gap_from.filter(|_| close) {
+                        let from = g.max(first) - first;
+                        (self.decided.range_mut(from as usize..)).for_each(|d| d.2 = true);
                     }
                     (self.read_end, self.gap_from) = (Some(end), None);
                     range = match range {
-                        Some((s, e)) if at <= e + AHEAD_GAP => Some((s, end)),
+                        Some((s, _)) if close => Some((s, end)),
                         Some((s, e)) => {
                             st.source.will_need(s, e - s);
                             Some((at, end))
@@ -270,6 +266,12 @@ impl<'a> Ahead<'a> {
                         None => Some((at, end)),
                     };
                     total
+                }
+                // Bounded as a frame read is: a gap holding a frame larger than a pool
+                // buffer (a forged length) is not read through.
+                _ if total > sh.pool.buf_size as u64 => {
+                    (self.read_end, self.gap_from) = (None, None);
+                    0
                 }
                 _ => {
                     self.gap_from = self.gap_from.or(Some(self.j));
