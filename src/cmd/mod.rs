@@ -75,14 +75,35 @@ impl Reporter {
         json: bool,
         verb: &'static str,
     ) -> Reporter {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (waker, wake) = std::sync::mpsc::channel::<()>();
         let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
         let step = if json {
             None
         } else {
             Some(stats.unwrap_or(10).clamp(1, 100) as u64)
         };
+        Self::spawn(progress, tty, step, verb)
+    }
+
+    /// A bar on a terminal and nothing else: for a step before the run, whose
+    /// "percent processed" lines are the run's alone.
+    pub fn bar_only(
+        progress: Arc<Progress>,
+        stats: Option<u32>,
+        json: bool,
+        verb: &'static str,
+    ) -> Reporter {
+        let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
+        Self::spawn(progress, tty, None, verb)
+    }
+
+    fn spawn(
+        progress: Arc<Progress>,
+        tty: bool,
+        step: Option<u64>,
+        verb: &'static str,
+    ) -> Reporter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (waker, wake) = std::sync::mpsc::channel::<()>();
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
             let bar = tty.then(|| {

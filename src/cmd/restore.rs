@@ -240,7 +240,10 @@ pub fn shower(
     stats: Option<u32>,
     json: bool,
 ) -> impl Fn(Arc<Progress>, &'static str) -> Box<dyn std::any::Any> {
-    move |progress, verb| Box::new(Reporter::start(progress, stats, json, verb))
+    move |progress, verb| match verb {
+        restore::CHECK_WAL => Box::new(Reporter::bar_only(progress, stats, json, verb)),
+        _ => Box::new(Reporter::start(progress, stats, json, verb)),
+    }
 }
 
 /// Each repository opens with its own key and endpoint (`repos`); the restore_command

@@ -275,17 +275,18 @@ fn by_timeline(spans: &[history::Span], first: u64, last: u64, seg: u64) -> Vec<
 /// stored bytes, size and BLAKE3 of the WAL), on `threads` threads. Refuses the
 /// chain if any fails, naming each. Returns how long it took.
 pub fn verify(repo: &Repo, chain: &WalChain, threads: usize) -> Result<Duration> {
-    verify_with(repo, &[], chain, threads).map(|(took, _)| took)
+    verify_with(repo, &[], chain, threads, &|| {}).map(|(took, _)| took)
 }
 
 /// [`verify`], a file that fails in `repo` checked in `others` in turn: one intact there
 /// is what recovery's restore_command reads (it falls back the same way), and is told in
-/// the notes returned.
+/// the notes returned. `checked` is called after each file, whatever its outcome.
 pub fn verify_with(
     repo: &Repo,
     others: &[Repo],
     chain: &WalChain,
     threads: usize,
+    checked: &(dyn Fn() + Sync),
 ) -> Result<(Duration, Vec<String>)> {
     let t0 = Instant::now();
     let failed = std::sync::Mutex::new(vec![]);
@@ -309,6 +310,7 @@ pub fn verify_with(
                 None => failed.lock().unwrap().push((i, e)),
             }
         }
+        checked();
     });
     if let Some(sig) = crate::interrupt::received() {
         return Err(crate::interrupt::error(sig));
@@ -438,7 +440,13 @@ mod tests {
         bad[at] ^= 1;
         fs::write(&p, &bad).unwrap();
         let c = plan(&r, &set(0x200_0100), End::Latest, None).unwrap();
-        let e = format!("{:#}", verify(&r, &c, 2).unwrap_err());
+        // Each file counted as it is checked, the damaged one too (the progress shown).
+        let counted = std::sync::atomic::AtomicUsize::new(0);
+        let count = || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        };
+        let e = format!("{:#}", verify_with(&r, &[], &c, 2, &count).unwrap_err());
+        assert_eq!(counted.into_inner(), c.files.len());
         assert!(
             e.contains("000000020000000000000008") && e.contains("1 of the 7"),
             "{e}"

@@ -4,7 +4,7 @@
 
 use super::chain::Sets;
 use super::wal::{self, check_wal_chain, WalCheck};
-use super::{recovery, replace, restore_command_with, RestoreOptions};
+use super::{recovery, replace, restore_command_with, RestoreOptions, Show};
 use crate::source::{self, Restorer};
 use crate::target;
 use anyhow::{anyhow, bail, Result};
@@ -16,6 +16,7 @@ pub(super) fn check(
     o: &RestoreOptions,
     sets: &Sets,
     planned: &mut dyn FnMut(&str),
+    show: Show,
 ) -> Result<(Box<dyn Restorer>, Option<WalCheck>)> {
     if o.replace && o.delta {
         bail!("--replace and --delta exclude each other: --replace deletes what the target holds, --delta keeps what matches the set");
@@ -64,6 +65,7 @@ pub(super) fn check(
             &newest.set.manifest.extra,
             o,
             planned,
+            show,
         )?,
         _ => None,
     };
@@ -78,13 +80,14 @@ pub(super) type Owner = Option<(u32, u32)>;
 pub(super) fn check_and_probe(
     o: &RestoreOptions,
     sets: &Sets,
+    show: Show,
 ) -> Result<(Box<dyn Restorer>, Option<WalCheck>, Owner)> {
     let owner = o.owner.as_deref().map(target::lookup_user).transpose()?;
     let user = (o.owner.as_deref().zip(owner)).map(|(u, (uid, gid))| (u, uid, gid));
     let (repo, entry) = match (&sets.repo, &sets.newest().entry, o.stage_only) {
         (Some(repo), Some(entry), false) => (repo, entry),
         _ => {
-            let (restorer, wal_check) = check(o, sets, &mut |_| {})?;
+            let (restorer, wal_check) = check(o, sets, &mut |_| {}, show)?;
             return Ok((restorer, wal_check, owner));
         }
     };
@@ -95,10 +98,15 @@ pub(super) fn check_and_probe(
     let probe = &probe;
     std::thread::scope(|s| {
         let mut early = None;
-        let (restorer, wal_check) = check(o, sets, &mut |first| {
-            let first = first.to_string();
-            early = Some(s.spawn(move || probe(&first, true)));
-        })?;
+        let (restorer, wal_check) = check(
+            o,
+            sets,
+            &mut |first| {
+                let first = first.to_string();
+                early = Some(s.spawn(move || probe(&first, true)));
+            },
+            show,
+        )?;
         match early {
             Some(t) => t.join().expect("the restore_command trial panicked")?,
             None => {

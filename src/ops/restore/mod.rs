@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 use wal::WalCheck;
+pub use wal::CHECK_WAL;
 
 #[derive(Clone, Debug, Default)]
 pub struct RestoreOptions {
@@ -342,7 +343,7 @@ fn restore_with(
     let (checked, wal_plan) = std::thread::scope(|s| {
         let plan = (o.delta && o.delta_wal)
             .then(|| s.spawn(|| by_wal::plan(&o.to, sets.repo.as_ref(), m)));
-        let checked = check_and_probe(o, &sets);
+        let checked = check_and_probe(o, &sets, show);
         let plan = plan.map(|p| p.join().expect("the delta's plan panicked"));
         (checked, plan)
     });

@@ -1,6 +1,7 @@
 //! The log chain recovery will need, checked before anything is written.
 
-use super::RestoreOptions;
+use super::{RestoreOptions, Show};
+use crate::engine::stats::Progress;
 use crate::pg;
 use crate::pg::facts::PgFacts;
 use crate::repo::wal::damaged::Position;
@@ -8,7 +9,12 @@ use crate::repo::{wal, walchain, CatalogEntry, Repo};
 use crate::source::Extra;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// What the progress shows while the archive's WAL is read and checked.
+pub const CHECK_WAL: &str = "check WAL";
 
 /// Finds a broken or damaged log chain before anything is written: every WAL file
 /// recovery will fetch after the set, on every timeline up to the target, must be in
@@ -20,6 +26,7 @@ pub(super) fn check_wal_chain(
     extra: &Extra,
     o: &RestoreOptions,
     planned: &mut dyn FnMut(&str),
+    show: Show,
 ) -> Result<Option<WalCheck>> {
     let (Some(tli), Some(stop)) = (
         entry.timeline,
@@ -67,7 +74,16 @@ pub(super) fn check_wal_chain(
             let others: Vec<Repo> = (others.iter())
                 .filter_map(|r| Repo::open(&r.spec, false, &r.store).ok())
                 .collect();
-            let (took, notes) = walchain::verify_with(repo, &others, &chain, threads)?;
+            // A week of WAL takes a while to read: shown as it goes.
+            let progress = Arc::new(Progress::default());
+            (progress.total).store(chain.files.len() as u64 * seg_size, Relaxed);
+            let shown = show(progress.clone(), CHECK_WAL);
+            let checked = || {
+                progress.done.fetch_add(seg_size, Relaxed);
+            };
+            let verified = walchain::verify_with(repo, &others, &chain, threads, &checked);
+            drop(shown);
+            let (took, notes) = verified?;
             (Some(took), notes)
         }
     };
