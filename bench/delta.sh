@@ -22,11 +22,12 @@
 #
 # --transfer-size SIZE: pagevault's backup chunk (--max-transfer-size, default 1M); a
 # delta restore reads and decompresses every chunk that holds a changed page.
-# --pattern spread|range: the 1% of pgbench_accounts' pages changed is every 100th page
-# (spread, the default) or the first 1% of its pages (range: recent rows, say).
+# --pattern spread|range|sparse: the 1% of pgbench_accounts' pages changed is every 100th
+# page (spread, the default) or the first 1% of its pages (range: recent rows, say);
+# sparse changes 0.1%, every 1000th page (the reads jump from one to the next).
 #
 # Usage: bench/delta.sh [--work DIR] [--scale N] [--reps N] [--transfer-size SIZE]
-#                       [--pattern spread|range] [--no-build]
+#                       [--pattern spread|range|sparse] [--no-build]
 # Environment: WORK_DIR, SCALE (400 = about 6 GB), REPS (3), PG17 (bin/ of PostgreSQL 17,
 #              default /var/tmp/pagevault-tools/pg17/bin), PGBACKREST (default
 #              /var/tmp/pagevault-tools/bin/pgbackrest), PAGEVAULT, NO_BUILD=1, QUIET_BUDGET
@@ -42,7 +43,7 @@ PGBR=${PGBACKREST:-/var/tmp/pagevault-tools/bin/pgbackrest}
 TRANSFER=${TRANSFER:-1M}
 PATTERN=${PATTERN:-spread}
 parse_options --work=WORK --scale=SCALE --reps=REPS --transfer-size=TRANSFER --pattern=PATTERN --no-build=NO_BUILD=1 -- "$@"
-case $PATTERN in spread|range) ;; *) echo "--pattern: spread or range" >&2; exit 2 ;; esac
+case $PATTERN in spread|range|sparse) ;; *) echo "--pattern: spread, range or sparse" >&2; exit 2 ;; esac
 need_posint --scale "$SCALE"
 need_posint --reps "$REPS"
 # At its peak: the cluster (about 15 MB a scale unit) and its pg_wal (about as much
@@ -110,12 +111,12 @@ log "full backups"
 as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --max-transfer-size "$TRANSFER" --json > "$RUNDIR/pagevault-backup.out"
 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup > "$RUNDIR/pgbackrest-backup.out" 2>&1
 
-log "1% of pgbench_accounts' pages changed, the server stopped"
-if [ "$PATTERN" = spread ]; then
-    WHICH="((ctid::text::point)[0])::bigint % 100 = 0"
-else
-    WHICH="((ctid::text::point)[0])::bigint < (SELECT pg_relation_size('pgbench_accounts') / 8192 / 100)"
-fi
+log "pgbench_accounts' pages changed ($PATTERN), the server stopped"
+case $PATTERN in
+    spread) WHICH="((ctid::text::point)[0])::bigint % 100 = 0" ;;
+    sparse) WHICH="((ctid::text::point)[0])::bigint % 1000 = 0" ;;
+    range) WHICH="((ctid::text::point)[0])::bigint < (SELECT pg_relation_size('pgbench_accounts') / 8192 / 100)" ;;
+esac
 psql_db -c "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE $WHICH AND ((ctid::text::point)[1])::int <= 5" \
     -c "CHECKPOINT"
 as_pg "$PG_BIN/pg_ctl" -D "$DATA" -w -m fast stop >/dev/null
@@ -183,7 +184,8 @@ def cell(tool, phase):
     if not v:
         return "-"
     return f"{statistics.median(v):.2f}" + (f" ({min(v):.2f}-{max(v):.2f})" if len(v) > 1 else "")
-print(f"database {int(os.environ['DB_BYTES']) / 2**30:.2f} GiB; 1% of pgbench_accounts' pages changed since the set ({os.environ['PATTERN']}); pagevault's chunk {os.environ['TRANSFER']}\n")
+share = "0.1%" if os.environ['PATTERN'] == "sparse" else "1%"
+print(f"database {int(os.environ['DB_BYTES']) / 2**30:.2f} GiB; {share} of pgbench_accounts' pages changed since the set ({os.environ['PATTERN']}); pagevault's chunk {os.environ['TRANSFER']}\n")
 print("Each cell: the median seconds (min-max) of its runs; CPU: median CPU seconds.\n")
 print("| tool | full restore s | full CPU s | delta restore s | delta CPU s | delta wal s | delta wal CPU s |")
 print("|---|---:|---:|---:|---:|---:|---:|")

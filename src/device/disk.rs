@@ -208,7 +208,4 @@ impl StripeSource for DiskSource {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
     }
-    fn will_need(&self, offset: u64, len: u64) {
-        crate::sys::fadvise(&self.file, offset, len, crate::sys::Advice::WillNeed);
-    }
 }

@@ -79,9 +79,6 @@ pub trait StripeSource: Send + Sync {
     /// The reader goes through the stripe in order from `offset` on: a source that
     /// reads ahead starts there, its first read included.
     fn reading_from(&self, _offset: u64) {}
-    /// `len` bytes at `offset` will be read soon, among others not read: a source that
-    /// can fetch ahead starts now.
-    fn will_need(&self, _offset: u64, _len: u64) {}
 }
 
 /// Parses a DEVICE argument: `NUL`, `nul:`, `s3://BUCKET/KEY`, `azure://CONTAINER/BLOB`, `gs://BUCKET/KEY`,

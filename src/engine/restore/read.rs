@@ -180,10 +180,9 @@ fn decide(sh: &Shared, h: &FrameHeader) -> Result<Option<Step>> {
 }
 
 /// Frames decided ahead of the reader, by index, at most this many or this many bytes
-/// to read: those it will read are asked of the source together, in ranges that take in
-/// gaps up to `AHEAD_GAP` (one large read costs less than several small ones), so a cold
-/// disk serves them at once instead of one after another; the frames stepped over inside
-/// a range are read through. Refilled at half.
+/// to read; the frames stepped over between two it reads less than `AHEAD_GAP` apart are
+/// read through, so that the reads stay in order and the kernel reads ahead of them
+/// (better than ranges asked ahead with WILLNEED: bench/README). Refilled at half.
 const AHEAD_FRAMES: usize = 256;
 const AHEAD_BYTES: u64 = 32 << 20;
 const AHEAD_GAP: u64 = 256 << 10;
@@ -229,8 +228,6 @@ impl<'a> Ahead<'a> {
 
     fn fill(&mut self, sh: &Shared, st: &StripeIn) -> Result<()> {
         let block = sh.p.block_size as u64;
-        // The range to ask for next: [start, end).
-        let mut range: Option<(u64, u64)> = None;
         while self.j < st.frames
             && self.decided.len() < AHEAD_FRAMES
             && (self.bytes < AHEAD_BYTES || self.decided.is_empty())
@@ -257,14 +254,6 @@ impl<'a> Ahead<'a> {
                         (self.decided.range_mut(from as usize..)).for_each(|d| d.2 = true);
                     }
                     (self.read_end, self.gap_from) = (Some(end), None);
-                    range = match range {
-                        Some((s, _)) if close => Some((s, end)),
-                        Some((s, e)) => {
-                            st.source.will_need(s, e - s);
-                            Some((at, end))
-                        }
-                        None => Some((at, end)),
-                    };
                     total
                 }
                 // Bounded as a frame read is: a gap holding a frame larger than a pool
@@ -283,16 +272,12 @@ impl<'a> Ahead<'a> {
             self.j += 1;
             self.at_j = end;
         }
-        if let Some((s, e)) = range {
-            st.source.will_need(s, e - s);
-        }
         Ok(())
     }
 }
 
-/// The stripe's frame index (every frame's header in order), checked against its CRC,
-/// when it has one.
-/// Stripe `st`'s frame index, its CRC checked (None: it has none).
+/// Stripe `st`'s frame index (every frame's header in order), its CRC checked (None: it
+/// has none).
 pub fn load_index(st: &StripeIn) -> Result<Option<Vec<u8>>> {
     let Some(ix) = st.index else {
         return Ok(None);
