@@ -75,13 +75,7 @@ impl Reporter {
         json: bool,
         verb: &'static str,
     ) -> Reporter {
-        let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
-        let step = if json {
-            None
-        } else {
-            Some(stats.unwrap_or(10).clamp(1, 100) as u64)
-        };
-        Self::spawn(progress, tty, step, verb)
+        Self::spawn(progress, stats, json, verb, true)
     }
 
     /// A bar on a terminal and nothing else: for a step before the run, whose
@@ -92,16 +86,18 @@ impl Reporter {
         json: bool,
         verb: &'static str,
     ) -> Reporter {
-        let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
-        Self::spawn(progress, tty, None, verb)
+        Self::spawn(progress, stats, json, verb, false)
     }
 
     fn spawn(
         progress: Arc<Progress>,
-        tty: bool,
-        step: Option<u64>,
+        stats: Option<u32>,
+        json: bool,
         verb: &'static str,
+        lines: bool,
     ) -> Reporter {
+        let tty = std::io::stderr().is_terminal() && stats.is_none() && !json;
+        let step = (lines && !json).then(|| stats.unwrap_or(10).clamp(1, 100) as u64);
         let stop = Arc::new(AtomicBool::new(false));
         let (waker, wake) = std::sync::mpsc::channel::<()>();
         let s = stop.clone();
