@@ -103,7 +103,7 @@ impl Reporter {
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
             let bar = tty.then(|| {
-                let b = indicatif::ProgressBar::new(0);
+                let b = indicatif::ProgressBar::new(progress.total.load(Relaxed));
                 b.set_style(
                     indicatif::ProgressStyle::with_template(
                         "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
