@@ -9,10 +9,13 @@
 //! wrote past the set's end. And a failover: the old primary ran on past the point where
 //! a restored copy was promoted (timeline 2), checkpointed and crashed; a delta by WAL of
 //! the new primary's set over it reads its timeline-1 WAL from the switch point, and the
-//! result equals a fresh restore page for page and recovers along timeline 2.
+//! result equals a fresh restore page for page and recovers along timeline 2. A frame
+//! it reads through without needing it, damaged, is told as a warning naming the set,
+//! the stripe and the offset (the restore itself whole), as verify names it.
 
 mod common;
 
+use common::forge::{frames_of, manifest_json, u32_at};
 use common::oracle::{compare, relations, Rel};
 use common::pg::{amcheck, check_restored, check_restored_with, push_cmd, restore_repo};
 use common::pg::{as_postgres, postgres_dir, Pg, PgOptions};
@@ -238,6 +241,16 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     b.switch_and_wait();
     b.stop();
 
+    // One byte damaged in a frame the delta reads through without needing it: the
+    // restore is whole and says the set is not; verify names the same frame.
+    let set_id = set["set_id"].as_str().unwrap();
+    let stripe = Path::new(&repo).join("sets").join(set_id).join("1.pv");
+    let kept = std::fs::read(&stripe).unwrap();
+    let at = unneeded_frame(&kept);
+    let mut bad = kept.clone();
+    bad[at + 80 + 100] ^= 0x5A;
+    std::fs::write(&stripe, &bad).unwrap();
+
     let to = s(&a.data);
     let r = json(&[
         "restore",
@@ -252,6 +265,24 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
         "--until-name",
         "after",
     ]);
+    let told = format!("set {set_id} (full): stripe");
+    let warned: Vec<&str> = (r["warnings"].as_array().unwrap().iter())
+        .filter_map(Value::as_str)
+        .filter(|w| w.contains(&told))
+        .collect();
+    assert_eq!(warned.len(), 1, "{r}");
+    assert!(
+        warned[0].contains(&format!("frame at offset {at}: stored bytes are damaged"))
+            && warned[0].contains("did not need")
+            && warned[0].contains("pagevault verify"),
+        "{r}"
+    );
+    let e = fails(&["verify", "--repo", &repo, "--set", set_id], 1);
+    assert!(
+        e.contains(&format!("frame at offset {at}: stored bytes")),
+        "{e}"
+    );
+    std::fs::write(&stripe, &kept).unwrap();
     assert_eq!(r["chain"][0]["set_id"], set["set_id"], "{r}");
     let w = &r["delta_wal"];
     assert_eq!(w["copy_timeline"], 1, "{r}");
@@ -263,6 +294,32 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     same_pages(&a.data, &fresh, db, &rels, 500);
     check_restored(&fresh, &want, rows);
     check_restored_with(&a.data, &want, rows, amcheck);
+}
+
+/// The offset of a frame of stripe `b` that a delta restore over a copy of the same
+/// cluster reads through without needing it: a template1 catalog's main fork (nothing
+/// changes it) between two free space maps' frames (written whole, so read), closer
+/// than the 256 KiB the reader reads through.
+fn unneeded_frame(b: &[u8]) -> usize {
+    let m: Value = serde_json::from_slice(&manifest_json(b)).unwrap();
+    let paths: BTreeMap<u64, &str> = (m["files"].as_array().unwrap().iter())
+        .filter_map(|f| Some((f["id"].as_u64()?, f["path"].as_str()?)))
+        .collect();
+    let at = frames_of(b);
+    let path = |i: usize| paths.get(&(u32_at(b, at[i] + 8) as u64)).copied();
+    let fsm = |i: usize| path(i).is_some_and(|p| p.ends_with("_fsm"));
+    (1..at.len() - 1)
+        .find(|&i| {
+            let p = path(i).unwrap_or("");
+            let main = p.starts_with("base/1/") && !p.contains('_');
+            let small = at[i + 1] - at[i] <= 256 << 10;
+            fsm(i - 1) && fsm(i + 1) && main && small && u32_at(b, at[i] + 12) > 1000
+        })
+        .map(|i| at[i])
+        .unwrap_or_else(|| {
+            let order: Vec<_> = (0..at.len()).map(path).collect();
+            panic!("no template1 catalog frame between two free space maps: {order:?}")
+        })
 }
 
 fn strs(v: &[String]) -> Vec<&str> {

@@ -169,6 +169,40 @@ pub struct Outcome {
     pub left_out_bytes: u64,
     /// Stored bytes of frames whose bytes the target was proven to hold, stepped over.
     pub proven_bytes: u64,
+    /// Damage found in frames read through but not needed (the restore did not use
+    /// them): at most `UNNEEDED_TOLD` told, then how many more.
+    pub unneeded_damage: Vec<String>,
+}
+
+/// Damage told of frames read but not needed, at most this many, then a count.
+const UNNEEDED_TOLD: usize = 8;
+
+/// Damage found in frames not needed: a few told, the rest counted.
+#[derive(Default)]
+struct Unneeded {
+    told: std::sync::Mutex<Vec<String>>,
+    more: AtomicU64,
+}
+
+impl Unneeded {
+    fn add(&self, m: String) {
+        let mut t = self.told.lock().unwrap_or_else(|e| e.into_inner());
+        match t.len() < UNNEEDED_TOLD {
+            true => t.push(m),
+            false => _ = self.more.fetch_add(1, Relaxed),
+        }
+    }
+
+    fn take(self) -> Vec<String> {
+        let mut t = self.told.into_inner().unwrap_or_else(|e| e.into_inner());
+        let more = self.more.into_inner();
+        if more > 0 {
+            t.push(format!(
+                "{more} more frame(s) read but not needed are damaged too"
+            ));
+        }
+        t
+    }
 }
 
 /// What every stage of one run shares.
@@ -191,6 +225,7 @@ struct Shared<'a> {
     left_out_total: AtomicU64,
     /// Stored bytes of frames stepped over because the target holds them (`proven`).
     proven_total: AtomicU64,
+    unneeded_damage: Unneeded,
 }
 
 struct Item {
@@ -243,6 +278,7 @@ pub fn run(
         stored_total: AtomicU64::new(0),
         left_out_total: AtomicU64::new(0),
         proven_total: AtomicU64::new(0),
+        unneeded_damage: Unneeded::default(),
     };
     live.pool_size.store(p.buffer_count as u64, Relaxed);
     let read_lanes = live.read_lanes(stripes.len());
@@ -324,6 +360,7 @@ pub fn run(
         pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
         left_out_bytes: sh.left_out_total.load(Relaxed),
         proven_bytes: sh.proven_total.load(Relaxed),
+        unneeded_damage: sh.unneeded_damage.take(),
     })
 }
 

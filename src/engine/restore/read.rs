@@ -3,8 +3,9 @@
 use super::{Item, Shared, StripeIn};
 use crate::engine::pool;
 use crate::engine::stats::{Lane, Progress};
-use crate::format::frame::{FrameHeader, FRAME_HEADER_LEN};
+use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::pad_to;
+use crate::format::Codec;
 use anyhow::{anyhow, bail, Result};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -82,12 +83,16 @@ pub(super) fn read_stripe(
             // kernel reads ahead of a sequential reader, not of one that skips.
             through.resize(through.len().max(total as usize), 0);
             let t0 = Instant::now();
-            // Not needed: a failure here is the next needed read's to report.
-            let _ = st.source.read_exact_at(&mut through[..total as usize], at);
+            let r = st.source.read_exact_at(&mut through[..total as usize], at);
             let took = t0.elapsed();
             read_st.busy(took);
             read_st.op(total);
             lane.op(total, took);
+            // Not needed, so not a failure of this restore; but damage read is told.
+            if let Some(why) = through_damage(sh, &header, &hdr, r, &through[..total as usize]) {
+                sh.unneeded_damage
+                    .add(format!("stripe '{}', frame at offset {at}: {why}", st.name));
+            }
         }
         let not_read = if read_through {
             0
@@ -161,6 +166,44 @@ pub(super) fn read_stripe(
         );
     }
     Ok(())
+}
+
+/// What is wrong with a frame read through (`bytes`: it whole, header first; `hdr`:
+/// its header as the index or the previous read gave it), if anything: checked as far
+/// as it can be without decompressing, which a frame not needed is not.
+fn through_damage(
+    sh: &Shared,
+    h: &FrameHeader,
+    hdr: &[u8],
+    read: io::Result<()>,
+    bytes: &[u8],
+) -> Option<String> {
+    if let Err(e) = read {
+        return Some(format!("cannot be read: {e}"));
+    }
+    if bytes[..FRAME_HEADER_LEN] != *hdr {
+        return Some("its header differs from its frame index entry".into());
+    }
+    let (sealed, signed) = (sh.p.seal.as_ref().map(|s| s.crc), sh.p.sign.is_some());
+    let stored = &bytes[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize];
+    if crate::format::frame::carries_crc(h.codec, sealed, signed) {
+        let crc = crc32c::crc32c(stored);
+        return (crc != h.stored_crc).then(|| {
+            format!(
+                "stored bytes are damaged (CRC32C {crc:08x}, expected {:08x})",
+                h.stored_crc
+            )
+        });
+    }
+    // A plain set's uncompressed frame: its stored bytes are the raw ones the header's
+    // digest is of.
+    let plain = sealed.is_none() && !signed && h.codec == Codec::None;
+    (plain && h.kind != FrameKind::Zero && sh.p.hash.digest(stored) != h.raw_hash).then(|| {
+        format!(
+            "stored bytes are damaged (their {} digest does not match)",
+            sh.p.hash.name()
+        )
+    })
 }
 
 /// Why a frame is stepped over unread.

@@ -303,6 +303,10 @@ pub(super) fn write_chain(
                 Ok(out)
             })
             .with_context(|| format!("set {} ({})", m.set_id, m.backup_type))?;
+        let mut out = out;
+        for d in &mut out.unneeded_damage {
+            *d = format!("set {} ({}): {d}", m.set_id, m.backup_type);
+        }
         if n > 0 {
             phases.mark("read, check and write older sets");
         }
@@ -353,5 +357,6 @@ fn add(a: Outcome, b: Outcome) -> Outcome {
         pool_bytes: big.pool_bytes.max(small.pool_bytes),
         left_out_bytes: big.left_out_bytes + small.left_out_bytes,
         proven_bytes: big.proven_bytes + small.proven_bytes,
+        unneeded_damage: [big.unneeded_damage, small.unneeded_damage].concat(),
     }
 }

@@ -499,6 +499,7 @@ fn restore_with(
             .chain(sets.passed_over.iter().cloned())
             .chain(wal_check.iter().flat_map(WalCheck::warnings))
             .chain(stale_vm_warning(&sets))
+            .chain(out.unneeded_damage.iter().map(|d| unneeded_warning(d)))
             .collect(),
         database: full.source.database.clone(),
     };
@@ -508,6 +509,16 @@ fn restore_with(
         r.report = Some(path.clone());
     }
     Ok(r)
+}
+
+/// Damage in a frame this restore read through but did not need: what it restored is
+/// whole, the set is not.
+fn unneeded_warning(d: &str) -> String {
+    format!(
+        "{d}: this restore did not need that frame (the target held its bytes, or its file \
+         is left out), so what it restored is whole and checked, but the set is damaged: \
+         run `pagevault verify` on it, and take a new backup"
+    )
 }
 
 /// The chain's sets whose visibility maps may be stale, named once.
