@@ -3,7 +3,7 @@
 //! the frames; a stripe without one (written before it) still reads.
 
 mod common;
-use common::forge::{fix_tail, frames_of, put_u32, u32_at, u64_at};
+use common::forge::{fix_tail, frames_of, index_of, put_u32, u32_at, u64_at, with_index_entry};
 use common::*;
 
 fn backup(tmp: &std::path::Path) -> (std::path::PathBuf, String) {
@@ -37,26 +37,9 @@ fn backup(tmp: &std::path::Path) -> (std::path::PathBuf, String) {
     (src, s(&stripe))
 }
 
-/// The index's offset and length, from the tail.
-fn index_of(b: &[u8]) -> (usize, usize) {
-    let tail = &b[b.len() - 64..];
-    let at = (u64_at(tail, 8) + u64_at(tail, 16)) as usize;
-    (at, u32_at(tail, 52) as usize)
-}
-
 /// Stripe `b` with index entry `i`'s sequence number changed, every CRC made valid.
 fn disagreeing(b: &[u8], i: usize) -> Vec<u8> {
-    let (at, len) = index_of(b);
-    let mut bad = b.to_vec();
-    let e = at + i * 80;
-    bad[e + 64] ^= 1;
-    let c = crc32c::crc32c(&bad[e..e + 76]);
-    put_u32(&mut bad, e + 76, c);
-    let c = crc32c::crc32c(&bad[at..at + len]);
-    let n = bad.len();
-    put_u32(&mut bad, n - 64 + 56, c);
-    fix_tail(&mut bad);
-    bad
+    with_index_entry(b, i, |e| e[64] ^= 1)
 }
 
 #[test]

@@ -11,11 +11,12 @@
 //! the new primary's set over it reads its timeline-1 WAL from the switch point, and the
 //! result equals a fresh restore page for page and recovers along timeline 2. A frame
 //! it reads through without needing it, damaged, is told as a warning naming the set,
-//! the stripe and the offset (the restore itself whole), as verify names it.
+//! the stripe and the offset (the restore itself whole), as verify names it; its frame
+//! index entry forged (CRCs valid) is refused, naming the frame.
 
 mod common;
 
-use common::forge::{frames_of, manifest_json, u32_at};
+use common::forge::{frames_of, manifest_json, u32_at, with_index_entry};
 use common::oracle::{compare, relations, Rel};
 use common::pg::{amcheck, check_restored, check_restored_with, push_cmd, restore_repo};
 use common::pg::{as_postgres, postgres_dir, Pg, PgOptions};
@@ -246,7 +247,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     let set_id = set["set_id"].as_str().unwrap();
     let stripe = Path::new(&repo).join("sets").join(set_id).join("1.pv");
     let kept = std::fs::read(&stripe).unwrap();
-    let at = unneeded_frame(&kept);
+    let (i, at) = unneeded_frame(&kept);
     let mut bad = kept.clone();
     bad[at + 80 + 100] ^= 0x5A;
     std::fs::write(&stripe, &bad).unwrap();
@@ -282,6 +283,48 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
         e.contains(&format!("frame at offset {at}: stored bytes")),
         "{e}"
     );
+
+    // The index forged, its CRCs made valid again (a writer of a set without a key can):
+    // that frame's entry differs from its header, or its length is not its frame's.
+    // Refused, naming the frame; each tried on a copy of the old primary.
+    let seq: &dyn Fn(&mut [u8]) = &|e| e[64] ^= 1;
+    let long: &dyn Fn(&mut [u8]) = &|e| e[12..16].copy_from_slice(&(256u32 << 20).to_le_bytes());
+    for (edit, says) in [
+        (
+            seq,
+            format!("frame {i} at offset {at} differs from its frame index entry"),
+        ),
+        (
+            long,
+            format!("invalid frame stored length at offset {}: uncompressed frame stores 268435456 bytes", at + 12),
+        ),
+    ] {
+        std::fs::write(&stripe, with_index_entry(&kept, i, edit)).unwrap();
+        let copy = postgres_dir("forged").join("data");
+        let cp = std::process::Command::new("cp")
+            .args(["-a", &s(&a.data), &s(&copy)])
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        let e = fails(
+            &[
+                "restore",
+                "--repo",
+                &repo,
+                "--to",
+                &s(&copy),
+                "--owner",
+                "postgres",
+                "--delta",
+                "wal",
+                "--until-name",
+                "after",
+            ],
+            1,
+        );
+        assert!(e.contains(&says) && e.contains(set_id), "{says}: {e}");
+        let _ = std::fs::remove_dir_all(copy.parent().unwrap());
+    }
     std::fs::write(&stripe, &kept).unwrap();
     assert_eq!(r["chain"][0]["set_id"], set["set_id"], "{r}");
     let w = &r["delta_wal"];
@@ -296,11 +339,11 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     check_restored_with(&a.data, &want, rows, amcheck);
 }
 
-/// The offset of a frame of stripe `b` that a delta restore over a copy of the same
+/// The number and offset of a frame of stripe `b` that a delta restore over a copy of the same
 /// cluster reads through without needing it: a template1 catalog's main fork (nothing
 /// changes it) between two free space maps' frames (written whole, so read), closer
 /// than the 256 KiB the reader reads through.
-fn unneeded_frame(b: &[u8]) -> usize {
+fn unneeded_frame(b: &[u8]) -> (usize, usize) {
     let m: Value = serde_json::from_slice(&manifest_json(b)).unwrap();
     let paths: BTreeMap<u64, &str> = (m["files"].as_array().unwrap().iter())
         .filter_map(|f| Some((f["id"].as_u64()?, f["path"].as_str()?)))
@@ -315,7 +358,7 @@ fn unneeded_frame(b: &[u8]) -> usize {
             let small = at[i + 1] - at[i] <= 256 << 10;
             fsm(i - 1) && fsm(i + 1) && main && small && u32_at(b, at[i] + 12) > 1000
         })
-        .map(|i| at[i])
+        .map(|i| (i, at[i]))
         .unwrap_or_else(|| {
             let order: Vec<_> = (0..at.len()).map(path).collect();
             panic!("no template1 catalog frame between two free space maps: {order:?}")

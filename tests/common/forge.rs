@@ -44,6 +44,28 @@ pub fn fix_frame(b: &mut [u8], at: usize) {
     put_u32(b, at + 76, c);
 }
 
+/// The frame index's offset and length, from the tail.
+pub fn index_of(b: &[u8]) -> (usize, usize) {
+    let tail = &b[b.len() - 64..];
+    let at = (u64_at(tail, 8) + u64_at(tail, 16)) as usize;
+    (at, u32_at(tail, 52) as usize)
+}
+
+/// Stripe `b` with index entry `i` (frame `i`'s header) edited, every CRC made valid
+/// again: the entry's, the index's and the tail's.
+pub fn with_index_entry(b: &[u8], i: usize, edit: impl Fn(&mut [u8])) -> Vec<u8> {
+    let (at, len) = index_of(b);
+    let mut bad = b.to_vec();
+    let e = at + i * 80;
+    edit(&mut bad[e..e + 80]);
+    fix_frame(&mut bad, e);
+    let c = crc32c::crc32c(&bad[at..at + len]);
+    let n = bad.len();
+    put_u32(&mut bad, n - 64 + 56, c);
+    fix_tail(&mut bad);
+    bad
+}
+
 /// The offsets of a stripe's frames, walking the headers from the first block to the
 /// body end its tail gives.
 pub fn frames_of(b: &[u8]) -> Vec<usize> {

@@ -89,7 +89,12 @@ pub(super) fn read_stripe(
             read_st.op(total);
             lane.op(total, took);
             // Not needed, so not a failure of this restore; but damage read is told.
-            if let Some(why) = through_damage(sh, &header, &hdr, r, &through[..total as usize]) {
+            let bytes = &through[..total as usize];
+            if r.is_ok() {
+                // The index placed it: a header that is not its entry is the index's damage.
+                agrees(st, entry(i), &bytes[..FRAME_HEADER_LEN], i, at)?;
+            }
+            if let Some(why) = through_damage(sh, &header, r, bytes) {
                 sh.unneeded_damage
                     .add(format!("stripe '{}', frame at offset {at}: {why}", st.name));
             }
@@ -168,21 +173,17 @@ pub(super) fn read_stripe(
     Ok(())
 }
 
-/// What is wrong with a frame read through (`bytes`: it whole, header first; `hdr`:
-/// its header as the index or the previous read gave it), if anything: checked as far
-/// as it can be without decompressing, which a frame not needed is not.
+/// What is wrong with the stored bytes of a frame read through (`bytes`: it whole,
+/// header first), if anything: checked as far as they can be without decompressing,
+/// which a frame not needed is not.
 fn through_damage(
     sh: &Shared,
     h: &FrameHeader,
-    hdr: &[u8],
     read: io::Result<()>,
     bytes: &[u8],
 ) -> Option<String> {
     if let Err(e) = read {
         return Some(format!("cannot be read: {e}"));
-    }
-    if bytes[..FRAME_HEADER_LEN] != *hdr {
-        return Some("its header differs from its frame index entry".into());
     }
     let (sealed, signed) = (sh.p.seal.as_ref().map(|s| s.crc), sh.p.sign.is_some());
     let stored = &bytes[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize];
