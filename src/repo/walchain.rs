@@ -275,18 +275,18 @@ fn by_timeline(spans: &[history::Span], first: u64, last: u64, seg: u64) -> Vec<
 /// stored bytes, size and BLAKE3 of the WAL), on `threads` threads. Refuses the
 /// chain if any fails, naming each. Returns how long it took.
 pub fn verify(repo: &Repo, chain: &WalChain, threads: usize) -> Result<Duration> {
-    verify_with(repo, &[], chain, threads, &|| {}).map(|(took, _)| took)
+    verify_with(repo, &[], chain, threads, &|_| {}).map(|(took, _)| took)
 }
 
 /// [`verify`], a file that fails in `repo` checked in `others` in turn: one intact there
 /// is what recovery's restore_command reads (it falls back the same way), and is told in
-/// the notes returned. `checked` is called after each file, whatever its outcome.
+/// the notes returned. `checked` is told each file's name after it, whatever its outcome.
 pub fn verify_with(
     repo: &Repo,
     others: &[Repo],
     chain: &WalChain,
     threads: usize,
-    checked: &(dyn Fn() + Sync),
+    checked: &(dyn Fn(&str) + Sync),
 ) -> Result<(Duration, Vec<String>)> {
     let t0 = Instant::now();
     let failed = std::sync::Mutex::new(vec![]);
@@ -310,7 +310,7 @@ pub fn verify_with(
                 None => failed.lock().unwrap().push((i, e)),
             }
         }
-        checked();
+        checked(name);
     });
     if let Some(sig) = crate::interrupt::received() {
         return Err(crate::interrupt::error(sig));
@@ -441,12 +441,14 @@ mod tests {
         fs::write(&p, &bad).unwrap();
         let c = plan(&r, &set(0x200_0100), End::Latest, None).unwrap();
         // Each file counted as it is checked, the damaged one too (the progress shown).
-        let counted = std::sync::atomic::AtomicUsize::new(0);
-        let count = || {
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        };
+        let counted = std::sync::Mutex::new(vec![]);
+        let count = |name: &str| counted.lock().unwrap().push(name.to_string());
         let e = format!("{:#}", verify_with(&r, &[], &c, 2, &count).unwrap_err());
-        assert_eq!(counted.into_inner(), c.files.len());
+        let mut counted = counted.into_inner().unwrap();
+        counted.sort();
+        let mut want = c.files.clone();
+        want.sort();
+        assert_eq!(counted, want);
         assert!(
             e.contains("000000020000000000000008") && e.contains("1 of the 7"),
             "{e}"

@@ -76,10 +76,16 @@ pub(super) fn check_wal_chain(
                 .collect();
             // A week of WAL takes a while to read: shown as it goes.
             let progress = Arc::new(Progress::default());
-            (progress.total).store(chain.files.len() as u64 * seg_size, Relaxed);
+            // Counted in segments' bytes: a history file is a few bytes.
+            let size = |name: &str| match crate::pg::walname::parse_name(name) {
+                Some(n) if n.kind.is_segment() => seg_size,
+                _ => 0,
+            };
+            let total = chain.files.iter().map(|f| size(f)).sum();
+            (progress.total).store(total, Relaxed);
             let shown = show(progress.clone(), CHECK_WAL);
-            let checked = || {
-                progress.done.fetch_add(seg_size, Relaxed);
+            let checked = |name: &str| {
+                progress.done.fetch_add(size(name), Relaxed);
             };
             let verified = walchain::verify_with(repo, &others, &chain, threads, &checked);
             drop(shown);
