@@ -274,7 +274,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     assert_eq!(warned.len(), 1, "{r}");
     assert!(
         warned[0].contains(&format!("frame at offset {at}: stored bytes are damaged"))
-            && warned[0].contains("did not need")
+            && warned[0].contains("not needed by this restore")
             && warned[0].contains("pagevault verify"),
         "{r}"
     );

@@ -197,9 +197,7 @@ impl Unneeded {
         let mut t = self.told.into_inner().unwrap_or_else(|e| e.into_inner());
         let more = self.more.into_inner();
         if more > 0 {
-            t.push(format!(
-                "{more} more frame(s) read but not needed are damaged too"
-            ));
+            t.push(format!("{more} more frame(s) read through are damaged too"));
         }
         t
     }
@@ -367,6 +365,23 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn damage_in_frames_not_needed_is_told_a_few_times_then_counted() {
+        let u = Unneeded::default();
+        for i in 0..UNNEEDED_TOLD + 3 {
+            u.add(format!("frame {i}"));
+        }
+        let told = u.take();
+        assert_eq!(told.len(), UNNEEDED_TOLD + 1);
+        assert_eq!(told[0], "frame 0");
+        assert_eq!(
+            told[UNNEEDED_TOLD - 1],
+            format!("frame {}", UNNEEDED_TOLD - 1)
+        );
+        assert!(told[UNNEEDED_TOLD].starts_with("3 more"), "{told:?}");
+        assert!(Unneeded::default().take().is_empty());
+    }
 
     #[test]
     fn a_file_is_whole_once_every_chunk_is_recorded_and_never_twice() {

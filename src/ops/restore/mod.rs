@@ -515,9 +515,9 @@ fn restore_with(
 /// whole, the set is not.
 fn unneeded_warning(d: &str) -> String {
     format!(
-        "{d}: this restore did not need that frame (the target held its bytes, or its file \
-         is left out), so what it restored is whole and checked, but the set is damaged: \
-         run `pagevault verify` on it, and take a new backup"
+        "{d}: not needed by this restore (the target held those bytes, or their file is \
+         left out), so what it restored is whole and checked; the set is damaged: run \
+         `pagevault verify` on it and take a new backup"
     )
 }
 
