@@ -99,16 +99,6 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
     pg.stop();
     let data = pg.data.clone();
     let to = s(&data);
-    let args = |extra: &[&str]| -> Vec<String> {
-        let mut a: Vec<String> = [
-            "restore", "--repo", &repo, "--to", &to, "--owner", "postgres",
-        ]
-        .map(String::from)
-        .to_vec();
-        a.extend(extra.iter().map(|x| x.to_string()));
-        a.extend(["--until-name", "wal_point"].map(String::from));
-        a
-    };
 
     // The copy's pg_wal lost the WAL it wrote past the set's end, up to and with its
     // last checkpoint's redo segment: refused, naming a segment, nothing written.
@@ -134,7 +124,7 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
     for n in &moved {
         std::fs::rename(wal.join(n), aside.join(n)).unwrap();
     }
-    let e = fails(&strs(&args(&["--delta", "wal"])), 1);
+    let e = fails(&strs(&delta_wal(&repo, &to, "wal_point")), 1);
     assert!(
         e.contains("--delta wal cannot tell") && e.contains("no longer holds"),
         "{e}"
@@ -150,7 +140,7 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
 
     // The delta by WAL.
     let before = relation_bytes(&data);
-    let r = json(&strs(&args(&["--delta", "wal"])));
+    let r = json(&strs(&delta_wal(&repo, &to, "wal_point")));
     let d = &r["delta"];
     let n = |k: &str| d[k].as_u64().unwrap();
     assert!(
@@ -253,19 +243,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     std::fs::write(&stripe, &bad).unwrap();
 
     let to = s(&a.data);
-    let r = json(&[
-        "restore",
-        "--repo",
-        &repo,
-        "--to",
-        &to,
-        "--owner",
-        "postgres",
-        "--delta",
-        "wal",
-        "--until-name",
-        "after",
-    ]);
+    let r = json(&strs(&delta_wal(&repo, &to, "after")));
     let told = format!("set {set_id} (full): stripe");
     let warned: Vec<&str> = (r["warnings"].as_array().unwrap().iter())
         .filter_map(Value::as_str)
@@ -306,22 +284,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
             .status()
             .unwrap();
         assert!(cp.success());
-        let e = fails(
-            &[
-                "restore",
-                "--repo",
-                &repo,
-                "--to",
-                &s(&copy),
-                "--owner",
-                "postgres",
-                "--delta",
-                "wal",
-                "--until-name",
-                "after",
-            ],
-            1,
-        );
+        let e = fails(&strs(&delta_wal(&repo, &s(&copy), "after")), 1);
         assert!(e.contains(&says) && e.contains(set_id), "{says}: {e}");
         let _ = std::fs::remove_dir_all(copy.parent().unwrap());
     }
@@ -363,6 +326,13 @@ fn unneeded_frame(b: &[u8]) -> (usize, usize) {
             let order: Vec<_> = (0..at.len()).map(path).collect();
             panic!("no template1 catalog frame between two free space maps: {order:?}")
         })
+}
+
+/// `restore --delta wal` from `repo` over `to`, to the restore point `until`.
+fn delta_wal(repo: &str, to: &str, until: &str) -> Vec<String> {
+    let a = ["restore", "--repo", repo, "--to", to, "--owner", "postgres"];
+    let b = ["--delta", "wal", "--until-name", until];
+    a.into_iter().chain(b).map(String::from).collect()
 }
 
 fn strs(v: &[String]) -> Vec<&str> {
