@@ -3,14 +3,14 @@
 //! byte of it is written.
 
 use super::write::{self, FrameWrite};
-use super::{Held, Item, Kept, Shared};
+use super::{Held, Item, Kept, Params, Shared};
 use crate::crypt::DOMAIN_FRAME;
 use crate::engine::codec::Decompressor;
 use crate::engine::pool::{self, Buf};
 use crate::format::frame::{bitmap_len, carries_crc, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::manifest::file_checksum;
 use crate::format::seal::frame_aad;
-use crate::format::Codec;
+use crate::format::{Codec, ContentHash};
 use anyhow::{anyhow, Result};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::Ordering::Relaxed;
@@ -67,24 +67,16 @@ fn check(
     let name = &sh.stripes[item.stripe].name;
     let fail = |msg: String| anyhow!("stripe '{name}', frame at offset {at}: {msg}");
     let (sealed, signed) = (p.seal.as_ref(), p.sign.as_ref());
-    // Where a frame carries a CRC, damage reads as damage before a forgery (a sealed
-    // set's method 1); where it does not, the tag or the content digest below checks.
-    let crc = if carries_crc(h.codec, sealed.map(|s| s.crc), signed.is_some()) {
-        crc32c::crc32c(item.buf.payload())
-    } else {
-        h.stored_crc
-    };
     if sealed.is_some_and(|s| !s.crc) && h.stored_crc != 0 {
         return Err(fail(format!(
             "its CRC32C field holds {:08x} in a set whose frames carry none: the set is damaged or forged",
             h.stored_crc
         )));
     }
-    if crc != h.stored_crc {
-        return Err(fail(format!(
-            "stored bytes are damaged (CRC32C {crc:08x}, expected {:08x})",
-            h.stored_crc
-        )));
+    // Where a frame carries a CRC, damage reads as damage before a forgery (a sealed
+    // set's method 1); where it does not, the tag or the content digest below checks.
+    if let Some(m) = crc_damage(p, h, item.buf.payload()) {
+        return Err(fail(m));
     }
     if let Some(s) = sealed {
         let mut hb = [0u8; FRAME_HEADER_LEN];
@@ -185,7 +177,7 @@ fn check(
     if sealed.is_none() && signed.is_none() && digest != h.raw_hash {
         let name = p.hash.name();
         return Err(fail(match h.codec {
-            Codec::None => format!("stored bytes are damaged (their {name} digest does not match)"),
+            Codec::None => digest_damage(p.hash),
             _ => format!("restored content does not match its {name} digest"),
         }));
     }
@@ -226,6 +218,30 @@ fn check(
             kept,
         },
     ))
+}
+
+/// What a frame's CRC32C says of its stored bytes, where it carries one (`carries_crc`).
+pub(super) fn crc_damage(p: &Params, h: &FrameHeader, stored: &[u8]) -> Option<String> {
+    let carried = carries_crc(h.codec, p.seal.as_ref().map(|s| s.crc), p.sign.is_some());
+    let crc = if carried {
+        crc32c::crc32c(stored)
+    } else {
+        h.stored_crc
+    };
+    (crc != h.stored_crc).then(|| {
+        format!(
+            "stored bytes are damaged (CRC32C {crc:08x}, expected {:08x})",
+            h.stored_crc
+        )
+    })
+}
+
+/// An uncompressed frame whose content digest does not match its stored bytes.
+pub(super) fn digest_damage(hash: ContentHash) -> String {
+    format!(
+        "stored bytes are damaged (their {} digest does not match)",
+        hash.name()
+    )
 }
 
 /// Counts a checked frame and records its digest; a file whose chunks are all checked

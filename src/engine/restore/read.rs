@@ -185,25 +185,14 @@ fn through_damage(
     if let Err(e) = read {
         return Some(format!("cannot be read: {e}"));
     }
-    let (sealed, signed) = (sh.p.seal.as_ref().map(|s| s.crc), sh.p.sign.is_some());
     let stored = &bytes[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize];
-    if crate::format::frame::carries_crc(h.codec, sealed, signed) {
-        let crc = crc32c::crc32c(stored);
-        return (crc != h.stored_crc).then(|| {
-            format!(
-                "stored bytes are damaged (CRC32C {crc:08x}, expected {:08x})",
-                h.stored_crc
-            )
-        });
-    }
-    // A plain set's uncompressed frame: its stored bytes are the raw ones the header's
-    // digest is of.
-    let plain = sealed.is_none() && !signed && h.codec == Codec::None;
-    (plain && h.kind != FrameKind::Zero && sh.p.hash.digest(stored) != h.raw_hash).then(|| {
-        format!(
-            "stored bytes are damaged (their {} digest does not match)",
-            sh.p.hash.name()
-        )
+    super::check::crc_damage(sh.p, h, stored).or_else(|| {
+        // A plain set's uncompressed frame: its stored bytes are the raw ones the
+        // header's digest is of.
+        let plain = sh.p.seal.is_none() && sh.p.sign.is_none() && h.codec == Codec::None;
+        let digested = plain && h.kind != FrameKind::Zero;
+        (digested && sh.p.hash.digest(stored) != h.raw_hash)
+            .then(|| super::check::digest_damage(sh.p.hash))
     })
 }
 
