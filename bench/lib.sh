@@ -87,21 +87,6 @@ wait_quiet() {
     done
 }
 
-# wait_disk_idle DIR: after `sync`, until the disk holding DIR has been idle for half a
-# second (under 5% busy), at most 30 s: a virtual disk may still be taking the last case's
-# writes or its file system's discards, which the next case would otherwise pay.
-wait_disk_idle() {
-    local dev t0 t1 i
-    dev=$(df --output=source "$1" 2>/dev/null | tail -1)
-    dev=$(basename "$(readlink -f "$dev" 2>/dev/null)")
-    grep -q " $dev " /proc/diskstats 2>/dev/null || return 0
-    for ((i = 0; i < 60; i++)); do
-        t0=$(awk -v d="$dev" '$3 == d {print $13}' /proc/diskstats); sleep 0.5
-        t1=$(awk -v d="$dev" '$3 == d {print $13}' /proc/diskstats)
-        [ $((t1 - t0)) -lt 25 ] && return 0
-    done
-}
-
 # ensure_binary: rebuilds $PV when it is missing or older than any source file (unless
 # PAGEVAULT names a binary or NO_BUILD=1); sets build_note when the build failed.
 ensure_binary() {

@@ -21,8 +21,8 @@
 #     while reading a file of that size (cold): what an uncompressed restore needs of the disk
 #     (cold, also while reading only the size of pagevault's lz4 and zstd sets: compressed restores);
 #     and with a cold cache, reading that file alone: what any cold backup needs of the disk
-# Every timed run starts after `sync`, a quiet CPU and an idle disk (half a second under 5%
-# busy), and includes making its output durable (sync -f of the target afterwards);
+# Every timed run starts after `sync`, a quiet CPU and an idle disk (half a second under 2%
+# busy, no `pagevault remove-swept` running), and includes making its output durable (sync -f of the target afterwards);
 # the floor is fio's runtime plus that sync: a virtual disk acknowledges O_DIRECT writes into
 # its host's cache, and the flush is where they reach the disk.
 # Prints one markdown table (seconds, MB/s of the database size, backup size, restore seconds,
