@@ -124,7 +124,7 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
     for n in &moved {
         std::fs::rename(wal.join(n), aside.join(n)).unwrap();
     }
-    let e = fails(&strs(&delta_wal(&repo, &to, "wal_point")), 1);
+    let e = fails(&delta_wal(&repo, &to, "wal_point"), 1);
     assert!(
         e.contains("--delta wal cannot tell") && e.contains("no longer holds"),
         "{e}"
@@ -140,7 +140,7 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
 
     // The delta by WAL.
     let before = relation_bytes(&data);
-    let r = json(&strs(&delta_wal(&repo, &to, "wal_point")));
+    let r = json(&delta_wal(&repo, &to, "wal_point"));
     let d = &r["delta"];
     let n = |k: &str| d[k].as_u64().unwrap();
     assert!(
@@ -243,7 +243,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     std::fs::write(&stripe, &bad).unwrap();
 
     let to = s(&a.data);
-    let r = json(&strs(&delta_wal(&repo, &to, "after")));
+    let r = json(&delta_wal(&repo, &to, "after"));
     let told = format!("set {set_id} (full): stripe");
     let warned: Vec<&str> = (r["warnings"].as_array().unwrap().iter())
         .filter_map(Value::as_str)
@@ -284,7 +284,8 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
             .status()
             .unwrap();
         assert!(cp.success());
-        let e = fails(&strs(&delta_wal(&repo, &s(&copy), "after")), 1);
+        let copy_to = s(&copy);
+        let e = fails(&delta_wal(&repo, &copy_to, "after"), 1);
         assert!(e.contains(&says) && e.contains(set_id), "{says}: {e}");
         let _ = std::fs::remove_dir_all(copy.parent().unwrap());
     }
@@ -303,38 +304,54 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
 }
 
 /// The number and offset of a frame of stripe `b` that a delta restore over a copy of the same
-/// cluster reads through without needing it: a template1 catalog's main fork (nothing
-/// changes it) between two free space maps' frames (written whole, so read), closer
-/// than the 256 KiB the reader reads through.
+/// cluster reads through without needing it: a template database's catalog main fork
+/// (nothing changes it) in a run of such frames between two frames the restore reads
+/// (files it writes whole: free space maps and non-relation files), the run shorter than
+/// the 256 KiB the reader reads through.
 fn unneeded_frame(b: &[u8]) -> (usize, usize) {
     let m: Value = serde_json::from_slice(&manifest_json(b)).unwrap();
     let paths: BTreeMap<u64, &str> = (m["files"].as_array().unwrap().iter())
         .filter_map(|f| Some((f["id"].as_u64()?, f["path"].as_str()?)))
         .collect();
     let at = frames_of(b);
-    let path = |i: usize| paths.get(&(u32_at(b, at[i] + 8) as u64)).copied();
-    let fsm = |i: usize| path(i).is_some_and(|p| p.ends_with("_fsm"));
+    let path = |i: usize| {
+        paths
+            .get(&(u32_at(b, at[i] + 8) as u64))
+            .copied()
+            .unwrap_or("")
+    };
+    let relation = |p: &str| {
+        let name = p.rsplit('/').next().unwrap_or("");
+        (p.starts_with("base/") || p.starts_with("global/"))
+            && name.starts_with(|c: char| c.is_ascii_digit())
+    };
+    let read = |i: usize| path(i).ends_with("_fsm") || !relation(path(i));
+    let template_main = |i: usize| {
+        let p = path(i);
+        (p.starts_with("base/1/") || p.starts_with("base/4/")) && !p.contains('_')
+    };
     (1..at.len() - 1)
         .find(|&i| {
-            let p = path(i).unwrap_or("");
-            let main = p.starts_with("base/1/") && !p.contains('_');
-            let small = at[i + 1] - at[i] <= 256 << 10;
-            fsm(i - 1) && fsm(i + 1) && main && small && u32_at(b, at[i] + 12) > 1000
+            let Some(j) = (0..i).rev().find(|&j| !template_main(j)) else {
+                return false;
+            };
+            let Some(k) = (i + 1..at.len()).find(|&k| !template_main(k)) else {
+                return false;
+            };
+            let gap = at[k] - at[j + 1];
+            read(j) && read(k) && gap <= 256 << 10 && u32_at(b, at[i] + 12) > 1000
         })
         .map(|i| (i, at[i]))
         .unwrap_or_else(|| {
             let order: Vec<_> = (0..at.len()).map(path).collect();
-            panic!("no template1 catalog frame between two free space maps: {order:?}")
+            panic!("no template catalog frame read through between frames read: {order:?}")
         })
 }
 
 /// `restore --delta wal` from `repo` over `to`, to the restore point `until`.
-fn delta_wal(repo: &str, to: &str, until: &str) -> Vec<String> {
+fn delta_wal<'a>(repo: &'a str, to: &'a str, until: &'a str) -> Vec<&'a str> {
     let a = ["restore", "--repo", repo, "--to", to, "--owner", "postgres"];
-    let b = ["--delta", "wal", "--until-name", until];
-    a.into_iter().chain(b).map(String::from).collect()
-}
-
-fn strs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
+    a.into_iter()
+        .chain(["--delta", "wal", "--until-name", until])
+        .collect()
 }
