@@ -39,15 +39,14 @@ fn killed_backup_leaves_only_partial_stripes_that_are_rejected() {
     let (a, b) = (dir.path().join("a.pv"), dir.path().join("b.pv"));
     let mut child = slow_backup(&src, &a, &b);
     let partial = dir.path().join("a.pv.partial");
-    for _ in 0..200 {
-        if std::fs::metadata(&partial)
-            .map(|m| m.len() > 4096)
-            .unwrap_or(false)
-        {
-            break;
-        }
+    // Stripes are written a 4 MiB staging buffer at a time: on a loaded machine the
+    // first one takes seconds. Killed only once the stripe holds frames.
+    let started = std::time::Instant::now();
+    let written = || std::fs::metadata(&partial).is_ok_and(|m| m.len() > 4096);
+    while !written() && started.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(written(), "the backup wrote no frame in 60 s");
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
