@@ -11,8 +11,9 @@
 //! the new primary's set over it reads its timeline-1 WAL from the switch point, and the
 //! result equals a fresh restore page for page and recovers along timeline 2. A frame
 //! it reads through without needing it, damaged, is told as a warning naming the set,
-//! the stripe and the offset (the restore itself whole), as verify names it; its frame
-//! index entry forged (CRCs valid) is refused, naming the frame.
+//! the stripe and the offset (the restore itself whole), as verify names it, and so is
+//! its header damaged; its frame index entry forged (CRCs valid) is refused, naming the
+//! frame.
 
 mod common;
 
@@ -262,9 +263,44 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
         "{e}"
     );
 
+    // Each trial below on a copy of the old primary, the stripe as it gives.
+    let on_copy = |stripe_bytes: &[u8], want_ok: bool| {
+        std::fs::write(&stripe, stripe_bytes).unwrap();
+        let copy = postgres_dir("forged").join("data");
+        let cp = std::process::Command::new("cp")
+            .args(["-a", &s(&a.data), &s(&copy)])
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        let copy_to = s(&copy);
+        let args = delta_wal(&repo, &copy_to, "after");
+        let out = match want_ok {
+            true => Ok(json(&args)),
+            false => Err(fails(&args, 1)),
+        };
+        let _ = std::fs::remove_dir_all(copy.parent().unwrap());
+        out
+    };
+    // That frame's header damaged instead (its own CRC fails, the index is whole): the
+    // frame's damage, told as a warning; the restore whole.
+    let mut bad = kept.clone();
+    bad[at + 40] ^= 0xff;
+    let r2 = on_copy(&bad, true).unwrap();
+    let warned: Vec<&str> = (r2["warnings"].as_array().unwrap().iter())
+        .filter_map(Value::as_str)
+        .filter(|w| w.contains(&told))
+        .collect();
+    assert_eq!(warned.len(), 1, "{r2}");
+    assert!(
+        warned[0].contains(&format!(
+            "frame at offset {at}: frame header checksum mismatch"
+        )) && warned[0].contains("not needed by this restore"),
+        "{r2}"
+    );
+
     // The index forged, its CRCs made valid again (a writer of a set without a key can):
     // that frame's entry differs from its header, or its length is not its frame's.
-    // Refused, naming the frame; each tried on a copy of the old primary.
+    // Refused, naming the frame.
     let seq: &dyn Fn(&mut [u8]) = &|e| e[64] ^= 1;
     let long: &dyn Fn(&mut [u8]) = &|e| e[12..16].copy_from_slice(&(256u32 << 20).to_le_bytes());
     for (edit, says) in [
@@ -277,17 +313,8 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
             format!("invalid frame stored length at offset {}: uncompressed frame stores 268435456 bytes", at + 12),
         ),
     ] {
-        std::fs::write(&stripe, with_index_entry(&kept, i, edit)).unwrap();
-        let copy = postgres_dir("forged").join("data");
-        let cp = std::process::Command::new("cp")
-            .args(["-a", &s(&a.data), &s(&copy)])
-            .status()
-            .unwrap();
-        assert!(cp.success());
-        let copy_to = s(&copy);
-        let e = fails(&delta_wal(&repo, &copy_to, "after"), 1);
+        let e = on_copy(&with_index_entry(&kept, i, edit), false).unwrap_err();
         assert!(e.contains(&says) && e.contains(set_id), "{says}: {e}");
-        let _ = std::fs::remove_dir_all(copy.parent().unwrap());
     }
     std::fs::write(&stripe, &kept).unwrap();
     assert_eq!(r["chain"][0]["set_id"], set["set_id"], "{r}");

@@ -58,11 +58,12 @@ pub(super) fn read_stripe(
     // Frames stepped over between frames read close by are read through into this.
     let mut through = Vec::new();
     for i in 0..st.frames {
-        let header = FrameHeader::decode_in(&hdr, at, sh.p.seal.is_some())
+        let sealed = sh.p.seal.is_some();
+        // With the index, the frame is placed by its entry; the header as the stripe
+        // holds it (`hdr`, when read) is checked against it.
+        let header = FrameHeader::decode_in(entry(i).unwrap_or(&hdr), at, sealed)
             .map_err(|e| anyhow!("stripe '{}': {e}", st.name))?;
-        // A header read from the stripe must be its index entry (one taken from the
-        // index is).
-        agrees(st, entry(i), &hdr, i, at)?;
+        let mut damaged = against_index(st, entry(i), &hdr, i, at, sealed)?;
         let total = pad_to((FRAME_HEADER_LEN as u64) + header.stored_len as u64, block);
         let more = i + 1 < st.frames;
         let next = at + total;
@@ -78,6 +79,9 @@ pub(super) fn read_stripe(
             None => (decide(sh, &header), false),
         };
         let step = step.map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?;
+        if let (None, Some(why)) = (step, &damaged) {
+            bail!("stripe '{}': {why}", st.name);
+        }
         if step.is_some() && read_through {
             // Its bytes are not needed, but reading them keeps the reads in order: the
             // kernel reads ahead of a sequential reader, not of one that skips.
@@ -90,14 +94,14 @@ pub(super) fn read_stripe(
             lane.op(total, took);
             // Not needed, so not a failure of this restore; but damage read is told.
             let bytes = &through[..total as usize];
-            if r.is_ok() {
-                // The index placed it: a header that is not its entry is the index's damage.
-                agrees(st, entry(i), &bytes[..FRAME_HEADER_LEN], i, at)?;
+            if r.is_ok() && damaged.is_none() {
+                damaged = against_index(st, entry(i), &bytes[..FRAME_HEADER_LEN], i, at, sealed)?;
             }
-            if let Some(why) = through_damage(sh, &header, r, bytes) {
-                sh.unneeded_damage
-                    .add(format!("stripe '{}', frame at offset {at}: {why}", st.name));
-            }
+            damaged = damaged.or_else(|| through_damage(sh, &header, r, bytes));
+        }
+        if let (Some(_), Some(why)) = (step, damaged) {
+            sh.unneeded_damage
+                .add(format!("stripe '{}', frame at offset {at}: {why}", st.name));
         }
         let not_read = if read_through {
             0
@@ -348,14 +352,27 @@ fn next_header(st: &StripeIn, entry: Option<&[u8]>, hdr: &mut [u8], at: u64) -> 
     }
 }
 
-/// Whether a frame's header is its index entry.
-fn agrees(st: &StripeIn, entry: Option<&[u8]>, read: &[u8], i: u64, at: u64) -> Result<()> {
+/// Frame `i`'s header as the stripe holds it (`read`) against its index entry: None
+/// when they agree (or there is no index); why, when the header fails its own checks
+/// (that frame's damage); an error when it is whole and differs (the index or the
+/// stripe forged).
+fn against_index(
+    st: &StripeIn,
+    entry: Option<&[u8]>,
+    read: &[u8],
+    i: u64,
+    at: u64,
+    sealed: bool,
+) -> Result<Option<String>> {
     match entry {
-        Some(e) if e != read => bail!(
-            "stripe '{}': frame {i} at offset {at} differs from its frame index entry; {INDEX_HINT}",
-            st.name
-        ),
-        _ => Ok(()),
+        Some(e) if e != read => match FrameHeader::decode_in(read, at, sealed) {
+            Err(e) => Ok(Some(e.to_string())),
+            Ok(_) => bail!(
+                "stripe '{}': frame {i} at offset {at} differs from its frame index entry; {INDEX_HINT}",
+                st.name
+            ),
+        },
+        _ => Ok(None),
     }
 }
 
