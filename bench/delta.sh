@@ -4,7 +4,7 @@
 #
 # One PostgreSQL 17 cluster with data checksums (pgbench at SCALE, vacuumed), archiving
 # into pagevault's repository and pgBackRest's. Then:
-#   1. a full backup with each tool (lz4; untimed);
+#   1. a full backup with each tool (lz4, or as --compress says; untimed);
 #   2. five rows of every 100th block of pgbench_accounts updated (1% of its pages), a
 #      CHECKPOINT, the server stopped cleanly: its data directory is the "drifted" copy,
 #      kept aside;
@@ -25,9 +25,11 @@
 # --pattern spread|range|sparse: the 1% of pgbench_accounts' pages changed is every 100th
 # page (spread, the default) or the first 1% of its pages (range: recent rows, say);
 # sparse changes 0.1%, every 1000th page (the reads jump from one to the next).
+# --compress lz4|none: both tools' codec (none: the frames a delta by WAL reads through
+# are checked by their content digest instead of a CRC32C).
 #
 # Usage: bench/delta.sh [--work DIR] [--scale N] [--reps N] [--transfer-size SIZE]
-#                       [--pattern spread|range|sparse] [--no-build]
+#                       [--pattern spread|range|sparse] [--compress lz4|none] [--no-build]
 # Environment: WORK_DIR, SCALE (400 = about 6 GB), REPS (3), PG17 (bin/ of PostgreSQL 17,
 #              default /var/tmp/pagevault-tools/pg17/bin), PGBACKREST (default
 #              /var/tmp/pagevault-tools/bin/pgbackrest), PAGEVAULT, NO_BUILD=1, QUIET_BUDGET
@@ -42,8 +44,10 @@ PG_BIN=${PG17:-/var/tmp/pagevault-tools/pg17/bin}
 PGBR=${PGBACKREST:-/var/tmp/pagevault-tools/bin/pgbackrest}
 TRANSFER=${TRANSFER:-1M}
 PATTERN=${PATTERN:-spread}
-parse_options --work=WORK --scale=SCALE --reps=REPS --transfer-size=TRANSFER --pattern=PATTERN --no-build=NO_BUILD=1 -- "$@"
+COMPRESS=${COMPRESS:-lz4}
+parse_options --work=WORK --scale=SCALE --reps=REPS --transfer-size=TRANSFER --pattern=PATTERN --compress=COMPRESS --no-build=NO_BUILD=1 -- "$@"
 case $PATTERN in spread|range|sparse) ;; *) echo "--pattern: spread, range or sparse" >&2; exit 2 ;; esac
+case $COMPRESS in lz4|none) ;; *) echo "--compress: lz4 or none" >&2; exit 2 ;; esac
 need_posint --scale "$SCALE"
 need_posint --reps "$REPS"
 # At its peak: the cluster (about 15 MB a scale unit) and its pg_wal (about as much
@@ -82,7 +86,7 @@ cat > "$D/pgbackrest.conf" <<EOF
 [global]
 repo1-path=$BRREPO
 process-max=2
-compress-type=lz4
+compress-type=$COMPRESS
 start-fast=y
 log-level-console=warn
 [bench]
@@ -108,7 +112,7 @@ DB_BYTES=$(psql_db -c "SELECT pg_database_size('bench')")
 
 SRC="postgres://postgres@127.0.0.1:$PORT/postgres?pgdata=$DATA"
 log "full backups"
-as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress lz4 --max-transfer-size "$TRANSFER" --json > "$RUNDIR/pagevault-backup.out"
+as_pg "$PV" backup --source "$SRC" --repo "$PVREPO" --compress "$COMPRESS" --max-transfer-size "$TRANSFER" --json > "$RUNDIR/pagevault-backup.out"
 as_pg "$PGBR" --config="$D/pgbackrest.conf" --stanza=bench --type=full backup > "$RUNDIR/pgbackrest-backup.out" 2>&1
 
 log "pgbench_accounts' pages changed ($PATTERN), the server stopped"
