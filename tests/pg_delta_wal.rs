@@ -245,16 +245,21 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
 
     let to = s(&a.data);
     let r = json(&delta_wal(&repo, &to, "after"));
+    // The warnings that name a frame of the set.
     let told = format!("set {set_id} (full): stripe");
-    let warned: Vec<&str> = (r["warnings"].as_array().unwrap().iter())
-        .filter_map(Value::as_str)
-        .filter(|w| w.contains(&told))
-        .collect();
-    assert_eq!(warned.len(), 1, "{r}");
+    let warned = |r: &Value| -> Vec<String> {
+        (r["warnings"].as_array().unwrap().iter())
+            .filter_map(Value::as_str)
+            .filter(|w| w.contains(&told))
+            .map(str::to_string)
+            .collect()
+    };
+    let w = warned(&r);
+    assert_eq!(w.len(), 1, "{r}");
     assert!(
-        warned[0].contains(&format!("frame at offset {at}: stored bytes are damaged"))
-            && warned[0].contains("not needed by this restore")
-            && warned[0].contains("pagevault verify"),
+        w[0].contains(&format!("frame at offset {at}: stored bytes are damaged"))
+            && w[0].contains("not needed by this restore")
+            && w[0].contains("pagevault verify"),
         "{r}"
     );
     let e = fails(&["verify", "--repo", &repo, "--set", set_id], 1);
@@ -286,15 +291,12 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     let mut bad = kept.clone();
     bad[at + 40] ^= 0xff;
     let r2 = on_copy(&bad, true).unwrap();
-    let warned: Vec<&str> = (r2["warnings"].as_array().unwrap().iter())
-        .filter_map(Value::as_str)
-        .filter(|w| w.contains(&told))
-        .collect();
-    assert_eq!(warned.len(), 1, "{r2}");
+    let w = warned(&r2);
+    assert_eq!(w.len(), 1, "{r2}");
     assert!(
-        warned[0].contains(&format!(
+        w[0].contains(&format!(
             "frame at offset {at}: frame header checksum mismatch"
-        )) && warned[0].contains("not needed by this restore"),
+        )) && w[0].contains("not needed by this restore"),
         "{r2}"
     );
 
