@@ -156,7 +156,8 @@ fn one_database_is_restored_and_the_other_is_neither_read_nor_written() {
                 .find(|&j| !left(frames[j]))
                 .map_or(0, |j| j + 1);
             let next_read = (i + 1..frames.len()).find(|&k| !left(frames[k]));
-            let far = next_read.is_none_or(|k| frames[k] - frames[run_start] > 256 << 10);
+            let far =
+                next_read.is_none_or(|k| frames[k] - frames[run_start] > forge::READ_THROUGH_GAP);
             left(frames[i - 1]) && left(frames[i]) && left(frames[i + 1]) && far
         })
         .map(|i| frames[i])

@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::forge::{frames_of, manifest_json, u32_at, with_index_entry};
+use common::forge::{frames_of, manifest_json, u32_at, with_index_entry, READ_THROUGH_GAP};
 use common::oracle::{compare, relations, Rel};
 use common::pg::{amcheck, check_restored, check_restored_with, push_cmd, restore_repo};
 use common::pg::{as_postgres, postgres_dir, Pg, PgOptions};
@@ -368,7 +368,7 @@ fn unneeded_frame(b: &[u8]) -> (usize, usize) {
                 return false;
             };
             let gap = at[k] - at[j + 1];
-            read(j) && read(k) && gap <= 256 << 10 && u32_at(b, at[i] + 12) > 1000
+            read(j) && read(k) && gap <= READ_THROUGH_GAP && u32_at(b, at[i] + 12) > 1000
         })
         .map(|i| (i, at[i]))
         .unwrap_or_else(|| {

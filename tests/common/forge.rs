@@ -4,6 +4,10 @@
 
 use std::fs;
 
+/// A restore stepping over frames by the index reads through those within this many
+/// bytes of the last frame it read (the reader's `AHEAD_GAP`).
+pub const READ_THROUGH_GAP: usize = 256 << 10;
+
 pub fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
 }

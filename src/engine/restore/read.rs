@@ -57,8 +57,8 @@ pub(super) fn read_stripe(
     let mut ahead = index.as_deref().map(|ix| Ahead::new(ix, at));
     // Frames stepped over between frames read close by are read through into this.
     let mut through = Vec::new();
+    let sealed = sh.p.seal.is_some();
     for i in 0..st.frames {
-        let sealed = sh.p.seal.is_some();
         // With the index, the frame is placed by its entry; the header as the stripe
         // holds it (`hdr`, when read) is checked against it.
         let header = FrameHeader::decode_in(entry(i).unwrap_or(&hdr), at, sealed)
@@ -222,6 +222,7 @@ fn decide(sh: &Shared, h: &FrameHeader) -> Result<Option<Step>> {
 /// (better than ranges asked ahead with WILLNEED: bench/README). Refilled at half.
 const AHEAD_FRAMES: usize = 256;
 const AHEAD_BYTES: u64 = 32 << 20;
+/// `READ_THROUGH_GAP` of the tests' `forge` mirrors it.
 const AHEAD_GAP: u64 = 256 << 10;
 
 /// With the frame index: each frame's step decided once, up to `AHEAD_*` frames ahead.
