@@ -125,17 +125,7 @@ fn a_delta_restore_rewrites_only_what_changed_and_starts_like_a_fresh_one() {
     assert!(!data.join(".pagevault-restore-incomplete").exists());
     // What went was moved aside, then removed while the set was written; what was
     // left then, by a process of its own after the restore.
-    if let Some(pid) = r["delta"]["removal_pid"].as_u64() {
-        // Running: its stat exists and is not a zombie's (state Z) awaiting a reaper.
-        let alive = || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|st| st.rsplit(')').next().is_some_and(|r| !r.starts_with(" Z")))
-        };
-        let t0 = std::time::Instant::now();
-        while alive() && t0.elapsed().as_secs() < 60 {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    }
+    wait_removed(&r);
     assert!(!data.join(".pagevault-swept").exists(), "{r}");
     assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"precious");
     let d = &r["delta"];

@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::forge::{frames_of, manifest_json, u32_at, with_index_entry, READ_THROUGH_GAP};
+use common::forge::{frames_of, manifest_json, u32_at, u64_at, with_index_entry, READ_THROUGH_GAP};
 use common::oracle::{compare, relations, Rel};
 use common::pg::{amcheck, check_restored, check_restored_with, push_cmd, restore_repo};
 use common::pg::{as_postgres, postgres_dir, Pg, PgOptions};
@@ -154,6 +154,8 @@ fn a_delta_by_wal_writes_only_changed_pages_and_equals_a_full_restore() {
     // Frames no page of which can differ were stepped over by their headers (most
     // chunks of pgbench_accounts hold a changed page here, the catalogs' do not).
     assert!(n("stored_bytes_not_read") > 4 << 20, "{r}");
+    // The full's uncompressed frames that hold a changed page: only those pages read.
+    assert!(n("frames_read_in_part") > 10, "{r}");
     assert!(n("written_bytes") < before / 4, "{before}: {r}");
     // Only what is not a relation's main or map fork was read to compare.
     assert!(n("compared_bytes") < before / 20, "{before}: {r}");
@@ -228,6 +230,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     let b_url = format!("{}?pgdata={}", b.url(), b.data.display());
     let set = backup(&b_url, &repo, "full");
     let (db, rels) = relations(&b, "postgres");
+    let accounts = b.sql("SELECT pg_relation_filepath('pgbench_accounts')");
     b.sql("SELECT pg_create_restore_point('after')");
     let want = rows(&b);
     b.switch_and_wait();
@@ -243,8 +246,12 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     bad[at + 80 + 100] ^= 0x5A;
     std::fs::write(&stripe, &bad).unwrap();
 
+    // The old primary as it crashed, for the trials of page checks below.
+    let stale = postgres_dir("stale").join("data");
+    cp_a(&a.data, &stale);
     let to = s(&a.data);
     let r = json(&delta_wal(&repo, &to, "after"));
+    wait_removed(&r);
     // The warnings that name a frame of the set.
     let told = format!("set {set_id} (full): stripe");
     let warned = |r: &Value| -> Vec<String> {
@@ -269,14 +276,10 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     );
 
     // Each trial below on a copy of the old primary, the stripe as it gives.
-    let on_copy = |stripe_bytes: &[u8], want_ok: bool| {
+    let on_copy_of = |from: &Path, stripe_bytes: &[u8], want_ok: bool| {
         std::fs::write(&stripe, stripe_bytes).unwrap();
         let copy = postgres_dir("forged").join("data");
-        let cp = std::process::Command::new("cp")
-            .args(["-a", &s(&a.data), &s(&copy)])
-            .status()
-            .unwrap();
-        assert!(cp.success());
+        cp_a(from, &copy);
         let copy_to = s(&copy);
         let args = delta_wal(&repo, &copy_to, "after");
         let out = match want_ok {
@@ -286,6 +289,7 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
         let _ = std::fs::remove_dir_all(copy.parent().unwrap());
         out
     };
+    let on_copy = |stripe_bytes: &[u8], want_ok: bool| on_copy_of(&a.data, stripe_bytes, want_ok);
     // That frame's header damaged instead (its own CRC fails, the index is whole): the
     // frame's damage, told as a warning; the restore whole.
     let mut bad = kept.clone();
@@ -318,7 +322,14 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
         let e = on_copy(&with_index_entry(&kept, i, edit), false).unwrap_err();
         assert!(e.contains(&says) && e.contains(set_id), "{says}: {e}");
     }
+    page_checks(&kept, &accounts, set_id, &repo, &|b, ok| {
+        on_copy_of(&stale, b, ok)
+    });
     std::fs::write(&stripe, &kept).unwrap();
+    assert!(
+        r["delta"]["frames_read_in_part"].as_u64().unwrap() > 0,
+        "{r}"
+    );
     assert_eq!(r["chain"][0]["set_id"], set["set_id"], "{r}");
     let w = &r["delta_wal"];
     assert_eq!(w["copy_timeline"], 1, "{r}");
@@ -330,6 +341,87 @@ fn an_old_primary_that_ran_past_the_failover_is_restored_page_for_page() {
     same_pages(&a.data, &fresh, db, &rels, 500);
     check_restored(&fresh, &want, rows);
     check_restored_with(&a.data, &want, rows, amcheck);
+}
+
+/// A delta restore over a copy of the old primary, the stripe as given: its report, or
+/// (asked to fail) its error.
+type OnCopy<'a> = dyn Fn(&[u8], bool) -> Result<Value, String> + 'a;
+
+/// `cp -a from to`.
+fn cp_a(from: &Path, to: &Path) {
+    let cp = std::process::Command::new("cp")
+        .args(["-a", &s(from), &s(to)])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+}
+
+/// Trials of the page checks of the frame of `path`'s first chunk in stripe `kept`, which
+/// the delta reads in part (page 0 changed, most pages not): a byte of page 0 damaged is
+/// refused, naming the page; its page checks damaged, the frame is read whole and the
+/// restore is whole, with a warning, and verify names them; a set without page checks
+/// (written before them) is read whole, frame by frame, and nothing is told.
+fn page_checks(kept: &[u8], path: &str, set_id: &str, repo: &str, on_copy: &OnCopy) {
+    let m: Value = serde_json::from_slice(&manifest_json(kept)).unwrap();
+    let id = (m["files"].as_array().unwrap().iter())
+        .find(|f| f["path"] == path)
+        .and_then(|f| f["id"].as_u64())
+        .unwrap_or_else(|| panic!("{path} is not in the set"));
+    let frames = frames_of(kept);
+    let at = *(frames.iter())
+        .find(|&&a| u32_at(kept, a + 8) as u64 == id && u64_at(kept, a + 16) == 0)
+        .unwrap_or_else(|| panic!("no frame of {path} at offset 0"));
+    let (kind, codec, raw) = (kept[at + 4], kept[at + 5], u32_at(kept, at + 24) as usize);
+    assert_eq!((kind, codec), (1, 0), "an uncompressed data frame");
+    assert_eq!(
+        &kept[at + 80 + raw..at + 84 + raw],
+        b"PVPC",
+        "its page checks"
+    );
+
+    let mut bad = kept.to_vec();
+    bad[at + 80 + 100] ^= 0x5A;
+    let e = on_copy(&bad, false).unwrap_err();
+    assert!(
+        e.contains(&format!("frame at offset {at}: page 0 of the frame (file offset 0) does not match its page check"))
+            && e.contains(set_id),
+        "{e}"
+    );
+
+    let mut bad = kept.to_vec();
+    bad[at + 80 + raw + 10] ^= 0x5A;
+    let r = on_copy(&bad, true).unwrap();
+    let w = r["warnings"].to_string();
+    assert!(
+        w.contains(&format!(
+            "frame at offset {at}: its page checks are damaged"
+        )) && w.contains("read whole"),
+        "{r}"
+    );
+    let e = fails(&["verify", "--repo", repo, "--set", set_id], 1);
+    assert!(
+        e.contains(&format!(
+            "frame at offset {at}: its page checks are damaged"
+        )),
+        "{e}"
+    );
+
+    // Every frame's padding zeroed, as a set written before page checks has it.
+    let mut old = kept.to_vec();
+    let body_end = u64_at(&kept[kept.len() - 64..], 40) as usize;
+    for (k, &a) in frames.iter().enumerate() {
+        let end = frames.get(k + 1).copied().unwrap_or(body_end);
+        let stored = u32_at(kept, a + 12) as usize;
+        if end > a + 80 + stored {
+            old[a + 80 + stored..end].fill(0);
+        }
+    }
+    let r = on_copy(&old, true).unwrap();
+    assert_eq!(r["delta"]["frames_read_in_part"], 0, "{r}");
+    assert!(
+        !r["warnings"].to_string().contains("frame at offset"),
+        "{r}"
+    );
 }
 
 /// The number and offset of a frame of stripe `b` that a delta restore over a copy of the same

@@ -324,8 +324,9 @@ pub fn print_restore(r: &RestoreReport, json: bool) {
     // A delta by WAL checks the frames it reads; those it steps over are verify's.
     let checked = match (&r.delta, &r.delta_wal) {
         (Some(d), Some(_)) => format!(
-            "every frame read and every file checksum verified ({} of frames stepped over unread: verify checks them)",
-            crate::units::human(d.stored_bytes_not_read)
+            "every frame read and every file checksum verified ({} of frames stepped over unread: verify checks them; {} frame(s) read in part, each page read checked by its frame's page checks)",
+            crate::units::human(d.stored_bytes_not_read),
+            d.frames_read_in_part
         ),
         _ => "every frame and file checksum verified".into(),
     };

@@ -4,6 +4,7 @@
 pub mod frame;
 pub mod manifest;
 pub mod media;
+pub mod page_checks;
 pub mod seal;
 
 use thiserror::Error;

@@ -50,6 +50,9 @@ pub struct DeltaReport {
     pub proven_bytes: u64,
     /// `--delta wal`: stored bytes of the frames of those, stepped over unread.
     pub stored_bytes_not_read: u64,
+    /// `--delta wal`: uncompressed frames of which only the pages that can differ were
+    /// read, each page checked by the frame's page checks.
+    pub frames_read_in_part: u64,
     /// What the sweep moved aside and was not yet removed when the data was in place:
     /// its removal goes on in a process of its own (`removal_pid`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -231,8 +234,8 @@ impl Delta {
         })
     }
 
-    /// `--delta wal`: writes the pages of `data` that can differ (listed in `bm`, or
-    /// past the file's old length), without reading what is there.
+    /// `--delta wal`: writes the pages of `data` that can differ (`runs`), without
+    /// reading what is there.
     #[allow(clippy::too_many_arguments)]
     fn put_pages(
         &self,
@@ -244,19 +247,8 @@ impl Delta {
         page: u64,
         old_len: u64,
     ) -> io::Result<()> {
-        let end = offset + data.len() as u64;
-        let differs = |p: u64| bm.contains(p as u32) || (p + 1) * page > old_len;
-        let (mut p, mut wrote) = (offset / page, 0u64);
-        while p * page < end {
-            if !differs(p) {
-                p += 1;
-                continue;
-            }
-            let first = p;
-            while p * page < end && differs(p) {
-                p += 1;
-            }
-            let (s, e) = ((first * page).max(offset), (p * page).min(end));
+        let mut wrote = 0u64;
+        for (s, e) in runs(bm, page, old_len, offset, offset + data.len() as u64) {
             f.write_all_at(&data[(s - offset) as usize..(e - offset) as usize], s)?;
             wrote += e - s;
         }
@@ -265,6 +257,17 @@ impl Delta {
             self.written.fetch_add(wrote, Relaxed);
         }
         Ok(())
+    }
+
+    /// `--delta wal`: the byte ranges of file `i` at `offset..offset + len` that a write
+    /// there puts (`runs`), from `offset`; None when the file is not patched page by page.
+    pub(super) fn differs(&self, i: usize, offset: u64, len: usize) -> Option<Vec<(u32, u32)>> {
+        let (bm, page, old_len) = self.plan(i)?;
+        let r = runs(bm, page, old_len, offset, offset + len as u64);
+        Some(
+            r.map(|(s, e)| ((s - offset) as u32, (e - offset) as u32))
+                .collect(),
+        )
     }
 
     /// Makes `len` bytes at `offset` zeros, writing only the blocks that are not.
@@ -466,6 +469,32 @@ pub fn sweep(
         }
     }
     Ok(swept)
+}
+
+/// The runs of pages in `offset..end` that can differ under `--delta wal`: listed in `bm`,
+/// or past the file's old length. Byte ranges, cut to `offset..end`.
+fn runs(
+    bm: &RoaringBitmap,
+    page: u64,
+    old_len: u64,
+    offset: u64,
+    end: u64,
+) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let differs = move |p: u64| bm.contains(p as u32) || (p + 1) * page > old_len;
+    let mut p = offset / page;
+    std::iter::from_fn(move || {
+        while p * page < end && !differs(p) {
+            p += 1;
+        }
+        if p * page >= end {
+            return None;
+        }
+        let first = p;
+        while p * page < end && differs(p) {
+            p += 1;
+        }
+        Some(((first * page).max(offset), (p * page).min(end)))
+    })
 }
 
 #[cfg(test)]

@@ -186,6 +186,20 @@ impl FrameSink for Target {
         self.files.ensure(file)?;
         Ok(matches!(self.files.delta_of(file), Some((d, i, true)) if d.proven(i, offset, len)))
     }
+    fn differs(&self, file: u32, offset: u64, len: usize) -> io::Result<Option<Vec<(u32, u32)>>> {
+        if self
+            .files
+            .delta_of(file)
+            .is_none_or(|(d, _, _)| !d.by_wal_set())
+        {
+            return Ok(None);
+        }
+        self.files.ensure(file)?;
+        Ok(match self.files.delta_of(file) {
+            Some((d, i, true)) => d.differs(i, offset, len),
+            _ => None,
+        })
+    }
     fn holds(&self, q: crate::engine::restore::Held, _scratch: &mut [u8]) -> io::Result<bool> {
         self.files.ensure(q.file)?;
         match self.files.delta_of(q.file) {

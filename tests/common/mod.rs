@@ -422,3 +422,20 @@ pub fn history_ids(repo: &str) -> Vec<String> {
         .map(|s| s["set_id"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Waits (up to 60 s) for the removal a delta restore left running (`removal_pid` of its
+/// report) to end.
+pub fn wait_removed(r: &serde_json::Value) {
+    let Some(pid) = r["delta"]["removal_pid"].as_u64() else {
+        return;
+    };
+    // Running: its stat exists and is not a zombie's (state Z) awaiting a reaper.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|st| st.rsplit(')').next().is_some_and(|r| !r.starts_with(" Z")))
+    };
+    let t0 = std::time::Instant::now();
+    while alive() && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

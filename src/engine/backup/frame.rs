@@ -8,7 +8,7 @@ use crate::engine::codec::Compressor;
 use crate::engine::pool;
 use crate::format::frame::{carries_crc, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::seal::frame_aad;
-use crate::format::{pad_to, Codec, ContentHash, FORMAT_VERSION};
+use crate::format::{pad_to, page_checks, Codec, ContentHash, FORMAT_VERSION};
 use anyhow::anyhow;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::Ordering::Relaxed;
@@ -166,6 +166,14 @@ fn finish(
     let total = pad_to((FRAME_HEADER_LEN + stored_len) as u64, p.block_size as u64) as usize;
     item.buf.space()[stored_len..total - FRAME_HEADER_LEN].fill(0);
     header.encode(item.buf.header_mut());
+    if kind == FrameKind::Data && codec == Codec::None && p.seal.is_none() && p.sign.is_none() {
+        // A plain set's uncompressed frame: its pages' CRC32C in its padding, when they
+        // fit, for a restore that reads only some pages (docs/FORMAT.md).
+        let mut hb = [0u8; FRAME_HEADER_LEN];
+        hb.copy_from_slice(item.buf.header_mut());
+        let (raw, pad) = item.buf.space()[..total - FRAME_HEADER_LEN].split_at_mut(stored_len);
+        page_checks::write(&hb, raw, p.page_size, pad);
+    }
     item.frame_len = total;
     sh.stored_total.fetch_add(stored_len as u64, Relaxed);
 }

@@ -10,7 +10,7 @@ use crate::engine::pool::{self, Buf};
 use crate::format::frame::{bitmap_len, carries_crc, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::format::manifest::file_checksum;
 use crate::format::seal::frame_aad;
-use crate::format::{Codec, ContentHash};
+use crate::format::{pad_to, page_checks, Codec, ContentHash};
 use anyhow::{anyhow, Result};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::Ordering::Relaxed;
@@ -75,7 +75,7 @@ fn check(
     }
     // Where a frame carries a CRC, damage reads as damage before a forgery (a sealed
     // set's method 1); where it does not, the tag or the content digest below checks.
-    if let Some(m) = crc_damage(p, h, item.buf.payload()) {
+    if let Some(m) = crc_damage(p, h, item.buf.payload()).filter(|_| item.partial.is_none()) {
         return Err(fail(m));
     }
     if let Some(s) = sealed {
@@ -124,6 +124,38 @@ fn check(
             h.offset, h.raw_len, h.file_id
         )));
     }
+    if let Some(part) = item.partial.take() {
+        // Read in part: each page read against its page check; the header digest (its
+        // CRC checked) stands for the chunk, the pages not read being the target's.
+        let page = p.page_size;
+        for &(s, e) in &part.ranges {
+            let bytes = &item.buf.payload()[s as usize..e as usize];
+            if let Some(k) = page_checks::first_bad(&part.checks, s as usize / page, bytes, page) {
+                return Err(fail(format!(
+                    "page {k} of the frame (file offset {}) does not match its page check: the stored bytes are damaged",
+                    h.offset + (k * page) as u64
+                )));
+            }
+        }
+        record_digest(sh, fi, h, h.raw_hash).map_err(fail)??;
+        let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
+        let ranges = Some(part.ranges);
+        let (buf, held, kept) = (item.buf, false, None);
+        return Ok((
+            fi,
+            FrameWrite {
+                kind,
+                file,
+                offset,
+                expect,
+                raw_len,
+                buf,
+                held,
+                kept,
+                ranges,
+            },
+        ));
+    }
     // A plain set's header digest is of the raw bytes (checked by the header CRC and,
     // through the file checksum, by the manifest): a delta restore compares it with
     // the target's bytes before anything is decompressed.
@@ -152,6 +184,7 @@ fn check(
                     buf: item.buf,
                     held: true,
                     kept: None,
+                    ranges: None,
                 },
             ));
         }
@@ -180,6 +213,9 @@ fn check(
             Codec::None => digest_damage(p.hash),
             _ => format!("restored content does not match its {name} digest"),
         }));
+    }
+    if sh.sink.is_none() && sealed.is_none() && signed.is_none() {
+        verify_page_checks(p, h, &item.buf).map_err(fail)?;
     }
     let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
     // The stored bytes (decrypted) stay in the buffer when the sink keeps them.
@@ -216,8 +252,34 @@ fn check(
             buf,
             held: false,
             kept,
+            ranges: None,
         },
     ))
+}
+
+/// A verify's check of a plain frame's page checks (in its padding, in `buf` past the
+/// stored bytes), where it has them: whole, and each page's CRC32C its page's.
+fn verify_page_checks(p: &Params, h: &FrameHeader, buf: &Buf) -> Result<(), String> {
+    if h.kind != FrameKind::Data || h.codec != Codec::None {
+        return Ok(());
+    }
+    let (raw, page) = (buf.payload(), p.page_size);
+    let total = pad_to((FRAME_HEADER_LEN + raw.len()) as u64, p.block_size as u64) as usize;
+    if total > FRAME_HEADER_LEN + buf.capacity() {
+        return Ok(());
+    }
+    let pad = &buf.frame(total)[FRAME_HEADER_LEN + raw.len()..];
+    let mut hb = [0u8; FRAME_HEADER_LEN];
+    h.encode(&mut hb);
+    let Some(checks) = page_checks::read(&hb, raw.len(), page, pad)? else {
+        return Ok(());
+    };
+    match page_checks::first_bad(&checks, 0, raw, page) {
+        Some(k) => Err(format!(
+            "page {k} of the frame does not match its page check (its page checks or its stored bytes are damaged)"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// What a frame's CRC32C says of its stored bytes, where it carries one (`carries_crc`).

@@ -341,6 +341,15 @@ impl FrameSink for LayerSink<'_> {
         }
     }
 
+    fn differs(&self, file: u32, offset: u64, len: usize) -> io::Result<Option<Vec<(u32, u32)>>> {
+        // The target's pages that can differ; of them a write here puts those no newer
+        // set wrote (`claim`), so no page outside them is written.
+        match self.to(file) {
+            Some(to) => self.inner.differs(to, offset, len),
+            None => Ok(None),
+        }
+    }
+
     fn holds(&self, q: Held, scratch: &mut [u8]) -> io::Result<bool> {
         // Only a chunk this frame gives whole: no newer set wrote a page of it.
         let Some(to) = self.to(q.file) else {

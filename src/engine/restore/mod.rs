@@ -4,6 +4,7 @@
 mod check;
 pub mod layers;
 pub mod merge;
+mod partial;
 mod read;
 pub use read::load_index;
 mod write;
@@ -62,6 +63,17 @@ pub trait FrameSink: Sync {
     /// its digest counts for the file's checksum as a checked frame's would.
     fn proven(&self, _file: u32, _offset: u64, _len: usize) -> io::Result<bool> {
         Ok(false)
+    }
+    /// `--delta wal`: of a chunk the target holds in part, the byte ranges from `offset`
+    /// (in order, apart) that a write of it puts; the rest it keeps. None: not known
+    /// (the whole chunk is read).
+    fn differs(
+        &self,
+        _file: u32,
+        _offset: u64,
+        _len: usize,
+    ) -> io::Result<Option<Vec<(u32, u32)>>> {
+        Ok(None)
     }
     /// A merge's question once a Data frame is checked (`raw`: its bytes): take its
     /// stored bytes as they are (compressed, decrypted)? True: `write_stored` gets them.
@@ -167,8 +179,11 @@ pub struct Outcome {
     /// Stored bytes (frame payloads, as `stored_bytes` counts them) of the files left
     /// out, stepped over unread.
     pub left_out_bytes: u64,
-    /// Stored bytes of frames whose bytes the target was proven to hold, stepped over.
+    /// Stored bytes of frames whose bytes the target was proven to hold, stepped over
+    /// (and of frames read in part, the bytes not read).
     pub proven_bytes: u64,
+    /// Frames of which only the pages the target lacks were read (`partial`).
+    pub partial_frames: u64,
     /// Damage found in frames read through but not needed (the restore did not use
     /// them): at most `UNNEEDED_TOLD` told, then how many more.
     pub unneeded_damage: Vec<String>,
@@ -223,6 +238,7 @@ struct Shared<'a> {
     left_out_total: AtomicU64,
     /// Stored bytes of frames stepped over because the target holds them (`proven`).
     proven_total: AtomicU64,
+    partial_frames: AtomicU64,
     unneeded_damage: Unneeded,
 }
 
@@ -231,6 +247,8 @@ struct Item {
     stripe: usize,
     at: u64,
     buf: Buf,
+    /// Read in part: only these pages of the chunk are in `buf`.
+    partial: Option<partial::Partial>,
 }
 
 /// A file's checksum from the digests of its chunks (chunk number -> digest, each
@@ -276,6 +294,7 @@ pub fn run(
         stored_total: AtomicU64::new(0),
         left_out_total: AtomicU64::new(0),
         proven_total: AtomicU64::new(0),
+        partial_frames: AtomicU64::new(0),
         unneeded_damage: Unneeded::default(),
     };
     live.pool_size.store(p.buffer_count as u64, Relaxed);
@@ -358,6 +377,7 @@ pub fn run(
         pool_bytes: sh.pool.bytes() + (p.threads * sh.pool.buf_size) as u64,
         left_out_bytes: sh.left_out_total.load(Relaxed),
         proven_bytes: sh.proven_total.load(Relaxed),
+        partial_frames: sh.partial_frames.load(Relaxed),
         unneeded_damage: sh.unneeded_damage.take(),
     })
 }

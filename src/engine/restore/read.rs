@@ -1,6 +1,6 @@
 //! The read stage: one thread per stripe reads its frames in order.
 
-use super::{Item, Shared, StripeIn};
+use super::{partial, Item, Shared, StripeIn};
 use crate::engine::pool;
 use crate::engine::stats::{Lane, Progress};
 use crate::format::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
@@ -58,6 +58,9 @@ pub(super) fn read_stripe(
     // Frames stepped over between frames read close by are read through into this.
     let mut through = Vec::new();
     let sealed = sh.p.seal.is_some();
+    // Found once a frame that could carry page checks has none: the set was written
+    // before them, and its frames are read whole.
+    let mut no_checks = false;
     for i in 0..st.frames {
         // With the index, the frame is placed by its entry; the header as the stripe
         // holds it (`hdr`, when read) is checked against it.
@@ -76,9 +79,15 @@ pub(super) fn read_stripe(
         }
         let (step, read_through) = match &mut ahead {
             Some(a) => a.next(sh, st, i)?,
-            None => (decide(sh, &header), false),
+            // Without the index a frame is read whole or stepped over.
+            None => (
+                decide(sh, &header, 0).map(|s| s.filter(|s| *s != Step::Partial)),
+                false,
+            ),
         };
         let step = step.map_err(|e| anyhow!("stripe '{}', frame at offset {at}: {e}", st.name))?;
+        // A frame read through, or of a stripe without page checks, is read whole.
+        let step = step.filter(|s| *s != Step::Partial || !(read_through || no_checks));
         if let (None, Some(why)) = (step, &damaged) {
             bail!("stripe '{}': {why}", st.name);
         }
@@ -135,6 +144,51 @@ pub(super) fn read_stripe(
             return Ok(());
         };
         read_st.wait_in(waited);
+        if step == Some(Step::Partial) {
+            let t0 = Instant::now();
+            let part = match partial::wanted(sh, &header, total) {
+                Ok(Some(r)) => partial::read(st, &header, at, r, sh.p.page_size, &mut buf),
+                Ok(None) => Ok(partial::Read::NoChecks),
+                Err(e) => Err(e),
+            };
+            let took = t0.elapsed();
+            read_st.busy(took);
+            match part.map_err(|e| io_err(e, at))? {
+                partial::Read::Part(part, n) => {
+                    read_st.op(n);
+                    lane.op(n, took);
+                    progress.done.fetch_add(total, Relaxed);
+                    sh.partial_frames.fetch_add(1, Relaxed);
+                    sh.proven_total.fetch_add(
+                        header.stored_len as u64 - n.min(header.stored_len as u64),
+                        Relaxed,
+                    );
+                    if more {
+                        next_header(st, entry(i + 1), &mut hdr, next)
+                            .map_err(|e| io_err(e, next))?;
+                    }
+                    buf.len = header.stored_len as usize;
+                    let item = Item {
+                        header,
+                        stripe: si,
+                        at,
+                        buf,
+                        partial: Some(part),
+                    };
+                    match pool::send(tx, item, abort) {
+                        Some(w) => read_st.wait_out(w),
+                        None => return Ok(()),
+                    }
+                    at = next;
+                    continue;
+                }
+                partial::Read::NoChecks => no_checks = true,
+                partial::Read::Damaged(why) => sh.unneeded_damage.add(format!(
+                    "stripe '{}', frame at offset {at}: {why}; the frame was read whole",
+                    st.name
+                )),
+            }
+        }
         let want = (need_end - at - FRAME_HEADER_LEN as u64) as usize;
         if want > buf.capacity() {
             bail!("stripe '{}', frame at offset {at}: stored length {} is larger than any frame of this set", st.name, header.stored_len);
@@ -160,6 +214,7 @@ pub(super) fn read_stripe(
                 stripe: si,
                 at,
                 buf,
+                partial: None,
             },
             abort,
         ) {
@@ -207,13 +262,19 @@ enum Step {
     Proven,
     /// Its file is left out (`--db-include`).
     LeftOut,
+    /// Only the pages the target lacks are read (`--delta wal`, `partial`).
+    Partial,
 }
 
-fn decide(sh: &Shared, h: &FrameHeader) -> Result<Option<Step>> {
+/// Frame `h`'s step (`total`: its bytes in the stripe, padded).
+fn decide(sh: &Shared, h: &FrameHeader, total: u64) -> Result<Option<Step>> {
     if proven(sh, h)? {
         return Ok(Some(Step::Proven));
     }
-    Ok(sh.p.left_out.contains(&h.file_id).then_some(Step::LeftOut))
+    if sh.p.left_out.contains(&h.file_id) {
+        return Ok(Some(Step::LeftOut));
+    }
+    Ok(partial::wanted(sh, h, total)?.map(|_| Step::Partial))
 }
 
 /// Frames decided ahead of the reader, by index, at most this many or this many bytes
@@ -278,7 +339,7 @@ impl<'a> Ahead<'a> {
             )
             .map_err(|e| anyhow!("stripe '{}', frame index: {e}", st.name))?;
             let total = pad_to((FRAME_HEADER_LEN as u64) + h.stored_len as u64, block);
-            let step = decide(sh, &h);
+            let step = decide(sh, &h, total);
             let (at, end) = (self.at_j, self.at_j + total);
             let read = match step {
                 Ok(None) if end <= st.body_end => {

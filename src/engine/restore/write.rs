@@ -179,11 +179,24 @@ pub(super) struct FrameWrite {
     pub(super) held: bool,
     /// `buf` holds the frame's stored bytes, which the sink keeps as they are.
     pub(super) kept: Option<Kept>,
+    /// Read in part: only these byte ranges of the chunk are in `buf`, and written.
+    pub(super) ranges: Option<Vec<(u32, u32)>>,
 }
 
 impl FrameWrite {
     fn put(&mut self, sink: &dyn FrameSink, page: usize) -> io::Result<()> {
         if self.held {
+            return Ok(());
+        }
+        if let Some(r) = &self.ranges {
+            let raw = self.buf.payload();
+            for &(s, e) in r {
+                sink.write(
+                    self.file,
+                    self.offset + s as u64,
+                    &raw[s as usize..e as usize],
+                )?;
+            }
             return Ok(());
         }
         match self.kind {

@@ -357,6 +357,7 @@ fn add(a: Outcome, b: Outcome) -> Outcome {
         pool_bytes: big.pool_bytes.max(small.pool_bytes),
         left_out_bytes: big.left_out_bytes + small.left_out_bytes,
         proven_bytes: big.proven_bytes + small.proven_bytes,
+        partial_frames: big.partial_frames + small.partial_frames,
         unneeded_damage: [big.unneeded_damage, small.unneeded_damage].concat(),
     }
 }

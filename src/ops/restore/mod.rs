@@ -401,8 +401,12 @@ fn restore_with(
         }
         false => target::Swept::default(),
     };
-    // What the sweep moved aside goes while the set is written.
-    let emptying = (!swept.trash.is_empty()).then(|| target::Emptying::start(swept.trash.clone()));
+    // What the sweep moved aside goes while the set is written; under `--delta wal` once
+    // the data is in place, as its many small reads would each wait out the unlink of an
+    // old WAL segment (bench/README).
+    let trash = swept.trash.clone();
+    let emptying =
+        (!trash.is_empty() && wal_plan.is_none()).then(|| target::Emptying::start(trash.clone()));
     let roots = Arc::new(target::Roots::open(roots_list)?);
     let mut files = target::lay_out(m, &place, o.delta, roots.clone())?;
     if let Some(p) = &wal_plan {
@@ -434,6 +438,7 @@ fn restore_with(
     let (out, links) = written.with_context(incomplete)?;
     if let Some(d) = &mut delta {
         d.stored_bytes_not_read = out.proven_bytes;
+        d.frames_read_in_part = out.partial_frames;
     }
     if let Some(l) = &mut left_out {
         l.stored_bytes_not_read = out.left_out_bytes;
@@ -441,9 +446,12 @@ fn restore_with(
     target::finish_entries(m, &place, &roots, owner.filter(|_| !o.stage_only))?;
     phases.mark("links, owners, modes, times");
     // What is left of it is not waited for: the caller removes it after the restore.
-    let left = emptying.map(target::Emptying::stop).transpose();
+    let left = match emptying {
+        Some(e) => e.stop(),
+        None => Ok(trash),
+    };
     if let Some(d) = &mut delta {
-        d.still_removing = left.with_context(incomplete)?.unwrap_or_default();
+        d.still_removing = left.with_context(incomplete)?;
     }
     restorer.link(&o.to, owner)?;
     let mut notes = vec![];
