@@ -84,7 +84,8 @@ pub struct RestoreArgs {
     /// repository) reads no relation page in place: the pages that can differ are those
     /// the archive's block summaries list from the copy's last checkpoint (or where its
     /// timeline left the set's) to the set's end, and those its own pg_wal changed; only
-    /// they are written. It refuses, saying why, when that cannot be proven (summaries
+    /// they are written, and of an uncompressed plain set only they are read (each
+    /// checked by its frame's page checks). It refuses, saying why, when that cannot be proven (summaries
     /// missing, WAL the copy wrote that its pg_wal no longer holds), and `--delta` is the
     /// answer then.
     #[arg(long, num_args = 0..=1, default_missing_value = "compare", value_name = "compare|wal")]

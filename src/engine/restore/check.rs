@@ -137,6 +137,7 @@ fn check(
                 )));
             }
         }
+        sh.stored_total.fetch_add(part.read, Relaxed);
         record_digest(sh, fi, h, h.raw_hash).map_err(fail)??;
         let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
         let ranges = Some(part.ranges);

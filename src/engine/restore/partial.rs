@@ -13,6 +13,8 @@ use std::io;
 pub(super) struct Partial {
     pub(super) ranges: Vec<(u32, u32)>,
     pub(super) checks: Vec<u32>,
+    /// Bytes of the stripe read for it.
+    pub(super) read: u64,
 }
 
 /// Ranges of a frame closer than this are read as one (a read costs about as much as
@@ -58,8 +60,8 @@ pub(super) fn wanted(
 
 /// What reading a frame in part gave.
 pub(super) enum Read {
-    /// Its pages in `ranges` (at their places in the buffer) and page checks; bytes read.
-    Part(Partial, u64),
+    /// Its pages in `ranges` (at their places in the buffer) and page checks.
+    Part(Partial),
     /// It has no page checks (a set written before them): read it whole.
     NoChecks,
     /// Its page checks are damaged (why): read it whole.
@@ -101,7 +103,11 @@ pub(super) fn read(
     h.encode(&mut hb);
     Ok(
         match page_checks::read(&hb, raw, page, &space[table.0 as usize..table.1 as usize]) {
-            Ok(Some(checks)) => Read::Part(Partial { ranges, checks }, n),
+            Ok(Some(checks)) => Read::Part(Partial {
+                ranges,
+                checks,
+                read: n,
+            }),
             Ok(None) => Read::NoChecks,
             Err(why) => Read::Damaged(why),
         },

@@ -154,7 +154,8 @@ pub(super) fn read_stripe(
             let took = t0.elapsed();
             read_st.busy(took);
             match part.map_err(|e| io_err(e, at))? {
-                partial::Read::Part(part, n) => {
+                partial::Read::Part(part) => {
+                    let n = part.read;
                     read_st.op(n);
                     lane.op(n, took);
                     progress.done.fetch_add(total, Relaxed);
