@@ -142,6 +142,19 @@ impl Target {
 }
 
 impl Target {
+    /// Under `--delta wal`, file `file`'s delta and index when it was found in place
+    /// (opened, so that its length in place is known).
+    fn by_wal_kept(&self, file: u32) -> io::Result<Option<(&delta::Delta, usize)>> {
+        if (self.files.delta_of(file)).is_none_or(|(d, _, _)| !d.by_wal_set()) {
+            return Ok(None);
+        }
+        self.files.ensure(file)?;
+        Ok(match self.files.delta_of(file) {
+            Some((d, i, true)) => Some((d, i)),
+            _ => None,
+        })
+    }
+
     /// An I/O error that names the file it happened to (the engine knows only ids).
     fn named(&self, id: u32, e: io::Error) -> io::Error {
         match self.files.index.get(id) {
@@ -176,29 +189,14 @@ impl FrameSink for Target {
         Ok(())
     }
     fn proven(&self, file: u32, offset: u64, len: usize) -> io::Result<bool> {
-        if self
-            .files
-            .delta_of(file)
-            .is_none_or(|(d, _, _)| !d.by_wal_set())
-        {
-            return Ok(false);
-        }
-        self.files.ensure(file)?;
-        Ok(matches!(self.files.delta_of(file), Some((d, i, true)) if d.proven(i, offset, len)))
+        Ok(self
+            .by_wal_kept(file)?
+            .is_some_and(|(d, i)| d.proven(i, offset, len)))
     }
     fn differs(&self, file: u32, offset: u64, len: usize) -> io::Result<Option<Vec<(u32, u32)>>> {
-        if self
-            .files
-            .delta_of(file)
-            .is_none_or(|(d, _, _)| !d.by_wal_set())
-        {
-            return Ok(None);
-        }
-        self.files.ensure(file)?;
-        Ok(match self.files.delta_of(file) {
-            Some((d, i, true)) => d.differs(i, offset, len),
-            _ => None,
-        })
+        Ok(self
+            .by_wal_kept(file)?
+            .and_then(|(d, i)| d.differs(i, offset, len)))
     }
     fn holds(&self, q: crate::engine::restore::Held, _scratch: &mut [u8]) -> io::Result<bool> {
         self.files.ensure(q.file)?;

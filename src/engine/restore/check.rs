@@ -139,21 +139,12 @@ fn check(
         }
         sh.stored_total.fetch_add(part.read, Relaxed);
         record_digest(sh, fi, h, h.raw_hash).map_err(fail)??;
-        let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
         let ranges = Some(part.ranges);
-        let (buf, held, kept) = (item.buf, false, None);
         return Ok((
             fi,
             FrameWrite {
-                kind,
-                file,
-                offset,
-                expect,
-                raw_len,
-                buf,
-                held,
-                kept,
                 ranges,
+                ..FrameWrite::of(h, expect, item.buf)
             },
         ));
     }
@@ -173,19 +164,12 @@ fn check(
             .map_err(|e| fail(format!("cannot compare with the target: {e}")))?;
         if held {
             record(sh, fi, h, h.raw_hash).map_err(fail)??;
-            let (kind, file, offset, raw_len) = (h.kind, h.file_id, h.offset, h.raw_len as u64);
+            let held = true;
             return Ok((
                 fi,
                 FrameWrite {
-                    kind,
-                    file,
-                    offset,
-                    expect,
-                    raw_len,
-                    buf: item.buf,
-                    held: true,
-                    kept: None,
-                    ranges: None,
+                    held,
+                    ..FrameWrite::of(h, expect, item.buf)
                 },
             ));
         }
@@ -245,15 +229,8 @@ fn check(
     Ok((
         fi,
         FrameWrite {
-            kind,
-            file,
-            offset,
-            expect,
-            raw_len,
-            buf,
-            held: false,
             kept,
-            ranges: None,
+            ..FrameWrite::of(h, expect, buf)
         },
     ))
 }

@@ -4,7 +4,7 @@
 use super::{FrameSink, Kept, Shared};
 use crate::engine::digests::ChunkDigests;
 use crate::engine::pool::Buf;
-use crate::format::frame::{bitmap_len, FrameKind};
+use crate::format::frame::{bitmap_len, FrameHeader, FrameKind};
 use anyhow::{anyhow, Result};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -184,6 +184,21 @@ pub(super) struct FrameWrite {
 }
 
 impl FrameWrite {
+    /// Frame `h`'s bytes in `buf`, covering `expect` bytes of its file, to write whole.
+    pub(super) fn of(h: &FrameHeader, expect: u64, buf: Buf) -> FrameWrite {
+        FrameWrite {
+            kind: h.kind,
+            file: h.file_id,
+            offset: h.offset,
+            expect,
+            raw_len: h.raw_len as u64,
+            buf,
+            held: false,
+            kept: None,
+            ranges: None,
+        }
+    }
+
     fn put(&mut self, sink: &dyn FrameSink, page: usize) -> io::Result<()> {
         if self.held {
             return Ok(());
